@@ -9,11 +9,17 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import logging
 import os
+import re
 import tarfile
+import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
+
+from orchestrator.errors import HostUnreachable, StepFailed
 
 #: Names never packed (build outputs, caches, editor files).
 EXCLUDED_DIRS = {"__pycache__", ".pytest_cache", "build", ".hypothesis", ".mypy_cache"}
@@ -85,3 +91,211 @@ def bundle_sha(source_root: Path, package: str = "kernels") -> str:
     """The sha256 that :func:`build_bundle` would give, without writing anything."""
     data, _ = pack_bytes(source_root, package)
     return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
+# Shipping the bundle to a host and the ``current`` pointer (plans/0001 section 4).
+#
+# Every remote step below is a constant ``sh -c`` script; the values (paths, sha) travel as
+# positional arguments, quoted by the transport, so no inventory value is ever parsed as shell.
+
+_log = logging.getLogger(__name__)
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+#: Seconds allowed for one bundle check / unpack / pointer switch on the host.
+BUNDLE_STEP_TIMEOUT_S = 120
+
+#: Prints one word: ok | absent | tarball-mismatch <got> | unpacked-missing | unpacked-mismatch.
+_CHECK_SH = r"""
+tar=$1 dir=$2 sha=$3
+[ -f "$tar" ] || { echo absent; exit 0; }
+got=$(sha256sum < "$tar") || { echo "sha256sum failed" >&2; exit 3; }
+got=${got%% *}
+[ "$got" = "$sha" ] || { echo "tarball-mismatch $got"; exit 0; }
+{ [ -f "$dir/.sha256" ] && [ "$(cat -- "$dir/.sha256")" = "$sha" ]; } || { echo unpacked-missing; exit 0; }
+(cd -- "$dir" && sha256sum --quiet --strict -c .manifest >/dev/null 2>&1) || { echo unpacked-mismatch; exit 0; }
+echo ok
+"""
+
+#: Verifies the tarball, unpacks it next to its final place, writes ``.manifest`` (sha256 of
+#: every unpacked file) and ``.sha256``, then renames it into place (a damaged old copy is
+#: moved aside, not deleted: a service may still run from it).
+_UNPACK_SH = r"""
+set -eu
+tar=$1 dir=$2 sha=$3
+got=$(sha256sum < "$tar"); got=${got%% *}
+[ "$got" = "$sha" ] || { echo "tarball hash on host is $got, expected $sha" >&2; exit 11; }
+tmp="$dir.unpack.$$"
+rm -rf -- "$tmp"
+mkdir -p -- "$tmp"
+tar -xzf "$tar" -C "$tmp" --no-same-owner
+(cd -- "$tmp" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum -- > .manifest)
+printf '%s\n' "$sha" > "$tmp/.sha256"
+if [ -e "$dir" ]; then mv -T -- "$dir" "$dir.damaged.$$"; fi
+mv -T -- "$tmp" "$dir"
+echo unpacked
+"""
+
+#: Points ``current`` at ``bundles/<sha>`` (and ``previous`` at the old target) with
+#: symlink + rename, so a reader sees the old or the new target, never neither.
+_SWITCH_SH = r"""
+set -eu
+root=$1 sha=$2
+[ -f "$root/bundles/$sha/.sha256" ] || { echo "bundle $sha is not unpacked under $root/bundles" >&2; exit 12; }
+old=$(readlink -- "$root/current" 2>/dev/null || true)
+if [ -n "$old" ] && [ "$old" != "bundles/$sha" ]; then
+  ln -sfn -- "$old" "$root/.previous.tmp.$$"
+  mv -Tf -- "$root/.previous.tmp.$$" "$root/previous"
+fi
+ln -sfn -- "bundles/$sha" "$root/.current.tmp.$$"
+mv -Tf -- "$root/.current.tmp.$$" "$root/current"
+echo "current=$(readlink -- "$root/current")"
+echo "previous=$(readlink -- "$root/previous" 2>/dev/null || true)"
+"""
+
+_READ_POINTERS_SH = r"""
+root=$1
+echo "current=$(readlink -- "$root/current" 2>/dev/null || true)"
+echo "previous=$(readlink -- "$root/previous" 2>/dev/null || true)"
+"""
+
+
+def _sh(script: str, *args: str) -> list[str]:
+    return ["sh", "-c", script, "sh", *args]
+
+
+class BundleError(StepFailed):
+    """The bundle could not be placed or verified on a host (exit 1, names the host)."""
+
+    code = "BUNDLE"
+
+
+class BundleOnHost(BaseModel):
+    """Where a bundle lives on a host and what :func:`ship_bundle` had to do to put it there."""
+
+    host: str
+    sha256: str
+    remote_dir: str
+    tarball: str
+    uploaded: bool  # False: already present and its hash verified on the host
+    unpacked: bool
+    found: str  # what the first check saw: ok, absent, tarball-mismatch, unpacked-missing, ...
+    verified: bool  # the final check on the host said ok
+    duration_s: float
+
+
+class Pointers(BaseModel):
+    """The ``current`` / ``previous`` symlinks under ``remote_root`` (bundle shas, or None)."""
+
+    current: str | None = None
+    previous: str | None = None
+
+
+def remote_bundle_paths(remote_root: str, sha: str) -> tuple[str, str]:
+    """``(<remote_root>/bundles/<sha>, <remote_root>/bundles/<sha>.tar.gz)``."""
+    if not remote_root.startswith("/"):
+        raise ValueError(f"remote_root: {remote_root!r} is not an absolute path")
+    if not _SHA.match(sha):
+        raise ValueError(f"sha256: {sha!r} is not a sha256 hex digest")
+    base = remote_root.rstrip("/") or "/"
+    d = f"{base.rstrip('/')}/bundles/{sha}"
+    return d, d + ".tar.gz"
+
+
+def check_argv(remote_root: str, sha: str) -> list[str]:
+    """The host-side check: tarball sha256, ``.sha256`` marker and every unpacked file."""
+    d, tar = remote_bundle_paths(remote_root, sha)
+    return _sh(_CHECK_SH, tar, d, sha)
+
+
+def unpack_argv(remote_root: str, sha: str) -> list[str]:
+    d, tar = remote_bundle_paths(remote_root, sha)
+    return _sh(_UNPACK_SH, tar, d, sha)
+
+
+def switch_current_argv(remote_root: str, sha: str) -> list[str]:
+    """Argv that atomically points ``current`` at ``bundles/<sha>`` (old target -> ``previous``)."""
+    remote_bundle_paths(remote_root, sha)
+    return _sh(_SWITCH_SH, remote_root.rstrip("/") or "/", sha)
+
+
+def read_pointers_argv(remote_root: str) -> list[str]:
+    return _sh(_READ_POINTERS_SH, remote_root.rstrip("/") or "/")
+
+
+def _remote_root(host: Any) -> str:
+    root = getattr(host, "remote_root", None)
+    if not root:
+        raise BundleError(f"{host.name}: remote_root is not set", host=host.name)
+    return str(root)
+
+
+def _run(transport: Any, host: Any, argv: list[str], what: str):
+    r = transport.run(argv, timeout_s=BUNDLE_STEP_TIMEOUT_S)
+    if r.lost or r.timed_out:
+        raise HostUnreachable(
+            f"{host.name}: host {'lost' if r.lost else 'timed out'} during bundle {what}", host=host.name)
+    if r.exit_code != 0:
+        raise BundleError(f"{host.name}: bundle {what} failed (exit {r.exit_code}): {r.stderr_tail(3)}",
+                          host=host.name)
+    return r
+
+
+def verify_on_host(transport: Any, bundle: Bundle, host: Any) -> str:
+    """Check the bundle on the host; return ``ok`` or what is wrong (absent, *-mismatch, ...)."""
+    r = _run(transport, host, check_argv(_remote_root(host), bundle.sha256), "hash check")
+    return r.stdout.strip() or "no answer"
+
+
+def ship_bundle(transport: Any, bundle: Bundle, host: Any) -> BundleOnHost:
+    """Make ``<remote_root>/bundles/<sha>/`` hold exactly this bundle, verified on the host.
+
+    Uploads the tarball only when the host has no copy whose sha256 matches; unpacks when
+    the unpacked tree is missing or differs from its manifest; always ends with a check on
+    the host, so the returned directory has been hash-verified right before this use.
+    """
+    started = time.monotonic()
+    root = _remote_root(host)
+    remote_dir, tarball = remote_bundle_paths(root, bundle.sha256)
+    found = verify_on_host(transport, bundle, host)
+    uploaded = unpacked = False
+    if found != "ok":
+        if found == "absent" or found.startswith("tarball-mismatch"):
+            transport.put(Path(bundle.path), tarball)
+            uploaded = True
+        _run(transport, host, unpack_argv(root, bundle.sha256), "unpack")
+        unpacked = True
+        final = verify_on_host(transport, bundle, host)
+        if final != "ok":
+            raise BundleError(f"{host.name}: bundle {bundle.short} does not verify on the host after "
+                              f"upload ({final})", host=host.name)
+    _log.info("bundle %s on %s: %s", bundle.short, host.name,
+              "uploaded" if uploaded else "re-unpacked" if unpacked else "present, hash verified")
+    return BundleOnHost(host=host.name, sha256=bundle.sha256, remote_dir=remote_dir, tarball=tarball,
+                        uploaded=uploaded, unpacked=unpacked, found=found, verified=True,
+                        duration_s=round(time.monotonic() - started, 3))
+
+
+def ensure_on_host(transport: Any, bundle: Bundle, host: Any) -> str:
+    """Ship (once) and verify the bundle on ``host``; return the remote bundle directory."""
+    return ship_bundle(transport, bundle, host).remote_dir
+
+
+def _parse_pointers(text: str) -> Pointers:
+    vals: dict[str, str | None] = {}
+    for line in text.splitlines():
+        key, _, target = line.partition("=")
+        if key in ("current", "previous"):
+            target = target.strip()
+            vals[key] = target.rsplit("/", 1)[-1] if target else None
+    return Pointers(**vals)
+
+
+def switch_current(transport: Any, host: Any, sha: str) -> Pointers:
+    """Atomically point ``<remote_root>/current`` at the unpacked bundle ``sha``."""
+    r = _run(transport, host, switch_current_argv(_remote_root(host), sha), "switch of current")
+    return _parse_pointers(r.stdout)
+
+
+def read_pointers(transport: Any, host: Any) -> Pointers:
+    r = _run(transport, host, read_pointers_argv(_remote_root(host)), "pointer read")
+    return _parse_pointers(r.stdout)

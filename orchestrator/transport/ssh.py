@@ -1,0 +1,308 @@
+"""SSH transport: one Fabric ``Connection`` per inventory host, strict host keys, bounded time.
+
+Fabric's defaults are unsafe or hang-prone for a deploy tool (docs: ssh-test-hosts.md), so
+every Connection here is built the same way:
+
+- an empty ``paramiko.SSHConfig()`` and ``lazy=True``: no ``~/.ssh/config`` or
+  ``/etc/fabric.*`` changes what we connect to; ``in_stream=False`` on every run (T1);
+- the inventory's ``known_hosts`` loaded into the client and ``RejectPolicy`` (T2): an unknown
+  or changed host key is refused, never added;
+- ``connect_timeout`` in whole seconds >= 1 (T3) plus banner, auth and channel timeouts, a
+  client-side ``timeout=`` on every run (T4) and ``timeout`` on the host around the command
+  (T8), so neither a hung host nor an abandoned command outlives its bound;
+- commands are rendered by :func:`render_remote_command` (shlex-quoted; Fabric's ``env=``
+  is never used, T5); ``warn=True, hide=True`` and ``.exited`` checked (-1 = lost, T7).
+
+Connect, host-key and auth failures raise :class:`HostUnreachable` naming the host and the
+cause. Keys and ``connect_kwargs`` are never logged.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import posixpath
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.errors import HostUnreachable, StepFailed
+from orchestrator.transport.base import CommandResult, TransferResult
+from orchestrator.transport.remote_command import render_remote_command
+
+log = logging.getLogger(__name__)
+
+#: ``timeout -k`` on the host: SIGKILL this long after SIGTERM.
+KILL_AFTER_S = 5
+#: The client waits this much longer than the host-side ``timeout`` before giving up, so
+#: that a command killed on the host still reports its exit status (124/137).
+CLIENT_GRACE_S = 3
+KEEPALIVE_S = 15
+DEFAULT_CONNECT_TIMEOUT_S = 10
+DEFAULT_TRANSFER_TIMEOUT_S = 120
+
+
+class SSHHost(Protocol):
+    """The inventory host fields this transport reads (plans/0001 section 6)."""
+
+    name: str
+    address: str
+    port: int
+    user: str | None
+    ssh_key: Any
+    known_hosts: Any
+    connect_timeout_s: Any
+    command_timeout_s: Any
+
+
+def _field(host: Any, name: str, default: Any = None) -> Any:
+    value = getattr(host, name, default)
+    return default if value is None else value
+
+
+def whole_seconds(value: float | int | None, default: int) -> int:
+    """``connect_timeout`` for Fabric: whole seconds >= 1 (Fabric calls ``int()``, T3)."""
+    if value is None:
+        return default
+    return max(1, math.ceil(float(value)))
+
+
+class SSHTransport:
+    """Runs argument lists on one host over SSH. Not shared between threads."""
+
+    def __init__(self, host: SSHHost, *, keepalive_s: int = KEEPALIVE_S) -> None:
+        self.host = host
+        self.host_name: str = host.name
+        self.address: str = host.address
+        self.port: int = int(_field(host, "port", 22))
+        self.user: str = _field(host, "user", None) or os.environ.get("USER", "root")
+        key = _field(host, "ssh_key", None)
+        self.ssh_key: str | None = os.path.expanduser(str(key)) if key else None
+        kh = _field(host, "known_hosts", None)
+        self.known_hosts: str | None = os.path.expanduser(str(kh)) if kh else None
+        self.connect_timeout_s = whole_seconds(_field(host, "connect_timeout_s"), DEFAULT_CONNECT_TIMEOUT_S)
+        self.transfer_timeout_s = whole_seconds(_field(host, "command_timeout_s"), DEFAULT_TRANSFER_TIMEOUT_S)
+        self.keepalive_s = keepalive_s
+        self._conn: Any = None
+
+    # ------------------------------------------------------------------ connection
+
+    @property
+    def target(self) -> str:
+        """``address:port`` as the user sees it in messages."""
+        return f"{self.address}:{self.port}"
+
+    def _known_hosts_label(self) -> str:
+        return self.known_hosts or "~/.ssh/known_hosts"
+
+    def _build(self) -> Any:
+        import paramiko  # lazily: the engine imports no SSH code for local runs
+        from fabric import Config, Connection
+
+        config = Config(
+            ssh_config=paramiko.SSHConfig(),
+            lazy=True,
+            overrides={"run": {"in_stream": False, "warn": True, "hide": True, "pty": False}},
+        )
+        t = self.connect_timeout_s
+        connect_kwargs: dict[str, Any] = {"banner_timeout": t, "auth_timeout": t, "channel_timeout": t}
+        if self.ssh_key:
+            connect_kwargs.update(key_filename=[self.ssh_key], allow_agent=False, look_for_keys=False)
+        conn = Connection(
+            self.address, user=self.user, port=self.port, config=config,
+            connect_timeout=t, connect_kwargs=connect_kwargs, inline_ssh_env=True,
+        )
+        client = conn.client
+        if self.known_hosts:
+            try:
+                client.load_host_keys(self.known_hosts)
+            except OSError as exc:
+                raise HostUnreachable(
+                    f"{self.host_name}: known_hosts {self.known_hosts} is not readable ({exc.strerror})",
+                    host=self.host_name,
+                ) from None
+        else:
+            client.load_system_host_keys()
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return conn
+
+    def _open(self) -> Any:
+        """The open Connection, connecting on first use; raises HostUnreachable."""
+        if self._conn is not None and self._conn.is_connected:
+            return self._conn
+        if self._conn is not None:
+            self._drop()
+        conn = self._build()
+        started = time.monotonic()
+        try:
+            conn.open()
+        except Exception as exc:  # noqa: BLE001 - every connect failure maps to one message
+            elapsed = time.monotonic() - started
+            _quiet_close(conn)
+            raise HostUnreachable(self._describe_connect_error(exc, elapsed), host=self.host_name) from None
+        if conn.transport is not None:
+            conn.transport.set_keepalive(self.keepalive_s)
+        self._conn = conn
+        log.debug("connected to %s (%s@%s)", self.host_name, self.user, self.target)
+        return conn
+
+    def _describe_connect_error(self, exc: BaseException, elapsed: float) -> str:
+        import paramiko
+        from paramiko.ssh_exception import NoValidConnectionsError
+
+        where = f"{self.host_name}: "
+        if isinstance(exc, paramiko.BadHostKeyException):
+            return (f"{where}host key for {self.target} does not match known_hosts "
+                    f"{self._known_hosts_label()} (refusing to connect)")
+        if isinstance(exc, paramiko.AuthenticationException):
+            key = f" with key {self.ssh_key}" if self.ssh_key else ""
+            return f"{where}authentication failed for {self.user}@{self.target}{key}"
+        if isinstance(exc, NoValidConnectionsError):
+            return f"{where}cannot connect to {self.target}: connection refused"
+        if isinstance(exc, socket.gaierror):
+            return f"{where}cannot resolve address {self.address!r}"
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            return f"{where}connect to {self.target} timed out after {self.connect_timeout_s}s"
+        if isinstance(exc, paramiko.SSHException):
+            text = str(exc)
+            if "not found in known_hosts" in text:
+                return (f"{where}host key for {self.target} is not in known_hosts "
+                        f"{self._known_hosts_label()} (refusing to connect)")
+            if "No existing session" in text or "banner" in text.lower():
+                return (f"{where}{self.target} accepted TCP but sent no SSH banner within "
+                        f"{self.connect_timeout_s}s (after {elapsed:.1f}s)")
+            return f"{where}SSH handshake with {self.target} failed: {text}"
+        if isinstance(exc, OSError):
+            return f"{where}cannot connect to {self.target}: {exc.strerror or exc}"
+        return f"{where}cannot connect to {self.target}: {type(exc).__name__}: {exc}"
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            _quiet_close(self._conn)
+        self._conn = None
+
+    def close(self) -> None:
+        """Close the Connection (before any teardown of the host, T10). Idempotent."""
+        self._drop()
+
+    def __enter__(self) -> "SSHTransport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ commands
+
+    def render(self, argv: list[str], *, timeout_s: float, cwd: str | None = None,
+               env: dict[str, str] | None = None) -> str:
+        """The exact string sent to the host (what the dry-run prints)."""
+        return render_remote_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, kill_after_s=KILL_AFTER_S)
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> CommandResult:
+        """Run ``argv`` on the host; see :class:`orchestrator.transport.base.Transport`."""
+        from invoke.exceptions import CommandTimedOut
+
+        line = self.render(argv, timeout_s=timeout_s, cwd=cwd, env=env)
+        host_timeout = max(1, math.ceil(timeout_s))
+        conn = self._open()
+        started = time.monotonic()
+        fields: dict[str, Any]
+        try:
+            r = conn.run(line, warn=True, hide=True, pty=False, in_stream=False,
+                         timeout=host_timeout + CLIENT_GRACE_S)
+        except CommandTimedOut as exc:
+            fields = dict(exit_code=None, timed_out=True, stdout=exc.result.stdout,
+                          stderr=exc.result.stderr + f"\n[orchestrator] no answer from {self.host_name} "
+                          f"within {host_timeout + CLIENT_GRACE_S}s; the host-side timeout kills the command")
+        except Exception as exc:  # noqa: BLE001 - the session died under us
+            self._drop()
+            fields = dict(exit_code=None, lost=True, stdout="",
+                          stderr=f"[orchestrator] connection to {self.host_name} lost: {type(exc).__name__}: {exc}")
+        else:
+            elapsed = time.monotonic() - started
+            if r.exited == -1:  # the channel closed without an exit status (T7)
+                self._drop()
+                fields = dict(exit_code=None, lost=True, stdout=r.stdout,
+                              stderr=r.stderr + f"\n[orchestrator] connection to {self.host_name} lost mid-command")
+            elif r.exited in (124, 137) and elapsed >= host_timeout - 0.5:
+                fields = dict(exit_code=r.exited, timed_out=True, stdout=r.stdout,
+                              stderr=r.stderr + f"\n[orchestrator] killed on {self.host_name} after {host_timeout}s")
+            else:
+                fields = dict(exit_code=r.exited, stdout=r.stdout, stderr=r.stderr)
+        result = CommandResult(host=self.host_name, argv=list(argv),
+                               duration_s=round(time.monotonic() - started, 3),
+                               log_path=str(log_path) if log_path else None, **fields)
+        if log_path is not None:
+            _write_log(Path(log_path), line, result)
+        return result
+
+    # ------------------------------------------------------------------ files
+
+    def put(self, local_path: Path, remote_path: str) -> TransferResult:
+        """Upload one file atomically: ``mkdir -p`` the parent, upload to a temp name, ``mv``.
+
+        Raises HostUnreachable when the host cannot be reached or is lost during the
+        transfer, StepFailed when the host refuses (permissions, disk full).
+        """
+        local_path = Path(local_path)
+        if not remote_path.startswith("/"):
+            raise ValueError(f"remote_path: {remote_path!r} is not an absolute path")
+        parent, name = posixpath.split(remote_path)
+        size = local_path.stat().st_size
+        mk = self.run(["mkdir", "-p", "--", parent], timeout_s=self.connect_timeout_s + 10)
+        self._raise_if_bad(mk, f"mkdir -p {parent}")
+        tmp = posixpath.join(parent, f".{name}.part-{uuid.uuid4().hex[:12]}")
+        conn = self._open()
+        try:
+            sftp = conn.sftp()
+            sftp.get_channel().settimeout(self.transfer_timeout_s)  # put() has no timeout of its own
+            conn.put(str(local_path), remote=tmp, preserve_mode=True)
+        except Exception as exc:  # noqa: BLE001
+            self._drop()
+            if isinstance(exc, OSError) and getattr(exc, "errno", None) in (13, 28):
+                raise StepFailed(f"{self.host_name}: upload to {tmp} refused: {exc}", host=self.host_name) from None
+            raise HostUnreachable(
+                f"{self.host_name}: upload of {local_path.name} to {self.target} failed: "
+                f"{type(exc).__name__}: {exc}", host=self.host_name) from None
+        mv = self.run(["mv", "-f", "--", tmp, remote_path], timeout_s=self.connect_timeout_s + 10)
+        self._raise_if_bad(mv, f"mv {tmp} {remote_path}")
+        return TransferResult(host=self.host_name, remote_path=remote_path, bytes=size,
+                              detail=f"uploaded {size} bytes")
+
+    def _raise_if_bad(self, r: CommandResult, what: str) -> None:
+        if r.lost or r.timed_out:
+            raise HostUnreachable(f"{self.host_name}: host lost during `{what}`", host=self.host_name)
+        if r.exit_code != 0:
+            raise StepFailed(f"{self.host_name}: `{what}` failed (exit {r.exit_code}): {r.stderr_tail(3)}",
+                             host=self.host_name)
+
+
+def _quiet_close(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - closing a broken connection may raise anything
+        pass
+
+
+def _write_log(path: Path, line: str, r: CommandResult) -> None:
+    """Atomically write the command, its outcome and its output to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    status = "lost" if r.lost else "timed out" if r.timed_out else f"exit {r.exit_code}"
+    text = (f"$ {line}\n# host {r.host}: {status} in {r.duration_s}s\n"
+            f"--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}\n")
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

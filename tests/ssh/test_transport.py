@@ -1,0 +1,179 @@
+"""SSHTransport against real sshd processes: results, quoting, timeouts, refusals, lost hosts."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_host
+from lab import _cmdline
+from orchestrator.errors import HostUnreachable
+from orchestrator.transport.base import Transport
+from orchestrator.transport.ssh import CLIENT_GRACE_S, SSHTransport
+
+pytestmark = pytest.mark.ssh
+
+HOSTILE = ["; touch {c}", "$(touch {c})", "`touch {c}`", "a\ntouch {c}", "x' ; touch {c}; echo '", "| touch {c}"]
+
+
+def test_implements_the_transport_protocol(shared_lab, tmp_path):
+    assert isinstance(SSHTransport(make_host(shared_lab, "h1", tmp_path)), Transport)
+
+
+def test_runs_argv_and_reports_exit_code_and_output(shared_lab, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h2", tmp_path))
+    ok = t.run(["sh", "-c", "echo out; echo err >&2"], timeout_s=10)
+    assert (ok.exit_code, ok.stdout, ok.stderr, ok.ok) == (0, "out\n", "err\n", True)
+    bad = t.run(["sh", "-c", "exit 3"], timeout_s=10)
+    assert (bad.exit_code, bad.ok, bad.lost, bad.timed_out) == (3, False, False, False)
+    # the command ran on the host that was addressed (sshd sets SSH_CONNECTION)
+    where = t.run(["sh", "-c", 'echo "$SSH_CONNECTION"'], timeout_s=10)
+    assert where.stdout.split()[2:] == ["127.0.0.3", str(shared_lab.host("h2").port)]
+
+
+def test_hostile_arguments_env_and_cwd_are_passed_literally(shared_lab, tmp_path, transports):
+    canary = tmp_path / "canary"
+    cwd = tmp_path / "dir with spaces; $(touch canary) `touch canary`"
+    cwd.mkdir()
+    t = transports(make_host(shared_lab, "h1", tmp_path))
+    args = [h.format(c=canary) for h in HOSTILE]
+    r = t.run(["printf", "%s\\0", *args], timeout_s=10, cwd=str(cwd),
+              env={"HOSTILE": args[1], "SPACED": "hello world"})
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split("\0")[:-1] == args
+    env = t.run(["sh", "-c", 'printf "%s|%s|%s" "$HOSTILE" "$SPACED" "$PWD"'], timeout_s=10,
+                cwd=str(cwd), env={"HOSTILE": args[1], "SPACED": "hello world"})
+    assert env.stdout == f"{args[1]}|hello world|{cwd}"
+    assert not canary.exists()
+
+
+def test_timeout_kills_the_command_on_the_host(shared_lab, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h1", tmp_path))
+    marker = "7.4242"  # a unique sleep argument to find the process by
+    started = time.monotonic()
+    r = t.run(["sleep", marker], timeout_s=1)
+    elapsed = time.monotonic() - started
+    assert r.timed_out and not r.ok and not r.lost
+    assert elapsed < 1 + CLIENT_GRACE_S + 1, elapsed
+    time.sleep(0.2)
+    still = [p for p in Path("/proc").iterdir() if p.name.isdigit() and f"sleep {marker}" in _cmdline(int(p.name))]
+    assert still == [], "the host-side timeout should have killed the command"
+    # the connection is still usable after a timeout
+    assert t.run(["true"], timeout_s=5).ok
+
+
+def test_a_command_that_exits_124_quickly_is_not_a_timeout(shared_lab, tmp_path, transports):
+    r = transports(make_host(shared_lab, "h1", tmp_path)).run(["sh", "-c", "exit 124"], timeout_s=30)
+    assert (r.exit_code, r.timed_out) == (124, False)
+
+
+def test_wrong_host_key_is_refused_naming_host_and_cause(shared_lab, tmp_path, transports):
+    kh = shared_lab.write_known_hosts(tmp_path / "known_hosts", wrong_key_for={"h2"})
+    good = transports(make_host(shared_lab, "h1", tmp_path, known_hosts=str(kh)))
+    bad = transports(make_host(shared_lab, "h2", tmp_path, known_hosts=str(kh)))
+    assert good.run(["true"], timeout_s=5).ok
+    with pytest.raises(HostUnreachable) as err:
+        bad.run(["touch", str(tmp_path / "canary")], timeout_s=5)
+    h2 = shared_lab.host("h2")
+    assert str(err.value).startswith(f"h2: host key for {h2.address}:{h2.port} does not match known_hosts")
+    assert err.value.host == "h2" and err.value.exit_code == 4
+    assert not (tmp_path / "canary").exists()
+
+
+def test_host_missing_from_known_hosts_is_refused_not_added(shared_lab, tmp_path, transports):
+    kh = tmp_path / "empty_known_hosts"
+    kh.write_text("")
+    t = transports(make_host(shared_lab, "h3", tmp_path, known_hosts=str(kh)))
+    with pytest.raises(HostUnreachable, match="is not in known_hosts"):
+        t.run(["true"], timeout_s=5)
+    assert kh.read_text() == ""
+
+
+def test_missing_known_hosts_file_is_reported(shared_lab, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h3", tmp_path, known_hosts=str(tmp_path / "nope")))
+    with pytest.raises(HostUnreachable, match=r"h3: known_hosts .*nope is not readable"):
+        t.run(["true"], timeout_s=5)
+
+
+def test_wrong_client_key_is_an_auth_failure_without_key_material(shared_lab, tmp_path, transports):
+    other_key = Path(shared_lab.root, "h1", "ssh_host_ed25519_key")
+    t = transports(make_host(shared_lab, "h1", tmp_path, ssh_key=str(other_key)))
+    with pytest.raises(HostUnreachable) as err:
+        t.run(["true"], timeout_s=5)
+    msg = str(err.value)
+    assert "authentication failed for root@127.0.0.2" in msg
+    assert "PRIVATE KEY" not in msg and other_key.read_text().splitlines()[1] not in msg
+
+
+def test_closed_port_is_connection_refused(shared_lab, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h1", tmp_path, port=1))
+    with pytest.raises(HostUnreachable, match="h1: cannot connect to 127.0.0.2:1: connection refused"):
+        t.run(["true"], timeout_s=5)
+
+
+def test_server_that_never_speaks_times_out_within_the_connect_bound(shared_lab, silent_server, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h1", tmp_path, address=silent_server.address,
+                             port=silent_server.port, connect_timeout_s=1.5))
+    assert t.connect_timeout_s == 2  # whole seconds, rounded up (T3)
+    started = time.monotonic()
+    with pytest.raises(HostUnreachable, match="accepted TCP but sent no SSH banner within 2s"):
+        t.run(["true"], timeout_s=5)
+    elapsed = time.monotonic() - started
+    assert 1.5 <= elapsed < 2 + 1.5, elapsed
+
+
+def test_host_killed_mid_command_is_lost_while_another_completes(own_lab, tmp_path, transports):
+    lab = own_lab(2)
+    doomed = transports(make_host(lab, "h1", tmp_path))
+    healthy = transports(make_host(lab, "h2", tmp_path))
+    results = {}
+
+    def work(name, t, argv):
+        results[name] = t.run(argv, timeout_s=20)
+
+    threads = [threading.Thread(target=work, args=("h1", doomed, ["sh", "-c", "echo started; sleep 15"])),
+               threading.Thread(target=work, args=("h2", healthy, ["sh", "-c", "sleep 1.5; echo done"]))]
+    for th in threads:
+        th.start()
+    time.sleep(0.8)
+    killed = lab.kill_host("h1")
+    assert len(killed) >= 2, "the listener and at least one session process"
+    for th in threads:
+        th.join(30)
+    assert results["h1"].lost and results["h1"].exit_code is None and not results["h1"].ok
+    assert results["h2"].ok and results["h2"].stdout == "done\n"
+    with pytest.raises(HostUnreachable, match="h1: cannot connect"):
+        doomed.run(["true"], timeout_s=5)
+
+
+def test_put_creates_parents_and_leaves_no_partial_file(shared_lab, tmp_path, transports):
+    src = tmp_path / "payload.bin"
+    src.write_bytes(b"\x00\x01payload" * 1000)
+    dest_dir = tmp_path / "remote root" / "$(touch x)" / "deep"
+    t = transports(make_host(shared_lab, "h1", tmp_path))
+    res = t.put(src, str(dest_dir / "payload.bin"))
+    assert (res.bytes, res.skipped) == (src.stat().st_size, False)
+    assert (dest_dir / "payload.bin").read_bytes() == src.read_bytes()
+    assert sorted(p.name for p in dest_dir.iterdir()) == ["payload.bin"]
+
+
+def test_log_file_holds_command_and_output(shared_lab, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h1", tmp_path))
+    log = tmp_path / "logs" / "h1" / "step.log"
+    r = t.run(["echo", "logged text"], timeout_s=5, log_path=log)
+    text = log.read_text()
+    assert r.log_path == str(log)
+    assert text.startswith("$ timeout -k 5 5 echo 'logged text'\n")
+    assert "exit 0" in text and "logged text\n" in text
+    assert "PRIVATE KEY" not in text and shared_lab.client_key not in text
+
+
+def test_close_is_idempotent_and_the_transport_reconnects(shared_lab, tmp_path):
+    t = SSHTransport(make_host(shared_lab, "h3", tmp_path))
+    assert t.run(["true"], timeout_s=5).ok
+    t.close()
+    t.close()
+    assert t.run(["echo", "again"], timeout_s=5).stdout == "again\n"
+    t.close()
