@@ -1,0 +1,467 @@
+// Paged bf16 MLA target-verify attention (tree mask, split-K, mma.sync tensor cores).
+//
+// Layouts (SGLang MLA, page_size = 1):
+//   q        [T, H, 576] bf16, last dim contiguous (strides q_st, q_sh in elements)
+//   k_extend [T, 1, 576] bf16 (draft latent + rope), v_extend [T, 1, 512] bf16
+//   o        [T, H, 512] bf16, written for every (token, head) of every request
+//   k_buffer [slots, 1, 576] bf16; V of the prefix = first 512 dims of the same row
+//   qo_indptr / kv_indptr [B+1] (int32 or int64), kv_indices int64 slot ids (prefix only)
+//   custom_mask uint8 FULL layout: request b row i col j at mask_indptr[b] + i*(L_b+n_b) + j;
+//   only the draft columns j in [L_b, L_b+n_b) are read.
+//
+// Row packing: row r of request b = (draft token r / H, head r % H); CTA (m, s, b) owns rows
+// [m*BM, m*BM+BM) of request b and prefix split s. Warp w: row group g = w % (BM/16),
+// half c = w / (BM/16). S = Q K^T: warp (g, c) computes 16 rows x the c-th BN/2 tokens over
+// all 576 dims; row max / sum are exchanged through smem; P (bf16, BM x BN) goes to smem;
+// O[16 rows, 256 cols of half c] += P[16 x BN] V[BN x 256] (V = dims 0..511 of the KV tile).
+// Softmax runs in the log2 domain (scale_log2 = sm_scale * log2(e)); lse partials are log2.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace mlav {
+
+constexpr int D_QK = 576;             // latent 512 + rope 64
+constexpr int D_V = 512;              // V = first 512 dims of the latent
+constexpr int ROW_BYTES = D_QK * 2;   // 1152 B per token / query row in smem
+constexpr int ROW_CHUNKS = D_QK / 8;  // 72 chunks of 16 B
+constexpr int V_CHUNKS = D_V / 8;     // 64 chunks of 16 B
+
+struct Params {
+  const __nv_bfloat16* q; int64_t q_st, q_sh;
+  const __nv_bfloat16* kext; int64_t ke_st;
+  const __nv_bfloat16* vext; int64_t ve_st;
+  __nv_bfloat16* o; int64_t o_st, o_sh;
+  const __nv_bfloat16* kbuf; int64_t kb_st; int64_t num_slots;
+  const void* qo_indptr; const void* kv_indptr; const void* mask_indptr;
+  const int64_t* kv_indices; int64_t n_kv_indices;
+  const uint8_t* mask; int64_t mask_numel;
+  int qo_is64, kv_is64, mi_is64;
+  int mask_mode;   // 0 custom (FULL layout), 1 causal over draft tokens, 2 no draft mask
+  int v_alias;     // 1: v_extend rows == first 512 dims of k_extend rows (skip V reload)
+  int B, T, H, S;  // batch, tokens, heads, prefix splits
+  float scale_log2;
+  float* ws_o;     // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
+  float* ws_lse;   // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
+};
+
+__device__ __forceinline__ int64_t ld_idx(const void* p, int is64, int i) {
+  return is64 ? reinterpret_cast<const int64_t*>(p)[i] : (int64_t)reinterpret_cast<const int32_t*>(p)[i];
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes = 0 zero-fills the destination without reading src.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Byte offset of 16-byte chunk `ch` of row `row` in a 1152-byte-stride tile (XOR swizzle inside
+// each aligned group of 8 chunks, so 8 consecutive rows at one chunk hit 8 distinct bank groups).
+__device__ __forceinline__ uint32_t swz(int row, int ch) {
+  return (uint32_t)(row * ROW_BYTES + ((ch ^ (row & 7)) << 4));
+}
+
+// Shared-memory layout of one CTA, in bytes.
+template <int BM, int BN, int STAGES>
+struct Smem {
+  static constexpr int Q = BM * ROW_BYTES;
+  static constexpr int KV = BN * ROW_BYTES;
+  static constexpr int P_ROW = BN * 2;
+  static constexpr int P = BM * P_ROW;
+  static constexpr int RED = 2 * 2 * BM * 4;  // [max|sum][half][BM] fp32
+  static constexpr int off_kv = Q;
+  static constexpr int off_p = Q + STAGES * KV;
+  static constexpr int off_red = off_p + P;
+  static constexpr int bytes = off_red + RED;
+};
+
+template <int BM, int BN, int STAGES>
+struct Cfg {
+  static constexpr int ROW_GROUPS = BM / 16;
+  static constexpr int WARPS = ROW_GROUPS * 2;
+  static constexpr int THREADS = WARPS * 32;
+  static constexpr int WN = BN / 2;     // tokens per warp in S
+  static constexpr int NB_S = WN / 8;   // n8 blocks per warp in S
+  static constexpr int P_CHUNKS = BN / 8;
+  static_assert(BM % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile config");
+  static_assert((BN * ROW_CHUNKS) % THREADS == 0 && (BM * ROW_CHUNKS) % THREADS == 0, "loader split");
+};
+
+__device__ __forceinline__ uint32_t p_off(int row, int col, int p_row_bytes, int p_chunks) {
+  int ch = col >> 3;
+  int sw = ch ^ (row & (p_chunks - 1) & 7);
+  return (uint32_t)(row * p_row_bytes + (sw << 4) + ((col & 7) << 1));
+}
+
+template <int BM, int BN, int STAGES>
+__global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_split_kernel(const Params p) {
+  using C = Cfg<BM, BN, STAGES>;
+  using SM = Smem<BM, BN, STAGES>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = warp % C::ROW_GROUPS, c = warp / C::ROW_GROUPS;
+  const int m = blockIdx.x, s = blockIdx.y, b = blockIdx.z;
+
+  // ---- per-request ranges (device-side; the host never reads them) ----
+  int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
+  qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
+  qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
+  const int n_b = (int)(qo1 - qo0);
+  int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
+  const int L = (int)(kv1 > kv0 ? kv1 - kv0 : 0);
+  const int R = n_b * p.H;
+  const int row0 = m * BM;
+  if (row0 >= R) return;
+
+  int chunk = (L + p.S - 1) / p.S;
+  chunk = (chunk + BN - 1) / BN * BN;
+  int pb = s * chunk; if (pb > L) pb = L;
+  int pe = pb + chunk; if (pe > L) pe = L;
+  const int n_pre = (pe - pb + BN - 1) / BN;
+  const int n_dra = (s == p.S - 1) ? (n_b + BN - 1) / BN : 0;
+  const int ntiles = n_pre + n_dra;
+  const int64_t grow0 = qo0 * p.H + row0;  // global packed row index of tile row 0
+
+  float* red_max = reinterpret_cast<float*>(smem + SM::off_red);  // [2][BM]
+  float* red_sum = red_max + 2 * BM;                              // [2][BM]
+
+  if (ntiles == 0) {  // empty split: sentinel only
+    for (int r = tid; r < BM; r += C::THREADS)
+      if (row0 + r < R) p.ws_lse[(int64_t)s * p.T * p.H + grow0 + r] = -INFINITY;
+    return;
+  }
+
+  const uint32_t sQ = smem_u32(smem), sKV = smem_u32(smem + SM::off_kv), sP = smem_u32(smem + SM::off_p);
+  uint8_t* pP = smem + SM::off_p;
+
+  // ---- loaders: each thread copies a fixed token row (one slot lookup per tile) ----
+  constexpr int TPT = C::THREADS / BN;          // threads per KV token row
+  constexpr int QTPR = C::THREADS / BM;         // threads per Q row
+  static_assert(ROW_CHUNKS % TPT == 0 && ROW_CHUNKS % QTPR == 0 && V_CHUNKS % TPT == 0, "loader split");
+  auto load_q = [&]() {
+    const int r = tid / QTPR, sub = tid % QTPR;
+    const int gr = row0 + r;
+    const bool ok = gr < R;
+    const __nv_bfloat16* src = ok ? p.q + (qo0 + gr / p.H) * p.q_st + (int64_t)(gr % p.H) * p.q_sh : p.q;
+#pragma unroll 6
+    for (int it = 0; it < ROW_CHUNKS / QTPR; ++it) {
+      const int ch = sub + it * QTPR;
+      cp_async16(sQ + swz(r, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+    }
+  };
+  auto load_tile = [&](int j, int stage) {
+    const uint32_t dst0 = sKV + stage * SM::KV;
+    const int tk = tid / TPT, sub = tid % TPT;
+    const __nv_bfloat16* src;
+    bool ok;
+    if (j < n_pre) {
+      const int t0 = pb + j * BN;
+      const int64_t pos = kv0 + t0 + tk;
+      ok = (t0 + tk < pe) && pos < p.n_kv_indices;
+      const int64_t slot = ok ? p.kv_indices[pos] : 0;
+      ok = ok && slot >= 0 && slot < p.num_slots;
+      src = ok ? p.kbuf + slot * p.kb_st : p.kbuf;
+    } else {
+      const int d = (j - n_pre) * BN + tk;
+      ok = d < n_b;
+      src = ok ? p.kext + (qo0 + d) * p.ke_st : p.kext;
+    }
+#pragma unroll 6
+    for (int it = 0; it < ROW_CHUNKS / TPT; ++it) {
+      const int ch = sub + it * TPT;
+      cp_async16(dst0 + swz(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+    }
+  };
+  auto load_v_draft = [&](int j, int stage) {  // overwrite dims 0..511 with v_extend rows
+    const uint32_t dst0 = sKV + stage * SM::KV;
+    const int tk = tid / TPT, sub = tid % TPT;
+    const int d = (j - n_pre) * BN + tk;
+    const bool ok = d < n_b;
+    const __nv_bfloat16* src = ok ? p.vext + (qo0 + d) * p.ve_st : p.vext;
+    for (int it = 0; it < V_CHUNKS / TPT; ++it) {
+      const int ch = sub + it * TPT;
+      cp_async16(dst0 + swz(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+    }
+  };
+
+  // ---- prologue: Q + first STAGES-1 tiles ----
+  load_q();
+  load_tile(0, 0);
+  cp_async_commit();
+#pragma unroll
+  for (int st = 1; st < STAGES - 1; ++st) {
+    if (st < ntiles) load_tile(st, st);
+    cp_async_commit();
+  }
+
+  float o_acc[32][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  const int rl0 = g * 16 + (lane >> 2);  // tile rows owned by this thread (and rl0 + 8)
+  // token index (within the request) of the two owned rows; -1 for padded rows
+  int tok_row[2];
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    int gr = row0 + rl0 + h2 * 8;
+    tok_row[h2] = gr < R ? gr / p.H : -1;
+  }
+  int64_t mask_base = 0;
+  if (p.mask_mode == 0) mask_base = ld_idx(p.mask_indptr, p.mi_is64, b);
+
+  for (int j = 0; j < ntiles; ++j) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile j (and Q) visible; every warp done with tile j-1
+    {
+      int jn = j + STAGES - 1;
+      if (jn < ntiles) load_tile(jn, jn % STAGES);
+      cp_async_commit();
+    }
+    const int stage = j % STAGES;
+    const uint32_t sK = sKV + stage * SM::KV;
+    const bool draft = j >= n_pre;
+
+    // ---- S = Q K^T for 16 rows x WN tokens ----
+    float sacc[C::NB_S][4];
+#pragma unroll
+    for (int i = 0; i < C::NB_S; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+    {
+      const int qr = g * 16 + (lane & 15);
+      const int qhi = lane >> 4;
+      const int tk_base = c * C::WN;
+#pragma unroll 4
+      for (int kk = 0; kk < D_QK / 16; ++kk) {
+        uint32_t a0, a1, a2, a3;
+        ldsm_x4(sQ + swz(qr, 2 * kk + qhi), a0, a1, a2, a3);
+        if constexpr (C::NB_S % 2 == 0) {
+#pragma unroll
+          for (int nb = 0; nb < C::NB_S; nb += 2) {
+            const int mi = lane >> 3;
+            const int tk = tk_base + nb * 8 + (mi >> 1) * 8 + (lane & 7);
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4(sK + swz(tk, 2 * kk + (mi & 1)), b0, b1, b2, b3);
+            mma16816(sacc[nb], a0, a1, a2, a3, b0, b1);
+            mma16816(sacc[nb + 1], a0, a1, a2, a3, b2, b3);
+          }
+        } else {
+#pragma unroll
+          for (int nb = 0; nb < C::NB_S; ++nb) {
+            const int mi = (lane >> 3) & 1;
+            const int tk = tk_base + nb * 8 + (lane & 7);
+            uint32_t b0, b1;
+            ldsm_x2(sK + swz(tk, 2 * kk + mi), b0, b1);
+            mma16816(sacc[nb], a0, a1, a2, a3, b0, b1);
+          }
+        }
+      }
+    }
+
+    // ---- scale + mask, row max over this warp's columns ----
+    float tmax[2] = {-INFINITY, -INFINITY};
+    {
+      int t_start, t_end;
+      if (!draft) { t_start = pb + j * BN; t_end = pe; } else { t_start = (j - n_pre) * BN; t_end = n_b; }
+#pragma unroll
+      for (int nb = 0; nb < C::NB_S; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h2 = e >> 1;
+          const int col = c * C::WN + nb * 8 + 2 * (lane & 3) + (e & 1);
+          const int t = t_start + col;
+          bool vis = t < t_end;
+          if (draft && vis && tok_row[h2] >= 0) {
+            const int i = tok_row[h2];
+            if (p.mask_mode == 0) {
+              int64_t mi = mask_base + (int64_t)i * (L + n_b) + L + t;
+              vis = mi >= 0 && mi < p.mask_numel && p.mask[mi] != 0;
+            } else if (p.mask_mode == 1) {
+              vis = t <= i;
+            }
+          }
+          float v = vis ? sacc[nb][e] * p.scale_log2 : -INFINITY;
+          sacc[nb][e] = v;
+          tmax[h2] = fmaxf(tmax[h2], v);
+        }
+      }
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        tmax[h2] = fmaxf(tmax[h2], __shfl_xor_sync(0xffffffffu, tmax[h2], 1));
+        tmax[h2] = fmaxf(tmax[h2], __shfl_xor_sync(0xffffffffu, tmax[h2], 2));
+      }
+      if ((lane & 3) == 0) {
+        red_max[c * BM + rl0] = tmax[0];
+        red_max[c * BM + rl0 + 8] = tmax[1];
+      }
+    }
+    __syncthreads();  // partner maxima visible; every warp done reading K of this tile
+    if (draft && !p.v_alias) {
+      load_v_draft(j, stage);
+      cp_async_commit();
+    }
+    // ---- online softmax update, P to smem ----
+    float alpha[2];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = rl0 + h2 * 8;
+      float mx = fmaxf(red_max[r], red_max[BM + r]);
+      float m_new = fmaxf(m_run[h2], mx);
+      float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+      alpha[h2] = exp2f(m_run[h2] - m_use);  // m_run = -inf -> 0; never -inf - -inf
+      m_run[h2] = m_new;
+      l_run[h2] *= alpha[h2];
+      float psum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < C::NB_S; ++nb) {
+        float p0 = exp2f(sacc[nb][2 * h2] - m_use);
+        float p1 = exp2f(sacc[nb][2 * h2 + 1] - m_use);
+        psum += p0 + p1;
+        const int col = c * C::WN + nb * 8 + 2 * (lane & 3);
+        __nv_bfloat162 pv = __floats2bfloat162_rn(p0, p1);
+        *reinterpret_cast<__nv_bfloat162*>(pP + p_off(r, col, SM::P_ROW, C::P_CHUNKS)) = pv;
+      }
+      l_run[h2] += psum;
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      o_acc[i][0] *= alpha[0]; o_acc[i][1] *= alpha[0];
+      o_acc[i][2] *= alpha[1]; o_acc[i][3] *= alpha[1];
+    }
+    if (draft && !p.v_alias) cp_async_wait<0>();
+    __syncthreads();  // P (and a reloaded draft V) visible
+
+    // ---- O += P V over BN tokens, 256 output columns of half c ----
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+      uint32_t a0, a1, a2, a3;
+      {
+        const int r = g * 16 + (lane & 15);
+        const int col = ks * 16 + (lane >> 4) * 8;
+        ldsm_x4(sP + p_off(r, col, SM::P_ROW, C::P_CHUNKS), a0, a1, a2, a3);
+      }
+      const int mi = lane >> 3;
+      const int tk = ks * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int np = 0; np < 16; ++np) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(sK + swz(tk, c * 32 + np * 2 + (mi >> 1)), b0, b1, b2, b3);
+        mma16816(o_acc[2 * np], a0, a1, a2, a3, b0, b1);
+        mma16816(o_acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- finalize: full row sum across both halves ----
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    l_run[h2] += __shfl_xor_sync(0xffffffffu, l_run[h2], 1);
+    l_run[h2] += __shfl_xor_sync(0xffffffffu, l_run[h2], 2);
+  }
+  if ((lane & 3) == 0) {
+    red_sum[c * BM + rl0] = l_run[0];
+    red_sum[c * BM + rl0 + 8] = l_run[1];
+  }
+  __syncthreads();
+  float inv[2], lse[2];
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const int r = rl0 + h2 * 8;
+    float l = red_sum[r] + red_sum[BM + r];
+    inv[h2] = l > 0.f ? 1.f / l : 0.f;
+    lse[h2] = l > 0.f ? m_run[h2] + log2f(l) : -INFINITY;
+  }
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const int r = rl0 + h2 * 8;
+    const int gr = row0 + r;
+    if (gr >= R) continue;  // padded row: write nothing
+    const int64_t grow = grow0 + r;
+    if (p.S == 1) {
+      __nv_bfloat16* dst = p.o + (qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh + c * 256 + 2 * (lane & 3);
+#pragma unroll
+      for (int nb = 0; nb < 32; ++nb)
+        *reinterpret_cast<__nv_bfloat162*>(dst + nb * 8) =
+            __floats2bfloat162_rn(o_acc[nb][2 * h2] * inv[h2], o_acc[nb][2 * h2 + 1] * inv[h2]);
+    } else {
+      float* dst = p.ws_o + ((int64_t)s * p.T * p.H + grow) * D_V + c * 256 + 2 * (lane & 3);
+#pragma unroll
+      for (int nb = 0; nb < 32; ++nb)
+        *reinterpret_cast<float2*>(dst + nb * 8) = make_float2(o_acc[nb][2 * h2] * inv[h2], o_acc[nb][2 * h2 + 1] * inv[h2]);
+      if (c == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * p.T * p.H + grow] = lse[h2];
+    }
+  }
+}
+
+// Merge S split partials of every packed row (one warp per row, fixed split order: bitwise
+// deterministic). Rows of tokens past qo_indptr[B] are left untouched.
+__global__ void __launch_bounds__(256) mla_verify_combine_kernel(const Params p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t grow = (int64_t)blockIdx.x * 8 + warp;
+  const int64_t rows = (int64_t)p.T * p.H;
+  if (grow >= rows) return;
+  int64_t t_end = ld_idx(p.qo_indptr, p.qo_is64, p.B);
+  const int64_t t = grow / p.H;
+  if (t >= t_end) return;
+  const int h = (int)(grow % p.H);
+  float mx = -INFINITY;
+  for (int s = 0; s < p.S; ++s) mx = fmaxf(mx, p.ws_lse[(int64_t)s * rows + grow]);
+  float4 acc[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < p.S; ++s) {
+      const float ls = p.ws_lse[(int64_t)s * rows + grow];
+      if (ls == -INFINITY) continue;  // empty split: its partial was never written
+      const float w = exp2f(ls - mx);
+      wsum += w;
+      const float4* src = reinterpret_cast<const float4*>(p.ws_o + ((int64_t)s * rows + grow) * D_V);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float4 v = src[lane + 32 * q];
+        acc[q].x += w * v.x; acc[q].y += w * v.y; acc[q].z += w * v.z; acc[q].w += w * v.w;
+      }
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc[q].x * inv, acc[q].y * inv);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(acc[q].z * inv, acc[q].w * inv);
+    uint2 pk;
+    pk.x = *reinterpret_cast<uint32_t*>(&lo);
+    pk.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(dst + 4 * (lane + 32 * q)) = pk;
+  }
+}
+
+}  // namespace mlav
