@@ -128,7 +128,7 @@ tmp="$dir.unpack.$$"
 rm -rf -- "$tmp"
 mkdir -p -- "$tmp"
 tar -xzf "$tar" -C "$tmp" --no-same-owner
-(cd -- "$tmp" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum -- > .manifest)
+(cd -- "$tmp" && find . -type f ! -path ./.manifest -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum -- > .manifest)
 printf '%s\n' "$sha" > "$tmp/.sha256"
 if [ -e "$dir" ]; then mv -T -- "$dir" "$dir.damaged.$$"; fi
 mv -T -- "$tmp" "$dir"
