@@ -1,0 +1,452 @@
+"""Relocation planner: a pure, deterministic function from a pool index to a move plan.
+
+Terms (all per live request row, positions ``0..seq_len-1``):
+
+- run: a maximal stretch of consecutive positions whose slots are consecutive ascending
+  (``slot[p+1] == slot[p] + 1``). The verify kernel reads a run as one contiguous block.
+- target run length ``T_r = min(P, seq_len_r)`` for a minimum run length ``P``; with
+  ``P = None`` the target is the whole request (``T_r = seq_len_r``: one run).
+- a run is *good* when its length is ``>= T_r``.
+
+Plan shape: a sequence of *rounds*. Every destination of a round is a slot that is free when
+the round starts, and every source is live, so the moves of one round commute (no
+destination is a source of the same round) and a round can be executed as one batched
+gather/scatter, in any order, without a staging buffer. Slots vacated by round ``k`` become
+free space for round ``k + 1``: this is how chains and cycles are broken (through free space).
+
+Algorithm of one round (n = live positions, E = free extents; O(n log n + g log E) for g gaps):
+
+1. Cut every row into runs; pin every slot that lies in a good run of *any* owner (runs
+   already in place stay).
+2. Visit the requests with unpinned positions, longest first (ties by row id). For a
+   request, the unpinned positions form *gaps* between pinned neighbours. A gap is placed as
+   one contiguous block: right after its left neighbour's (new) slot when the free extent
+   starting there is long enough, else right before its right neighbour's slot, else (only if
+   the gap spans more than one run, so moving it reduces the run count) at the lowest free
+   extent that fits (first fit). Otherwise it stays for a later round.
+   With ``P = None`` the request's longest unpinned run is first tried as an anchor: the
+   request becomes one run if every gap attaches to it; otherwise the whole request is placed.
+3. A placed slot is pinned, so a slot shared by several rows moves once; the remap
+   ``old slot -> new slot`` updates every owner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .pool import PoolError, PoolIndex, validate_pool
+
+
+@dataclass(frozen=True)
+class FragStats:
+    """Fragmentation of a pool index. Token counts are row positions (a shared slot counts
+    once per owner); ``p`` is the minimum run length the fraction refers to (None: whole request)."""
+
+    requests: int
+    live_tokens: int
+    unique_slots: int
+    runs: int
+    runs_per_request: float
+    mean_run_length: float
+    frac_tokens_in_good_runs: float
+    p: int | None
+    free_slots: int
+    free_extents: int
+    largest_free_extent: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Round:
+    """Moves that commute: ``dst`` slots are free when the round starts; int64 arrays, same length."""
+
+    src: np.ndarray
+    dst: np.ndarray
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A relocation plan.
+
+    rounds: executed in order; moves inside a round in any order.
+    remap: int64 ``[num_slots + 1]``, original slot -> final slot (identity where unmoved).
+    free_after: int64 ascending, the free slots after the plan.
+    tokens_moved: slot copies over all rounds (a slot moved in two rounds counts twice).
+    """
+
+    num_slots: int
+    min_run: int | None
+    rounds: tuple[Round, ...]
+    remap: np.ndarray
+    free_after: np.ndarray
+    tokens_moved: int
+    frag_before: FragStats
+    frag_after: FragStats
+    stop_reason: str
+    notes: list[str] = field(default_factory=list)
+
+    def bytes_moved(self, layers: int, elem_size: int) -> int:
+        """Bytes copied: tokens_moved x layers x 576 x elem_size (elem_size 2 for bf16, 1 for fp8)."""
+        return self.tokens_moved * layers * 576 * elem_size
+
+    def src_dst(self) -> tuple[np.ndarray, np.ndarray]:
+        """All moves concatenated in execution order (round by round)."""
+        if not self.rounds:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e
+        return (np.concatenate([r.src for r in self.rounds]), np.concatenate([r.dst for r in self.rounds]))
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _runs(pool: PoolIndex):
+    """Flat live positions plus run decomposition (request-major, position-ascending)."""
+    r, p, s = pool.live_positions()
+    n = s.size
+    brk = np.ones(n, dtype=bool)
+    if n > 1:
+        brk[1:] = (r[1:] != r[:-1]) | (s[1:] != s[:-1] + 1)
+    run_start = np.flatnonzero(brk)
+    run_len = np.diff(np.append(run_start, n))
+    run_id = np.cumsum(brk) - 1
+    return r, p, s, run_start, run_len, run_id
+
+
+def _targets(pool: PoolIndex, reqs: np.ndarray, min_run: int | None) -> np.ndarray:
+    lens = pool.seq_lens[reqs].astype(np.int64)
+    return lens if min_run is None else np.minimum(lens, min_run)
+
+
+def _free_extents(free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Maximal runs of consecutive free slots: (start, length) int64, ascending by start."""
+    if free.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    brk = np.ones(free.size, dtype=bool)
+    brk[1:] = np.diff(free) != 1
+    starts_idx = np.flatnonzero(brk)
+    lengths = np.diff(np.append(starts_idx, free.size))
+    return free[starts_idx].astype(np.int64), lengths.astype(np.int64)
+
+
+def fragmentation(pool: PoolIndex, min_run: int | None = None) -> FragStats:
+    """Fragmentation metrics of ``pool`` (see module docstring for run / good run)."""
+    r, _p, s, run_start, run_len, _ = _runs(pool)
+    reqs = pool.live_requests()
+    n_tok = int(s.size)
+    n_runs = int(run_len.size)
+    if n_runs:
+        run_req = r[run_start]
+        thr = _targets(pool, run_req, min_run)
+        good = int(run_len[run_len >= thr].sum())
+    else:
+        good = 0
+    ext_start, ext_len = _free_extents(pool.free_slots)
+    return FragStats(
+        requests=int(reqs.size),
+        live_tokens=n_tok,
+        unique_slots=int(np.unique(s).size),
+        runs=n_runs,
+        runs_per_request=n_runs / reqs.size if reqs.size else 0.0,
+        mean_run_length=n_tok / n_runs if n_runs else 0.0,
+        frac_tokens_in_good_runs=good / n_tok if n_tok else 1.0,
+        p=min_run,
+        free_slots=int(pool.free_slots.size),
+        free_extents=int(ext_len.size),
+        largest_free_extent=int(ext_len.max()) if ext_len.size else 0,
+    )
+
+
+# --------------------------------------------------------------------------- free extents
+
+
+class _Extents:
+    """Free extents of one round with O(log E) first fit (max segment tree over address order)
+    and O(1) lookup of the extent starting / ending at an address. Extents only shrink from
+    either end during a round, so they never split."""
+
+    def __init__(self, free: np.ndarray, num_slots: int):
+        self.start, self.length = _free_extents(free)
+        self.start = self.start.copy()
+        self.length = self.length.copy()
+        e = self.length.size
+        self.at_start = np.full(num_slots + 2, -1, dtype=np.int64)
+        self.at_end = np.full(num_slots + 2, -1, dtype=np.int64)
+        if e:
+            self.at_start[self.start] = np.arange(e)
+            self.at_end[self.start + self.length - 1] = np.arange(e)
+        size = 1
+        while size < max(e, 1):
+            size *= 2
+        self.size = size
+        tree = np.zeros(2 * size, dtype=np.int64)
+        tree[size : size + e] = self.length
+        lo = size
+        while lo > 1:
+            hi = lo
+            lo //= 2
+            tree[lo:hi] = np.maximum(tree[2 * lo : 2 * hi : 2], tree[2 * lo + 1 : 2 * hi : 2])
+        self.tree = tree
+        self.num_slots = num_slots
+
+    def _set(self, e: int, start: int, length: int) -> None:
+        old_s, old_l = int(self.start[e]), int(self.length[e])
+        if old_l > 0:
+            self.at_start[old_s] = -1
+            self.at_end[old_s + old_l - 1] = -1
+        self.start[e], self.length[e] = start, length
+        if length > 0:
+            self.at_start[start] = e
+            self.at_end[start + length - 1] = e
+        i = self.size + e
+        self.tree[i] = length
+        i //= 2
+        while i >= 1:
+            self.tree[i] = max(self.tree[2 * i], self.tree[2 * i + 1])
+            i //= 2
+
+    def starting_at(self, addr: int) -> int:
+        return int(self.at_start[addr]) if 1 <= addr <= self.num_slots else -1
+
+    def ending_at(self, addr: int) -> int:
+        return int(self.at_end[addr]) if 1 <= addr <= self.num_slots else -1
+
+    def take_prefix(self, e: int, g: int) -> int:
+        s, ln = int(self.start[e]), int(self.length[e])
+        self._set(e, s + g, ln - g)
+        return s
+
+    def take_suffix(self, e: int, g: int) -> int:
+        s, ln = int(self.start[e]), int(self.length[e])
+        self._set(e, s, ln - g)
+        return s + ln - g
+
+    def first_fit(self, g: int) -> int:
+        """Lowest-address extent with length >= g, or -1."""
+        if self.tree[1] < g:
+            return -1
+        i = 1
+        while i < self.size:
+            i = 2 * i if self.tree[2 * i] >= g else 2 * i + 1
+        return i - self.size
+
+    def state(self, e: int) -> tuple[int, int, int]:
+        return e, int(self.start[e]), int(self.length[e])
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _gaps(unfixed: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal [a, b) ranges where ``unfixed`` is True."""
+    if not unfixed.any():
+        return []
+    d = np.diff(np.concatenate(([0], unfixed.view(np.int8), [0])))
+    a = np.flatnonzero(d == 1)
+    b = np.flatnonzero(d == -1)
+    return list(zip(a.tolist(), b.tolist()))
+
+
+class _RoundPlanner:
+    def __init__(self, pool: PoolIndex, min_run: int | None):
+        self.pool = pool
+        self.min_run = min_run
+        n = pool.num_slots
+        self.r, self.p, self.s, run_start, run_len, run_id = _runs(pool)
+        run_req = self.r[run_start] if run_start.size else np.zeros(0, dtype=np.int64)
+        good_run = run_len >= _targets(pool, run_req, min_run)
+        self.fixed = np.zeros(n + 1, dtype=bool)
+        self.fixed[self.s[good_run[run_id]]] = True
+        self.new = np.arange(n + 1, dtype=np.int64)  # current slot -> slot after this round
+        self.ext = _Extents(pool.free_slots, n)
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+
+    def run(self) -> tuple[np.ndarray, np.ndarray]:
+        pool = self.pool
+        reqs = pool.live_requests()
+        lens = pool.seq_lens[reqs].astype(np.int64)
+        offs = np.cumsum(lens) - lens
+        order = np.lexsort((reqs, -lens))  # longest first, ties by row id
+        for k in order.tolist():
+            i0, ln = int(offs[k]), int(lens[k])
+            rs = self.s[i0 : i0 + ln]
+            unfixed = ~self.fixed[rs]
+            if not unfixed.any():
+                continue
+            if self.min_run is None and self._try_anchor(rs, unfixed):
+                continue
+            for a, b in _gaps(unfixed):
+                self._place_gap(rs, a, b, allow_first_fit=True)
+        if not self.src:
+            z = np.zeros(0, dtype=np.int64)
+            return z, z
+        return np.concatenate(self.src), np.concatenate(self.dst)
+
+    def _commit(self, rs: np.ndarray, a: int, b: int, start: int) -> None:
+        moved = rs[a:b]
+        dst = np.arange(start, start + (b - a), dtype=np.int64)
+        self.fixed[moved] = True
+        self.new[moved] = dst
+        self.src.append(moved.astype(np.int64))
+        self.dst.append(dst)
+
+    def _attach(self, rs: np.ndarray, a: int, b: int) -> int:
+        """Destination start for gap [a, b) adjacent to a fixed neighbour, or -1 (takes the space)."""
+        g = b - a
+        if a > 0:
+            left = int(self.new[rs[a - 1]])
+            e = self.ext.starting_at(left + 1)
+            if e >= 0 and self.ext.length[e] >= g:
+                return self.ext.take_prefix(e, g)
+        if b < rs.size:
+            right = int(self.new[rs[b]])
+            e = self.ext.ending_at(right - 1)
+            if e >= 0 and self.ext.length[e] >= g:
+                return self.ext.take_suffix(e, g)
+        return -1
+
+    def _place_gap(self, rs: np.ndarray, a: int, b: int, allow_first_fit: bool) -> bool:
+        start = self._attach(rs, a, b)
+        if start < 0 and allow_first_fit:
+            seg = rs[a:b]
+            if seg.size > 1 and np.any(seg[1:] != seg[:-1] + 1):  # more than one run: worth it
+                e = self.ext.first_fit(b - a)
+                if e >= 0:
+                    start = self.ext.take_prefix(e, b - a)
+        if start < 0:
+            return False
+        self._commit(rs, a, b, start)
+        return True
+
+    def _try_anchor(self, rs: np.ndarray, unfixed: np.ndarray) -> bool:
+        """P=None: keep the longest unpinned run in place and attach every gap to the layout.
+        All-or-nothing: on any failure the extents are restored and False is returned."""
+        brk = np.ones(rs.size, dtype=bool)
+        brk[1:] = (rs[1:] != rs[:-1] + 1) | (unfixed[1:] != unfixed[:-1])
+        starts = np.flatnonzero(brk)
+        lengths = np.diff(np.append(starts, rs.size))
+        cand = unfixed[starts]
+        if not cand.any():
+            return False
+        lengths_c = np.where(cand, lengths, -1)
+        j = int(np.argmax(lengths_c))  # first longest: deterministic
+        a0, a1 = int(starts[j]), int(starts[j]) + int(lengths[j])
+        rest = unfixed.copy()
+        rest[a0:a1] = False
+        gaps = _gaps(rest)
+        if not gaps:
+            return False
+        undo: list[tuple[int, int, int]] = []
+        placed: list[tuple[int, int, int]] = []
+        # Attach gaps adjacent to the anchor first, walking outwards, so each sees a fixed neighbour.
+        before = sorted([g for g in gaps if g[1] <= a0], key=lambda g: -g[0])
+        after = sorted([g for g in gaps if g[0] >= a1], key=lambda g: g[0])
+        self.fixed[rs[a0:a1]] = True
+        ok = True
+        for a, b in before + after:
+            snap = self._snapshot_for(rs, a, b)
+            start = self._attach(rs, a, b)
+            if start < 0:
+                ok = False
+                break
+            undo.extend(snap)
+            placed.append((a, b, start))
+            # provisional: later gaps attach to this one's new position
+            self.new[rs[a:b]] = np.arange(start, start + b - a)
+        if ok:
+            for a, b, start in placed:
+                self._commit(rs, a, b, start)
+            return True
+        for e, st, ln in reversed(undo):
+            self.ext._set(e, st, ln)
+        for a, b, _ in placed:
+            self.new[rs[a:b]] = rs[a:b]
+        self.fixed[rs[a0:a1]] = False
+        return False
+
+    def _snapshot_for(self, rs: np.ndarray, a: int, b: int) -> list[tuple[int, int, int]]:
+        snaps = []
+        if a > 0:
+            e = self.ext.starting_at(int(self.new[rs[a - 1]]) + 1)
+            if e >= 0:
+                snaps.append(self.ext.state(e))
+        if b < rs.size:
+            e = self.ext.ending_at(int(self.new[rs[b]]) - 1)
+            if e >= 0:
+                snaps.append(self.ext.state(e))
+        return snaps
+
+
+def apply_round(pool: PoolIndex, src: np.ndarray, dst: np.ndarray) -> PoolIndex:
+    """The pool index after moving ``src -> dst`` (dst free, src live); pure."""
+    n = pool.num_slots
+    remap = np.arange(n + 1, dtype=np.int64)
+    remap[src] = dst
+    rtt = pool.req_to_token.copy()
+    r, p, s = pool.live_positions()
+    rtt[r, p] = remap[s].astype(np.int32)
+    isfree = np.zeros(n + 1, dtype=bool)
+    isfree[pool.free_slots] = True
+    isfree[dst] = False
+    isfree[src] = True
+    free = np.flatnonzero(isfree[1:]).astype(np.int64) + 1
+    return PoolIndex(n, rtt, pool.seq_lens.copy(), free)
+
+
+def apply_plan(pool: PoolIndex, plan: Plan) -> PoolIndex:
+    """The pool index after the whole plan; pure (numpy model of what the executor does)."""
+    rtt = pool.req_to_token.copy()
+    r, p, s = pool.live_positions()
+    rtt[r, p] = plan.remap[s].astype(np.int32)
+    return PoolIndex(pool.num_slots, rtt, pool.seq_lens.copy(), plan.free_after.copy())
+
+
+def plan_defrag(pool: PoolIndex, min_run: int | None = None, max_rounds: int = 8) -> Plan:
+    """Plan the relocation of ``pool`` (see module docstring). Pure and deterministic.
+
+    min_run: minimum run length P (>= 1), or None for one run per request.
+    max_rounds: upper bound on rounds (>= 1); planning stops earlier when a round moves nothing.
+    """
+    if min_run is not None and (not isinstance(min_run, (int, np.integer)) or min_run < 1):
+        raise PoolError(f"min_run: must be an integer >= 1 or None, got {min_run!r}")
+    if not isinstance(max_rounds, (int, np.integer)) or max_rounds < 1:
+        raise PoolError(f"max_rounds: must be an integer >= 1, got {max_rounds!r}")
+    validate_pool(pool)
+    before = fragmentation(pool, min_run)
+    n = pool.num_slots
+    total = np.arange(n + 1, dtype=np.int64)
+    rounds: list[Round] = []
+    cur = pool
+    stop = f"max_rounds={max_rounds} reached"
+    notes: list[str] = []
+    if pool.free_slots.size == 0:
+        notes.append("no free slot: nothing can move without staging the whole pool")
+    for _ in range(max_rounds):
+        src, dst = _RoundPlanner(cur, min_run).run()
+        if src.size == 0:
+            stop = "converged: no further move reduces fragmentation"
+            break
+        rounds.append(Round(src, dst))
+        step = np.arange(n + 1, dtype=np.int64)
+        step[src] = dst
+        total = step[total]
+        cur = apply_round(cur, src, dst)
+    after = fragmentation(cur, min_run)
+    return Plan(
+        num_slots=n,
+        min_run=min_run,
+        rounds=tuple(rounds),
+        remap=total,
+        free_after=cur.free_slots,
+        tokens_moved=int(sum(r.src.size for r in rounds)),
+        frag_before=before,
+        frag_after=after,
+        stop_reason=stop,
+        notes=notes,
+    )
