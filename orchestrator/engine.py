@@ -1,0 +1,695 @@
+"""The engine: plan, run and roll back phases on hosts, with gates, state, approval and audit.
+
+No UI here (no typer, no rich): the CLI passes an :class:`~orchestrator.approval.Approver`
+and an optional ``notify`` callback, and renders the returned :class:`RunReport`.
+
+**Lifecycle of ``run``**: plan (no connection) -> refuse spec/inventory problems (exit 3) ->
+take the state lock (exit 6 if held) -> mark steps of a dead run ``interrupted`` -> check
+``--approve`` up front when not interactive -> per phase, in order: predecessor check, approval
+(before any step of a phase that has approval steps, so a refusal changes nothing), steps
+(persisting after every transition), rollback on hosts where a step failed -> release the lock.
+
+**Placement**: ``local`` steps run once on this machine (recorded under host ``@local``; a
+failure fails the phase on every host); ``each_host`` steps run on all active hosts in parallel
+(at most ``forks`` at a time); consecutive ``canary_then_rest`` steps form one block that runs
+wave by wave (canary alone first), every host running the whole block; any failure in a wave
+stops the later waves. **Failure policy**: ``fail_fast`` stops starting the step on more hosts
+after the first failure and ends the phase; ``continue`` drops failed hosts and goes on while at
+most ``max_failed_hosts`` failed (None: no limit). **Rollback**: when a step fails on a host,
+the rollback steps named by that step and by the steps that completed before it on that host
+run there, in the order ``rollback_steps`` lists them.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+from orchestrator import facts
+from orchestrator.approval import ApprovalSummary, Approver, AuditLog, NonInteractive, check_token, evidence_lines
+from orchestrator.errors import (ExitCode, HostUnreachable, Interrupted, OrchestratorError, SpecError, StepFailed)
+from orchestrator.inventory import Host, Inventory
+from orchestrator.outcome import interpret
+from orchestrator.paths import project_root
+from orchestrator.planner import (CONTROLLER, Plan, build_plan, compute_digest, display_command, evidence_before,
+                                  host_values, phase_digest, render_step, waves_for)
+from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement, Step
+from orchestrator.state import (HostPhase, HostStepResult, PhaseRecord, RunInfo, RunLock, RunState, StateStore,
+                                Status, StepRecord, command_line, current_user, utcnow)
+from orchestrator.transport.base import CommandResult, Transport
+from orchestrator.transport.factory import TransportFactory, make_transport
+from orchestrator.transport.local import terminate_all
+
+BAD = (Status.failed, Status.blocked, Status.interrupted)
+
+
+class Event(BaseModel):
+    """A progress event for the UI (the engine never prints)."""
+
+    kind: str  # phase_started | step_started | step_finished | rollback | message | warning
+    phase: str | None = None
+    step: str | None = None
+    host: str | None = None
+    status: str | None = None
+    message: str = ""
+    log_path: str | None = None
+
+
+class RunOptions(BaseModel):
+    forks: int = Field(default=10, ge=1, le=256)
+    approve: str | None = None  # --approve DIGEST
+    rerun: bool = False  # --yes: re-run phases that already passed without asking
+    command: str = ""
+
+
+class RunReport(BaseModel):
+    """What a run did: the plan it ran, the phase records it wrote and the exit code."""
+
+    run_id: str | None = None
+    plan: Plan
+    phases: list[PhaseRecord] = Field(default_factory=list)
+    skipped_phases: list[str] = Field(default_factory=list)
+    exit_code: int = 0
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+def ensure_bundle_on_host(transport: Transport, bundle: Any, host: Host) -> str:
+    """The bundle hook (``orchestrator.bundle.ensure_on_host``), looked up when first needed."""
+    from orchestrator import bundle as bundle_mod
+
+    hook = getattr(bundle_mod, "ensure_on_host", None)
+    if hook is None:
+        raise HostUnreachable(f"host {host.name}: cannot ship the bundle (orchestrator.bundle.ensure_on_host "
+                              "is not available yet)", host=host.name, hint="issue 4 adds it; --dry-run works")
+    return str(hook(transport, bundle, host))
+
+
+class Engine:
+    """Runs phases of one catalog on hosts of one inventory, recording state in ``state_dir``."""
+
+    def __init__(self, *, catalog: PhaseCatalog, inventory: Inventory, state_dir: Path,
+                 transport_factory: TransportFactory = make_transport,
+                 notify: Callable[[Event], None] | None = None, bundle_root: Path | None = None) -> None:
+        self.catalog = catalog
+        self.inventory = inventory
+        self.state_dir = state_dir
+        self.store = StateStore(state_dir)
+        self.audit = AuditLog(state_dir)
+        self.transport_factory = transport_factory
+        self.notify = notify or (lambda e: None)
+        self.root = bundle_root or project_root()
+        self._bundle_sha: str | None = None
+        self._mu = threading.RLock()
+        self._stop = threading.Event()
+        self._transports: dict[str, Transport] = {}
+        self._bundle_dirs: dict[str, str] = {}
+        self._bundle_obj: Any = None
+
+    # ------------------------------------------------------------------ planning
+    @property
+    def bundle_sha(self) -> str:
+        if self._bundle_sha is None:
+            from orchestrator.bundle import bundle_sha
+
+            self._bundle_sha = bundle_sha(self.root)
+        return self._bundle_sha
+
+    def select(self, phase_keys: list[str], all_phases: bool) -> list[LoadedPhase]:
+        if all_phases:
+            return list(self.catalog.phases)
+        if not phase_keys:
+            raise SpecError("no phase given", hint="name phases (e.g. `orchestrator run 0`) or pass --all")
+        out: list[LoadedPhase] = []
+        for k in phase_keys:
+            lp = self.catalog.resolve(k)
+            if lp not in out:
+                out.append(lp)
+        return sorted(out, key=lambda lp: lp.spec.order)
+
+    def plan(self, phase_keys: list[str], *, all_phases: bool = False, limit: str | None = None,
+             state: RunState | None = None) -> Plan:
+        """The plan (commands per host, actions, digest) without connecting or locking anything."""
+        selected = self.select(phase_keys, all_phases)
+        hosts = self.inventory.select(limit)
+        if not hosts:
+            raise SpecError(f"{self.inventory.path}: --limit selects no host")
+        st = state if state is not None else self.store.load_for_display()
+        return build_plan(self.catalog, selected, self.inventory, hosts, st, self.bundle_sha, self.state_dir)
+
+    def record_planned(self, plan: Plan, command: str) -> None:
+        """Remember a shown digest in the audit log so a later stale ``--approve`` exits 6, not 5."""
+        self.audit.append(decision="planned", digest=plan.digest, phase=",".join(p.label for p in plan.phases),
+                          hosts=plan.hosts, via="plan", command=command)
+
+    # ------------------------------------------------------------------ running
+    def run(self, phase_keys: list[str], *, all_phases: bool = False, limit: str | None = None,
+            options: RunOptions | None = None, approver: Approver | None = None) -> RunReport:
+        opts = options or RunOptions()
+        approver = approver or NonInteractive()
+        plan = self.plan(phase_keys, all_phases=all_phases, limit=limit)
+        if plan.problems:
+            raise SpecError(plan.problems[0] + (f" (+{len(plan.problems) - 1} more)" if len(plan.problems) > 1 else ""),
+                            hint="fix the inventory or the phase spec; `orchestrator plan` lists every problem")
+        selected = self.select(phase_keys, all_phases)
+        hosts = self.inventory.select(limit)
+        with RunLock(self.state_dir, opts.command or command_line()) as lock:
+            report = RunReport(plan=plan)
+            if lock.stale is not None:
+                report.warnings.append(f"stale lock info from a dead run taken over: {lock.stale.describe()}")
+            state = self.store.load()
+            n = state.mark_interrupted(
+                f"interrupted: run {state.last_run.run_id if state.last_run else '?'} ended while this was running")
+            if n:
+                report.warnings.append(f"{n} step result(s) left in_progress by a dead run are now 'interrupted'")
+                self.store.save(state)
+            plan = build_plan(self.catalog, selected, self.inventory, hosts, state, self.bundle_sha, self.state_dir)
+            report.plan = plan
+            for w in report.warnings:
+                self.notify(Event(kind="warning", message=w))
+            start_digests = {p.id: p.digest for p in plan.phases}
+            if not approver.interactive and plan.needs_approval:
+                first = next(p for p in plan.phases if p.needs_approval)
+                accepted = {plan.digest} | {p.digest for p in plan.phases if p.needs_approval}
+                try:
+                    check_token(opts.approve, accepted=accepted, older=self.audit.known_digests(), phase=first.label)
+                except OrchestratorError as exc:
+                    self.audit.append(decision="refused", digest=(opts.approve or ""), phase=first.label,
+                                      hosts=plan.hosts, via="flag", command=opts.command, detail=exc.message)
+                    raise
+            run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+            report.run_id = run_id
+            state.last_run = RunInfo(run_id=run_id, command=opts.command or command_line(), pid=os.getpid(),
+                                     hostname=socket.gethostname(), user=current_user(), started_at=utcnow(),
+                                     phases=[lp.spec.id for lp in selected], hosts=plan.hosts, plan_digest=plan.digest)
+            state.inventory = str(self.inventory.path)
+            state.bundle_sha = self.bundle_sha
+            self.store.save(state)
+            try:
+                for lp in selected:
+                    rec = self._run_phase(lp, hosts, state, run_id, opts, approver, plan, start_digests, report)
+                    if rec is None:
+                        continue
+                    report.phases.append(rec)
+                    if rec.status != Status.completed:
+                        break
+            except KeyboardInterrupt:
+                self._interrupt(state)
+                report.exit_code = int(ExitCode.INTERRUPTED)
+                raise Interrupted("interrupted: in-progress steps recorded as 'interrupted'",
+                                  hint="run the same command again to resume") from None
+            finally:
+                self._close_transports()
+                if state.last_run is not None:
+                    state.last_run.finished_at = utcnow()
+                    state.last_run.exit_code = report.exit_code if report.exit_code else self._exit_for(report)
+                with self._mu:
+                    self.store.save(state)
+            report.exit_code = self._exit_for(report)
+            return report
+
+    def _exit_for(self, report: RunReport) -> int:
+        bad = [(p, h) for p in report.phases for h in p.hosts.values() if h.status in BAD]
+        if not bad:
+            return int(ExitCode.OK)
+        if all((h.reason or "").startswith("unreachable") for _, h in bad):
+            return int(ExitCode.UNREACHABLE)
+        return int(ExitCode.FAILED)
+
+    def _interrupt(self, state: RunState) -> None:
+        self._stop.set()
+        terminate_all()
+        self._close_transports()
+        with self._mu:
+            state.mark_interrupted("interrupted by signal (SIGINT/SIGTERM) while running")
+            self.store.save(state)
+
+    def _close_transports(self) -> None:
+        for t in list(self._transports.values()):
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._transports.clear()
+
+    # ------------------------------------------------------------------ one phase
+    def _run_phase(self, lp: LoadedPhase, hosts: list[Host], state: RunState, run_id: str, opts: RunOptions,
+                   approver: Approver, plan: Plan, start_digests: dict[int, str], report: RunReport) -> PhaseRecord | None:
+        spec = lp.spec
+        pplan = build_plan(self.catalog, [lp], self.inventory, hosts, state, self.bundle_sha, self.state_dir).phases[0]
+        refused = [a for a in pplan.actions if a.action == "refused"]
+        if refused:
+            raise StepFailed(refused[0].detail, phase=spec.label, host=refused[0].host,
+                             hint=f"orchestrator run {spec.requires}")
+        if all(a.action == "up_to_date" for a in pplan.actions) and not opts.rerun:
+            q = f"phase {spec.label} already passed on {', '.join(h.name for h in hosts)} with this bundle; run it again?"
+            if not (approver.interactive and approver.confirm(q)):
+                report.skipped_phases.append(spec.label)
+                self.notify(Event(kind="message", phase=spec.label, message="up to date (passed with this bundle and "
+                                                                             "spec); --yes re-runs it"))
+                return None
+        if spec.needs_approval:
+            self._approve(lp, hosts, state, opts, approver, plan, start_digests)
+        self.notify(Event(kind="phase_started", phase=spec.label, message=f"{spec.title} ({len(hosts)} hosts)"))
+        resume = {a.host for a in pplan.actions if a.action == "resume"}
+        with self._mu:
+            rec = self._prepare_record(lp, hosts, state, run_id, resume)
+            self.store.save(state)
+        active = [h for h in hosts]
+        failed: dict[str, str] = {}
+        i = 0
+        steps = spec.steps
+        while i < len(steps) and not self._stop.is_set():
+            step = steps[i]
+            if step.runs_on == Placement.canary_then_rest:
+                j = i
+                while j < len(steps) and steps[j].runs_on == Placement.canary_then_rest:
+                    j += 1
+                block = steps[i:j]
+                i = j
+                active = self._run_waves(lp, block, active, rec, state, run_id, opts, failed)
+            else:
+                i += 1
+                active = self._run_step(lp, step, active, rec, state, run_id, opts, failed)
+            if not active or self._halted(spec, failed, hosts):
+                break
+        with self._mu:
+            self._finish_record(lp, rec, hosts, failed)
+            self.store.save(state)
+        return rec
+
+    def _halted(self, spec: Any, failed: dict[str, str], hosts: list[Host]) -> bool:
+        if not failed:
+            return False
+        if spec.failure_policy.mode == "fail_fast":
+            return True
+        limit = spec.failure_policy.max_failed_hosts
+        return limit is not None and len(failed) > limit
+
+    def _approve(self, lp: LoadedPhase, hosts: list[Host], state: RunState, opts: RunOptions, approver: Approver,
+                 plan: Plan, start_digests: dict[int, str]) -> None:
+        spec = lp.spec
+        digest = phase_digest(lp, self.bundle_sha, hosts, state, self.catalog)
+        names = [h.name for h in hosts]
+        ev = evidence_before(state, self.catalog, spec.order, names)
+        summary = ApprovalSummary(
+            action=f"run phase {spec.label}", phase=spec.label, hosts=names, bundle_sha=self.bundle_sha,
+            evidence=evidence_lines(ev), changes=[f"{s.id}: {s.changes or s.title}" for s in spec.steps
+                                                  if s.requires_approval],
+            undo=spec.undo or f"orchestrator rollback {spec.id}", digest=digest, plan_digest=plan.digest,
+            warnings=[] if ev else [f"no gate evidence recorded for phases before {spec.label}"],
+        )
+        if approver.interactive:
+            ok = approver.approve(summary)
+            self.audit.append(decision="approved" if ok else "refused", digest=digest, phase=spec.label, hosts=names,
+                              via="prompt", command=opts.command)
+            if not ok:
+                from orchestrator.errors import ApprovalError
+
+                raise ApprovalError(f"phase {spec.label} not approved (only '{'yes'}' approves); nothing changed",
+                                    phase=spec.label)
+            return
+        unchanged = start_digests.get(spec.id) == digest
+        accepted = {digest} | ({plan.digest} if unchanged else set())
+        older = self.audit.known_digests() | ({plan.digest} if not unchanged else set())
+        try:
+            check_token(opts.approve, accepted=accepted, older=older, phase=spec.label,
+                        changed_reason=None if unchanged else "gate evidence changed during this run")
+        except OrchestratorError as exc:
+            self.audit.append(decision="refused", digest=opts.approve or "", phase=spec.label, hosts=names, via="flag",
+                              command=opts.command, detail=exc.message)
+            raise
+        self.audit.append(decision="approved", digest=digest, phase=spec.label, hosts=names, via="flag",
+                          command=opts.command, detail=f"--approve {opts.approve}")
+
+    def _prepare_record(self, lp: LoadedPhase, hosts: list[Host], state: RunState, run_id: str,
+                        resume: set[str]) -> PhaseRecord:
+        spec = lp.spec
+        old = state.phase(spec.id)
+        fresh = old is None or old.bundle_sha != self.bundle_sha or old.spec_sha != lp.sha256
+        rec = PhaseRecord(id=spec.id, name=spec.name, title=spec.title) if fresh else old
+        assert rec is not None
+        rec.status, rec.reason, rec.run_id = Status.in_progress, None, run_id
+        rec.started_at, rec.finished_at = utcnow(), None
+        rec.bundle_sha, rec.spec_sha = self.bundle_sha, lp.sha256
+        by_id = {s.id: s for s in rec.steps}
+        rec.steps = []
+        for step in list(spec.steps) + list(spec.rollback_steps):
+            sr = by_id.get(step.id) or StepRecord(id=step.id, content=step.title)
+            sr.content, sr.priority, sr.rollback = step.title, step.priority.value, step in spec.rollback_steps
+            for h in hosts:
+                keep = h.name in resume and sr.hosts.get(h.name) and sr.hosts[h.name].status == Status.completed \
+                    and not sr.rollback
+                if not keep:
+                    sr.hosts.pop(h.name, None)
+            if step.runs_on == Placement.local and not any(h in resume for h in (x.name for x in hosts)):
+                sr.hosts.pop(CONTROLLER, None)
+            sr.status = self._aggregate(sr) if sr.hosts else Status.pending
+            sr.reason = None if sr.status == Status.pending else sr.reason
+            rec.steps.append(sr)
+        for h in hosts:
+            rec.hosts[h.name] = HostPhase(status=Status.in_progress, bundle_sha=self.bundle_sha, spec_sha=lp.sha256)
+        state.phases[str(spec.id)] = rec
+        return rec
+
+    @staticmethod
+    def _aggregate(sr: StepRecord) -> Status:
+        sts = [r.status for r in sr.hosts.values()]
+        for s in (Status.in_progress, Status.interrupted, Status.failed, Status.blocked):
+            if s in sts:
+                return s
+        if sts and all(s == Status.completed for s in sts):
+            return Status.completed
+        if sts and all(s in (Status.completed, Status.skipped) for s in sts):
+            return Status.skipped if Status.completed not in sts else Status.completed
+        return Status.pending
+
+    def _finish_record(self, lp: LoadedPhase, rec: PhaseRecord, hosts: list[Host], failed: dict[str, str]) -> None:
+        main = [s for s in rec.steps if not s.rollback]
+        for h in hosts:
+            hp = rec.hosts[h.name]
+            hp.finished_at = utcnow()
+            results = []
+            for s in main:
+                local = lp.spec.step(s.id).runs_on == Placement.local
+                results.append((s, s.hosts.get(CONTROLLER if local else h.name)))
+            bad = [(s, r) for s, r in results if r is not None and r.status in BAD]
+            if h.name in failed:
+                hp.status = Status.blocked if failed[h.name].startswith("blocked") else Status.failed
+                hp.reason = failed[h.name]
+            elif bad:
+                s, r = bad[0]
+                hp.status, hp.reason = r.status, f"step {s.id}: {r.reason}"
+            elif all(r is not None and r.status == Status.completed for _, r in results):
+                hp.status, hp.reason = Status.completed, None
+            else:
+                hp.status = Status.skipped
+                hp.reason = hp.reason or "not run: the phase stopped on another host (failure policy)"
+        for s in rec.steps:
+            if s.status == Status.pending and not s.rollback and any(hp.status in BAD for hp in rec.hosts.values()):
+                s.status, s.reason = Status.skipped, "not run: an earlier step failed or was blocked"
+        sts = [rec.hosts[h.name].status for h in hosts]
+        if all(s == Status.completed for s in sts):
+            rec.status, rec.reason = Status.completed, None
+        else:
+            worst = next((s for s in (Status.failed, Status.interrupted, Status.blocked, Status.skipped) if s in sts),
+                         Status.failed)
+            rec.status = worst
+            first = next(h for h in hosts if rec.hosts[h.name].status == worst)
+            rec.reason = f"{first.name}: {rec.hosts[first.name].reason}"
+        rec.finished_at = utcnow()
+        self.notify(Event(kind="phase_finished", phase=lp.spec.label, status=rec.status.value,
+                          message=rec.reason or ""))
+
+    # ------------------------------------------------------------------ steps
+    def _pool_map(self, fn: Callable[[Host], Any], hosts: list[Host], forks: int) -> dict[str, Any]:
+        """Run ``fn`` per host on a thread pool; the main thread waits in short slices so that a
+        KeyboardInterrupt (SIGINT, or SIGTERM turned into one by the CLI) is handled at once."""
+        out: dict[str, Any] = {}
+        if not hosts:
+            return out
+        ex = cf.ThreadPoolExecutor(max_workers=min(forks, len(hosts)), thread_name_prefix="orchestrator-host")
+        try:
+            futs = {ex.submit(fn, h): h.name for h in hosts}
+            pending = set(futs)
+            while pending:
+                done, pending = cf.wait(pending, timeout=0.2)
+                for f in done:
+                    out[futs[f]] = f.result()
+        except BaseException:
+            self._stop.set()
+            terminate_all()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown(wait=True)
+        return out
+
+    def _run_step(self, lp: LoadedPhase, step: Step, active: list[Host], rec: PhaseRecord, state: RunState,
+                  run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
+        sr = rec.step(step.id)
+        assert sr is not None
+        if step.runs_on == Placement.local:
+            prev = sr.hosts.get(CONTROLLER)
+            if prev is None or prev.status != Status.completed:
+                r = self._execute(lp, step, None, sr, state, run_id)
+                if r.status != Status.completed:
+                    for h in active:
+                        failed[h.name] = f"{r.status.value}: step {step.id} on this machine: {r.reason}"
+                    return []
+            return active
+        policy = lp.spec.failure_policy
+        first_failure = threading.Event()
+
+        def one(host: Host) -> HostStepResult:
+            prev = sr.hosts.get(host.name)
+            if prev is not None and prev.status == Status.completed:
+                return prev
+            if self._stop.is_set() or (policy.mode == "fail_fast" and first_failure.is_set()):
+                return self._skip(sr, host.name, state, "not started: another host failed (fail_fast)")
+            r = self._execute(lp, step, host, sr, state, run_id)
+            if r.status in BAD:
+                first_failure.set()
+            return r
+
+        results = self._pool_map(one, active, opts.forks)
+        still = []
+        for h in active:
+            r = results[h.name]
+            if r.status in BAD:
+                failed[h.name] = f"{r.status.value}: step {step.id}: {r.reason}"
+                self._rollback_host(lp, step, h, rec, state, run_id)
+            elif r.status == Status.completed:
+                still.append(h)
+        return still
+
+    def _run_waves(self, lp: LoadedPhase, block: list[Step], active: list[Host], rec: PhaseRecord, state: RunState,
+                   run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
+        waves = waves_for(active, self.inventory, lp.spec.waves)
+        done: list[Host] = []
+        for wi, wave in enumerate(waves):
+            if self._stop.is_set():
+                break
+
+            def chain(host: Host) -> HostStepResult | None:
+                for step in block:
+                    sr = rec.step(step.id)
+                    assert sr is not None
+                    prev = sr.hosts.get(host.name)
+                    if prev is not None and prev.status == Status.completed:
+                        continue
+                    r = self._execute(lp, step, host, sr, state, run_id)
+                    if r.status in BAD:
+                        failed[host.name] = f"{r.status.value}: step {step.id} (wave {wi + 1}): {r.reason}"
+                        self._rollback_host(lp, step, host, rec, state, run_id)
+                        return r
+                return None
+
+            results = self._pool_map(chain, wave, opts.forks)
+            bad = [h for h in wave if results[h.name] is not None]
+            done += [h for h in wave if results[h.name] is None]
+            if bad:
+                rest = [h for w in waves[wi + 1:] for h in w]
+                for h in rest:
+                    for step in block:
+                        sr = rec.step(step.id)
+                        assert sr is not None
+                        self._skip(sr, h.name, state, f"not started: wave {wi + 1} failed on {bad[0].name}")
+                    failed.setdefault(h.name, f"skipped: wave {wi + 1} failed on {bad[0].name}")
+                return []
+        return done
+
+    def _skip(self, sr: StepRecord, host: str, state: RunState, reason: str) -> HostStepResult:
+        with self._mu:
+            r = HostStepResult(status=Status.skipped, reason=reason, finished_at=utcnow())
+            sr.hosts[host] = r
+            sr.status = self._aggregate(sr)
+            self.store.save(state)
+        return r
+
+    def _transport(self, host: Host | None) -> Transport:
+        key = host.name if host else CONTROLLER
+        with self._mu:
+            t = self._transports.get(key)
+        if t is None:
+            if host is None:
+                from orchestrator.transport.local import LocalTransport
+
+                t = LocalTransport(CONTROLLER)
+            else:
+                t = self.transport_factory(host)
+            with self._mu:
+                self._transports[key] = t
+        return t
+
+    def _bundle_dir(self, host: Host | None, transport: Transport) -> str:
+        if host is None or host.is_local:
+            return str(self.root)
+        with self._mu:
+            known = self._bundle_dirs.get(host.name)
+        if known:
+            return known
+        with self._mu:
+            if self._bundle_obj is None:
+                from orchestrator.bundle import build_bundle
+
+                self._bundle_obj = build_bundle(self.root, self.state_dir / "bundles")
+        d = ensure_bundle_on_host(transport, self._bundle_obj, host)
+        with self._mu:
+            self._bundle_dirs[host.name] = d
+        return d
+
+    def _execute(self, lp: LoadedPhase, step: Step, host: Host | None, sr: StepRecord, state: RunState,
+                 run_id: str) -> HostStepResult:
+        """Run one step on one host (None = this machine), record every transition, return the result."""
+        name = host.name if host else CONTROLLER
+        log_path = self.state_dir / "runs" / run_id / name.lstrip("@") / f"{lp.spec.label}-{step.id}.log"
+        values = host_values(host, self.bundle_sha, self.state_dir)
+        r = HostStepResult(status=Status.in_progress, started_at=utcnow(), log_path=str(log_path))
+        with self._mu:
+            sr.hosts[name] = r
+            sr.status = Status.in_progress
+            sr.started_at = sr.started_at or r.started_at
+            self.store.save(state)
+        self.notify(Event(kind="step_started", phase=lp.spec.label, step=step.id, host=name))
+        try:
+            transport = self._transport(host)
+            values["bundle_dir"] = self._bundle_dir(host, transport)
+            cwd = values["bundle_dir"] or str(self.root)
+            if step.builtin == "facts":
+                r.command = f"<builtin:facts> ({values['python']})"
+                result = facts.collect(transport, values["python"] or "python3", cwd=cwd,
+                                       timeout_s=step.timeout_s, log_path=log_path)
+            else:
+                argv = render_step(step, host, values, inventory_path=self.inventory.path, phase_label=lp.spec.label)
+                r.command = display_command(host, argv, cwd, step.timeout_s)
+                if host is not None and not host.is_local:
+                    log_path.parent.mkdir(parents=True, exist_ok=True)
+                result = transport.run(argv, timeout_s=step.timeout_s, cwd=cwd, log_path=log_path)
+            outcome = interpret(step, result, values)
+            r.exit_code, r.duration_s = result.exit_code, round(result.duration_s, 3)
+            r.status, r.reason, r.metrics, r.gates = outcome.status, outcome.reason, outcome.metrics, outcome.gates
+        except HostUnreachable as exc:
+            r.status, r.reason = Status.failed, f"unreachable: {exc.message}"
+        except SpecError as exc:
+            r.status, r.reason = Status.failed, exc.message
+        r.finished_at = utcnow()
+        if self._stop.is_set() and r.status != Status.completed:
+            r.status, r.reason = Status.interrupted, "interrupted by signal while running"
+        with self._mu:
+            sr.hosts[name] = r
+            sr.status = self._aggregate(sr)
+            sr.reason = r.reason if sr.status in BAD else None
+            if sr.status in (Status.completed, Status.failed, Status.blocked):
+                sr.finished_at = utcnow()
+            self.store.save(state)
+        self.notify(Event(kind="step_finished", phase=lp.spec.label, step=step.id, host=name,
+                          status=r.status.value, message=r.reason or "", log_path=r.log_path))
+        return r
+
+    def _rollback_host(self, lp: LoadedPhase, failed_step: Step, host: Host, rec: PhaseRecord, state: RunState,
+                       run_id: str) -> None:
+        wanted: set[str] = set()
+        for step in lp.spec.steps:
+            sr = rec.step(step.id)
+            r = sr.hosts.get(host.name) if sr else None
+            ran = step.id == failed_step.id or (r is not None and r.status == Status.completed)
+            if ran and step.rollback:
+                wanted.add(step.rollback)
+            if step.id == failed_step.id:
+                break
+        for rstep in lp.spec.rollback_steps:  # declared order
+            if rstep.id not in wanted:
+                continue
+            sr = rec.step(rstep.id)
+            assert sr is not None
+            self.notify(Event(kind="rollback", phase=lp.spec.label, step=rstep.id, host=host.name,
+                              message=f"rolling back after {failed_step.id} failed"))
+            self._execute(lp, rstep, host, sr, state, run_id)
+
+    # ------------------------------------------------------------------ rollback command
+    def rollback_plan(self, phase_keys: list[str], *, limit: str | None = None) -> tuple[list[LoadedPhase], Plan, str]:
+        selected = [lp for lp in (self.select(phase_keys, not phase_keys)) if lp.spec.rollback_steps]
+        if not selected:
+            raise SpecError("no selected phase declares rollback_steps",
+                            hint="phases with rollback: " + ", ".join(lp.spec.label for lp in self.catalog.phases
+                                                                     if lp.spec.rollback_steps))
+        plan = self.plan([lp.spec.label for lp in selected], limit=limit)
+        hosts = self.inventory.select(limit)
+        digest = compute_digest(self.bundle_sha, hosts, selected, {"rollback": True, "plan": plan.digest})
+        return selected, plan, digest
+
+    def rollback(self, phase_keys: list[str], *, limit: str | None = None, options: RunOptions | None = None,
+                 approver: Approver | None = None) -> RunReport:
+        """Run each selected phase's rollback steps on the selected hosts (latest phase first), after approval."""
+        opts = options or RunOptions()
+        approver = approver or NonInteractive()
+        selected, plan, digest = self.rollback_plan(phase_keys, limit=limit)
+        hosts = self.inventory.select(limit)
+        names = [h.name for h in hosts]
+        label = ",".join(lp.spec.label for lp in selected)
+        with RunLock(self.state_dir, opts.command or command_line()):
+            state = self.store.load()
+            summary = ApprovalSummary(
+                action=f"roll back {label}", phase=label, hosts=names, bundle_sha=self.bundle_sha,
+                changes=[f"{lp.spec.label} {s.id}: {s.changes or s.title}" for lp in reversed(selected)
+                         for s in lp.spec.rollback_steps],
+                undo="re-run the phase: orchestrator run " + " ".join(str(lp.spec.id) for lp in selected),
+                digest=digest)
+            if approver.interactive:
+                ok = approver.approve(summary)
+                self.audit.append(decision="approved" if ok else "refused", digest=digest, phase=label, hosts=names,
+                                  via="prompt", command=opts.command)
+                if not ok:
+                    from orchestrator.errors import ApprovalError
+
+                    raise ApprovalError(f"rollback of {label} not approved; nothing changed", phase=label)
+            else:
+                try:
+                    check_token(opts.approve, accepted={digest}, older=self.audit.known_digests(), phase=label)
+                except OrchestratorError as exc:
+                    self.audit.append(decision="refused", digest=opts.approve or "", phase=label, hosts=names,
+                                      via="flag", command=opts.command, detail=exc.message)
+                    raise
+                self.audit.append(decision="approved", digest=digest, phase=label, hosts=names, via="flag",
+                                  command=opts.command)
+            run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6] + "-rollback"
+            report = RunReport(plan=plan, run_id=run_id)
+            try:
+                for lp in sorted(selected, key=lambda x: -x.spec.order):
+                    rec = state.phase(lp.spec.id) or PhaseRecord(id=lp.spec.id, name=lp.spec.name, title=lp.spec.title)
+                    state.phases[str(lp.spec.id)] = rec
+                    for rstep in lp.spec.rollback_steps:
+                        sr = rec.step(rstep.id)
+                        if sr is None:
+                            sr = StepRecord(id=rstep.id, content=rstep.title, priority=rstep.priority.value,
+                                            rollback=True)
+                            rec.steps.append(sr)
+                        results = self._pool_map(lambda h, s=rstep, r=sr: self._execute(lp, s, h, r, state, run_id),
+                                                 hosts, opts.forks)
+                        for h in hosts:
+                            res = results[h.name]
+                            hp = rec.hosts.setdefault(h.name, HostPhase())
+                            if res.status == Status.completed:
+                                hp.status, hp.reason = Status.pending, f"rolled back ({rstep.id}) at {utcnow()}"
+                            else:
+                                hp.status, hp.reason = Status.failed, f"rollback {rstep.id}: {res.reason}"
+                    sts = [rec.hosts[h].status for h in names]
+                    rec.status = Status.failed if Status.failed in sts else Status.pending
+                    rec.reason = "rolled back" if rec.status == Status.pending else "rollback failed"
+                    self.store.save(state)
+                    report.phases.append(rec)
+            except KeyboardInterrupt:
+                self._interrupt(state)
+                raise Interrupted("interrupted during rollback; state records it") from None
+            finally:
+                self._close_transports()
+            failed = any(rec.hosts[h].status == Status.failed for rec in report.phases for h in names)
+            report.exit_code = int(ExitCode.FAILED if failed else ExitCode.OK)
+            return report

@@ -1,0 +1,84 @@
+"""The built-in ``facts`` step: toolchain facts of a host as one JSON document.
+
+Runs fixed argument lists through the host's transport (no shell): ``nvcc --version``,
+``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``, and the host
+interpreter printing torch's version, its CUDA version and whether a device is visible.
+A missing tool is a fact (``found: false``), not a failure; the document is always ``ok``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from orchestrator.transport.base import CommandResult, Transport
+
+TORCH_PROBE = (
+    "import json\n"
+    "try:\n"
+    "    import torch\n"
+    "    d = {'found': True, 'version': torch.__version__, 'cuda': torch.version.cuda,\n"
+    "         'cuda_available': bool(torch.cuda.is_available())}\n"
+    "except Exception as e:\n"
+    "    d = {'found': False, 'error': type(e).__name__ + ': ' + str(e)}\n"
+    "print(json.dumps(d))\n"
+)
+
+
+def probe_commands(python: str) -> dict[str, list[str]]:
+    return {
+        "nvcc": ["nvcc", "--version"],
+        "nvidia_smi": ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+        "torch": [python, "-c", TORCH_PROBE],
+    }
+
+
+def parse_nvcc(r: CommandResult) -> dict[str, Any]:
+    if r.exit_code != 0:
+        return {"found": False}
+    m = re.search(r"release ([0-9]+\.[0-9]+)", r.stdout)
+    return {"found": True, "version": m.group(1) if m else None}
+
+
+def parse_nvidia_smi(r: CommandResult) -> dict[str, Any]:
+    if r.exit_code != 0:
+        return {"found": r.exit_code != 127, "gpus": [], "compute_capability": None}
+    gpus = []
+    for line in r.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3:
+            gpus.append({"name": parts[0], "compute_capability": parts[1], "driver": parts[2]})
+    return {"found": True, "gpus": gpus, "compute_capability": gpus[0]["compute_capability"] if gpus else None}
+
+
+def parse_torch(r: CommandResult) -> dict[str, Any]:
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"found": False, "error": f"exit {r.exit_code}"}
+
+
+def collect(transport: Transport, python: str, *, cwd: str | None, timeout_s: float,
+            log_path: Path | None) -> CommandResult:
+    """Run the probes and return a synthetic CommandResult whose stdout is the facts document."""
+    cmds = probe_commands(python)
+    results: dict[str, CommandResult] = {}
+    duration = 0.0
+    for key, argv in cmds.items():
+        lp = log_path.with_name(f"{log_path.stem}.{key}.log") if log_path else None
+        r = transport.run(argv, timeout_s=timeout_s, cwd=cwd, log_path=lp)
+        results[key] = r
+        duration += r.duration_s
+    doc = {
+        "ok": True,
+        "nvcc": parse_nvcc(results["nvcc"]),
+        "gpu": parse_nvidia_smi(results["nvidia_smi"]),
+        "torch": parse_torch(results["torch"]),
+    }
+    text = json.dumps(doc, sort_keys=True)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(text + "\n")
+    return CommandResult(host=transport.host_name, argv=["<builtin:facts>"], exit_code=0, stdout=text,
+                         duration_s=duration, log_path=str(log_path) if log_path else None)

@@ -1,0 +1,306 @@
+"""What a run would do, per phase and host, and the plan digest that approval binds to.
+
+The plan is computed without connecting anywhere: commands are rendered from the phase
+specs and the inventory (placeholders, plans/0001 §4) and shown exactly as they would be sent
+(``render_remote_command`` for ssh hosts, ``shlex.join`` for local ones).
+
+**Digest** = sha256 of canonical JSON over (bundle sha256, the selected hosts, the selected
+phase specs' contents, the gate evidence recorded in state by phases that come earlier than
+the last selected phase). A *phase digest* is the same over one phase and the evidence of
+the phases before it. Same inputs, same digest; any change in them changes it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from orchestrator.errors import SpecError
+from orchestrator.inventory import Host, Inventory
+from orchestrator.paths import project_root
+from orchestrator.placeholders import render
+from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement, Step
+from orchestrator.state import RunState, Status
+from orchestrator.transport.remote_command import render_remote_command
+
+#: Host name under which ``runs_on: local`` steps are recorded (not a valid inventory name).
+CONTROLLER = "@local"
+
+
+def bundle_dir_for(host: Host | None, bundle_sha: str) -> str:
+    """``cwd`` of step commands: the checkout root locally, ``<remote_root>/bundles/<sha>`` over ssh."""
+    if host is None or host.is_local:
+        return str(project_root())
+    return f"{host.remote_root.rstrip('/')}/bundles/{bundle_sha}"
+
+
+def host_values(host: Host | None, bundle_sha: str, state_dir: Path) -> dict[str, str | None]:
+    """Placeholder values for ``host`` (None = the controller, for ``runs_on: local`` steps)."""
+    if host is None:
+        return {"python": sys.executable, "bundle_dir": str(project_root()), "bundle_sha": bundle_sha,
+                "host": CONTROLLER, "state_host_dir": str((state_dir / "hosts" / "controller").resolve())}
+    python = host.python or (sys.executable if host.is_local else "python3")
+    return {
+        "python": python,
+        "arch": host.arch,
+        "host": host.name,
+        "address": host.address,
+        "bundle_dir": bundle_dir_for(host, bundle_sha),
+        "bundle_sha": bundle_sha,
+        "remote_root": host.remote_root,
+        "service_python": host.service.python,
+        "health_url": host.service.health_url,
+        "generate_url": host.service.generate_url,
+        "restart_json": host.restart_json(),
+        "state_host_dir": str((state_dir / "hosts" / host.name).resolve()) if host.is_local else None,
+    }
+
+
+_PLACEHOLDER_FIELD = {
+    "service_python": "service.python",
+    "health_url": "service.health_url",
+    "generate_url": "service.generate_url",
+    "restart_json": "service.restart",
+    "arch": "arch",
+    "state_host_dir": "connection (state_host_dir exists only for local hosts)",
+}
+
+
+class PlannedCommand(BaseModel):
+    host: str
+    argv: list[str]
+    display: str  # exactly what is executed: shlex.join locally, the remote shell line over ssh
+    cwd: str
+    timeout_s: float
+    wave: int | None = None
+
+
+class PlannedStep(BaseModel):
+    id: str
+    title: str
+    runs_on: str
+    requires_approval: bool
+    rollback: str | None = None
+    changes: str | None = None
+    waves: list[list[str]] = Field(default_factory=list)
+    commands: list[PlannedCommand] = Field(default_factory=list)
+
+
+class HostAction(BaseModel):
+    host: str
+    action: str  # run | resume | up_to_date | refused
+    detail: str = ""
+
+
+class PhasePlan(BaseModel):
+    id: int
+    name: str
+    label: str
+    title: str
+    spec_path: str
+    spec_sha: str
+    requires: int | None
+    needs_approval: bool
+    undo: str
+    digest: str
+    hosts: list[str]
+    actions: list[HostAction]
+    steps: list[PlannedStep]
+    rollback_steps: list[PlannedStep]
+    problems: list[str] = Field(default_factory=list)
+
+
+class Plan(BaseModel):
+    digest: str
+    bundle_sha: str
+    inventory: str
+    hosts: list[str]
+    phases: list[PhasePlan]
+    evidence: dict[str, Any]
+    problems: list[str] = Field(default_factory=list)
+
+    @property
+    def needs_approval(self) -> bool:
+        return any(p.needs_approval for p in self.phases)
+
+
+def _host_identity(h: Host) -> dict[str, Any]:
+    return {"name": h.name, "address": h.address, "port": h.port, "user": h.user, "connection": h.connection,
+            "arch": h.arch, "remote_root": h.remote_root, "python": h.python,
+            "service": h.service.model_dump(mode="json")}
+
+
+def evidence_before(state: RunState, catalog: PhaseCatalog, order: int, hosts: list[str]) -> dict[str, Any]:
+    """Gate evidence (metrics and gate outcomes per host and step) of phases earlier than ``order``."""
+    out: dict[str, Any] = {}
+    wanted = set(hosts) | {CONTROLLER}
+    for lp in catalog.phases:
+        if lp.spec.order >= order:
+            continue
+        rec = state.phase(lp.spec.id)
+        if rec is None:
+            continue
+        per_host: dict[str, Any] = {}
+        for s in rec.steps:
+            for h, r in s.hosts.items():
+                if h not in wanted or (not r.metrics and not r.gates):
+                    continue
+                per_host.setdefault(h, {})[s.id] = {
+                    "status": r.status.value,
+                    "metrics": r.metrics,
+                    "gates": [{"gate": f"{g.metric} {g.op} {json.dumps(g.expected)}", "actual": g.actual,
+                               "passed": g.passed} for g in r.gates],
+                }
+        if per_host:
+            out[lp.spec.label] = {"bundle_sha": rec.bundle_sha, "hosts": per_host}
+    return out
+
+
+def compute_digest(bundle_sha: str, hosts: list[Host], phases: list[LoadedPhase], evidence: dict[str, Any]) -> str:
+    doc = {
+        "bundle_sha": bundle_sha,
+        "hosts": [_host_identity(h) for h in hosts],
+        "phases": [lp.spec.model_dump(mode="json") for lp in phases],
+        "evidence": evidence,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def phase_digest(lp: LoadedPhase, bundle_sha: str, hosts: list[Host], state: RunState, catalog: PhaseCatalog) -> str:
+    ev = evidence_before(state, catalog, lp.spec.order, [h.name for h in hosts])
+    return compute_digest(bundle_sha, hosts, [lp], ev)
+
+
+def render_step(step: Step, host: Host | None, values: dict[str, str | None], *, inventory_path: Path,
+                phase_label: str) -> list[str]:
+    """Fill the step's argv for one host; a placeholder without a value is a SpecError naming the field."""
+    out = []
+    for arg in step.command or []:
+        try:
+            out.append(render(arg, values))
+        except KeyError as exc:
+            name = exc.args[0]
+            where = f"{inventory_path}:hosts({host.name}).{_PLACEHOLDER_FIELD.get(name, name)}" if host else \
+                f"phase {phase_label} step {step.id}"
+            raise SpecError(f"{where}: needed by phase {phase_label} step {step.id} ({{{name}}}) but not set",
+                            host=host.name if host else None, phase=phase_label) from None
+    return out
+
+
+def display_command(host: Host | None, argv: list[str], cwd: str, timeout_s: float) -> str:
+    if host is not None and not host.is_local:
+        return render_remote_command(argv, cwd=cwd, timeout_s=timeout_s)
+    return f"cd {shlex.quote(cwd)} && {shlex.join(argv)}"
+
+
+def waves_for(hosts: list[Host], inventory: Inventory, waves: list[int | str]) -> list[list[Host]]:
+    """The canary (first selected host of group ``canary``, else the first host) alone, then the
+    others in waves sized by ``waves[1:]`` (``N`` hosts or ``'P%'`` of all selected hosts), then
+    one last wave with whatever remains. ``[1, 2, '50%']`` on 10 hosts -> 1, 2, 5, 2."""
+    if not hosts:
+        return []
+    canary = inventory.canary(hosts)
+    rest = [h for h in hosts if h.name != canary.name]
+    out: list[list[Host]] = [[canary]]
+    i = 0
+    for w in waves[1:]:
+        if i >= len(rest):
+            break
+        n = w if isinstance(w, int) else max(1, math.ceil(len(hosts) * int(w[:-1]) / 100))
+        out.append(rest[i:i + n])
+        i += n
+    if i < len(rest):
+        out.append(rest[i:])
+    return out
+
+
+def plan_step(step: Step, lp: LoadedPhase, hosts: list[Host], inventory: Inventory, bundle_sha: str,
+              state_dir: Path) -> PlannedStep:
+    ps = PlannedStep(id=step.id, title=step.title, runs_on=step.runs_on.value,
+                     requires_approval=step.requires_approval, rollback=step.rollback, changes=step.changes)
+    if step.runs_on == Placement.local:
+        targets: list[tuple[Host | None, int | None]] = [(None, None)]
+    elif step.runs_on == Placement.canary_then_rest:
+        w = waves_for(hosts, inventory, lp.spec.waves)
+        ps.waves = [[h.name for h in wave] for wave in w]
+        targets = [(h, i) for i, wave in enumerate(w) for h in wave]
+    else:
+        targets = [(h, None) for h in hosts]
+    for host, wave in targets:
+        values = host_values(host, bundle_sha, state_dir)
+        cwd = values["bundle_dir"] or str(project_root())
+        if step.builtin:
+            argv = [f"<builtin:{step.builtin}>", values["python"] or "python3"]
+            display = f"(built-in {step.builtin}: nvcc --version; nvidia-smi --query-gpu=...; {values['python']} -c <torch probe>)"
+        else:
+            argv = render_step(step, host, values, inventory_path=inventory.path, phase_label=lp.spec.label)
+            display = display_command(host, argv, cwd, step.timeout_s)
+        ps.commands.append(PlannedCommand(host=host.name if host else CONTROLLER, argv=argv, display=display,
+                                          cwd=cwd, timeout_s=step.timeout_s, wave=wave))
+    return ps
+
+
+def host_action(lp: LoadedPhase, host: Host, state: RunState, catalog: PhaseCatalog, bundle_sha: str,
+                selected_ids: set[int]) -> HostAction:
+    rec = state.phase(lp.spec.id)
+    hp = rec.hosts.get(host.name) if rec else None
+    req = lp.spec.requires
+    if req is not None and req not in selected_ids:
+        prev = state.phase(req)
+        prev_host = prev.hosts.get(host.name) if prev else None
+        if prev_host is None or prev_host.status != Status.completed or prev_host.bundle_sha != bundle_sha:
+            label = catalog.by_id(req).spec.label if catalog.by_id(req) else str(req)
+            why = "has not passed" if prev_host is None or prev_host.status != Status.completed else \
+                f"passed with another bundle ({(prev_host.bundle_sha or '')[:12]})"
+            return HostAction(host=host.name, action="refused",
+                              detail=f"phase {label} {why} on {host.name}; run `orchestrator run {req}` first")
+    if hp is not None and hp.bundle_sha == bundle_sha and hp.spec_sha == lp.sha256:
+        if hp.status == Status.completed:
+            return HostAction(host=host.name, action="up_to_date", detail="passed with this bundle and spec")
+        done = [s.id for s in rec.steps if not s.rollback and s.hosts.get(host.name)
+                and s.hosts[host.name].status == Status.completed]
+        if done and hp.status in (Status.interrupted, Status.in_progress, Status.failed, Status.blocked):
+            return HostAction(host=host.name, action="resume", detail=f"{hp.status.value}; keeps {', '.join(done)}")
+    return HostAction(host=host.name, action="run")
+
+
+def build_plan(catalog: PhaseCatalog, selected: list[LoadedPhase], inventory: Inventory, hosts: list[Host],
+               state: RunState, bundle_sha: str, state_dir: Path) -> Plan:
+    """Plan ``selected`` phases (catalog order) on ``hosts``; never connects anywhere."""
+    selected = sorted(selected, key=lambda lp: lp.spec.order)
+    ids = {lp.spec.id for lp in selected}
+    names = [h.name for h in hosts]
+    phases: list[PhasePlan] = []
+    problems: list[str] = []
+    for lp in selected:
+        pp_problems: list[str] = []
+        steps: list[PlannedStep] = []
+        rsteps: list[PlannedStep] = []
+        for step in lp.spec.steps:
+            try:
+                steps.append(plan_step(step, lp, hosts, inventory, bundle_sha, state_dir))
+            except SpecError as exc:
+                pp_problems.append(exc.message)
+        for step in lp.spec.rollback_steps:
+            try:
+                rsteps.append(plan_step(step, lp, hosts, inventory, bundle_sha, state_dir))
+            except SpecError as exc:
+                pp_problems.append(exc.message)
+        problems += pp_problems
+        phases.append(PhasePlan(
+            id=lp.spec.id, name=lp.spec.name, label=lp.spec.label, title=lp.spec.title, spec_path=str(lp.path),
+            spec_sha=lp.sha256, requires=lp.spec.requires, needs_approval=lp.spec.needs_approval, undo=lp.spec.undo,
+            digest=phase_digest(lp, bundle_sha, hosts, state, catalog), hosts=names,
+            actions=[host_action(lp, h, state, catalog, bundle_sha, ids) for h in hosts],
+            steps=steps, rollback_steps=rsteps, problems=pp_problems,
+        ))
+    last = max(lp.spec.order for lp in selected)
+    evidence = evidence_before(state, catalog, last, names)
+    return Plan(digest=compute_digest(bundle_sha, hosts, selected, evidence), bundle_sha=bundle_sha,
+                inventory=str(inventory.path), hosts=names, phases=phases, evidence=evidence, problems=problems)

@@ -1,0 +1,118 @@
+"""Run argument lists on this machine: the transport of ``connection: local`` hosts.
+
+Each command starts in its own process group (session) so a timeout or an interrupt kills the
+whole tree (SIGTERM, then SIGKILL after ``kill_after_s``). stderr streams into ``log_path``
+while the command runs, stdout into ``log_path`` with suffix ``.stdout``; both are also
+returned in the :class:`CommandResult`. Never raises for a non-zero exit; a missing executable
+is exit 127 with the reason on stderr.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from orchestrator.transport.base import CommandResult, TransferResult
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+def _kill_group(proc: subprocess.Popen, kill_after_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=kill_after_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def terminate_all(kill_after_s: float = 2.0) -> int:
+    """Kill every command this process started and that is still running (on interrupt)."""
+    with _live_lock:
+        procs = list(_live)
+    for p in procs:
+        _kill_group(p, kill_after_s)
+    return len(procs)
+
+
+class LocalTransport:
+    """:class:`~orchestrator.transport.base.Transport` for this machine (subprocess, no shell)."""
+
+    def __init__(self, host_name: str = "local", *, kill_after_s: float = 5.0) -> None:
+        self.host_name = host_name
+        self.kill_after_s = kill_after_s
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> CommandResult:
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError("argv must be a non-empty list of strings")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            err_path, out_path = log_path, log_path.with_suffix(".stdout")
+            err_fh, out_fh = open(err_path, "w+b"), open(out_path, "w+b")
+        else:
+            err_fh, out_fh = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        start = time.monotonic()
+        timed_out = False
+        try:
+            try:
+                proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                                        stdout=out_fh, stderr=err_fh, start_new_session=True)
+            except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+                msg = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+                err_fh.write((msg + "\n").encode())
+                return CommandResult(host=self.host_name, argv=argv, exit_code=127, stderr=msg,
+                                     duration_s=time.monotonic() - start,
+                                     log_path=str(log_path) if log_path else None)
+            with _live_lock:
+                _live.add(proc)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc, self.kill_after_s)
+            finally:
+                with _live_lock:
+                    _live.discard(proc)
+            duration = time.monotonic() - start
+            out_fh.seek(0)
+            err_fh.seek(0)
+            stdout = out_fh.read().decode("utf-8", "replace")
+            stderr = err_fh.read().decode("utf-8", "replace")
+            code = None if timed_out else proc.returncode
+            if log_path is not None:
+                err_fh.write(f"\n[orchestrator] exit={code} timed_out={timed_out} duration_s={duration:.3f}\n".encode())
+            return CommandResult(host=self.host_name, argv=argv, exit_code=code, stdout=stdout, stderr=stderr,
+                                 duration_s=duration, timed_out=timed_out,
+                                 log_path=str(log_path) if log_path else None)
+        finally:
+            out_fh.close()
+            err_fh.close()
+
+    def put(self, local_path: Path, remote_path: str) -> TransferResult:
+        dest = Path(remote_path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local_path, dest)
+        return TransferResult(host=self.host_name, remote_path=remote_path, bytes=dest.stat().st_size)
+
+    def close(self) -> None:
+        return None
