@@ -1,0 +1,69 @@
+// Torch binding of the MLA verify kernels. Argument checking (shapes, dtypes, strides, devices)
+// is done in Python (kernels/mla_verify/api.py) with ValueErrors naming the argument; the
+// TORCH_CHECKs here are a second line of defence only.
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <optional>
+
+#include "mla_verify_kernel.cuh"
+#include "mla_verify_launch.h"
+
+namespace {
+
+const void* ptr_or_null(const std::optional<at::Tensor>& t) {
+  return (t.has_value() && t->defined()) ? t->data_ptr() : nullptr;
+}
+
+void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, at::Tensor& o,
+         const at::Tensor& k_buf, const at::Tensor& qo_indptr, const at::Tensor& kv_indptr,
+         const at::Tensor& kv_indices, const std::optional<at::Tensor>& mask,
+         const std::optional<at::Tensor>& mask_indptr, int64_t mask_mode, int64_t v_alias,
+         int64_t num_splits, int64_t cfg, int64_t max_len_extend, double scale_log2,
+         const std::optional<at::Tensor>& workspace) {
+  TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q_extend must be a CUDA bf16 tensor");
+  TORCH_CHECK(mlav::config_compiled((int)cfg), "tile config not compiled into this module");
+  const c10::cuda::CUDAGuard guard(q.device());
+  mlav::Params p{};
+  p.q = reinterpret_cast<const __nv_bfloat16*>(q.data_ptr());
+  p.q_st = q.stride(0); p.q_sh = q.stride(1);
+  p.kext = reinterpret_cast<const __nv_bfloat16*>(k_ext.data_ptr()); p.ke_st = k_ext.stride(0);
+  p.vext = reinterpret_cast<const __nv_bfloat16*>(v_ext.data_ptr()); p.ve_st = v_ext.stride(0);
+  p.o = reinterpret_cast<__nv_bfloat16*>(o.data_ptr()); p.o_st = o.stride(0); p.o_sh = o.stride(1);
+  p.kbuf = reinterpret_cast<const __nv_bfloat16*>(k_buf.data_ptr()); p.kb_st = k_buf.stride(0);
+  p.num_slots = k_buf.size(0);
+  p.qo_indptr = qo_indptr.data_ptr(); p.qo_is64 = qo_indptr.scalar_type() == at::kLong;
+  p.kv_indptr = kv_indptr.data_ptr(); p.kv_is64 = kv_indptr.scalar_type() == at::kLong;
+  p.kv_indices = reinterpret_cast<const int64_t*>(kv_indices.data_ptr());
+  p.n_kv_indices = kv_indices.numel();
+  p.mask = reinterpret_cast<const uint8_t*>(ptr_or_null(mask));
+  p.mask_numel = p.mask ? mask->numel() : 0;
+  p.mask_indptr = ptr_or_null(mask_indptr);
+  p.mi_is64 = p.mask_indptr ? (mask_indptr->scalar_type() == at::kLong) : 0;
+  p.mask_mode = (int)mask_mode;
+  p.v_alias = (int)v_alias;
+  p.B = (int)(qo_indptr.numel() - 1);
+  p.T = (int)q.size(0);
+  p.H = (int)q.size(1);
+  p.S = (int)num_splits;
+  p.scale_log2 = (float)scale_log2;
+  if (p.S > 1) {
+    TORCH_CHECK(workspace.has_value() && workspace->defined(), "workspace required when num_splits > 1");
+    const int64_t rows = (int64_t)p.T * p.H;
+    TORCH_CHECK(workspace->numel() >= p.S * rows * 513, "workspace too small");
+    float* ws = workspace->data_ptr<float>();
+    p.ws_o = ws;
+    p.ws_lse = ws + p.S * rows * 512;
+  }
+  cudaError_t e = mlav::launch(p, (int)cfg, (int)max_len_extend, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(e == cudaSuccess, "mla_verify launch failed: ", cudaGetErrorString(e));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("fwd", &fwd, "MLA verify attention forward (writes o in place)");
+  m.def("config_smem_bytes", &mlav::config_smem_bytes, "dynamic smem bytes of a tile config");
+  m.def("config_block_m", &mlav::config_block_m, "rows per CTA of a tile config");
+  m.def("config_compiled", &mlav::config_compiled, "whether a tile config is in this module");
+}

@@ -1,0 +1,52 @@
+"""Tile configurations of the MLA verify kernel, mirrored from csrc/mla_verify_kernel.cuh.
+
+A config is (BM query rows per CTA, BN KV tokens per tile, STAGES cp.async stages). Shared
+memory (bytes, all dynamic) = Q tile BM*1152 + STAGES*BN*1152 (KV) + BM*BN*2 (P, bf16)
++ 16*BM (row max / row sum exchange, fp32 [2][2][BM]). kernels.build parses BM/BN/STAGES from
+the mangled kernel names and uses `smem_bytes` for the ptxas report; the GPU tests check it
+against the binding's own number.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ROW_BYTES = 576 * 2  # one token / query row: 576 bf16
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    name: str
+    index: int  # the `cfg` integer of the C++ launcher
+    block_m: int
+    block_n: int
+    stages: int
+
+    @property
+    def threads(self) -> int:
+        return (self.block_m // 16) * 2 * 32
+
+    @property
+    def smem_bytes(self) -> int:
+        return smem_bytes(self.block_m, self.block_n, self.stages)
+
+    @property
+    def ctas_per_sm_hint(self) -> int:
+        """CTAs of this config that fit one SM by smem (228 KiB/SM on sm_90, 100 KiB on sm_120)."""
+        return 1 if self.smem_bytes > 114 * 1024 else 2
+
+
+def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
+    """Dynamic shared memory (bytes) requested by the launcher for one CTA."""
+    return block_m * ROW_BYTES + stages * block_n * ROW_BYTES + block_m * block_n * 2 + 16 * block_m
+
+
+SM90 = TileConfig("sm90", 0, 64, 64, 2)
+SM120 = TileConfig("sm120", 1, 32, 16, 3)
+CONFIGS = {c.name: c for c in (SM90, SM120)}
+
+# Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
+SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
+# Tile configs compiled into (and used on) each arch. sm_90a also carries the sm120 config so
+# that the Blackwell code path can be proven on Hopper hardware.
+ARCH_CONFIGS = {"sm_90a": (SM90, SM120), "sm_120a": (SM120,)}
+DEFAULT_CONFIG = {"sm_90a": SM90, "sm_120a": SM120}
