@@ -13,7 +13,7 @@ Python::
 
 Shell (CI)::
 
-    python tests/ssh/lab.py up DIR N      # prints one line per host: name addr port pid
+    python tests/ssh/lab.py up DIR N      # prints name addr port pid per host; writes DIR/inventory.yaml
     python tests/ssh/lab.py down DIR      # stops the PIDs recorded in DIR/lab.json
 """
 from __future__ import annotations
@@ -268,6 +268,34 @@ class Lab:
         return out
 
 
+def inventory_doc(lab: Lab, remote_base: Path, *, python: str | None = None,
+                  hosts: list[str] | None = None, **defaults: object) -> dict:
+    """An inventory (DESIGN.md format) for the lab's hosts; each host has its own remote_root.
+
+    ``defaults`` override the generated ``defaults:`` (e.g. ``connect_timeout_s=2``).
+    """
+    d: dict = {
+        "connection": "ssh", "user": lab.user, "ssh_key": lab.client_key,
+        "known_hosts": lab.known_hosts, "python": python or sys.executable, "arch": "sm_120a",
+        "connect_timeout_s": 3, "command_timeout_s": 600,
+    }
+    d.update(defaults)
+    names = hosts or [h.name for h in lab.hosts]
+    return {
+        "defaults": d,
+        "hosts": [{"name": n, "address": lab.host(n).address, "port": lab.host(n).port,
+                   "remote_root": str(Path(remote_base, n))} for n in names],
+    }
+
+
+def write_inventory(path: Path, doc: dict) -> Path:
+    import yaml  # only needed here
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(Path(path), yaml.safe_dump(doc, sort_keys=False))
+    return Path(path)
+
+
 def _sshd_config(h: LabHost, authorized_keys: Path) -> str:
     return "\n".join([
         f"ListenAddress {h.address}:{h.port}",
@@ -330,9 +358,10 @@ def _main(argv: list[str]) -> int:
     usage = "usage: lab.py up DIR N | lab.py down DIR"
     if len(argv) == 3 and argv[0] == "up":
         lab = start_lab(Path(argv[1]), int(argv[2]))
+        inv = write_inventory(Path(lab.root, "inventory.yaml"), inventory_doc(lab, Path(lab.root, "remote")))
         for h in lab.hosts:
             print(h.name, h.address, h.port, h.pid)
-        print(f"known_hosts {lab.known_hosts}\nclient_key {lab.client_key}")
+        print(f"known_hosts {lab.known_hosts}\nclient_key {lab.client_key}\ninventory {inv}")
         return 0
     if len(argv) == 2 and argv[0] == "down":
         if not Path(argv[1], "lab.json").exists():
