@@ -1,0 +1,427 @@
+"""The ``orchestrator`` command line: a thin Typer layer over :mod:`orchestrator.engine`.
+
+Every command funnels errors through :func:`_guard`: an expected :class:`OrchestratorError` is one
+line on stderr (or the JSON envelope on stdout with ``--json``) and its exit code; anything else
+is "internal error (bug)" with exit 1, the traceback only with ``--debug``/``ORCHESTRATOR_DEBUG=1``.
+Heavy modules (rich views, engine) are imported inside the commands that need them.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from orchestrator.envelope import Envelope
+from orchestrator.errors import ExitCode, Interrupted, OrchestratorError, UsageError
+
+app = typer.Typer(
+    name="orchestrator",
+    help="Phase-gated deployment of the MLA verify-attention kernel into SGLang (phases 0-4).",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+inventory_app = typer.Typer(help="Inventory commands.", no_args_is_help=True)
+app.add_typer(inventory_app, name="inventory")
+
+StateDirOpt = Annotated[Optional[Path], typer.Option("--state-dir", envvar="ORCHESTRATOR_STATE_DIR",
+                                                     help="State folder (default .orchestrator/).")]
+InventoryOpt = Annotated[Optional[Path], typer.Option("--inventory", "-i", envvar="ORCHESTRATOR_INVENTORY",
+                                                      help="Inventory YAML (default inventory/local.yaml).")]
+PhasesDirOpt = Annotated[Optional[Path], typer.Option("--phases-dir", envvar="ORCHESTRATOR_PHASES_DIR",
+                                                      help="Folder of phase specs (default phases/).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document on stdout; never prompt.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", envvar="ORCHESTRATOR_DEBUG", help="Show tracebacks.")]
+LimitOpt = Annotated[Optional[str], typer.Option("--limit", "-l", help="Comma-separated host or group names.")]
+PhasesArg = Annotated[Optional[list[str]], typer.Argument(help="Phase ids (0-4) or names.", show_default=False)]
+AllOpt = Annotated[bool, typer.Option("--all", help="All phases in order.")]
+ApproveOpt = Annotated[Optional[str], typer.Option("--approve", metavar="DIGEST",
+                                                   help="Approve the plan with this digest (no TTY / --json).")]
+InteractiveOpt = Annotated[Optional[bool], typer.Option(
+    "--interactive/--no-interactive", help="Prompt for approval on stdin (default: only on a TTY).")]
+
+
+def _cmdline() -> str:
+    return " ".join(["orchestrator"] + sys.argv[1:])[:500]
+
+
+def _emit_json(env: Envelope) -> None:
+    sys.stdout.write(env.dumps() + "\n")
+    sys.stdout.flush()
+
+
+def _guard(command: str, as_json: bool, debug: bool, fn: Callable[[], Envelope]) -> None:
+    """Run ``fn``; render its envelope (JSON) or nothing (human views print themselves); exit with its code."""
+    try:
+        env = fn()
+    except OrchestratorError as exc:
+        env = Envelope(command=command, ok=False, exit_code=int(exc.exit_code), errors=[exc.to_dict()])
+        env.plan = getattr(exc, "plan", None)
+        if debug:
+            traceback.print_exc()
+        if as_json:
+            _emit_json(env)
+        else:
+            from orchestrator.views import error_line
+
+            error_line(str(exc), exc.hint)
+        raise typer.Exit(int(exc.exit_code)) from None
+    except KeyboardInterrupt:
+        err = Interrupted("interrupted", hint="run the same command again to resume")
+        if as_json:
+            _emit_json(Envelope(command=command, ok=False, exit_code=130, errors=[err.to_dict()]))
+        else:
+            sys.stderr.write("Interrupted.\n")
+        raise typer.Exit(130) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place that turns bugs into a clean exit
+        msg = f"internal error (bug): {type(exc).__name__}: {exc}"
+        if debug:
+            traceback.print_exc()
+        if as_json:
+            _emit_json(Envelope(command=command, ok=False, exit_code=1,
+                                errors=[{"code": "INTERNAL", "exit_code": 1, "message": msg, "hint": "rerun with --debug"}]))
+        else:
+            sys.stderr.write(f"Error: {msg}\nhint: rerun with --debug for the traceback\n")
+        raise typer.Exit(1) from None
+    if as_json:
+        _emit_json(env)
+    if env.exit_code:
+        raise typer.Exit(env.exit_code)
+
+
+def _context(state_dir: Path | None, inventory: Path | None, phases_dir: Path | None, *, need_inventory: bool = True):
+    from orchestrator.inventory import load_inventory
+    from orchestrator.paths import default_inventory, default_state_dir
+    from orchestrator.specs import load_catalog
+
+    catalog = load_catalog(phases_dir)
+    inv = load_inventory(inventory or default_inventory()) if need_inventory else None
+    return catalog, inv, state_dir or default_state_dir()
+
+
+def _engine(state_dir: Path | None, inventory: Path | None, phases_dir: Path | None, as_json: bool):
+    from orchestrator.engine import Engine
+
+    catalog, inv, sd = _context(state_dir, inventory, phases_dir)
+    notify = None
+    if not as_json:
+        from orchestrator.views import on_event
+
+        notify = on_event
+    return Engine(catalog=catalog, inventory=inv, state_dir=sd, notify=notify)
+
+
+def _approver(as_json: bool, interactive: bool | None):
+    from orchestrator.approval import NonInteractive
+
+    if as_json:
+        if interactive:
+            raise UsageError("--json never prompts: use --approve DIGEST instead of --interactive")
+        return NonInteractive()
+    if interactive is None:
+        interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    if interactive:
+        from orchestrator.views import InteractiveApprover
+
+        return InteractiveApprover()
+    return NonInteractive()
+
+
+def _plan_dict(plan: Any) -> dict[str, Any]:
+    return plan.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------------------------------- status
+@app.command()
+def status(state_dir: StateDirOpt = None, phases_dir: PhasesDirOpt = None, as_json: JsonOpt = False,
+           debug: DebugOpt = False) -> None:
+    """Show the persisted todo list: every phase and step, per-host results and gate evidence."""
+
+    def go() -> Envelope:
+        from orchestrator.specs import load_catalog
+        from orchestrator.paths import default_state_dir
+        from orchestrator.state import StateStore
+
+        sd = state_dir or default_state_dir()
+        store = StateStore(sd)
+        state = store.load_for_display()
+        catalog = load_catalog(phases_dir)
+        if not as_json:
+            from orchestrator.views import render_status
+
+            render_status(state, catalog, str(store.path))
+        results = {"state_path": str(store.path), "lock_held": store.lock_held(),
+                   "phases_dir": str(catalog.directory),
+                   "phases": [{"id": lp.spec.id, "label": lp.spec.label,
+                               "steps": [s.id for s in lp.spec.steps]} for lp in catalog.phases],
+                   "state": state.model_dump(mode="json")}
+        return Envelope(command="status", ok=True, exit_code=0, results=results)
+
+    _guard("status", as_json, debug, go)
+
+
+# ---------------------------------------------------------------------------------------- run/plan
+@app.command()
+def run(
+    phases: PhasesArg = None,
+    all_phases: AllOpt = False,
+    inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Connect to nothing; print every command and the digest.")] = False,
+    as_json: JsonOpt = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Skip non-critical confirmations (re-running a passed "
+                                      "phase). Never approves a step that changes a live service.")] = False,
+    approve: ApproveOpt = None,
+    forks: Annotated[int, typer.Option("--forks", min=1, max=256, help="Hosts in parallel.")] = 10,
+    interactive: InteractiveOpt = None,
+    state_dir: StateDirOpt = None,
+    phases_dir: PhasesDirOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Run phases (id or name) on the inventory's hosts, in order, with gates and approval."""
+
+    def go() -> Envelope:
+        eng = _engine(state_dir, inventory, phases_dir, as_json)
+        if dry_run:
+            plan = eng.plan(phases or [], all_phases=all_phases, limit=limit)
+            if not as_json:
+                from orchestrator.views import render_plan
+
+                render_plan(plan, title="Dry run (nothing is executed)", show_actions=False)
+            code = int(ExitCode.INVALID_SPEC) if plan.problems else 0
+            errors = [{"code": "INVALID_SPEC", "exit_code": 3, "message": p} for p in plan.problems]
+            if errors and not as_json:
+                from orchestrator.views import error_line
+
+                error_line(plan.problems[0], f"{len(plan.problems)} problem(s); fix the inventory or phase spec")
+            return Envelope(command="run", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(plan),
+                            errors=errors)
+        from orchestrator.engine import RunOptions
+
+        opts = RunOptions(forks=forks, approve=approve, rerun=yes, command=_cmdline())
+        try:
+            report = eng.run(phases or [], all_phases=all_phases, limit=limit, options=opts,
+                             approver=_approver(as_json, interactive))
+        except OrchestratorError as exc:
+            if as_json:
+                try:
+                    exc.plan = _plan_dict(eng.plan(phases or [], all_phases=all_phases, limit=limit))  # type: ignore[attr-defined]
+                except OrchestratorError:
+                    pass
+            raise
+        if not as_json:
+            from orchestrator.views import render_report
+
+            render_report(report)
+        errors = []
+        for rec in report.phases:
+            for h, hp in rec.hosts.items():
+                if hp.status.value in ("failed", "blocked", "interrupted"):
+                    errors.append({"code": hp.status.value.upper(), "exit_code": report.exit_code,
+                                   "message": hp.reason, "host": h, "phase": f"{rec.id}-{rec.name}",
+                                   "hint": f"orchestrator status; logs under {eng.state_dir}/runs/{report.run_id}/"})
+        if errors and not as_json:
+            from orchestrator.views import error_line
+
+            e = errors[0]
+            error_line(f"phase {e['phase']} {e['code'].lower()} on {e['host']}: {e['message']}", e["hint"])
+        return Envelope(command="run", ok=report.exit_code == 0, exit_code=report.exit_code, run_id=report.run_id,
+                        plan=_plan_dict(report.plan),
+                        results={"phases": [p.model_dump(mode="json") for p in report.phases],
+                                 "skipped_phases": report.skipped_phases},
+                        errors=errors, warnings=report.warnings)
+
+    _guard("run", as_json, debug, go)
+
+
+@app.command()
+def plan(
+    phases: PhasesArg = None,
+    all_phases: AllOpt = False,
+    inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
+    as_json: JsonOpt = False,
+    state_dir: StateDirOpt = None,
+    phases_dir: PhasesDirOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Show what `run` would do per host (run / resume / up to date / refused), every command, and the digest."""
+
+    def go() -> Envelope:
+        eng = _engine(state_dir, inventory, phases_dir, as_json)
+        p = eng.plan(phases or [], all_phases=all_phases, limit=limit)
+        eng.record_planned(p, _cmdline())
+        if not as_json:
+            from orchestrator.views import render_plan
+
+            render_plan(p, title="Plan", show_actions=True)
+            if p.needs_approval:
+                from orchestrator.views import out
+
+                out.print(f"To run exactly this plan without a TTY: orchestrator run "
+                          f"{' '.join(phases or []) or '--all'} --approve {p.digest}")
+        errors = [{"code": "INVALID_SPEC", "exit_code": 3, "message": m} for m in p.problems]
+        code = int(ExitCode.INVALID_SPEC) if errors else 0
+        if errors and not as_json:
+            from orchestrator.views import error_line
+
+            error_line(p.problems[0], f"{len(p.problems)} problem(s); fix the inventory or phase spec")
+        return Envelope(command="plan", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(p),
+                        errors=errors)
+
+    _guard("plan", as_json, debug, go)
+
+
+@app.command()
+def rollback(
+    phases: PhasesArg = None,
+    inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the rollback commands and digest only.")] = False,
+    as_json: JsonOpt = False,
+    approve: ApproveOpt = None,
+    forks: Annotated[int, typer.Option("--forks", min=1, max=256)] = 10,
+    interactive: InteractiveOpt = None,
+    state_dir: StateDirOpt = None,
+    phases_dir: PhasesDirOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Run the declared rollback steps of phases (default: every phase that has them) after approval."""
+
+    def go() -> Envelope:
+        eng = _engine(state_dir, inventory, phases_dir, as_json)
+        selected, p, digest = eng.rollback_plan(phases or [], limit=limit)
+        if dry_run:
+            if not as_json:
+                from orchestrator.views import out
+
+                for ph in p.phases:
+                    for s in ph.rollback_steps:
+                        out.print(f"rollback {ph.label} {s.id}: {s.title}")
+                        for c in s.commands:
+                            out.print(f"    [{c.host}] {c.display}")
+                out.print(f"Rollback digest: {digest}")
+            eng.audit.append(decision="planned", digest=digest, phase=",".join(lp.spec.label for lp in selected),
+                             hosts=p.hosts, via="plan", command=_cmdline())
+            pd = _plan_dict(p)
+            pd["rollback_digest"] = digest
+            return Envelope(command="rollback", ok=True, exit_code=0, dry_run=True, plan=pd)
+        from orchestrator.engine import RunOptions
+
+        report = eng.rollback(phases or [], limit=limit,
+                              options=RunOptions(forks=forks, approve=approve, command=_cmdline()),
+                              approver=_approver(as_json, interactive))
+        if not as_json:
+            from orchestrator.views import render_report
+
+            render_report(report)
+        return Envelope(command="rollback", ok=report.exit_code == 0, exit_code=report.exit_code,
+                        run_id=report.run_id, results={"phases": [r.model_dump(mode="json") for r in report.phases]})
+
+    _guard("rollback", as_json, debug, go)
+
+
+# ---------------------------------------------------------------------------------------- phases
+@app.command()
+def phases(
+    phase: Annotated[Optional[str], typer.Argument(help="Show one phase (id or name).")] = None,
+    as_json: JsonOpt = False,
+    phases_dir: PhasesDirOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """List the phase specs, or show one with its steps, gates and rollback steps."""
+
+    def go() -> Envelope:
+        from orchestrator.specs import load_catalog
+
+        catalog = load_catalog(phases_dir)
+        chosen = [catalog.resolve(phase)] if phase else catalog.phases
+        docs = [{"path": str(lp.path), "sha256": lp.sha256, **lp.spec.model_dump(mode="json")} for lp in chosen]
+        if not as_json:
+            from orchestrator.views import out
+
+            for lp in chosen:
+                s = lp.spec
+                req = f" (requires {s.requires})" if s.requires is not None else ""
+                appr = " [approval]" if s.needs_approval else ""
+                out.print(f"{s.label}: {s.title}{req}{appr}  ({lp.path})")
+                if phase:
+                    for st in list(s.steps) + list(s.rollback_steps):
+                        kind = "rollback" if st in s.rollback_steps else st.runs_on.value
+                        cmd = " ".join(st.command) if st.command else f"<builtin:{st.builtin}>"
+                        out.print(f"  - {st.id} [{kind}, {st.priority.value}, {st.timeout_s:g}s]"
+                                  f"{' [approval]' if st.requires_approval else ''}: {st.title}")
+                        out.print(f"      $ {cmd}")
+                        for g in st.gates:
+                            out.print(f"      gate {g.describe()}  ({g.reason})")
+        return Envelope(command="phases", ok=True, exit_code=0, results={"phases": docs})
+
+    _guard("phases", as_json, debug, go)
+
+
+# ---------------------------------------------------------------------------------------- inventory
+@inventory_app.command("check")
+def inventory_check(
+    inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
+    as_json: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Validate an inventory file and show the resolved hosts (defaults applied, groups, canary)."""
+
+    def go() -> Envelope:
+        from orchestrator.inventory import load_inventory
+        from orchestrator.paths import default_inventory
+
+        inv = load_inventory(inventory or default_inventory())
+        hosts = inv.select(limit)
+        canary = inv.canary(hosts).name if hosts else None
+        if not as_json:
+            from rich.table import Table
+
+            from orchestrator.views import out
+
+            t = Table(title=f"{inv.path}: {len(hosts)} hosts, canary {canary}")
+            for col in ("name", "connection", "address", "user", "arch", "remote_root", "groups", "service"):
+                t.add_column(col.upper(), overflow="fold")
+            for h in hosts:
+                svc = "restart+health" if h.service.restart and h.service.health_url else "-"
+                t.add_row(h.name, h.connection, f"{h.address}:{h.port}" if not h.is_local else h.address,
+                          h.user or "-", h.arch, h.remote_root, ",".join(h.groups) or "-", svc)
+            out.print(t)
+        return Envelope(command="inventory check", ok=True, exit_code=0,
+                        results={"path": str(inv.path), "canary": canary, "groups": inv.groups(),
+                                 "hosts": [h.model_dump(mode="json") for h in hosts]})
+
+    _guard("inventory check", as_json, debug, go)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False) -> None:
+    if version:
+        from orchestrator import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point. SIGTERM is treated like Ctrl-C (state records ``interrupted``, exit 130)."""
+    try:
+        signal.signal(signal.SIGTERM, _sigterm)
+    except ValueError:  # not the main thread (embedded use)
+        pass
+    if os.environ.get("ORCHESTRATOR_JSON") == "1" and "--json" not in (argv or sys.argv[1:]):
+        argv = list(argv or sys.argv[1:]) + ["--json"]
+    app(args=argv, prog_name="orchestrator")

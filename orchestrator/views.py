@@ -1,0 +1,195 @@
+"""Human rendering (Rich) of the engine's typed results, and the interactive approval prompt.
+
+Results go to stdout; progress, warnings, errors and prompts go to stderr.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.approval import APPROVE_WORD, ApprovalSummary
+from orchestrator.engine import Event, RunReport
+from orchestrator.planner import CONTROLLER, Plan
+from orchestrator.specs import PhaseCatalog
+from orchestrator.state import RunState, Status
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    wide = None if stream.isatty() else 160  # pipes and CI logs: no 80-column wrapping
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=wide)
+
+
+out = _console(False)
+err = _console(True)
+
+STYLE = {
+    "completed": "green", "failed": "red", "blocked": "yellow", "interrupted": "magenta",
+    "in_progress": "cyan", "awaiting_approval": "bold yellow", "skipped": "dim", "pending": "white",
+}
+MARK = {"completed": "✓", "failed": "⨯", "blocked": "!", "interrupted": "↯", "skipped": "-", "in_progress": "…"}
+
+
+def styled(status: str) -> Text:
+    return Text(status, style=STYLE.get(status, ""))
+
+
+def error_line(message: str, hint: str | None) -> None:
+    err.print(Text("Error: ", style="bold red") + Text(message))
+    if hint:
+        err.print(Text("hint: ", style="dim") + Text(hint))
+
+
+def on_event(e: Event) -> None:
+    if e.kind == "phase_started":
+        err.print(Text(f"--> Phase {e.phase}: {e.message}", style="bold"))
+    elif e.kind == "step_finished":
+        st = e.status or ""
+        line = Text(f"  [{e.host}] {e.step} ") + Text(f"{MARK.get(st, '?')} {st}", style=STYLE.get(st, ""))
+        if e.message:
+            line += Text(f": {e.message}")
+        err.print(line)
+        if st != "completed" and e.log_path:
+            err.print(Text(f"      View logs: {e.log_path}", style="dim"))
+    elif e.kind == "rollback":
+        err.print(Text(f"  [{e.host}] ↺ {e.step}: {e.message}", style="yellow"))
+    elif e.kind in ("warning",):
+        err.print(Text(f"Warning: {e.message}", style="yellow"))
+    elif e.kind == "message":
+        err.print(Text(f"--> Phase {e.phase}: {e.message}"))
+    elif e.kind == "phase_finished":
+        st = e.status or ""
+        err.print(Text(f"<-- Phase {e.phase}: ") + styled(st) + Text(f" {e.message}" if e.message else ""))
+
+
+def _fmt_metric(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> None:
+    t = Table(title=f"orchestrator status ({state_path})", show_lines=False, expand=False)
+    for col in ("phase", "step", "status", "prio", "hosts", "evidence", "reason"):
+        t.add_column(col.upper(), overflow="fold")
+    for lp in catalog.phases:
+        rec = state.phase(lp.spec.id)
+        pst = rec.status.value if rec else "pending"
+        hosts = ", ".join(f"{h}:{hp.status.value}" for h, hp in rec.hosts.items()) if rec else ""
+        t.add_row(Text(lp.spec.label, style="bold"), "", styled(pst), "", hosts, "", (rec.reason or "") if rec else "")
+        for step in list(lp.spec.steps) + list(lp.spec.rollback_steps):
+            sr = rec.step(step.id) if rec else None
+            is_rb = step in lp.spec.rollback_steps
+            if is_rb and (sr is None or not sr.hosts):
+                continue
+            st = sr.status.value if sr else "pending"
+            if sr is None and step.requires_approval:
+                st = "pending"
+            counts: dict[str, int] = {}
+            ev: list[str] = []
+            reasons: list[str] = []
+            for h, r in (sr.hosts.items() if sr else []):
+                counts[r.status.value] = counts.get(r.status.value, 0) + 1
+                if len(ev) < 6:
+                    for k, v in r.metrics.items():
+                        if len(ev) >= 6:
+                            break
+                        prefix = "" if len(sr.hosts) == 1 else f"{h}:"
+                        ev.append(f"{prefix}{k.split('.')[-1]}={_fmt_metric(v)}")
+                if r.reason and len(reasons) < 2:
+                    reasons.append(r.reason if len(sr.hosts) == 1 else f"{h}: {r.reason}")
+            host_txt = " ".join(f"{n} {k}" for k, n in counts.items())
+            label = f"  {'↺ ' if is_rb else ''}{step.id}" + (" (approval)" if step.requires_approval else "")
+            t.add_row("", label, styled(st), step.priority.value, host_txt, ", ".join(ev), "; ".join(reasons))
+    out.print(t)
+    if state.last_run:
+        lr = state.last_run
+        out.print(Text(f"last run {lr.run_id} by {lr.user}@{lr.hostname} started {lr.started_at} "
+                       f"exit {lr.exit_code if lr.exit_code is not None else '?'}", style="dim"))
+
+
+def render_plan(plan: Plan, *, title: str, show_actions: bool) -> None:
+    out.print(Text(f"{title}: bundle {plan.bundle_sha[:12]}  inventory {plan.inventory}  "
+                   f"hosts {len(plan.hosts)}", style="bold"))
+    counts: dict[str, int] = {}
+    for ph in plan.phases:
+        out.print(Text(f"\n# phase {ph.label}: {ph.title}" + ("  [requires approval]" if ph.needs_approval else ""),
+                       style="bold"))
+        if show_actions:
+            for a in ph.actions:
+                counts[a.action] = counts.get(a.action, 0) + 1
+                sym = {"run": "+", "resume": "~", "up_to_date": "=", "refused": "!"}[a.action]
+                out.print(f"  {sym} {a.host}: {a.action}" + (f" ({a.detail})" if a.detail else ""))
+        for s in ph.steps:
+            flag = " [approval]" if s.requires_approval else ""
+            waves = f" waves {s.waves}" if s.waves else ""
+            out.print(Text(f"  step {s.id} ({s.runs_on}{waves}){flag}: {s.title}"))
+            for c in s.commands:
+                out.print(Text(f"    [{c.host}] {c.display}", style="dim" if c.host == CONTROLLER else ""))
+        for s in ph.rollback_steps:
+            out.print(Text(f"  rollback {s.id}: {s.title}", style="yellow"))
+            for c in s.commands[:3]:
+                out.print(Text(f"    [{c.host}] {c.display}", style="dim"))
+            if len(s.commands) > 3:
+                out.print(Text(f"    ... and {len(s.commands) - 3} more hosts", style="dim"))
+        for p in ph.problems:
+            err.print(Text(f"  problem: {p}", style="red"))
+    if show_actions:
+        out.print(Text("\nPlan: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counts.items())) + "."))
+    out.print(Text(f"Plan digest: {plan.digest}", style="bold"))
+
+
+def render_report(report: RunReport) -> None:
+    t = Table(title=f"run {report.run_id}")
+    for col in ("phase", "host", "status", "reason"):
+        t.add_column(col.upper(), overflow="fold")
+    for rec in report.phases:
+        for h, hp in rec.hosts.items():
+            t.add_row(f"{rec.id}-{rec.name}", h, styled(hp.status.value), hp.reason or "")
+    for label in report.skipped_phases:
+        t.add_row(label, "*", styled("skipped"), "up to date (passed with this bundle and spec)")
+    out.print(t)
+
+
+class InteractiveApprover:
+    """Shows the Terraform-style summary on stderr and reads one line from stdin."""
+
+    interactive = True
+
+    def approve(self, s: ApprovalSummary) -> bool:
+        err.print(Text(f"\nApproval required: {s.action}", style="bold yellow"))
+        err.print(f"  target hosts ({len(s.hosts)}): {', '.join(s.hosts)}")
+        err.print(f"  bundle sha256: {s.bundle_sha}")
+        err.print("  gate evidence from earlier phases:")
+        for line in s.evidence or ["(none recorded)"]:
+            err.print(f"    {line}")
+        err.print("  will change:")
+        for c in s.changes:
+            err.print(f"    ~ {c}")
+        err.print(f"  to undo: {s.undo}")
+        for w in s.warnings:
+            err.print(Text(f"  Warning: {w}", style="yellow"))
+        err.print(f"  digest: {s.digest}")
+        err.print(f"\nDo you want to perform these actions?\n  Only '{APPROVE_WORD}' will be accepted to approve.")
+        err.print("  Enter a value: ", end="")
+        line = sys.stdin.readline()
+        ok = line.rstrip("\n") == APPROVE_WORD
+        if not ok:
+            err.print(Text("Cancelled: nothing was changed.", style="red"))
+        return ok
+
+    def confirm(self, question: str) -> bool:
+        err.print(f"{question} [y/N] ", end="")
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def status_counts(state: RunState) -> dict[str, int]:
+    counts: dict[str, int] = {s.value: 0 for s in Status}
+    for p in state.phases.values():
+        for s in p.steps:
+            counts[s.status.value] += 1
+    return counts
