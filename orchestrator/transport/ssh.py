@@ -34,8 +34,6 @@ from orchestrator.transport.remote_command import render_remote_command
 
 log = logging.getLogger(__name__)
 
-#: ``timeout -k`` on the host: SIGKILL this long after SIGTERM.
-KILL_AFTER_S = 5
 #: The client waits this much longer than the host-side ``timeout`` before giving up, so
 #: that a command killed on the host still reports its exit status (124/137).
 CLIENT_GRACE_S = 3
@@ -197,8 +195,9 @@ class SSHTransport:
 
     def render(self, argv: list[str], *, timeout_s: float, cwd: str | None = None,
                env: dict[str, str] | None = None) -> str:
-        """The exact string sent to the host (what the dry-run prints)."""
-        return render_remote_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, kill_after_s=KILL_AFTER_S)
+        """The exact string sent to the host: the same call, with the same defaults
+        (``timeout -k 10 N``), that the dry-run prints (``planner.display_command``)."""
+        return render_remote_command(argv, cwd=cwd, env=env, timeout_s=timeout_s)
 
     def run(
         self,

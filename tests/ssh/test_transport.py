@@ -165,7 +165,7 @@ def test_log_file_holds_command_and_output(shared_lab, tmp_path, transports):
     r = t.run(["echo", "logged text"], timeout_s=5, log_path=log)
     text = log.read_text()
     assert r.log_path == str(log)
-    assert text.startswith("$ timeout -k 5 5 echo 'logged text'\n")
+    assert text.startswith("$ timeout -k 10 5 echo 'logged text'\n")
     assert "exit 0" in text and "logged text\n" in text
     assert "PRIVATE KEY" not in text and shared_lab.client_key not in text
 
