@@ -21,7 +21,7 @@ from orchestrator.state import RunState, Status
 def _console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     wide = None if stream.isatty() else 160  # pipes and CI logs: no 80-column wrapping
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=wide)
+    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=False, width=wide)
 
 
 out = _console(False)
