@@ -61,11 +61,35 @@ class FragStats:
 
 
 @dataclass(frozen=True)
-class Round:
-    """Moves that commute: ``dst`` slots are free when the round starts; int64 arrays, same length."""
+class Step:
+    """One batched operation of a round's schedule (int64 slot arrays of equal length).
 
+    kind "copy": ``buf[dst] = buf[src]`` for all pairs at once; no dst is a src of the same step.
+    kind "gather": ``staging = buf[src]`` (``dst`` is ``arange(k)``, the staging rows).
+    kind "scatter": ``buf[dst] = staging`` (``src`` is ``arange(k)``).
+    """
+
+    kind: str
     src: np.ndarray
     dst: np.ndarray
+
+
+@dataclass(frozen=True)
+class Round:
+    """The moves ``src[i] -> dst[i]`` of one round (distinct srcs, distinct dsts; int64) and the
+    order that executes them safely: ``steps``. Mode "incremental": every dst is free at the
+    round start (one copy step). Mode "compact": dsts may be srcs of the same round (chains,
+    cycles); chains run as dependency levels, what is left (cycles, very long chains) goes
+    through a staging buffer."""
+
+    mode: str
+    src: np.ndarray
+    dst: np.ndarray
+    steps: tuple[Step, ...]
+
+    @property
+    def staged_tokens(self) -> int:
+        return sum(int(s.src.size) for s in self.steps if s.kind == "gather")
 
 
 @dataclass(frozen=True)
@@ -93,6 +117,15 @@ class Plan:
         """Bytes copied: tokens_moved x layers x 576 x elem_size (elem_size 2 for bf16, 1 for fp8)."""
         return self.tokens_moved * layers * 576 * elem_size
 
+    @property
+    def staged_tokens(self) -> int:
+        """Moves routed through the staging buffer (each costs an extra read and write)."""
+        return sum(r.staged_tokens for r in self.rounds)
+
+    @property
+    def copy_steps(self) -> int:
+        return sum(len(r.steps) for r in self.rounds)
+
     def src_dst(self) -> tuple[np.ndarray, np.ndarray]:
         """All moves concatenated in execution order (round by round)."""
         if not self.rounds:
@@ -104,9 +137,39 @@ class Plan:
 # --------------------------------------------------------------------------- metrics
 
 
-def _runs(pool: PoolIndex):
-    """Flat live positions plus run decomposition (request-major, position-ascending)."""
-    r, p, s = pool.live_positions()
+@dataclass(frozen=True)
+class _Flat:
+    """Live positions flattened request-major: ``s[offs[k] + p]`` is the slot of position p of
+    request ``reqs[k]`` (int64 arrays). What the planner iterates on; no req_to_token copies."""
+
+    num_slots: int
+    reqs: np.ndarray
+    lens: np.ndarray
+    r: np.ndarray
+    s: np.ndarray
+    free: np.ndarray
+
+    @staticmethod
+    def of(pool: PoolIndex) -> "_Flat":
+        r, _p, s = pool.live_positions()
+        reqs = pool.live_requests()
+        return _Flat(pool.num_slots, reqs, pool.seq_lens[reqs].astype(np.int64), r, s, pool.free_slots)
+
+    def moved(self, src: np.ndarray, dst: np.ndarray) -> "_Flat":
+        """State after moving every ``src[i] -> dst[i]`` at once."""
+        remap = np.arange(self.num_slots + 1, dtype=np.int64)
+        remap[src] = dst
+        isfree = np.zeros(self.num_slots + 1, dtype=bool)
+        isfree[self.free] = True
+        isfree[src] = True
+        isfree[dst] = False
+        free = np.flatnonzero(isfree[1:]).astype(np.int64) + 1
+        return _Flat(self.num_slots, self.reqs, self.lens, self.r, remap[self.s], free)
+
+
+def _runs(flat: _Flat):
+    """Run decomposition of the flat live positions: (run_start index, run_len, run_id per token)."""
+    s, r = flat.s, flat.r
     n = s.size
     brk = np.ones(n, dtype=bool)
     if n > 1:
@@ -114,11 +177,11 @@ def _runs(pool: PoolIndex):
     run_start = np.flatnonzero(brk)
     run_len = np.diff(np.append(run_start, n))
     run_id = np.cumsum(brk) - 1
-    return r, p, s, run_start, run_len, run_id
+    return run_start, run_len, run_id
 
 
-def _targets(pool: PoolIndex, reqs: np.ndarray, min_run: int | None) -> np.ndarray:
-    lens = pool.seq_lens[reqs].astype(np.int64)
+def _targets(seq_lens: np.ndarray, min_run: int | None) -> np.ndarray:
+    lens = seq_lens.astype(np.int64)
     return lens if min_run is None else np.minimum(lens, min_run)
 
 
@@ -136,27 +199,31 @@ def _free_extents(free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def fragmentation(pool: PoolIndex, min_run: int | None = None) -> FragStats:
     """Fragmentation metrics of ``pool`` (see module docstring for run / good run)."""
-    r, _p, s, run_start, run_len, _ = _runs(pool)
-    reqs = pool.live_requests()
-    n_tok = int(s.size)
+    return _frag(_Flat.of(pool), min_run)
+
+
+def _frag(flat: _Flat, min_run: int | None) -> FragStats:
+    run_start, run_len, _ = _runs(flat)
+    n_tok = int(flat.s.size)
     n_runs = int(run_len.size)
+    good = 0
     if n_runs:
-        run_req = r[run_start]
-        thr = _targets(pool, run_req, min_run)
-        good = int(run_len[run_len >= thr].sum())
-    else:
-        good = 0
-    ext_start, ext_len = _free_extents(pool.free_slots)
+        run_k = np.repeat(np.arange(flat.reqs.size), flat.lens)[run_start]
+        good = int(run_len[run_len >= _targets(flat.lens[run_k], min_run)].sum())
+    mark = np.zeros(flat.num_slots + 1, dtype=bool)
+    mark[flat.s] = True
+    _, ext_len = _free_extents(flat.free)
+    nreq = int(flat.reqs.size)
     return FragStats(
-        requests=int(reqs.size),
+        requests=nreq,
         live_tokens=n_tok,
-        unique_slots=int(np.unique(s).size),
+        unique_slots=int(mark.sum()),
         runs=n_runs,
-        runs_per_request=n_runs / reqs.size if reqs.size else 0.0,
+        runs_per_request=n_runs / nreq if nreq else 0.0,
         mean_run_length=n_tok / n_runs if n_runs else 0.0,
         frac_tokens_in_good_runs=good / n_tok if n_tok else 1.0,
         p=min_run,
-        free_slots=int(pool.free_slots.size),
+        free_slots=int(flat.free.size),
         free_extents=int(ext_len.size),
         largest_free_extent=int(ext_len.max()) if ext_len.size else 0,
     )
@@ -252,25 +319,40 @@ def _gaps(unfixed: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(a.tolist(), b.tolist()))
 
 
+def _multi_run(seg: np.ndarray) -> bool:
+    return seg.size > 1 and bool(np.any(seg[1:] != seg[:-1] + 1))
+
+
 class _RoundPlanner:
-    def __init__(self, pool: PoolIndex, min_run: int | None):
-        self.pool = pool
+    """Plans one round. mode "incremental": destinations are free slots only, a gap moves only
+    if that merges it with a neighbour or reduces its run count. mode "compact": the space is
+    every slot that is not pinned (free or held by a token that is not in a good run), and
+    every unpinned token gets a destination (possibly its own slot is reused by another)."""
+
+    def __init__(self, flat: _Flat, min_run: int | None, mode: str):
+        self.flat = flat
         self.min_run = min_run
-        n = pool.num_slots
-        self.r, self.p, self.s, run_start, run_len, run_id = _runs(pool)
-        run_req = self.r[run_start] if run_start.size else np.zeros(0, dtype=np.int64)
-        good_run = run_len >= _targets(pool, run_req, min_run)
+        self.mode = mode
+        n = flat.num_slots
+        self.s = flat.s
+        run_start, run_len, run_id = _runs(flat)
+        run_k = np.repeat(np.arange(flat.reqs.size), flat.lens)[run_start]
+        good_run = run_len >= _targets(flat.lens[run_k], min_run)
         self.fixed = np.zeros(n + 1, dtype=bool)
         self.fixed[self.s[good_run[run_id]]] = True
         self.new = np.arange(n + 1, dtype=np.int64)  # current slot -> slot after this round
-        self.ext = _Extents(pool.free_slots, n)
+        if mode == "incremental":
+            space = flat.free
+        else:
+            pinned = self.fixed.copy()
+            pinned[0] = True
+            space = np.flatnonzero(~pinned).astype(np.int64)
+        self.ext = _Extents(space, n)
         self.src: list[np.ndarray] = []
         self.dst: list[np.ndarray] = []
 
     def run(self) -> tuple[np.ndarray, np.ndarray]:
-        pool = self.pool
-        reqs = pool.live_requests()
-        lens = pool.seq_lens[reqs].astype(np.int64)
+        reqs, lens = self.flat.reqs, self.flat.lens
         offs = np.cumsum(lens) - lens
         order = np.lexsort((reqs, -lens))  # longest first, ties by row id
         for k in order.tolist():
@@ -279,18 +361,18 @@ class _RoundPlanner:
             unfixed = ~self.fixed[rs]
             if not unfixed.any():
                 continue
-            if self.min_run is None and self._try_anchor(rs, unfixed):
+            if self.mode == "incremental" and self.min_run is None and self._try_anchor(rs, unfixed):
                 continue
             for a, b in _gaps(unfixed):
-                self._place_gap(rs, a, b, allow_first_fit=True)
+                self._place_gap(rs, a, b)
         if not self.src:
             z = np.zeros(0, dtype=np.int64)
             return z, z
-        return np.concatenate(self.src), np.concatenate(self.dst)
+        src, dst = np.concatenate(self.src), np.concatenate(self.dst)
+        keep = src != dst  # compact mode may hand a token its own slot
+        return src[keep], dst[keep]
 
-    def _commit(self, rs: np.ndarray, a: int, b: int, start: int) -> None:
-        moved = rs[a:b]
-        dst = np.arange(start, start + (b - a), dtype=np.int64)
+    def _commit(self, moved: np.ndarray, dst: np.ndarray) -> None:
         self.fixed[moved] = True
         self.new[moved] = dst
         self.src.append(moved.astype(np.int64))
@@ -311,17 +393,28 @@ class _RoundPlanner:
                 return self.ext.take_suffix(e, g)
         return -1
 
-    def _place_gap(self, rs: np.ndarray, a: int, b: int, allow_first_fit: bool) -> bool:
+    def _place_gap(self, rs: np.ndarray, a: int, b: int) -> bool:
+        g = b - a
+        seg = rs[a:b]
         start = self._attach(rs, a, b)
-        if start < 0 and allow_first_fit:
-            seg = rs[a:b]
-            if seg.size > 1 and np.any(seg[1:] != seg[:-1] + 1):  # more than one run: worth it
-                e = self.ext.first_fit(b - a)
-                if e >= 0:
-                    start = self.ext.take_prefix(e, b - a)
-        if start < 0:
+        if start < 0 and (self.mode == "compact" or _multi_run(seg)):
+            e = self.ext.first_fit(g)
+            if e >= 0:
+                start = self.ext.take_prefix(e, g)
+        if start >= 0:
+            self._commit(seg, np.arange(start, start + g, dtype=np.int64))
+            return True
+        if self.mode != "compact":
             return False
-        self._commit(rs, a, b, start)
+        # Compact mode must place every token: spill over the largest extents, in pieces.
+        pieces, left = [], g
+        while left:
+            e = self.ext.first_fit(int(self.ext.tree[1]))
+            take = min(left, int(self.ext.length[e]))
+            st = self.ext.take_prefix(e, take)
+            pieces.append(np.arange(st, st + take, dtype=np.int64))
+            left -= take
+        self._commit(seg, np.concatenate(pieces))
         return True
 
     def _try_anchor(self, rs: np.ndarray, unfixed: np.ndarray) -> bool:
@@ -334,8 +427,7 @@ class _RoundPlanner:
         cand = unfixed[starts]
         if not cand.any():
             return False
-        lengths_c = np.where(cand, lengths, -1)
-        j = int(np.argmax(lengths_c))  # first longest: deterministic
+        j = int(np.argmax(np.where(cand, lengths, -1)))  # first longest: deterministic
         a0, a1 = int(starts[j]), int(starts[j]) + int(lengths[j])
         rest = unfixed.copy()
         rest[a0:a1] = False
@@ -344,7 +436,6 @@ class _RoundPlanner:
             return False
         undo: list[tuple[int, int, int]] = []
         placed: list[tuple[int, int, int]] = []
-        # Attach gaps adjacent to the anchor first, walking outwards, so each sees a fixed neighbour.
         before = sorted([g for g in gaps if g[1] <= a0], key=lambda g: -g[0])
         after = sorted([g for g in gaps if g[0] >= a1], key=lambda g: g[0])
         self.fixed[rs[a0:a1]] = True
@@ -357,16 +448,12 @@ class _RoundPlanner:
                 break
             undo.extend(snap)
             placed.append((a, b, start))
-            # provisional: later gaps attach to this one's new position
-            self.new[rs[a:b]] = np.arange(start, start + b - a)
         if ok:
             for a, b, start in placed:
-                self._commit(rs, a, b, start)
+                self._commit(rs[a:b], np.arange(start, start + b - a, dtype=np.int64))
             return True
         for e, st, ln in reversed(undo):
             self.ext._set(e, st, ln)
-        for a, b, _ in placed:
-            self.new[rs[a:b]] = rs[a:b]
         self.fixed[rs[a0:a1]] = False
         return False
 
@@ -383,20 +470,53 @@ class _RoundPlanner:
         return snaps
 
 
+def schedule(src: np.ndarray, dst: np.ndarray, num_slots: int, max_levels: int = 64) -> tuple[Step, ...]:
+    """Order the moves ``src -> dst`` (distinct srcs, distinct dsts) so that no destination is
+    written before its content has been read.
+
+    Level 0: moves whose dst is not a src (free). Level k: moves whose dst is the src of a
+    level k-1 move (vacated by it). Each level is one commuting copy step. Moves on cycles, or
+    deeper than ``max_levels``, are gathered into staging first and scattered last.
+    O(n * levels) vectorised.
+    """
+    n = src.size
+    if n == 0:
+        return ()
+    move_of_src = np.full(num_slots + 1, -1, dtype=np.int64)
+    move_of_src[src] = np.arange(n)
+    nxt = move_of_src[dst]  # the move that must vacate my dst first, or -1
+    level = np.full(n, -1, dtype=np.int64)
+    level[nxt < 0] = 0
+    k = 0
+    while k < max_levels:
+        cand = (level < 0) & (nxt >= 0)
+        sel = np.zeros(n, dtype=bool)
+        sel[cand] = level[nxt[cand]] == k
+        if not sel.any():
+            break
+        k += 1
+        level[sel] = k
+    staged = level < 0
+    steps: list[Step] = []
+    if staged.any():
+        ss = src[staged]
+        steps.append(Step("gather", ss, np.arange(ss.size, dtype=np.int64)))
+    for lv in range(0, int(level.max()) + 1 if (level >= 0).any() else 0):
+        m = level == lv
+        steps.append(Step("copy", src[m], dst[m]))
+    if staged.any():
+        ds = dst[staged]
+        steps.append(Step("scatter", np.arange(ds.size, dtype=np.int64), ds))
+    return tuple(steps)
+
+
 def apply_round(pool: PoolIndex, src: np.ndarray, dst: np.ndarray) -> PoolIndex:
-    """The pool index after moving ``src -> dst`` (dst free, src live); pure."""
-    n = pool.num_slots
-    remap = np.arange(n + 1, dtype=np.int64)
-    remap[src] = dst
+    """The pool index after moving every ``src[i] -> dst[i]`` at once; pure."""
+    flat = _Flat.of(pool).moved(src, dst)
     rtt = pool.req_to_token.copy()
-    r, p, s = pool.live_positions()
-    rtt[r, p] = remap[s].astype(np.int32)
-    isfree = np.zeros(n + 1, dtype=bool)
-    isfree[pool.free_slots] = True
-    isfree[dst] = False
-    isfree[src] = True
-    free = np.flatnonzero(isfree[1:]).astype(np.int64) + 1
-    return PoolIndex(n, rtt, pool.seq_lens.copy(), free)
+    r, p, _ = pool.live_positions()
+    rtt[r, p] = flat.s.astype(np.int32)
+    return PoolIndex(pool.num_slots, rtt, pool.seq_lens.copy(), flat.free)
 
 
 def apply_plan(pool: PoolIndex, plan: Plan) -> PoolIndex:
@@ -407,43 +527,76 @@ def apply_plan(pool: PoolIndex, plan: Plan) -> PoolIndex:
     return PoolIndex(pool.num_slots, rtt, pool.seq_lens.copy(), plan.free_after.copy())
 
 
-def plan_defrag(pool: PoolIndex, min_run: int | None = None, max_rounds: int = 8) -> Plan:
+def _better(a: FragStats, b: FragStats) -> bool:
+    """True when ``a`` is less fragmented than ``b``."""
+    return (a.frac_tokens_in_good_runs, -a.runs) > (b.frac_tokens_in_good_runs, -b.runs)
+
+
+def plan_defrag(
+    pool: PoolIndex,
+    min_run: int | None = None,
+    max_rounds: int = 8,
+    compact: bool = True,
+    max_levels: int = 64,
+) -> Plan:
     """Plan the relocation of ``pool`` (see module docstring). Pure and deterministic.
 
     min_run: minimum run length P (>= 1), or None for one run per request.
-    max_rounds: upper bound on rounds (>= 1); planning stops earlier when a round moves nothing.
+    max_rounds: upper bound on incremental rounds (>= 1); stops earlier when a round moves nothing.
+    compact: when incremental rounds leave requests below target, add one compaction round
+        (kept only if it lowers fragmentation), followed by incremental rounds again.
+    max_levels: dependency levels per round before the rest goes through staging.
     """
     if min_run is not None and (not isinstance(min_run, (int, np.integer)) or min_run < 1):
         raise PoolError(f"min_run: must be an integer >= 1 or None, got {min_run!r}")
     if not isinstance(max_rounds, (int, np.integer)) or max_rounds < 1:
         raise PoolError(f"max_rounds: must be an integer >= 1, got {max_rounds!r}")
+    if not isinstance(max_levels, (int, np.integer)) or max_levels < 0:
+        raise PoolError(f"max_levels: must be an integer >= 0, got {max_levels!r}")
     validate_pool(pool)
-    before = fragmentation(pool, min_run)
+    cur = _Flat.of(pool)
+    before = _frag(cur, min_run)
     n = pool.num_slots
     total = np.arange(n + 1, dtype=np.int64)
     rounds: list[Round] = []
-    cur = pool
-    stop = f"max_rounds={max_rounds} reached"
     notes: list[str] = []
     if pool.free_slots.size == 0:
-        notes.append("no free slot: nothing can move without staging the whole pool")
-    for _ in range(max_rounds):
-        src, dst = _RoundPlanner(cur, min_run).run()
-        if src.size == 0:
-            stop = "converged: no further move reduces fragmentation"
-            break
-        rounds.append(Round(src, dst))
+        notes.append("no free slot: incremental rounds cannot move anything")
+
+    def add(mode: str, src: np.ndarray, dst: np.ndarray) -> None:
+        nonlocal total, cur
+        rounds.append(Round(mode, src, dst, schedule(src, dst, n, max_levels)))
         step = np.arange(n + 1, dtype=np.int64)
         step[src] = dst
         total = step[total]
-        cur = apply_round(cur, src, dst)
-    after = fragmentation(cur, min_run)
+        cur = cur.moved(src, dst)
+
+    def incremental() -> str:
+        for _ in range(max_rounds):
+            src, dst = _RoundPlanner(cur, min_run, "incremental").run()
+            if src.size == 0:
+                return "converged"
+            add("incremental", src, dst)
+        return f"max_rounds={max_rounds} reached"
+
+    stop = incremental()
+    frag = _frag(cur, min_run)
+    if compact and frag.frac_tokens_in_good_runs < 1.0:
+        src, dst = _RoundPlanner(cur, min_run, "compact").run()
+        if src.size:
+            trial = _frag(cur.moved(src, dst), min_run)
+            if _better(trial, frag):
+                add("compact", src, dst)
+                stop = incremental() + " after compaction"
+            else:
+                notes.append("compaction round dropped: it did not lower fragmentation")
+    after = _frag(cur, min_run)
     return Plan(
         num_slots=n,
         min_run=min_run,
         rounds=tuple(rounds),
         remap=total,
-        free_after=cur.free_slots,
+        free_after=cur.free,
         tokens_moved=int(sum(r.src.size for r in rounds)),
         frag_before=before,
         frag_after=after,
