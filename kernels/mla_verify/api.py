@@ -113,9 +113,9 @@ def choose_num_splits(B: int, max_len_extend: int, H: int, prefix_tokens_total: 
                       cfg: tiles.TileConfig) -> int:
     """Prefix splits per request from host-known sizes only (no device read: graph safe).
 
-    Targets about one wave (num_sms * CTAs/SM) of CTAs, keeps >= 4 KV tiles per split, and caps
-    the fp32 partials (S * rows * 513 * 4 B, written then read back) to half the KV bytes or
-    16 MiB, whichever is larger. `prefix_tokens_total` may overestimate (CUDA-graph buffers).
+    Targets about one wave (num_sms * CTAs/SM) of CTAs, keeps >= 2 KV tiles per split, and caps
+    the fp32 partial traffic (S * rows * 513 * 4 B, written then read back) to the KV bytes or
+    32 MiB (L2-resident), whichever is larger. `prefix_tokens_total` may overestimate (CUDA-graph buffers).
     """
     m_tiles = math.ceil(max_len_extend * H / cfg.block_m)
     ctas = B * m_tiles
@@ -124,9 +124,9 @@ def choose_num_splits(B: int, max_len_extend: int, H: int, prefix_tokens_total: 
         return 1
     l_avg = prefix_tokens_total / B
     s = max(1, slots // ctas)
-    s = min(s, max(1, int(l_avg // (4 * cfg.block_n))))
+    s = min(s, max(1, int(l_avg // (2 * cfg.block_n))))
     rows = B * max_len_extend * H
-    part_cap = max(0.5 * prefix_tokens_total * 1152, 16 * 2**20)
+    part_cap = max(prefix_tokens_total * 1152, 32 * 2**20)
     s = min(s, max(1, int(part_cap // (rows * 513 * 4 * 2))))
     return int(max(1, min(s, MAX_SPLITS)))
 

@@ -2,11 +2,11 @@
 // is done in Python (kernels/mla_verify/api.py) with ValueErrors naming the argument; the
 // TORCH_CHECKs here are a second line of defence only.
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <optional>
 
-#include "mla_verify_kernel.cuh"
+#include "mla_verify_params.h"
 #include "mla_verify_launch.h"
 
 namespace {
@@ -55,7 +55,7 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
     p.ws_o = ws;
     p.ws_lse = ws + p.S * rows * 512;
   }
-  cudaError_t e = mlav::launch(p, (int)cfg, (int)max_len_extend, at::cuda::getCurrentCUDAStream());
+  cudaError_t e = mlav::launch(p, (int)cfg, (int)max_len_extend, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(e == cudaSuccess, "mla_verify launch failed: ", cudaGetErrorString(e));
 }
 

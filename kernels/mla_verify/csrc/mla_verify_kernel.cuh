@@ -20,6 +20,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "mla_verify_params.h"
+
 namespace mlav {
 
 constexpr int D_QK = 576;             // latent 512 + rope 64
@@ -28,23 +30,7 @@ constexpr int ROW_BYTES = D_QK * 2;   // 1152 B per token / query row in smem
 constexpr int ROW_CHUNKS = D_QK / 8;  // 72 chunks of 16 B
 constexpr int V_CHUNKS = D_V / 8;     // 64 chunks of 16 B
 
-struct Params {
-  const __nv_bfloat16* q; int64_t q_st, q_sh;
-  const __nv_bfloat16* kext; int64_t ke_st;
-  const __nv_bfloat16* vext; int64_t ve_st;
-  __nv_bfloat16* o; int64_t o_st, o_sh;
-  const __nv_bfloat16* kbuf; int64_t kb_st; int64_t num_slots;
-  const void* qo_indptr; const void* kv_indptr; const void* mask_indptr;
-  const int64_t* kv_indices; int64_t n_kv_indices;
-  const uint8_t* mask; int64_t mask_numel;
-  int qo_is64, kv_is64, mi_is64;
-  int mask_mode;   // 0 custom (FULL layout), 1 causal over draft tokens, 2 no draft mask
-  int v_alias;     // 1: v_extend rows == first 512 dims of k_extend rows (skip V reload)
-  int B, T, H, S;  // batch, tokens, heads, prefix splits
-  float scale_log2;
-  float* ws_o;     // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
-  float* ws_lse;   // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
-};
+
 
 __device__ __forceinline__ int64_t ld_idx(const void* p, int is64, int i) {
   return is64 ? reinterpret_cast<const int64_t*>(p)[i] : (int64_t)reinterpret_cast<const int32_t*>(p)[i];

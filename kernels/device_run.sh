@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
+# Usage: bash kernels/device_run.sh quick|full     (writes JSON/logs/PNG under $OUT)
+set -o pipefail
+MODE=${1:-quick}
+OUT=${OUT:-/tmp/mlav-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MAX_JOBS=16 ORCHESTRATOR_KERNEL_CACHE=/tmp/mlav-cache
+LOG="$OUT/log.txt"
+say() { echo "== $* ($(date +%T))" | tee -a "$LOG"; }
+say "host: $(nvidia-smi -L 2>&1 | head -1); mode $MODE; commit $(git rev-parse --short HEAD 2>/dev/null)"
+# SGLang 0.5.23 python tree + small pure-Python deps, carried in .whl/
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
+  python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip /tmp/site >>"$LOG" 2>&1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+say "build check sm_90a (nvcc)"
+python3 -m kernels.build --arch sm_90a --json > "$OUT/build_sm90a.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"
+say "JIT build of the extension"
+python3 -c "
+import time; t=time.time()
+from kernels.mla_verify._build import load; load('sm_90a'); print('jit build s', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
+say "parity"
+if [ "$MODE" = quick ]; then PARGS="--quick --cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64"; else PARGS=""; fi
+python3 -m kernels.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
+say "bench"
+if [ "$MODE" = quick ]; then BARGS="--quick"; else BARGS=""; fi
+timeout 300 python3 -m kernels.bench --json --plot "$OUT/bench.png" $BARGS > "$OUT/bench.json" 2> >(tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
+if [ "$MODE" != nosan ]; then
+  say "compute-sanitizer"
+  SAN="$OUT/sanitizer.txt"
+  for tool in memcheck racecheck; do
+    for c in b4_varlen_tree_h16 seed_b1_prefix65k_n8_h16_chain; do
+      echo "### $tool $c" >> "$SAN"
+      timeout 240 compute-sanitizer --tool $tool --kernel-regex kns=mla_verify --print-limit 20 \
+        python3 -m kernels.parity --cases $c --json > "$OUT/san_tmp.json" 2>> "$SAN"
+      echo "rc=$?" >> "$SAN"
+      python3 -c "import json;d=json.load(open('$OUT/san_tmp.json'));print('parity under sanitizer ok=',d['ok'])" >> "$SAN" 2>&1
+      tail -3 "$SAN" | tee -a "$LOG"
+    done
+  done
+  rm -f "$OUT/san_tmp.json"
+fi
+say "summary"
+python3 - <<'PY' 2>&1 | tee -a "$LOG"
+import json, os
+out = os.environ.get("OUT", "/tmp/mlav-out")
+def load(n):
+    try: return json.load(open(os.path.join(out, n)))
+    except Exception as e: return {"error": str(e)}
+b = load("build_sm90a.json"); print("build", b.get("ok"), b.get("summary"))
+p = load("parity.json"); print("parity", p.get("ok"), p.get("summary"))
+for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']} det={c['deterministic']}")
+x = load("bench.json"); print("bench", x.get("ok"), x.get("summary"), x.get("sglang"))
+for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.1f}us floor {r['floor_us']:.1f} SOL {r['sol_pct']:.1f}% ext {r.get('sglang_extend_us',0):.0f} ver {r.get('sglang_verify_us',0):.0f} orc {r.get('oracle_us',0):.0f}")
+PY

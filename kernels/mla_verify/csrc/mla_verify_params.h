@@ -1,0 +1,26 @@
+// Kernel parameter block shared by the CUDA kernels and the (host-compiled) torch binding.
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace mlav {
+
+struct Params {
+  const __nv_bfloat16* q; int64_t q_st, q_sh;
+  const __nv_bfloat16* kext; int64_t ke_st;
+  const __nv_bfloat16* vext; int64_t ve_st;
+  __nv_bfloat16* o; int64_t o_st, o_sh;
+  const __nv_bfloat16* kbuf; int64_t kb_st; int64_t num_slots;
+  const void* qo_indptr; const void* kv_indptr; const void* mask_indptr;
+  const int64_t* kv_indices; int64_t n_kv_indices;
+  const uint8_t* mask; int64_t mask_numel;
+  int qo_is64, kv_is64, mi_is64;
+  int mask_mode;   // 0 custom (FULL layout), 1 causal over draft tokens, 2 no draft mask
+  int v_alias;     // 1: v_extend rows == first 512 dims of k_extend rows (skip V reload)
+  int B, T, H, S;  // batch, tokens, heads, prefix splits
+  float scale_log2;
+  float* ws_o;     // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
+  float* ws_lse;   // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
+};
+
+}  // namespace mlav
