@@ -1,0 +1,93 @@
+"""Helpers for the core tests: tiny phase specs driving ``fake_tool.py``, local-only inventories,
+and running the CLI in-process (CliRunner) or as a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_TOOL = Path(__file__).with_name("fake_tool.py")
+
+
+def tool(*args: str) -> list[str]:
+    """A step command running the fake tool with the host's interpreter."""
+    return ["{python}", str(FAKE_TOOL), *args]
+
+
+def phase(pid: int, name: str, steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    doc = {"id": pid, "name": name, "order": pid, "title": f"test phase {name}",
+           "requires": pid - 1 if pid > 0 else None, "steps": steps}
+    doc.update(extra)
+    return doc
+
+
+def step(sid: str, command: list[str], **extra: Any) -> dict[str, Any]:
+    doc = {"id": sid, "title": f"step {sid}", "runs_on": "each_host", "command": command, "timeout_s": 30}
+    doc.update(extra)
+    return doc
+
+
+class Workspace:
+    """A state dir, a phases dir and an inventory of local hosts, all under tmp_path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state = root / "state"
+        self.phases = root / "phases"
+        self.phases.mkdir()
+        self.inventory = root / "inventory.yaml"
+        self.hosts(["local"])
+
+    def write_phase(self, doc: dict[str, Any]) -> Path:
+        path = self.phases / f"{doc['id']}-{doc['name']}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    def hosts(self, names: list[str], canary: str | None = None, **fields: Any) -> None:
+        doc: dict[str, Any] = {"hosts": [{"name": n, "connection": "local", **fields} for n in names]}
+        if canary:
+            doc["groups"] = {"canary": [canary]}
+        self.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def env(self) -> dict[str, str]:
+        return {"ORCHESTRATOR_STATE_DIR": str(self.state), "ORCHESTRATOR_PHASES_DIR": str(self.phases),
+                "ORCHESTRATOR_INVENTORY": str(self.inventory)}
+
+    def state_json(self) -> dict[str, Any]:
+        return json.loads((self.state / "state.json").read_text())
+
+    def state_bytes(self) -> bytes | None:
+        p = self.state / "state.json"
+        return p.read_bytes() if p.exists() else None
+
+    def audit(self) -> list[dict[str, Any]]:
+        p = self.state / "audit.jsonl"
+        return [json.loads(l) for l in p.read_text().splitlines()] if p.exists() else []
+
+    def cli(self, *args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess:
+        """Run ``python -m orchestrator ARGS`` as a real subprocess."""
+        env = {**os.environ, **self.env()}
+        env.pop("ORCHESTRATOR_DEBUG", None)
+        return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=timeout, **kw)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        env = {**os.environ, **self.env()}
+        return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+
+def invoke(*args: str, input: str | None = None):
+    """Run the CLI in-process (Typer's CliRunner); returns the Result."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    return CliRunner().invoke(app, list(args), input=input)
