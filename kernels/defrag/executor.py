@@ -108,9 +108,18 @@ def _check_kv(groups, plan: Plan) -> None:
             raise PoolError(f"kv: has {g.shape[1]} rows, the plan needs num_slots + 1 = {plan.num_slots + 1}")
 
 
+def device_steps(plan: Plan, device) -> list:
+    """The plan's schedule as (kind, src, dst) with int64 tensors on ``device`` (upload once)."""
+    import torch
+
+    return [(st.kind, torch.as_tensor(st.src, device=device), torch.as_tensor(st.dst, device=device))
+            for rnd in plan.rounds for st in rnd.steps]
+
+
 def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | None = None,
-               block_m: int = 8) -> tuple[str, int]:
+               block_m: int = 8, steps: list | None = None) -> tuple[str, int]:
     """Execute every step of every round on ``kv`` (no index update, no sync).
+    ``steps``: from :func:`device_steps` (uploaded here when None).
     Returns (backend used, kernel launches)."""
     import torch
 
@@ -121,8 +130,8 @@ def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | N
         backend = "triton" if dev.type == "cuda" and _triton_available() else "torch"
     if backend not in ("torch", "triton"):
         raise PoolError(f"backend: must be auto, torch or triton, got {backend!r}")
-    steps = [(st.kind, torch.as_tensor(st.src, device=dev), torch.as_tensor(st.dst, device=dev))
-             for rnd in plan.rounds for st in rnd.steps]
+    if steps is None:
+        steps = device_steps(plan, dev)
     launches = 0
     kernel = _triton_kernel() if backend == "triton" else None
     for g in groups:
