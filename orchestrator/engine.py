@@ -382,8 +382,10 @@ class Engine:
                 results.append((s, s.hosts.get(CONTROLLER if local else h.name)))
             bad = [(s, r) for s, r in results if r is not None and r.status in BAD]
             if h.name in failed:
-                hp.status = Status.blocked if failed[h.name].startswith("blocked") else Status.failed
-                hp.reason = failed[h.name]
+                why = failed[h.name]
+                hp.status = Status.blocked if why.startswith("blocked") else \
+                    Status.skipped if why.startswith("skipped") else Status.failed
+                hp.reason = why
             elif bad:
                 s, r = bad[0]
                 hp.status, hp.reason = r.status, f"step {s.id}: {r.reason}"
