@@ -112,6 +112,7 @@ class Engine:
         self._transports: dict[str, Transport] = {}
         self._bundle_dirs: dict[str, str] = {}
         self._bundle_obj: Any = None
+        self._touched = False
 
     # ------------------------------------------------------------------ planning
     @property
@@ -191,7 +192,7 @@ class Engine:
                                      phases=[lp.spec.id for lp in selected], hosts=plan.hosts, plan_digest=plan.digest)
             state.inventory = str(self.inventory.path)
             state.bundle_sha = self.bundle_sha
-            self.store.save(state)
+            self._touched = False  # nothing is written until a phase really starts (refusal changes nothing)
             try:
                 for lp in selected:
                     rec = self._run_phase(lp, hosts, state, run_id, opts, approver, plan, start_digests, report)
@@ -207,11 +208,12 @@ class Engine:
                                   hint="run the same command again to resume") from None
             finally:
                 self._close_transports()
-                if state.last_run is not None:
-                    state.last_run.finished_at = utcnow()
-                    state.last_run.exit_code = report.exit_code if report.exit_code else self._exit_for(report)
-                with self._mu:
-                    self.store.save(state)
+                if self._touched:
+                    if state.last_run is not None:
+                        state.last_run.finished_at = utcnow()
+                        state.last_run.exit_code = report.exit_code if report.exit_code else self._exit_for(report)
+                    with self._mu:
+                        self.store.save(state)
             report.exit_code = self._exit_for(report)
             return report
 
@@ -228,8 +230,8 @@ class Engine:
         terminate_all()
         self._close_transports()
         with self._mu:
-            state.mark_interrupted("interrupted by signal (SIGINT/SIGTERM) while running")
-            self.store.save(state)
+            if state.mark_interrupted("interrupted by signal (SIGINT/SIGTERM) while running") or self._touched:
+                self.store.save(state)
 
     def _close_transports(self) -> None:
         for t in list(self._transports.values()):
@@ -261,6 +263,7 @@ class Engine:
         resume = {a.host for a in pplan.actions if a.action == "resume"}
         with self._mu:
             rec = self._prepare_record(lp, hosts, state, run_id, resume)
+            self._touched = True
             self.store.save(state)
         active = [h for h in hosts]
         failed: dict[str, str] = {}
