@@ -221,7 +221,7 @@ class Engine:
         bad = [(p, h) for p in report.phases for h in p.hosts.values() if h.status in BAD]
         if not bad:
             return int(ExitCode.OK)
-        if all((h.reason or "").startswith("unreachable") for _, h in bad):
+        if all("unreachable: " in (h.reason or "") for _, h in bad):
             return int(ExitCode.UNREACHABLE)
         return int(ExitCode.FAILED)
 

@@ -1,0 +1,147 @@
+"""CLI surface: lean imports, one JSON document, dry-run of the example fleet, error lines."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import yaml
+
+from core_helpers import REPO, invoke, phase, step, tool
+
+EXAMPLE = REPO / "inventory" / "example-blackwell.yaml"
+
+
+def py(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_status_imports_neither_torch_nor_fabric(ws):
+    ws.write_phase(phase(0, "a", [step("s", tool())]))
+    code = ("import sys\nfrom orchestrator.cli import main\n"
+            "try:\n    main(['status', '--json'])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "bad = sorted(m for m in ('torch', 'fabric', 'paramiko', 'invoke') if m in sys.modules)\n"
+            "print('HEAVY', bad, file=sys.stderr)\n")
+    r = py(code)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stderr
+    json.loads(r.stdout)
+
+
+def test_dry_run_of_all_phases_on_the_example_fleet_is_one_document_and_connects_nowhere(ws):
+    code = ("import sys, socket\n"
+            "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
+            "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
+            "from orchestrator.cli import main\n"
+            "try:\n    main(['run', '--all', '--dry-run', '--json', '--inventory', sys.argv[1], '--phases-dir', sys.argv[2]])\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(EXAMPLE), str(REPO / "phases")], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert "FABRIC False EXIT 0" in r.stderr, r.stderr
+    doc = json.loads(r.stdout)  # exactly one document
+    assert doc["ok"] is True and doc["dry_run"] is True and doc["command"] == "run"
+    plan = doc["plan"]
+    assert len(plan["digest"]) == 64 and len(plan["bundle_sha"]) == 64
+    assert [p["label"] for p in plan["phases"]] == [
+        "0-build-check", "1-parity", "2-microbench", "3-integration", "4-kv-defrag"]
+    hosts = plan["hosts"]
+    assert len(hosts) == 6
+    for ph in plan["phases"]:
+        for s in ph["steps"]:
+            assert sorted(c["host"] for c in s["commands"]) == sorted(hosts), (ph["label"], s["id"])
+    build = plan["phases"][0]["steps"][1]["commands"][0]
+    assert build["display"] == (f"cd /srv/orchestrator/bundles/{plan['bundle_sha']} && timeout -k 10 900 "
+                                "/srv/orchestrator/venv/bin/python -m kernels.build --arch sm_120a --json")
+    restart = next(s for s in plan["phases"][3]["steps"] if s["id"] == "restart")["commands"][0]["display"]
+    assert "'[\"sudo\", \"-n\", \"systemctl\", \"restart\", \"sglang-glm5.service\"]'" in restart
+    assert plan["phases"][3]["steps"][3]["waves"][0] == ["bw-canary-01"]
+
+
+def test_dry_run_of_100_hosts_is_fast(ws, capsys):
+    ws.inventory.write_text(yaml.safe_dump({
+        "defaults": {"connection": "ssh", "known_hosts": "/k", "user": "deploy",
+                     "service": {"restart": ["systemctl", "restart", "sglang"], "health_url": "http://127.0.0.1:30000/health",
+                                 "generate_url": "http://127.0.0.1:30000/generate", "python": "/usr/bin/python3"}},
+        "hosts": [{"name": f"gpu-{i:03d}", "address": f"10.0.{i // 250}.{i % 250 + 1}"} for i in range(100)]}))
+    from orchestrator.engine import Engine
+    from orchestrator.inventory import load_inventory
+    from orchestrator.specs import load_catalog
+
+    eng = Engine(catalog=load_catalog(REPO / "phases"), inventory=load_inventory(ws.inventory), state_dir=ws.state)
+    eng.bundle_sha  # hash the bundle once (not part of planning)
+    t0 = time.perf_counter()
+    plan = eng.plan([], all_phases=True)
+    dt = time.perf_counter() - t0
+    n = sum(len(s.commands) for p in plan.phases for s in p.steps)
+    with capsys.disabled():
+        print(f"\n[dry-run] 100 hosts, 5 phases, {n} commands planned in {dt * 1000:.0f} ms")
+    assert n == 100 * 15 and not plan.problems
+    assert dt < 5.0  # "well under 1 s" on a quiet machine; loose bound for shared CI cores
+
+
+def test_dry_run_on_local_inventory_reports_missing_service_settings_as_exit_3(ws):
+    r = invoke("run", "--all", "--dry-run", "--json", "--inventory", str(REPO / "inventory" / "local.yaml"),
+               "--phases-dir", str(REPO / "phases"))
+    assert r.exit_code == 3
+    doc = json.loads(r.stdout)
+    assert doc["plan"]["digest"] and "hosts(local).service.python: needed by phase 3-integration" in " ".join(e["message"] for e in doc["errors"])
+
+
+def test_errors_are_one_line_with_hint_and_traceback_only_with_debug(ws):
+    ws.write_phase(phase(0, "a", [step("s", tool())]))
+    r = ws.cli("run", "7")
+    assert r.returncode == 3
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("Error: unknown phase '7'") and lines[1].startswith("hint:") and len(lines) == 2
+    r = ws.cli("run", "7", "--debug")
+    assert "Traceback" in r.stderr
+
+
+def test_json_error_is_exactly_one_document(ws):
+    r = ws.cli("status", "--json", "--phases-dir", "/nonexistent")
+    assert r.returncode == 3
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 3 and doc["errors"][0]["code"] == "INVALID_SPEC"
+
+
+def test_python_dash_m_and_usage_errors(ws):
+    r = ws.cli("--help")
+    assert r.returncode == 0 and "status" in r.stdout
+    assert ws.cli("run", "--forks", "0").returncode == 2
+
+
+def test_ssh_host_without_bundle_or_transport_fails_clearly_but_dry_run_works(ws, monkeypatch):
+    """An ssh host whose transport cannot be created fails as unreachable (exit 4), never completed."""
+    from orchestrator.engine import Engine, RunOptions
+    from orchestrator.errors import HostUnreachable
+    from orchestrator.inventory import load_inventory
+    from orchestrator.specs import load_catalog
+
+    ws.inventory.write_text(yaml.safe_dump({"hosts": [{"name": "far", "connection": "ssh", "address": "192.0.2.1",
+                                                       "known_hosts": "/nonexistent"}]}))
+    ws.write_phase(phase(0, "a", [step("s", tool())]))
+
+    def no_transport(host):
+        raise HostUnreachable(f"host {host.name}: cannot connect (test)", host=host.name)
+
+    eng = Engine(catalog=load_catalog(ws.phases), inventory=load_inventory(ws.inventory), state_dir=ws.state,
+                 transport_factory=no_transport)
+    assert eng.plan(["0"]).phases[0].steps[0].commands[0].display.startswith("cd /opt/orchestrator/bundles/")
+    report = eng.run(["0"], options=RunOptions())
+    assert report.exit_code == 4
+    res = report.phases[0].steps[0].hosts["far"]
+    assert res.status.value == "failed" and res.reason.startswith("unreachable")
+
+
+def test_cold_start_ratio_is_measured_and_printed(capsys):
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "core" / "measure_cold_start.py"), "--repeat", "3",
+                        "--json"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    with capsys.disabled():
+        print(f"\n[cold start] orchestrator status {doc['status_median_s']:.3f} s vs import pydantic, yaml "
+              f"{doc['import_pydantic_yaml_median_s']:.3f} s: ratio {doc['ratio']:.2f}x")
+    assert doc["status_median_s"] > 0 and doc["ratio"] > 0
