@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.approval import APPROVE_WORD, ApprovalSummary
-from orchestrator.engine import Event, RunReport
-from orchestrator.planner import CONTROLLER, Plan
 from orchestrator.specs import PhaseCatalog
 from orchestrator.state import RunState, Status
+
+if TYPE_CHECKING:  # the engine is not imported by `status`
+    from orchestrator.approval import ApprovalSummary
+    from orchestrator.engine import Event, RunReport
+    from orchestrator.planner import Plan
+
+CONTROLLER = "@local"  # orchestrator.planner.CONTROLLER, repeated to keep `status` lean
+APPROVE_WORD = "yes"  # orchestrator.approval.APPROVE_WORD
 
 def _console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
@@ -44,7 +49,7 @@ def error_line(message: str, hint: str | None) -> None:
         err.print(Text("hint: ", style="dim") + Text(hint))
 
 
-def on_event(e: Event) -> None:
+def on_event(e: "Event") -> None:
     if e.kind == "phase_started":
         err.print(Text(f"--> Phase {e.phase}: {e.message}", style="bold"))
     elif e.kind == "step_finished":
@@ -112,7 +117,7 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
                        f"exit {lr.exit_code if lr.exit_code is not None else '?'}", style="dim"))
 
 
-def render_plan(plan: Plan, *, title: str, show_actions: bool) -> None:
+def render_plan(plan: "Plan", *, title: str, show_actions: bool) -> None:
     out.print(Text(f"{title}: bundle {plan.bundle_sha[:12]}  inventory {plan.inventory}  "
                    f"hosts {len(plan.hosts)}", style="bold"))
     counts: dict[str, int] = {}
@@ -143,7 +148,7 @@ def render_plan(plan: Plan, *, title: str, show_actions: bool) -> None:
     out.print(Text(f"Plan digest: {plan.digest}", style="bold"))
 
 
-def render_report(report: RunReport) -> None:
+def render_report(report: "RunReport") -> None:
     t = Table(title=f"run {report.run_id}")
     for col in ("phase", "host", "status", "reason"):
         t.add_column(col.upper(), overflow="fold")
@@ -160,7 +165,7 @@ class InteractiveApprover:
 
     interactive = True
 
-    def approve(self, s: ApprovalSummary) -> bool:
+    def approve(self, s: "ApprovalSummary") -> bool:
         err.print(Text(f"\nApproval required: {s.action}", style="bold yellow"))
         err.print(f"  target hosts ({len(s.hosts)}): {', '.join(s.hosts)}")
         err.print(f"  bundle sha256: {s.bundle_sha}")
