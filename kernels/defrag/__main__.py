@@ -103,7 +103,16 @@ def main(argv=None) -> int:
     if layers is None:
         if device == "cuda":
             free, _ = torch.cuda.mem_get_info()
-            layers = int(max(1, min(MAX_LAYERS, args.mem_frac * free // ((slots + 1) * 576 * elem))))
+            budget = int(args.mem_frac * free)
+            if budget < (slots + 1) * 576 * elem and not args.slots:
+                slots = budget // (576 * elem) - 1  # a live server holds most memory: shrink the pool
+                log(f"only {free / 2**30:.1f} GiB free: pool shrunk to {slots} slots")
+            if budget < (slots + 1) * 576 * elem or slots < 16:
+                doc = {"ok": False, "summary": {},
+                       "blocked": f"not enough free device memory: {free / 2**30:.1f} GiB free, --mem-frac {args.mem_frac}"}
+                _emit(doc, args.json)
+                return EXIT_BLOCKED
+            layers = int(max(1, min(MAX_LAYERS, budget // ((slots + 1) * 576 * elem))))
         else:
             layers = CPU_DEFAULT_LAYERS
     log(f"device={device} slots={slots} layers={layers} dtype={args.dtype} "

@@ -243,11 +243,12 @@ def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, see
     steps = device_steps(plan, kv.device)
     for be in backends:
         used = {}
-        t = _time_cuda(lambda: used.update(zip(("backend", "launches"), run_copies(plan, kv, be, steps=steps))),
-                       reps, warmup=1)
+        t = _time_cuda(lambda: used.update(zip(("backend", "launches", "note"),
+                                               run_copies(plan, kv, be, steps=steps))), reps, warmup=1)
         bw = 2 * moved_bytes / t
         reloc[used["backend"]] = {"seconds": round(t, 6), "bw_gbs": round(bw / 1e9, 2),
-                                  "ratio_vs_copy": round(bw / bw_copy, 4), "launches": used["launches"]}
+                                  "ratio_vs_copy": round(bw / bw_copy, 4), "launches": used["launches"],
+                                  "note": used["note"]}
         log(f"relocation [{used['backend']}]: {bw / 1e9:.0f} GB/s = {bw / bw_copy:.2%} of copy")
     del kv
     torch.cuda.empty_cache()

@@ -35,6 +35,7 @@ class ExecResult:
     tokens_moved: int
     bytes_moved: int
     free_slots: np.ndarray
+    note: str | None = None
 
 
 def _triton_available() -> bool:
@@ -116,23 +117,50 @@ def device_steps(plan: Plan, device) -> list:
             for rnd in plan.rounds for st in rnd.steps]
 
 
-def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | None = None,
-               block_m: int = 8, steps: list | None = None) -> tuple[str, int]:
-    """Execute every step of every round on ``kv`` (no index update, no sync).
-    ``steps``: from :func:`device_steps` (uploaded here when None).
-    Returns (backend used, kernel launches)."""
+def _auto_chunk(kv, steps, backend: str, budget_bytes: int) -> int | None:
+    """Layers per launch so that a staging temporary stays under ``budget_bytes``: every step
+    stages through a temporary with the torch backend, only gather steps with Triton."""
     import torch
 
-    groups = _layer_groups(kv, layers_per_launch)
-    _check_kv(groups, plan)
-    dev = groups[0].device if groups else torch.device("cpu")
+    if not isinstance(kv, torch.Tensor):
+        return None  # per-layer list: one layer per launch already
+    rows = [int(s.numel()) for kind, s, _ in steps if backend == "torch" or kind == "gather"]
+    if not rows or max(rows) == 0:
+        return None
+    per_layer = max(rows) * KV_DIM * kv.element_size()
+    return max(1, min(kv.shape[0], budget_bytes // per_layer))
+
+
+def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | None = None,
+               block_m: int = 8, steps: list | None = None,
+               staging_budget_bytes: int = 2 << 30) -> tuple[str, int, str | None]:
+    """Execute every step of every round on ``kv`` (no index update, no sync).
+
+    steps: from :func:`device_steps` (uploaded here when None).
+    layers_per_launch: layers per batched launch; None: all layers, reduced so that staging
+        temporaries stay under ``staging_budget_bytes``.
+    Returns (backend used, kernel launches, why Triton was not used when it was asked for
+    via "auto" and failed to compile, else None).
+    """
+    import torch
+
+    probe = kv if isinstance(kv, torch.Tensor) else (kv[0] if len(kv) else None)
+    dev = probe.device if probe is not None else torch.device("cpu")
     if backend == "auto":
         backend = "triton" if dev.type == "cuda" and _triton_available() else "torch"
+        auto = True
+    else:
+        auto = False
     if backend not in ("torch", "triton"):
         raise PoolError(f"backend: must be auto, torch or triton, got {backend!r}")
     if steps is None:
         steps = device_steps(plan, dev)
+    if layers_per_launch is None:
+        layers_per_launch = _auto_chunk(kv, steps, backend, staging_budget_bytes)
+    groups = _layer_groups(kv, layers_per_launch)
+    _check_kv(groups, plan)
     launches = 0
+    note = None
     kernel = _triton_kernel() if backend == "triton" else None
     for g in groups:
         staging = None
@@ -147,12 +175,19 @@ def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | N
                 w = words.shape[-1]
                 block_d = 1 << (w - 1).bit_length()
                 grid = ((src.numel() + block_m - 1) // block_m, g.shape[0])
-                kernel[grid](words, src, dst, src.numel(), words.stride(0), W=w, BLOCK_M=block_m,
-                             BLOCK_D=block_d, num_warps=4)
+                try:
+                    kernel[grid](words, src, dst, src.numel(), words.stride(0), W=w, BLOCK_M=block_m,
+                                 BLOCK_D=block_d, num_warps=4)
+                except Exception as e:  # noqa: BLE001 - compile failure before any copy: fall back
+                    if not (auto and launches == 0):
+                        raise
+                    note = f"triton kernel unusable, used torch: {type(e).__name__}: {str(e)[:200]}"
+                    kernel, backend = None, "torch"
+                    g.index_copy_(1, dst, g.index_select(1, src))
             else:
                 g.index_copy_(1, dst, g.index_select(1, src))
             launches += 1
-    return backend, launches
+    return backend, launches, note
 
 
 def update_index(plan: Plan, req_to_token, seq_lens) -> None:
@@ -191,7 +226,7 @@ def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "au
     if (req_to_token is None) != (seq_lens is None):
         raise PoolError("seq_lens: must be given together with req_to_token")
     t0 = time.perf_counter()
-    used, launches = run_copies(plan, kv, backend, layers_per_launch)
+    used, launches, note = run_copies(plan, kv, backend, layers_per_launch)
     _sync(kv)
     t1 = time.perf_counter()
     if req_to_token is not None:
@@ -202,4 +237,4 @@ def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "au
     layers = kv.shape[0] if isinstance(kv, torch.Tensor) else len(kv)
     elem = (kv if isinstance(kv, torch.Tensor) else kv[0]).element_size()
     return ExecResult(used, launches, t1 - t0, t2 - t1, plan.tokens_moved,
-                      plan.bytes_moved(layers, elem), plan.free_after.copy())
+                      plan.bytes_moved(layers, elem), plan.free_after.copy(), note)

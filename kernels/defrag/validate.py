@@ -155,7 +155,7 @@ def run_validate(slots: int, layers: int, dtype_name: str, device: str, min_run:
         "summary": summary,
         "checks": idx,
         "config": {"slots": slots, "layers": layers, "dtype": dtype_name, "device": str(device),
-                   "min_run": min_run, "seed": seed, "backend": res.backend,
+                   "min_run": min_run, "seed": seed, "backend": res.backend, "backend_note": res.note,
                    "pool_bytes": int(kv.numel() * kv.element_size()),
                    "workload_s": round(t1 - t0, 3), "total_s": round(t3 - t0, 3)},
         "plan": {"stop_reason": plan.stop_reason, "notes": plan.notes,
