@@ -26,9 +26,10 @@ def main() -> int:
     p.add_argument("--started")
     p.add_argument("--raw")
     a = p.parse_args()
-    if a.started:
-        with open(a.started, "w") as fh:
+    if a.started:  # written then renamed, so a reader never sees an empty file
+        with open(a.started + ".tmp", "w") as fh:
             fh.write(str(os.getpid()))
+        os.replace(a.started + ".tmp", a.started)
     if a.sleep_once:
         marker, seconds = a.sleep_once
         if not os.path.exists(marker):
