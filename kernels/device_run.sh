@@ -32,9 +32,10 @@ if [ "$MODE" != nosan ]; then
   for tool in memcheck racecheck; do
     for c in b4_varlen_tree_h16 seed_b1_prefix65k_n8_h16_chain; do
       echo "### $tool $c" >> "$SAN"
-      timeout 240 compute-sanitizer --tool $tool --kernel-regex kns=mla_verify --print-limit 20 \
-        python3 -m kernels.parity --cases $c --json > "$OUT/san_tmp.json" 2>> "$SAN"
+      timeout 240 compute-sanitizer --tool $tool --kernel-name kns=mla_verify --print-limit 20 \
+        --log-file "$OUT/san_tool.txt" python3 -m kernels.parity --cases $c --json > "$OUT/san_tmp.json" 2>> "$SAN"
       echo "rc=$?" >> "$SAN"
+      cat "$OUT/san_tool.txt" >> "$SAN"; rm -f "$OUT/san_tool.txt"
       python3 -c "import json;d=json.load(open('$OUT/san_tmp.json'));print('parity under sanitizer ok=',d['ok'])" >> "$SAN" 2>&1
       tail -3 "$SAN" | tee -a "$LOG"
     done

@@ -151,12 +151,26 @@ def _workspace(device, numel: int):
     return ws
 
 
+_DEVICE_INFO: dict = {}
+
+
+def _device_info(device) -> tuple:
+    """(arch, SM count) of a CUDA device, cached (host-side only, no sync)."""
+    key = (device.type, device.index)
+    info = _DEVICE_INFO.get(key)
+    if info is None:
+        import torch
+
+        from ._build import arch_for_capability
+
+        props = torch.cuda.get_device_properties(device)
+        info = (arch_for_capability(props.major, props.minor), props.multi_processor_count)
+        _DEVICE_INFO[key] = info
+    return info
+
+
 def device_arch(device) -> str:
-    import torch
-
-    from ._build import arch_for_capability
-
-    return arch_for_capability(*torch.cuda.get_device_capability(device))
+    return _device_info(device)[0]
 
 
 def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
@@ -174,7 +188,7 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
                      kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend, k_scale, v_scale,
                      sm_scale, logit_cap)
     B, T, H = sizes["B"], sizes["T"], sizes["H"]
-    arch = device_arch(q_extend.device)
+    arch, sms = _device_info(q_extend.device)
     if tile_config == "auto":
         cfg = tiles.DEFAULT_CONFIG[arch]
     else:
@@ -182,7 +196,6 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
         cfg = tiles.CONFIGS[tile_config]
         _need(cfg in tiles.ARCH_CONFIGS[arch], "tile_config", f"{tile_config} is not built for {arch}")
     if num_splits is None:
-        sms = torch.cuda.get_device_properties(q_extend.device).multi_processor_count
         num_splits = choose_num_splits(B, max_len_extend, H, kv_indices.numel(), sms, cfg)
     _need(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS, "num_splits",
           f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")

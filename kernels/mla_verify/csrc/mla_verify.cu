@@ -16,8 +16,15 @@ static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream)
   using C = Cfg<BM, BN, STAGES>;
   constexpr int smem = Smem<BM, BN, STAGES>::bytes;
   auto kern = mla_verify_split_kernel<BM, BN, STAGES>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  static int attr_device = -1;  // set the >48 KiB opt-in once per device
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
+  if (attr_device != dev) {
+    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    attr_device = dev;
+  }
   dim3 grid(m_tiles, p.S, p.B);
   kern<<<grid, C::THREADS, smem, stream>>>(p);
   return cudaGetLastError();
