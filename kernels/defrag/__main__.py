@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--draft", type=int, default=8, help="bench: draft tokens per request")
     ap.add_argument("--heads", type=int, default=16, help="bench: query heads")
     ap.add_argument("--reps", type=int, default=10, help="bench: timed repetitions")
+    ap.add_argument("--verify", choices=("auto", "torch"), default="auto",
+                    help="bench: verify kernel; auto = bundled kernels.mla_verify, else the torch gather fallback")
     return ap
 
 
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
             from .bench import run_bench
 
             doc = run_bench(slots, layers, args.dtype, args.min_run, args.seed, args.backend, sizes,
-                            args.batch, args.draft, args.heads, args.reps, log)
+                            args.batch, args.draft, args.heads, args.reps, log, use_bundled=args.verify == "auto")
     except PoolError as e:
         return _usage_error(str(e), args.json)
     _emit(doc, args.json)

@@ -73,11 +73,14 @@ def planner_scaling(sizes, min_run, seed: int) -> list[dict]:
 # --------------------------------------------------------------------------- verify kernels
 
 
-def _verify_inputs(rtt: np.ndarray, seq_lens: np.ndarray, rows: np.ndarray, n_draft: int, heads: int, seed: int):
-    """SGLang extend_attention_fwd arguments (page_size=1 target verify) except the buffers."""
+def _verify_inputs(rtt: np.ndarray, seq_lens: np.ndarray, rows: np.ndarray, n_draft: int, heads: int, seed: int,
+                   dev: str = "cuda"):
+    """SGLang extend_attention_fwd arguments (page_size=1 target verify) except the buffers:
+    q [T, H, 576], k_ext [T, 1, 576], v_ext [T, 1, 512] bf16 (T = bs * n_draft); o [T, H, 512];
+    int32 qo_indptr / kv_indptr, int64 kv_indices (prefix slots from ``rtt``), uint8 FULL-layout
+    causal mask with int64 mask_indptr; sm_scale = 192^-0.5 * 1.3689^2 (DeepSeek-V3)."""
     import torch
 
-    dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(seed)
     bs = rows.size
     lens = seq_lens[rows].astype(np.int64)
@@ -170,7 +173,7 @@ def _gain(run_frag, run_defrag, reps: int) -> dict:
 
 
 def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, heads: int, reps: int,
-                seed: int) -> dict:
+                seed: int, use_bundled: bool = True) -> dict:
     """Verify-kernel time on the fragmented vs defragmented layout of the same data (layer 0)."""
     import torch
 
@@ -190,7 +193,7 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
     out = {"batch": int(rows.size), "n_draft": n_draft, "heads": heads,
            "prefix_tokens": int(a_frag["lens"].sum())}
     impls = []
-    fn, why = _bundled_verify()
+    fn, why = _bundled_verify() if use_bundled else (None, "bundled kernel not used (--verify torch)")
     if fn is not None:
         try:
             _call_extend_like(fn, a_frag, kb_frag)
@@ -221,7 +224,8 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
 
 
 def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, seed: int, backend: str,
-              planner_sizes, batch: int, n_draft: int, heads: int, reps: int, log=lambda *_: None) -> dict:
+              planner_sizes, batch: int, n_draft: int, heads: int, reps: int, log=lambda *_: None,
+              use_bundled: bool = True) -> dict:
     """The whole benchmark; returns the JSON document (caller checks CUDA first)."""
     import torch
 
@@ -254,7 +258,7 @@ def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, see
     torch.cuda.empty_cache()
     after_rtt = pool.req_to_token.copy()
     update_index(plan, after_rtt, pool.seq_lens)
-    vg = verify_gain(pool, plan, after_rtt, batch, n_draft, heads, max(reps, 10), seed)
+    vg = verify_gain(pool, plan, after_rtt, batch, n_draft, heads, max(reps, 10), seed, use_bundled)
     log(f"verify: {vg}")
     scaling = planner_scaling(planner_sizes, min_run, seed)
     primary = next(iter(reloc.values()))
