@@ -554,7 +554,8 @@ class Engine:
                  run_id: str) -> HostStepResult:
         """Run one step on one host (None = this machine), record every transition, return the result."""
         name = host.name if host else CONTROLLER
-        log_path = self.state_dir / "runs" / run_id / name.lstrip("@") / f"{lp.spec.label}-{step.id}.log"
+        log_dir = self.state_dir / "runs" / run_id / (name if host else "_controller")
+        log_path = log_dir / f"{lp.spec.label}-{step.id}.log"
         values = host_values(host, self.bundle_sha, self.state_dir)
         r = HostStepResult(status=Status.in_progress, started_at=utcnow(), log_path=str(log_path))
         with self._mu:

@@ -145,3 +145,73 @@ def test_cold_start_ratio_is_measured_and_printed(capsys):
         print(f"\n[cold start] orchestrator status {doc['status_median_s']:.3f} s vs import pydantic, yaml "
               f"{doc['import_pydantic_yaml_median_s']:.3f} s: ratio {doc['ratio']:.2f}x")
     assert doc["status_median_s"] > 0 and doc["ratio"] > 0
+
+
+def test_readme_test_command_is_byte_identical_to_ci():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    cmd = "python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e '.[test]' && .venv/bin/python -m pytest -q"
+    assert cmd in ci
+    assert f"\n{cmd}\n" in readme
+
+
+class FakeRemote:
+    """A transport that records what it is asked to run and answers like a kernel tool."""
+
+    def __init__(self, host):
+        self.host_name = host.name
+        self.calls: list[tuple[list[str], str | None, float]] = []
+        self.closed = False
+
+    def run(self, argv, *, timeout_s, cwd=None, env=None, log_path=None):
+        from orchestrator.transport.base import CommandResult
+
+        self.calls.append((argv, cwd, timeout_s))
+        return CommandResult(host=self.host_name, argv=argv, exit_code=0, stdout='{"ok": true, "n": 1}')
+
+    def put(self, local_path, remote_path):  # pragma: no cover - not used by the engine
+        raise NotImplementedError
+
+    def close(self):
+        self.closed = True
+
+
+def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatch):
+    """The engine calls orchestrator.bundle.ensure_on_host once per host and runs every step there."""
+    import orchestrator.bundle as bundle_mod
+    from orchestrator.engine import Engine, RunOptions
+    from orchestrator.inventory import load_inventory
+    from orchestrator.specs import load_catalog
+
+    ws.inventory.write_text(yaml.safe_dump({
+        "defaults": {"connection": "ssh", "known_hosts": "/k", "remote_root": "/srv/o"},
+        "hosts": [{"name": "g1", "address": "10.0.0.1"}, {"name": "g2", "address": "10.0.0.2"}]}))
+    ws.write_phase(phase(0, "a", [step("s", ["{python}", "-m", "kernels.x", "--dir", "{bundle_dir}"], metrics=["n"]),
+                                  step("t", ["{python}", "-m", "kernels.y"])]))
+    shipped: list[str] = []
+
+    def ensure_on_host(transport, bundle, host):
+        shipped.append(host.name)
+        return f"{host.remote_root}/bundles/{bundle.sha256}"
+
+    monkeypatch.setattr(bundle_mod, "ensure_on_host", ensure_on_host, raising=False)
+    transports: dict[str, FakeRemote] = {}
+
+    def factory(host):
+        transports[host.name] = FakeRemote(host)
+        return transports[host.name]
+
+    eng = Engine(catalog=load_catalog(ws.phases), inventory=load_inventory(ws.inventory), state_dir=ws.state,
+                 transport_factory=factory)
+    plan = eng.plan(["0"])
+    report = eng.run(["0"], options=RunOptions(forks=2))
+    assert report.exit_code == 0
+    assert sorted(shipped) == ["g1", "g2"]  # once per host, not once per step
+    want_dir = f"/srv/o/bundles/{eng.bundle_sha}"
+    for name, t in transports.items():
+        assert t.closed
+        assert [c[1] for c in t.calls] == [want_dir, want_dir]
+        assert t.calls[0][0] == ["python3", "-m", "kernels.x", "--dir", want_dir]
+        planned = next(c for c in plan.phases[0].steps[0].commands if c.host == name)
+        assert planned.argv == t.calls[0][0] and planned.cwd == want_dir
+    assert report.phases[0].steps[0].hosts["g1"].metrics == {"n": 1}
