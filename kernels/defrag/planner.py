@@ -572,11 +572,16 @@ def plan_defrag(
         cur = cur.moved(src, dst)
 
     def incremental() -> str:
+        frag = _frag(cur, min_run)
         for _ in range(max_rounds):
             src, dst = _RoundPlanner(cur, min_run, "incremental").run()
             if src.size == 0:
                 return "converged"
+            trial = _frag(cur.moved(src, dst), min_run)
+            if not _better(trial, frag):  # e.g. shared slots pulled back and forth: stop
+                return "converged (last round dropped: no gain)"
             add("incremental", src, dst)
+            frag = trial
         return f"max_rounds={max_rounds} reached"
 
     stop = incremental()
