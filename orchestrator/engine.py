@@ -34,7 +34,8 @@ from pydantic import BaseModel, Field
 
 from orchestrator import facts
 from orchestrator.approval import ApprovalSummary, Approver, AuditLog, NonInteractive, check_token, evidence_lines
-from orchestrator.errors import (ExitCode, HostUnreachable, Interrupted, OrchestratorError, SpecError, StepFailed)
+from orchestrator.errors import (ExitCode, HostUnreachable, Interrupted, OrchestratorError, SpecError, StepFailed,
+                                  UsageError)
 from orchestrator.inventory import Host, Inventory
 from orchestrator.outcome import interpret
 from orchestrator.paths import project_root
@@ -127,7 +128,7 @@ class Engine:
         if all_phases:
             return list(self.catalog.phases)
         if not phase_keys:
-            raise SpecError("no phase given", hint="name phases (e.g. `orchestrator run 0`) or pass --all")
+            raise UsageError("no phase given", hint="name phases (e.g. `orchestrator run 0`) or pass --all")
         out: list[LoadedPhase] = []
         for k in phase_keys:
             lp = self.catalog.resolve(k)

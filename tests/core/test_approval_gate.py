@@ -127,3 +127,28 @@ def test_rollback_needs_its_own_approval(live):
 def test_json_mode_never_prompts(live):
     r = invoke("run", "1", "--json", "--interactive")
     assert r.exit_code == 2 and json.loads(r.stdout)["errors"][0]["code"] == "USAGE"
+
+
+def test_run_all_with_approve_cannot_carry_over_to_evidence_made_in_the_same_run(live):
+    """Approving `run --all` up front does not approve phase 1 after phase 0 produced new evidence."""
+    live.write_phase(phase(0, "check", [step("c", tool("--metric", "summary.n=5"), metrics=["summary.n"],
+                                          gates=[{"metric": "summary.n", "op": ">=", "value": 1, "reason": "r"}])]))
+    digest = plan_digest("--all")
+    r = invoke("run", "--all", "--json", "--approve", digest, "--yes")
+    assert r.exit_code == 6, r.output
+    assert "gate evidence changed during this run" in json.loads(r.stdout)["errors"][0]["message"]
+    assert not live.side_effect.exists()
+    assert live.state_json()["phases"]["0"]["status"] == "completed"  # phase 0 did run (no approval needed)
+
+
+def test_interactive_rollback_needs_the_exact_word(live):
+    r = invoke("rollback", "1", "--interactive", input="no\n")
+    assert r.exit_code == 5 and not (live.root / "undone").exists()
+    r = invoke("rollback", "1", "--interactive", input="yes\n")
+    assert r.exit_code == 0, r.output
+    assert (live.root / "undone").exists()
+    assert [a["decision"] for a in live.audit()[-2:]] == ["refused", "approved"]
+
+
+def test_no_phase_is_a_usage_error(live):
+    assert invoke("run").exit_code == 2
