@@ -477,33 +477,33 @@ def schedule(src: np.ndarray, dst: np.ndarray, num_slots: int, max_levels: int =
     Level 0: moves whose dst is not a src (free). Level k: moves whose dst is the src of a
     level k-1 move (vacated by it). Each level is one commuting copy step. Moves on cycles, or
     deeper than ``max_levels``, are gathered into staging first and scattered last.
-    O(n * levels) vectorised.
+    O(n): each level follows the chains one step from the previous level.
     """
     n = src.size
     if n == 0:
         return ()
     move_of_src = np.full(num_slots + 1, -1, dtype=np.int64)
     move_of_src[src] = np.arange(n)
-    nxt = move_of_src[dst]  # the move that must vacate my dst first, or -1
+    move_of_dst = np.full(num_slots + 1, -1, dtype=np.int64)
+    move_of_dst[dst] = np.arange(n)
+    prev = move_of_dst[src]  # the move that overwrites my src, so must run after me, or -1
     level = np.full(n, -1, dtype=np.int64)
-    level[nxt < 0] = 0
+    front = np.flatnonzero(move_of_src[dst] < 0)  # dst not a src: free
     k = 0
-    while k < max_levels:
-        cand = (level < 0) & (nxt >= 0)
-        sel = np.zeros(n, dtype=bool)
-        sel[cand] = level[nxt[cand]] == k
-        if not sel.any():
-            break
+    while front.size and k <= max_levels:  # chains are disjoint paths: O(n) in total
+        level[front] = k
+        front = prev[front]
+        front = front[front >= 0]
         k += 1
-        level[sel] = k
     staged = level < 0
     steps: list[Step] = []
     if staged.any():
         ss = src[staged]
         steps.append(Step("gather", ss, np.arange(ss.size, dtype=np.int64)))
-    for lv in range(0, int(level.max()) + 1 if (level >= 0).any() else 0):
-        m = level == lv
-        steps.append(Step("copy", src[m], dst[m]))
+    ok = np.flatnonzero(level >= 0)
+    order = ok[np.argsort(level[ok], kind="stable")]  # by level, then by move index
+    for chunk in np.split(order, np.cumsum(np.bincount(level[ok]))[:-1]):
+        steps.append(Step("copy", src[chunk], dst[chunk]))
     if staged.any():
         ds = dst[staged]
         steps.append(Step("scatter", np.arange(ds.size, dtype=np.int64), ds))
