@@ -19,7 +19,7 @@ import yaml
 
 from conftest import SilentServer, make_bundle, make_host
 from lab import inventory_doc, write_inventory
-from orchestrator.bundle import verify_on_host
+from orchestrator.bundle import Bundle, verify_on_host
 from orchestrator.transport.ssh import SSHTransport
 
 pytestmark = pytest.mark.ssh
@@ -115,7 +115,7 @@ def tarball_inodes(doc: dict, remote: Path, hosts: list[str]) -> dict[str, int]:
 # ---------------------------------------------------------------------------- scenarios
 
 
-def test_phase0_on_three_hosts_end_to_end_and_a_second_run_skips_the_upload(own_lab, tmp_path):
+def test_phase0_on_three_hosts_end_to_end(own_lab, tmp_path):
     if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("nvcc not installed: phase 0's build step would be blocked, not completed")
     lab = own_lab(3)
@@ -128,8 +128,10 @@ def test_phase0_on_three_hosts_end_to_end_and_a_second_run_skips_the_upload(own_
     assert code == 0, doc["errors"]
     sha = doc["plan"]["bundle_sha"]
     assert {h: r["status"] for h, r in host_results(doc).items()} == dict.fromkeys(names, "completed")
+    facts = step_results(doc, "facts")
     build = step_results(doc, "build")
     for h in names:
+        assert facts[h]["metrics"]["nvcc.found"] is True
         assert build[h]["metrics"]["summary.arch"] == "sm_120a"
         assert all(g["passed"] for g in build[h]["gates"]) and len(build[h]["gates"]) == 2
         assert build[h]["command"].startswith(f"cd {remote / h / 'bundles' / sha} && timeout -k 10 900 ")
@@ -137,23 +139,33 @@ def test_phase0_on_three_hosts_end_to_end_and_a_second_run_skips_the_upload(own_
         assert (remote / h / "bundles" / sha / ".sha256").read_text() == sha + "\n"
     state = json.loads((proj.state / "state.json").read_text())
     assert {h: r["status"] for h, r in state["phases"]["0"]["hosts"].items()} == dict.fromkeys(names, "completed")
+    assert state["phases"]["0"]["bundle_sha"] == sha
     # the bundle verifies on each host, checked independently of the run
-    from orchestrator.bundle import Bundle
     bundle = Bundle(sha256=sha, path=proj.state / "bundles" / f"{sha}.tar.gz", files=0, size_bytes=0)
     for h in names:
         with SSHTransport(make_host(lab, h, tmp_path, remote_root=str(remote / h))) as t:
             assert verify_on_host(t, bundle, t.host) == "ok"
+    code, status = proj.cli("status", "--json")
+    assert code == 0 and json.dumps(status).count('"completed"') >= 3
 
-    inodes = tarball_inodes(doc, remote, names)
-    code2, doc2 = proj.cli("run", "0", "--inventory", str(inv), "--json", "--yes")
-    assert code2 == 0, doc2["errors"]
-    assert doc2["run_id"] != doc["run_id"]
-    assert step_results(doc2, "build")["h1"]["started_at"] > build["h1"]["finished_at"], "phase 0 ran again"
-    assert tarball_inodes(doc2, remote, names) == inodes, "the tarball was uploaded again"
 
-    code3, status = proj.cli("status", "--json")
-    assert code3 == 0
-    assert "h1" in json.dumps(status) and "completed" in json.dumps(status)
+def test_a_second_run_skips_the_upload_but_runs_the_phase_again(own_lab, tmp_path):
+    lab = own_lab(3)
+    proj = Project(tmp_path, quick_phase())
+    remote = tmp_path / "remote"
+    inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, remote))
+    names = ["h1", "h2", "h3"]
+    code, first = proj.cli("run", "0", "--inventory", str(inv), "--json")
+    assert code == 0, first["errors"]
+    inodes = tarball_inodes(first, remote, names)
+    code, again = proj.cli("run", "0", "--inventory", str(inv), "--json", "--yes")
+    assert code == 0, again["errors"]
+    assert again["run_id"] != first["run_id"]
+    probe1, probe2 = step_results(first, "probe"), step_results(again, "probe")
+    for h in names:
+        assert probe2[h]["status"] == "completed"
+        assert probe2[h]["started_at"] > probe1[h]["finished_at"], "the phase ran again"
+    assert tarball_inodes(again, remote, names) == inodes, "the tarball was uploaded again"
 
 
 def test_a_host_with_a_changed_key_is_refused_and_the_others_complete(own_lab, tmp_path):
