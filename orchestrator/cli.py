@@ -134,8 +134,9 @@ def _approver(as_json: bool, interactive: bool | None):
     return NonInteractive()
 
 
-def _plan_dict(plan: Any) -> dict[str, Any]:
-    return plan.model_dump(mode="json")
+def _plan_dict(plan: Any) -> Any:
+    """The plan as put into the envelope (the model itself: pydantic-core serializes it)."""
+    return plan
 
 
 # ---------------------------------------------------------------------------------------- status
@@ -234,8 +235,7 @@ def run(
             error_line(f"phase {e['phase']} {e['code'].lower()} on {e['host']}: {e['message']}", e["hint"])
         return Envelope(command="run", ok=report.exit_code == 0, exit_code=report.exit_code, run_id=report.run_id,
                         plan=_plan_dict(report.plan),
-                        results={"phases": [p.model_dump(mode="json") for p in report.phases],
-                                 "skipped_phases": report.skipped_phases},
+                        results={"phases": report.phases, "skipped_phases": report.skipped_phases},
                         errors=errors, warnings=report.warnings)
 
     _guard("run", as_json, debug, go)
@@ -310,7 +310,7 @@ def rollback(
                 out.print(f"Rollback digest: {digest}")
             eng.audit.append(decision="planned", digest=digest, phase=",".join(lp.spec.label for lp in selected),
                              hosts=p.hosts, via="plan", command=_cmdline())
-            pd = _plan_dict(p)
+            pd = p.model_dump(mode="json")
             pd["rollback_digest"] = digest
             return Envelope(command="rollback", ok=True, exit_code=0, dry_run=True, plan=pd)
         from orchestrator.engine import RunOptions

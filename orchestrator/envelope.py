@@ -7,7 +7,6 @@ renamed without bumping ``schema_version``.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -22,10 +21,11 @@ class Envelope(BaseModel):
     exit_code: int
     run_id: str | None = None
     dry_run: bool = False
-    plan: dict[str, Any] | None = None
-    results: dict[str, Any] | None = None
+    plan: Any = None  # a planner.Plan model or its dict
+    results: Any = None
     errors: list[dict[str, Any]] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
     def dumps(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True, default=str)
+        """Serialized by pydantic-core (fast for 100-host plans); models inside ``Any`` fields included."""
+        return self.model_dump_json(indent=2, fallback=str)

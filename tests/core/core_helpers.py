@@ -43,6 +43,11 @@ class Workspace:
         self.phases.mkdir()
         self.inventory = root / "inventory.yaml"
         self.hosts(["local"])
+        # a checkout of its own: the bundle (kernels/) must not change under a test when
+        # someone edits the real kernels/ in the shared tree
+        self.checkout = root / "checkout"
+        (self.checkout / "kernels").mkdir(parents=True)
+        (self.checkout / "kernels" / "__init__.py").write_text('"""test bundle"""\n')
 
     def write_phase(self, doc: dict[str, Any]) -> Path:
         path = self.phases / f"{doc['id']}-{doc['name']}.yaml"
@@ -57,7 +62,7 @@ class Workspace:
 
     def env(self) -> dict[str, str]:
         return {"ORCHESTRATOR_STATE_DIR": str(self.state), "ORCHESTRATOR_PHASES_DIR": str(self.phases),
-                "ORCHESTRATOR_INVENTORY": str(self.inventory)}
+                "ORCHESTRATOR_INVENTORY": str(self.inventory), "ORCHESTRATOR_ROOT": str(self.checkout)}
 
     def state_json(self) -> dict[str, Any]:
         return json.loads((self.state / "state.json").read_text())
