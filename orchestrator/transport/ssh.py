@@ -23,6 +23,7 @@ import math
 import os
 import posixpath
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -68,7 +69,11 @@ def whole_seconds(value: float | int | None, default: int) -> int:
 
 
 class SSHTransport:
-    """Runs argument lists on one host over SSH. Not shared between threads."""
+    """Runs argument lists on one host over one SSH connection (opened on first use).
+
+    Commands may be issued from several threads (each gets its own SSH channel); opening
+    and dropping the connection is serialised.
+    """
 
     def __init__(self, host: SSHHost, *, keepalive_s: int = KEEPALIVE_S) -> None:
         self.host = host
@@ -84,6 +89,7 @@ class SSHTransport:
         self.transfer_timeout_s = whole_seconds(_field(host, "command_timeout_s"), DEFAULT_TRANSFER_TIMEOUT_S)
         self.keepalive_s = keepalive_s
         self._conn: Any = None
+        self._mu = threading.RLock()
 
     # ------------------------------------------------------------------ connection
 
@@ -128,6 +134,10 @@ class SSHTransport:
 
     def _open(self) -> Any:
         """The open Connection, connecting on first use; raises HostUnreachable."""
+        with self._mu:
+            return self._open_locked()
+
+    def _open_locked(self) -> Any:
         if self._conn is not None and self._conn.is_connected:
             return self._conn
         if self._conn is not None:
@@ -154,6 +164,8 @@ class SSHTransport:
         if isinstance(exc, paramiko.BadHostKeyException):
             return (f"{where}host key for {self.target} does not match known_hosts "
                     f"{self._known_hosts_label()} (refusing to connect)")
+        if isinstance(exc, paramiko.PasswordRequiredException):
+            return f"{where}key {self.ssh_key} is encrypted; use an unencrypted deploy key or an agent"
         if isinstance(exc, paramiko.AuthenticationException):
             key = f" with key {self.ssh_key}" if self.ssh_key else ""
             return f"{where}authentication failed for {self.user}@{self.target}{key}"
@@ -177,9 +189,10 @@ class SSHTransport:
         return f"{where}cannot connect to {self.target}: {type(exc).__name__}: {exc}"
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            _quiet_close(self._conn)
-        self._conn = None
+        with self._mu:
+            if self._conn is not None:
+                _quiet_close(self._conn)
+            self._conn = None
 
     def close(self) -> None:
         """Close the Connection (before any teardown of the host, T10). Idempotent."""

@@ -177,3 +177,28 @@ def test_close_is_idempotent_and_the_transport_reconnects(shared_lab, tmp_path):
     t.close()
     assert t.run(["echo", "again"], timeout_s=5).stdout == "again\n"
     t.close()
+
+
+def test_encrypted_client_key_is_reported_as_such(shared_lab, tmp_path, transports):
+    import subprocess
+
+    key = tmp_path / "encrypted_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(key)], check=True)
+    t = transports(make_host(shared_lab, "h1", tmp_path, ssh_key=str(key)))
+    with pytest.raises(HostUnreachable, match=f"h1: key {key} is encrypted"):
+        t.run(["true"], timeout_s=5)
+
+
+def test_one_transport_serves_several_threads(shared_lab, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h2", tmp_path))
+    out: dict[int, str] = {}
+
+    def work(i: int) -> None:
+        out[i] = t.run(["sh", "-c", f"sleep 0.3; echo {i}"], timeout_s=10).stdout
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert out == {i: f"{i}\n" for i in range(4)}
