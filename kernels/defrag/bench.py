@@ -25,32 +25,45 @@ from .pool import make_kv_buffers
 from .workload import ChurnConfig, simulate_churn
 
 
-def _time_cuda(fn, reps: int, warmup: int = 2) -> float:
-    """Median seconds of ``fn`` over ``reps`` CUDA-event timed runs."""
+def _sync(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _time(fn, reps: int, warmup: int = 2, device: str = "cuda") -> float:
+    """Median seconds of ``fn`` over ``reps`` runs: CUDA events on CUDA, wall clock elsewhere
+    (CPU timing only serves the smoke test; the CLI bench requires CUDA)."""
     import torch
 
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    _sync(device)
     out = []
     for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / 1e3)
+        if str(device).startswith("cuda"):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
     return statistics.median(out)
 
 
-def copy_bandwidth(nbytes: int, reps: int = 10) -> float:
+def copy_bandwidth(nbytes: int, reps: int = 10, device: str = "cuda") -> float:
     """Device copy bandwidth in bytes/s (read + write counted)."""
     import torch
 
-    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    a = torch.empty(nbytes, dtype=torch.uint8, device=device)
     a.random_(0, 255)
     b = torch.empty_like(a)
-    t = _time_cuda(lambda: b.copy_(a), reps)
+    t = _time(lambda: b.copy_(a), reps, device=device)
     del a, b
     return 2 * nbytes / t
 
@@ -139,56 +152,64 @@ def _bundled_verify():
 
 
 def _sglang_verify():
+    """SGLang's extend_attention_fwd (0.5.23 path, then the older one), or (None, why)."""
+    import importlib
+
+    reasons = []
     for mod in ("sglang.kernels.ops.attention.extend_attention",
                 "sglang.srt.layers.attention.triton_ops.extend_attention"):
         try:
-            m = __import__(mod, fromlist=["extend_attention_fwd"])
-            return m.extend_attention_fwd, None
+            return importlib.import_module(mod).extend_attention_fwd, None
         except Exception as e:  # noqa: BLE001
-            reason = f"{type(e).__name__}: {e}"
-    return None, f"sglang extend_attention_fwd not importable: {reason}"
+            reasons.append(f"{mod}: {type(e).__name__}: {str(e)[:160]}")
+    return None, "sglang extend_attention_fwd not importable: " + "; ".join(reasons)
 
 
 def _call_extend_like(fn, a: dict, k_buffer) -> None:
+    """Call with extend_attention_fwd's first 13 positional arguments; k_scale / v_scale are
+    passed only where the signature has them (older sglang versions do not)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    kw = {"sm_scale": a["sm_scale"]}
+    if "k_scale" in params:
+        kw.update(k_scale=1.0, v_scale=1.0)
     fn(a["q"], a["k_ext"], a["v_ext"], a["o"], k_buffer, k_buffer[..., :512], a["qo_indptr"], a["kv_indptr"],
-       a["kv_indices"], a["mask"], True, a["mask_indptr"], a["n_draft"], k_scale=1.0, v_scale=1.0,
-       sm_scale=a["sm_scale"])
+       a["kv_indices"], a["mask"], True, a["mask_indptr"], a["n_draft"], **kw)
 
 
-def _gain(run_frag, run_defrag, reps: int) -> dict:
-    """Interleaved CUDA-event medians of the two layouts and the gain in percent."""
-    import torch
-
+def _gain(run_frag, run_defrag, reps: int, device: str) -> dict:
+    """Interleaved medians of the two layouts and the gain in percent."""
     for _ in range(2):
         run_frag()
         run_defrag()
-    torch.cuda.synchronize()
+    _sync(device)
     tf, td = [], []
     for _ in range(reps):
-        tf.append(_time_cuda(run_frag, 1, warmup=0))
-        td.append(_time_cuda(run_defrag, 1, warmup=0))
+        tf.append(_time(run_frag, 1, warmup=0, device=device))
+        td.append(_time(run_defrag, 1, warmup=0, device=device))
     f, d = statistics.median(tf), statistics.median(td)
     return {"t_frag_us": round(f * 1e6, 2), "t_defrag_us": round(d * 1e6, 2),
             "gain_pct": round((f - d) / f * 100, 3)}
 
 
 def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, heads: int, reps: int,
-                seed: int, use_bundled: bool = True) -> dict:
+                seed: int, use_bundled: bool = True, device: str = "cuda") -> dict:
     """Verify-kernel time on the fragmented vs defragmented layout of the same data (layer 0)."""
     import torch
 
     rows = pool.live_requests()
     rows = rows[np.argsort(-pool.seq_lens[rows], kind="stable")][:batch]
     rows = np.sort(rows)
-    kb_frag = torch.zeros((pool.num_slots + 1, 1, 576), dtype=torch.bfloat16, device="cuda")
-    live = torch.as_tensor(pool.live_slots(), device="cuda")
-    kb_frag[live] = (torch.randn((live.numel(), 1, 576), device="cuda",
-                                 generator=torch.Generator(device="cuda").manual_seed(seed)) * 0.5).to(torch.bfloat16)
+    kb_frag = torch.zeros((pool.num_slots + 1, 1, 576), dtype=torch.bfloat16, device=device)
+    live = torch.as_tensor(pool.live_slots(), device=device)
+    kb_frag[live] = (torch.randn((live.numel(), 1, 576), device=device,
+                                 generator=torch.Generator(device=device).manual_seed(seed)) * 0.5).to(torch.bfloat16)
     kb_defrag = torch.zeros_like(kb_frag)
-    kb_defrag[torch.as_tensor(plan.remap, device="cuda")[live]] = kb_frag[live]
-    a_frag = _verify_inputs(pool.req_to_token, pool.seq_lens, rows, n_draft, heads, seed)
+    kb_defrag[torch.as_tensor(plan.remap, device=device)[live]] = kb_frag[live]
+    a_frag = _verify_inputs(pool.req_to_token, pool.seq_lens, rows, n_draft, heads, seed, device)
     a_def = dict(a_frag)
-    a_def["kv_indices"] = _verify_inputs(after_rtt, pool.seq_lens, rows, n_draft, heads, seed)["kv_indices"]
+    a_def["kv_indices"] = _verify_inputs(after_rtt, pool.seq_lens, rows, n_draft, heads, seed, device)["kv_indices"]
     a_def["o"] = torch.empty_like(a_frag["o"])
     out = {"batch": int(rows.size), "n_draft": n_draft, "heads": heads,
            "prefix_tokens": int(a_frag["lens"].sum())}
@@ -197,7 +218,7 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
     if fn is not None:
         try:
             _call_extend_like(fn, a_frag, kb_frag)
-            torch.cuda.synchronize()
+            _sync(device)
             impls.append(("bundled", lambda a, kb: _call_extend_like(fn, a, kb)))
         except Exception as e:  # noqa: BLE001
             why = f"kernels.mla_verify.mla_verify_fwd failed: {type(e).__name__}: {e}"
@@ -211,10 +232,11 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
         out["sglang_skipped"] = sg_why
     for name, f in impls:
         try:
-            g = _gain(lambda: f(a_frag, kb_frag), lambda: f(a_def, kb_defrag), reps if name != "sglang_extend" else max(3, reps // 4))
+            g = _gain(lambda: f(a_frag, kb_frag), lambda: f(a_def, kb_defrag),
+                      reps if name != "sglang_extend" else max(3, reps // 4), device)
             f(a_frag, kb_frag)
             f(a_def, kb_defrag)
-            torch.cuda.synchronize()
+            _sync(device)
             g["max_abs_diff_frag_vs_defrag"] = float((a_frag["o"].float() - a_def["o"].float()).abs().max())
             out[name] = g
         except Exception as e:  # noqa: BLE001
@@ -225,55 +247,83 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
 
 def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, seed: int, backend: str,
               planner_sizes, batch: int, n_draft: int, heads: int, reps: int, log=lambda *_: None,
-              use_bundled: bool = True) -> dict:
-    """The whole benchmark; returns the JSON document (caller checks CUDA first)."""
+              use_bundled: bool = True, device: str = "cuda") -> dict:
+    """The whole benchmark; returns the JSON document. The CLI runs it on CUDA only; ``device``
+    "cpu" exists for the smoke test. A failing section is reported under ``errors`` (ok=false)
+    and the others still run."""
     import torch
 
     from .executor import update_index
 
+    errors: dict[str, str] = {}
     dtype = torch.bfloat16 if dtype_name == "bf16" else torch.uint8
     pool = simulate_churn(ChurnConfig(slots, seed=seed))
     t0 = time.perf_counter()
     plan = plan_defrag(pool, min_run=min_run)
     planner_ms = (time.perf_counter() - t0) * 1e3
     log(f"plan: {plan.tokens_moved} moves, {plan.copy_steps} steps, {planner_ms:.0f} ms")
-    kv = make_kv_buffers(slots, layers, dtype, "cuda")
-    moved_bytes = plan.bytes_moved(layers, kv.element_size())
-    copy_bytes = int(min(max(moved_bytes, 1 << 28), 4 << 30))
-    bw_copy = copy_bandwidth(copy_bytes, reps)
-    log(f"copy bandwidth: {bw_copy / 1e9:.0f} GB/s over {copy_bytes >> 20} MiB")
-    reloc = {}
-    backends = [backend] if backend != "auto" else ["auto", "torch"]
-    steps = device_steps(plan, kv.device)
-    for be in backends:
-        used = {}
-        t = _time_cuda(lambda: used.update(zip(("backend", "launches", "note"),
-                                               run_copies(plan, kv, be, steps=steps))), reps, warmup=1)
-        bw = 2 * moved_bytes / t
-        reloc[used["backend"]] = {"seconds": round(t, 6), "bw_gbs": round(bw / 1e9, 2),
-                                  "ratio_vs_copy": round(bw / bw_copy, 4), "launches": used["launches"],
-                                  "note": used["note"]}
-        log(f"relocation [{used['backend']}]: {bw / 1e9:.0f} GB/s = {bw / bw_copy:.2%} of copy")
-    del kv
-    torch.cuda.empty_cache()
-    after_rtt = pool.req_to_token.copy()
-    update_index(plan, after_rtt, pool.seq_lens)
-    vg = verify_gain(pool, plan, after_rtt, batch, n_draft, heads, max(reps, 10), seed, use_bundled)
-    log(f"verify: {vg}")
-    scaling = planner_scaling(planner_sizes, min_run, seed)
-    primary = next(iter(reloc.values()))
-    impl = vg["verify_impl"]
-    gain = vg.get(impl, {}).get("gain_pct")
+    elem = 2 if dtype_name == "bf16" else 1
+    moved_bytes = plan.bytes_moved(layers, elem)
+    bw_copy = None
+    reloc: dict[str, dict] = {}
+    try:
+        kv = make_kv_buffers(slots, layers, dtype, device)
+        copy_bytes = int(min(max(moved_bytes, 1 << 24), 4 << 30))
+        bw_copy = copy_bandwidth(copy_bytes, reps, device)
+        log(f"copy bandwidth: {bw_copy / 1e9:.0f} GB/s over {copy_bytes >> 20} MiB")
+        backends = [backend] if backend != "auto" else ["auto", "torch"]
+        steps = device_steps(plan, kv.device)
+        for be in backends:
+            for block_m in ((4, 8, 16, 32) if be != "torch" else (8,)):
+                used = {}
+                t = _time(lambda: used.update(zip(("backend", "launches", "note"),
+                                                  run_copies(plan, kv, be, block_m=block_m, steps=steps))),
+                          reps, warmup=1, device=device)
+                bw = 2 * moved_bytes / t
+                name = used["backend"] + (f"_block_m{block_m}" if used["backend"] == "triton" else "")
+                reloc[name] = {"seconds": round(t, 6), "bw_gbs": round(bw / 1e9, 2),
+                               "ratio_vs_copy": round(bw / bw_copy, 4), "launches": used["launches"],
+                               "note": used["note"]}
+                log(f"relocation [{name}]: {bw / 1e9:.0f} GB/s = {bw / bw_copy:.2%} of copy")
+                if used["backend"] != "triton":
+                    break  # no Triton here (or it fell back): one torch measurement is enough
+        del kv
+    except Exception as e:  # noqa: BLE001 - keep one JSON document; the error is the result
+        errors["relocation"] = f"{type(e).__name__}: {e}"
+        log(f"relocation failed: {errors['relocation']}")
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    vg: dict = {}
+    try:
+        after_rtt = pool.req_to_token.copy()
+        update_index(plan, after_rtt, pool.seq_lens)
+        vg = verify_gain(pool, plan, after_rtt, batch, n_draft, heads, max(reps, 10), seed, use_bundled, device)
+        log(f"verify: {vg}")
+    except Exception as e:  # noqa: BLE001
+        errors["verify"] = f"{type(e).__name__}: {e}"
+        log(f"verify failed: {errors['verify']}")
+    scaling: list[dict] = []
+    try:
+        scaling = planner_scaling(planner_sizes, min_run, seed)
+    except Exception as e:  # noqa: BLE001
+        errors["planner_scaling"] = f"{type(e).__name__}: {e}"
+    # the executor's default path: the fastest Triton block size if Triton ran, else torch
+    tri = {k: v for k, v in reloc.items() if k.startswith("triton")}
+    pick = tri or reloc
+    best = max(pick, key=lambda k: pick[k]["ratio_vs_copy"]) if pick else None
+    impl = vg.get("verify_impl")
+    res = vg.get(impl, {}) if impl else {}
+    gain = res.get("gain_pct")
     summary = {
         "gain_pct": gain,
         "verify_impl": impl,
-        "t_frag_us": vg.get(impl, {}).get("t_frag_us"),
-        "t_defrag_us": vg.get(impl, {}).get("t_defrag_us"),
+        "t_frag_us": res.get("t_frag_us"),
+        "t_defrag_us": res.get("t_defrag_us"),
         "sglang_gain_pct": vg.get("sglang_extend", {}).get("gain_pct"),
-        "relocation_bw_ratio": primary["ratio_vs_copy"],
-        "relocation_backend": next(iter(reloc)),
-        "relocation_bw_gbs": primary["bw_gbs"],
-        "copy_bw_gbs": round(bw_copy / 1e9, 2),
+        "relocation_bw_ratio": reloc[best]["ratio_vs_copy"] if best else None,
+        "relocation_backend": best,
+        "relocation_bw_gbs": reloc[best]["bw_gbs"] if best else None,
+        "copy_bw_gbs": round(bw_copy / 1e9, 2) if bw_copy else None,
         "tokens_moved": plan.tokens_moved,
         "bytes_moved": moved_bytes,
         "staged_tokens": plan.staged_tokens,
@@ -284,8 +334,12 @@ def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, see
         "slots": slots,
         "layers": layers,
     }
-    ok = gain is not None and all("error" not in v for v in vg.values() if isinstance(v, dict))
-    return {"ok": bool(ok), "tool": "kernels.defrag", "mode": "bench", "summary": summary,
+    for k, v in vg.items():
+        if isinstance(v, dict) and "error" in v:
+            errors[f"verify.{k}"] = v["error"]
+    ok = not errors and gain is not None and best is not None
+    return {"ok": bool(ok), "tool": "kernels.defrag", "mode": "bench", "summary": summary, "errors": errors,
             "relocation": reloc, "verify": vg, "planner_scaling": scaling,
             "config": {"slots": slots, "layers": layers, "dtype": dtype_name, "min_run": min_run, "seed": seed,
-                       "device": torch.cuda.get_device_name(), "torch": torch.__version__}}
+                       "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
+                       "torch": torch.__version__}}

@@ -177,3 +177,18 @@ def test_bench_verify_inputs_and_torch_fallback_match_the_oracle_on_both_layouts
         assert (a["o"].double() - ref).abs().max() < 0.05
         outs.append(a["o"])
     assert torch.equal(outs[0], outs[1])
+
+
+def test_bench_pipeline_runs_end_to_end_on_cpu():
+    """Smoke test of every bench section on CPU (the CLI refuses --bench without CUDA; the numbers
+    here mean nothing, the document shape and the fallbacks do)."""
+    from kernels.defrag.bench import run_bench
+
+    d = run_bench(2048, 1, "bf16", None, 0, "torch", [500], 2, 2, 2, 2, device="cpu")
+    s = d["summary"]
+    assert d["ok"] and d["errors"] == {}
+    assert s["verify_impl"] == "torch-gather" and "bundled_fallback_reason" in d["verify"]
+    assert d["verify"]["torch-gather"]["max_abs_diff_frag_vs_defrag"] == 0.0
+    assert s["gain_pct"] == pytest.approx((s["t_frag_us"] - s["t_defrag_us"]) / s["t_frag_us"] * 100, abs=1e-2)
+    assert s["relocation_backend"] == "torch" and s["relocation_bw_ratio"] > 0 and s["copy_bw_gbs"] > 0
+    assert list(s["planner_ms_by_slots"]) == ["500"]
