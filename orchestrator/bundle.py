@@ -3,6 +3,13 @@
 The tarball has sorted entries, mtime 0, uid/gid 0, fixed modes and no compiled or cache
 files, so the same sources always give the same hash. That hash is what approval digests,
 remote bundle directories (``<remote_root>/bundles/<sha>/``) and ``current`` refer to.
+
+On a host (any :class:`~orchestrator.transport.base.Transport`), :func:`ensure_on_host` /
+:func:`ship_bundle` keep ``bundles/<sha>.tar.gz`` (uploaded only when the host has no copy
+whose sha256 matches) and ``bundles/<sha>/`` (unpacked, with ``.sha256`` and a ``.manifest``
+of every file's sha256), and re-check both on the host each time they are called.
+:func:`switch_current` moves the ``current`` / ``previous`` symlinks with symlink + rename.
+Damaged trees are moved aside as ``<sha>.damaged.<pid>``, never deleted.
 """
 from __future__ import annotations
 
