@@ -21,7 +21,6 @@ run there, in the order ``rollback_steps`` lists them.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
 import socket
 import threading
@@ -32,35 +31,21 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from orchestrator import facts
 from orchestrator.approval import ApprovalSummary, Approver, AuditLog, NonInteractive, check_token, evidence_lines
-from orchestrator.errors import (ExitCode, HostUnreachable, Interrupted, OrchestratorError, SpecError, StepFailed,
-                                  UsageError)
+from orchestrator.errors import (ApprovalError, ExitCode, Interrupted, OrchestratorError, SpecError, StepFailed,
+                                 UsageError)
+from orchestrator.execution import BAD, Event, StepRunner, aggregate_status, ensure_bundle_on_host
 from orchestrator.inventory import Host, Inventory
-from orchestrator.outcome import interpret
 from orchestrator.paths import project_root
-from orchestrator.planner import (CONTROLLER, Plan, build_plan, compute_digest, display_command, evidence_before,
-                                  host_values, phase_digest, render_step, waves_for)
-from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement, Step
-from orchestrator.state import (HostPhase, HostStepResult, PhaseRecord, RunInfo, RunLock, RunState, StateStore,
-                                Status, StepRecord, command_line, current_user, utcnow)
-from orchestrator.transport.base import CommandResult, Transport
+from orchestrator.planner import CONTROLLER, Plan, build_plan, compute_digest, evidence_before, phase_digest
+from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement
+from orchestrator.state import (HostPhase, PhaseRecord, RunInfo, RunLock, RunState, StateStore, Status, StepRecord,
+                                command_line, current_user, utcnow)
+from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory, make_transport
 from orchestrator.transport.local import terminate_all
 
-BAD = (Status.failed, Status.blocked, Status.interrupted)
-
-
-class Event(BaseModel):
-    """A progress event for the UI (the engine never prints)."""
-
-    kind: str  # phase_started | step_started | step_finished | rollback | message | warning
-    phase: str | None = None
-    step: str | None = None
-    host: str | None = None
-    status: str | None = None
-    message: str = ""
-    log_path: str | None = None
+__all__ = ["Engine", "Event", "RunOptions", "RunReport", "ensure_bundle_on_host"]
 
 
 class RunOptions(BaseModel):
@@ -82,18 +67,7 @@ class RunReport(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def ensure_bundle_on_host(transport: Transport, bundle: Any, host: Host) -> str:
-    """The bundle hook (``orchestrator.bundle.ensure_on_host``), looked up when first needed."""
-    from orchestrator import bundle as bundle_mod
-
-    hook = getattr(bundle_mod, "ensure_on_host", None)
-    if hook is None:
-        raise HostUnreachable(f"host {host.name}: cannot ship the bundle (orchestrator.bundle.ensure_on_host "
-                              "is not available yet)", host=host.name, hint="issue 4 adds it; --dry-run works")
-    return str(hook(transport, bundle, host))
-
-
-class Engine:
+class Engine(StepRunner):
     """Runs phases of one catalog on hosts of one inventory, recording state in ``state_dir``."""
 
     def __init__(self, *, catalog: PhaseCatalog, inventory: Inventory, state_dir: Path,
@@ -234,14 +208,6 @@ class Engine:
             if state.mark_interrupted("interrupted by signal (SIGINT/SIGTERM) while running") or self._touched:
                 self.store.save(state)
 
-    def _close_transports(self) -> None:
-        for t in list(self._transports.values()):
-            try:
-                t.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
-        self._transports.clear()
-
     # ------------------------------------------------------------------ one phase
     def _run_phase(self, lp: LoadedPhase, hosts: list[Host], state: RunState, run_id: str, opts: RunOptions,
                    approver: Approver, plan: Plan, start_digests: dict[int, str], report: RunReport) -> PhaseRecord | None:
@@ -315,9 +281,7 @@ class Engine:
             self.audit.append(decision="approved" if ok else "refused", digest=digest, phase=spec.label, hosts=names,
                               via="prompt", command=opts.command)
             if not ok:
-                from orchestrator.errors import ApprovalError
-
-                raise ApprovalError(f"phase {spec.label} not approved (only '{'yes'}' approves); nothing changed",
+                raise ApprovalError(f"phase {spec.label} not approved (only 'yes' approves); nothing changed",
                                     phase=spec.label)
             return
         unchanged = start_digests.get(spec.id) == digest
@@ -355,25 +319,13 @@ class Engine:
                     sr.hosts.pop(h.name, None)
             if step.runs_on == Placement.local and not any(h in resume for h in (x.name for x in hosts)):
                 sr.hosts.pop(CONTROLLER, None)
-            sr.status = self._aggregate(sr) if sr.hosts else Status.pending
+            sr.status = aggregate_status(sr) if sr.hosts else Status.pending
             sr.reason = None if sr.status == Status.pending else sr.reason
             rec.steps.append(sr)
         for h in hosts:
             rec.hosts[h.name] = HostPhase(status=Status.in_progress, bundle_sha=self.bundle_sha, spec_sha=lp.sha256)
         state.phases[str(spec.id)] = rec
         return rec
-
-    @staticmethod
-    def _aggregate(sr: StepRecord) -> Status:
-        sts = [r.status for r in sr.hosts.values()]
-        for s in (Status.in_progress, Status.interrupted, Status.failed, Status.blocked):
-            if s in sts:
-                return s
-        if sts and all(s == Status.completed for s in sts):
-            return Status.completed
-        if sts and all(s in (Status.completed, Status.skipped) for s in sts):
-            return Status.skipped if Status.completed not in sts else Status.completed
-        return Status.pending
 
     def _finish_record(self, lp: LoadedPhase, rec: PhaseRecord, hosts: list[Host], failed: dict[str, str]) -> None:
         main = [s for s in rec.steps if not s.rollback]
@@ -414,212 +366,6 @@ class Engine:
         self.notify(Event(kind="phase_finished", phase=lp.spec.label, status=rec.status.value,
                           message=rec.reason or ""))
 
-    # ------------------------------------------------------------------ steps
-    def _pool_map(self, fn: Callable[[Host], Any], hosts: list[Host], forks: int) -> dict[str, Any]:
-        """Run ``fn`` per host on a thread pool; the main thread waits in short slices so that a
-        KeyboardInterrupt (SIGINT, or SIGTERM turned into one by the CLI) is handled at once."""
-        out: dict[str, Any] = {}
-        if not hosts:
-            return out
-        ex = cf.ThreadPoolExecutor(max_workers=min(forks, len(hosts)), thread_name_prefix="orchestrator-host")
-        try:
-            futs = {ex.submit(fn, h): h.name for h in hosts}
-            pending = set(futs)
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.2)
-                for f in done:
-                    out[futs[f]] = f.result()
-        except BaseException:
-            self._stop.set()
-            terminate_all()
-            ex.shutdown(wait=False, cancel_futures=True)
-            raise
-        ex.shutdown(wait=True)
-        return out
-
-    def _run_step(self, lp: LoadedPhase, step: Step, active: list[Host], rec: PhaseRecord, state: RunState,
-                  run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
-        sr = rec.step(step.id)
-        assert sr is not None
-        if step.runs_on == Placement.local:
-            prev = sr.hosts.get(CONTROLLER)
-            if prev is None or prev.status != Status.completed:
-                r = self._execute(lp, step, None, sr, state, run_id)
-                if r.status != Status.completed:
-                    for h in active:
-                        failed[h.name] = f"{r.status.value}: step {step.id} on this machine: {r.reason}"
-                    return []
-            return active
-        policy = lp.spec.failure_policy
-        first_failure = threading.Event()
-
-        def one(host: Host) -> HostStepResult:
-            prev = sr.hosts.get(host.name)
-            if prev is not None and prev.status == Status.completed:
-                return prev
-            if self._stop.is_set() or (policy.mode == "fail_fast" and first_failure.is_set()):
-                return self._skip(sr, host.name, state, "not started: another host failed (fail_fast)")
-            r = self._execute(lp, step, host, sr, state, run_id)
-            if r.status in BAD:
-                first_failure.set()
-            return r
-
-        results = self._pool_map(one, active, opts.forks)
-        still = []
-        for h in active:
-            r = results[h.name]
-            if r.status in BAD:
-                failed[h.name] = f"{r.status.value}: step {step.id}: {r.reason}"
-                self._rollback_host(lp, step, h, rec, state, run_id)
-            elif r.status == Status.completed:
-                still.append(h)
-        return still
-
-    def _run_waves(self, lp: LoadedPhase, block: list[Step], active: list[Host], rec: PhaseRecord, state: RunState,
-                   run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
-        waves = waves_for(active, self.inventory, lp.spec.waves)
-        done: list[Host] = []
-        for wi, wave in enumerate(waves):
-            if self._stop.is_set():
-                break
-
-            def chain(host: Host) -> HostStepResult | None:
-                for step in block:
-                    sr = rec.step(step.id)
-                    assert sr is not None
-                    prev = sr.hosts.get(host.name)
-                    if prev is not None and prev.status == Status.completed:
-                        continue
-                    r = self._execute(lp, step, host, sr, state, run_id)
-                    if r.status in BAD:
-                        failed[host.name] = f"{r.status.value}: step {step.id} (wave {wi + 1}): {r.reason}"
-                        self._rollback_host(lp, step, host, rec, state, run_id)
-                        return r
-                return None
-
-            results = self._pool_map(chain, wave, opts.forks)
-            bad = [h for h in wave if results[h.name] is not None]
-            done += [h for h in wave if results[h.name] is None]
-            if bad:
-                rest = [h for w in waves[wi + 1:] for h in w]
-                for h in rest:
-                    for step in block:
-                        sr = rec.step(step.id)
-                        assert sr is not None
-                        self._skip(sr, h.name, state, f"not started: wave {wi + 1} failed on {bad[0].name}")
-                    failed.setdefault(h.name, f"skipped: wave {wi + 1} failed on {bad[0].name}")
-                return []
-        return done
-
-    def _skip(self, sr: StepRecord, host: str, state: RunState, reason: str) -> HostStepResult:
-        with self._mu:
-            r = HostStepResult(status=Status.skipped, reason=reason, finished_at=utcnow())
-            sr.hosts[host] = r
-            sr.status = self._aggregate(sr)
-            self.store.save(state)
-        return r
-
-    def _transport(self, host: Host | None) -> Transport:
-        key = host.name if host else CONTROLLER
-        with self._mu:
-            t = self._transports.get(key)
-        if t is None:
-            if host is None:
-                from orchestrator.transport.local import LocalTransport
-
-                t = LocalTransport(CONTROLLER)
-            else:
-                t = self.transport_factory(host)
-            with self._mu:
-                self._transports[key] = t
-        return t
-
-    def _bundle_dir(self, host: Host | None, transport: Transport) -> str:
-        if host is None or host.is_local:
-            return str(self.root)
-        with self._mu:
-            known = self._bundle_dirs.get(host.name)
-        if known:
-            return known
-        with self._mu:
-            if self._bundle_obj is None:
-                from orchestrator.bundle import build_bundle
-
-                self._bundle_obj = build_bundle(self.root, self.state_dir / "bundles")
-        d = ensure_bundle_on_host(transport, self._bundle_obj, host)
-        with self._mu:
-            self._bundle_dirs[host.name] = d
-        return d
-
-    def _execute(self, lp: LoadedPhase, step: Step, host: Host | None, sr: StepRecord, state: RunState,
-                 run_id: str) -> HostStepResult:
-        """Run one step on one host (None = this machine), record every transition, return the result."""
-        name = host.name if host else CONTROLLER
-        log_dir = self.state_dir / "runs" / run_id / (name if host else "_controller")
-        log_path = log_dir / f"{lp.spec.label}-{step.id}.log"
-        values = host_values(host, self.bundle_sha, self.state_dir)
-        r = HostStepResult(status=Status.in_progress, started_at=utcnow(), log_path=str(log_path))
-        with self._mu:
-            sr.hosts[name] = r
-            sr.status = Status.in_progress
-            sr.started_at = sr.started_at or r.started_at
-            self.store.save(state)
-        self.notify(Event(kind="step_started", phase=lp.spec.label, step=step.id, host=name))
-        try:
-            transport = self._transport(host)
-            values["bundle_dir"] = self._bundle_dir(host, transport)
-            cwd = values["bundle_dir"] or str(self.root)
-            if step.builtin == "facts":
-                r.command = f"<builtin:facts> ({values['python']})"
-                result = facts.collect(transport, values["python"] or "python3", cwd=cwd,
-                                       timeout_s=step.timeout_s, log_path=log_path)
-            else:
-                argv = render_step(step, host, values, inventory_path=self.inventory.path, phase_label=lp.spec.label)
-                r.command = display_command(host, argv, cwd, step.timeout_s)
-                if host is not None and not host.is_local:
-                    log_path.parent.mkdir(parents=True, exist_ok=True)
-                result = transport.run(argv, timeout_s=step.timeout_s, cwd=cwd, log_path=log_path)
-            outcome = interpret(step, result, values)
-            r.exit_code, r.duration_s = result.exit_code, round(result.duration_s, 3)
-            r.status, r.reason, r.metrics, r.gates = outcome.status, outcome.reason, outcome.metrics, outcome.gates
-        except HostUnreachable as exc:
-            r.status, r.reason = Status.failed, f"unreachable: {exc.message}"
-        except SpecError as exc:
-            r.status, r.reason = Status.failed, exc.message
-        r.finished_at = utcnow()
-        if self._stop.is_set() and r.status != Status.completed:
-            r.status, r.reason = Status.interrupted, "interrupted by signal while running"
-        with self._mu:
-            sr.hosts[name] = r
-            sr.status = self._aggregate(sr)
-            sr.reason = r.reason if sr.status in BAD else None
-            if sr.status in (Status.completed, Status.failed, Status.blocked):
-                sr.finished_at = utcnow()
-            self.store.save(state)
-        self.notify(Event(kind="step_finished", phase=lp.spec.label, step=step.id, host=name,
-                          status=r.status.value, message=r.reason or "", log_path=r.log_path))
-        return r
-
-    def _rollback_host(self, lp: LoadedPhase, failed_step: Step, host: Host, rec: PhaseRecord, state: RunState,
-                       run_id: str) -> None:
-        wanted: set[str] = set()
-        for step in lp.spec.steps:
-            sr = rec.step(step.id)
-            r = sr.hosts.get(host.name) if sr else None
-            ran = step.id == failed_step.id or (r is not None and r.status == Status.completed)
-            if ran and step.rollback:
-                wanted.add(step.rollback)
-            if step.id == failed_step.id:
-                break
-        for rstep in lp.spec.rollback_steps:  # declared order
-            if rstep.id not in wanted:
-                continue
-            sr = rec.step(rstep.id)
-            assert sr is not None
-            self.notify(Event(kind="rollback", phase=lp.spec.label, step=rstep.id, host=host.name,
-                              message=f"rolling back after {failed_step.id} failed"))
-            self._execute(lp, rstep, host, sr, state, run_id)
-
     # ------------------------------------------------------------------ rollback command
     def rollback_plan(self, phase_keys: list[str], *, limit: str | None = None) -> tuple[list[LoadedPhase], Plan, str]:
         selected = [lp for lp in (self.select(phase_keys, not phase_keys)) if lp.spec.rollback_steps]
@@ -654,8 +400,6 @@ class Engine:
                 self.audit.append(decision="approved" if ok else "refused", digest=digest, phase=label, hosts=names,
                                   via="prompt", command=opts.command)
                 if not ok:
-                    from orchestrator.errors import ApprovalError
-
                     raise ApprovalError(f"rollback of {label} not approved; nothing changed", phase=label)
             else:
                 try:

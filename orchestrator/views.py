@@ -13,11 +13,12 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.specs import PhaseCatalog
-from orchestrator.state import RunState, Status
+from orchestrator.state import RunState
 
 if TYPE_CHECKING:  # the engine is not imported by `status`
     from orchestrator.approval import ApprovalSummary
-    from orchestrator.engine import Event, RunReport
+    from orchestrator.engine import RunReport
+    from orchestrator.execution import Event
     from orchestrator.planner import Plan
 
 CONTROLLER = "@local"  # orchestrator.planner.CONTROLLER, repeated to keep `status` lean
@@ -104,7 +105,8 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
                         if len(ev) >= 6:
                             break
                         prefix = "" if len(sr.hosts) == 1 else f"{h}:"
-                        ev.append(f"{prefix}{k.split('.')[-1]}={_fmt_metric(v)}")
+                        short = k[len("summary."):] if k.startswith("summary.") else k
+                        ev.append(f"{prefix}{short}={_fmt_metric(v)}")
                 if r.reason and len(reasons) < 2:
                     reasons.append(r.reason if len(sr.hosts) == 1 else f"{h}: {r.reason}")
             host_txt = " ".join(f"{n} {k}" for k, n in counts.items())
@@ -191,10 +193,3 @@ class InteractiveApprover:
         err.print(f"{question} [y/N] ", end="")
         return sys.stdin.readline().strip().lower() in ("y", "yes")
 
-
-def status_counts(state: RunState) -> dict[str, int]:
-    counts: dict[str, int] = {s.value: 0 for s in Status}
-    for p in state.phases.values():
-        for s in p.steps:
-            counts[s.status.value] += 1
-    return counts

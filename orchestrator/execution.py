@@ -1,0 +1,291 @@
+"""Per-host step execution: transports, the bundle hook, the thread pool, waves, rollback on a host.
+
+:class:`StepRunner` is the half of :class:`orchestrator.engine.Engine` that touches hosts. Every
+transition of a host's step result is recorded under ``self._mu`` and persisted at once
+(``store.save``), so a run killed at any point leaves state that tells the truth.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from orchestrator import facts
+from orchestrator.errors import HostUnreachable, SpecError
+from orchestrator.inventory import Host, Inventory
+from orchestrator.outcome import interpret
+from orchestrator.planner import CONTROLLER, display_command, host_values, render_step, waves_for
+from orchestrator.specs import LoadedPhase, Placement, Step
+from orchestrator.state import HostStepResult, PhaseRecord, RunState, StateStore, Status, StepRecord, utcnow
+from orchestrator.transport.base import Transport
+from orchestrator.transport.factory import TransportFactory
+from orchestrator.transport.local import LocalTransport, terminate_all
+
+#: Outcomes that stop a host in a phase.
+BAD = (Status.failed, Status.blocked, Status.interrupted)
+
+
+class Event(BaseModel):
+    """A progress event for the UI (the engine never prints)."""
+
+    kind: str  # phase_started | step_started | step_finished | rollback | message | warning
+    phase: str | None = None
+    step: str | None = None
+    host: str | None = None
+    status: str | None = None
+    message: str = ""
+    log_path: str | None = None
+
+
+def ensure_bundle_on_host(transport: Transport, bundle: Any, host: Host) -> str:
+    """The bundle hook (``orchestrator.bundle.ensure_on_host``), looked up when first needed."""
+    from orchestrator import bundle as bundle_mod
+
+    hook = getattr(bundle_mod, "ensure_on_host", None)
+    if hook is None:
+        raise HostUnreachable(f"host {host.name}: cannot ship the bundle (orchestrator.bundle.ensure_on_host "
+                              "is not available yet)", host=host.name, hint="issue 4 adds it; --dry-run works")
+    return str(hook(transport, bundle, host))
+
+
+def aggregate_status(sr: StepRecord) -> Status:
+    """A step's status from its per-host results: any in_progress/interrupted/failed/blocked wins."""
+    sts = [r.status for r in sr.hosts.values()]
+    for s in (Status.in_progress, Status.interrupted, Status.failed, Status.blocked):
+        if s in sts:
+            return s
+    if sts and all(s == Status.completed for s in sts):
+        return Status.completed
+    if sts and all(s in (Status.completed, Status.skipped) for s in sts):
+        return Status.skipped if Status.completed not in sts else Status.completed
+    return Status.pending
+
+
+class StepRunner:
+    """Runs steps on hosts for the engine (attributes are set by ``Engine.__init__``)."""
+
+    inventory: Inventory
+    state_dir: Path
+    store: StateStore
+    transport_factory: TransportFactory
+    notify: Callable[[Event], None]
+    root: Path
+    bundle_sha: str
+    _mu: threading.RLock
+    _stop: threading.Event
+    _transports: dict[str, Transport]
+    _bundle_dirs: dict[str, str]
+    _bundle_obj: Any
+
+    def _close_transports(self) -> None:
+        for t in list(self._transports.values()):
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._transports.clear()
+    def _pool_map(self, fn: Callable[[Host], Any], hosts: list[Host], forks: int) -> dict[str, Any]:
+        """Run ``fn`` per host on a thread pool; the main thread waits in short slices so that a
+        KeyboardInterrupt (SIGINT, or SIGTERM turned into one by the CLI) is handled at once."""
+        out: dict[str, Any] = {}
+        if not hosts:
+            return out
+        ex = cf.ThreadPoolExecutor(max_workers=min(forks, len(hosts)), thread_name_prefix="orchestrator-host")
+        try:
+            futs = {ex.submit(fn, h): h.name for h in hosts}
+            pending = set(futs)
+            while pending:
+                done, pending = cf.wait(pending, timeout=0.2)
+                for f in done:
+                    out[futs[f]] = f.result()
+        except BaseException:
+            self._stop.set()
+            terminate_all()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown(wait=True)
+        return out
+
+    def _run_step(self, lp: LoadedPhase, step: Step, active: list[Host], rec: PhaseRecord, state: RunState,
+                  run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
+        sr = rec.step(step.id)
+        assert sr is not None
+        if step.runs_on == Placement.local:
+            prev = sr.hosts.get(CONTROLLER)
+            if prev is None or prev.status != Status.completed:
+                r = self._execute(lp, step, None, sr, state, run_id)
+                if r.status != Status.completed:
+                    for h in active:
+                        failed[h.name] = f"{r.status.value}: step {step.id} on this machine: {r.reason}"
+                    return []
+            return active
+        policy = lp.spec.failure_policy
+        first_failure = threading.Event()
+
+        def one(host: Host) -> HostStepResult:
+            prev = sr.hosts.get(host.name)
+            if prev is not None and prev.status == Status.completed:
+                return prev
+            if self._stop.is_set() or (policy.mode == "fail_fast" and first_failure.is_set()):
+                return self._skip(sr, host.name, state, "not started: another host failed (fail_fast)")
+            r = self._execute(lp, step, host, sr, state, run_id)
+            if r.status in BAD:
+                first_failure.set()
+            return r
+
+        results = self._pool_map(one, active, opts.forks)
+        still = []
+        for h in active:
+            r = results[h.name]
+            if r.status in BAD:
+                failed[h.name] = f"{r.status.value}: step {step.id}: {r.reason}"
+                self._rollback_host(lp, step, h, rec, state, run_id)
+            elif r.status == Status.completed:
+                still.append(h)
+        return still
+
+    def _run_waves(self, lp: LoadedPhase, block: list[Step], active: list[Host], rec: PhaseRecord, state: RunState,
+                   run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
+        waves = waves_for(active, self.inventory, lp.spec.waves)
+        done: list[Host] = []
+        for wi, wave in enumerate(waves):
+            if self._stop.is_set():
+                break
+
+            def chain(host: Host) -> HostStepResult | None:
+                for step in block:
+                    sr = rec.step(step.id)
+                    assert sr is not None
+                    prev = sr.hosts.get(host.name)
+                    if prev is not None and prev.status == Status.completed:
+                        continue
+                    r = self._execute(lp, step, host, sr, state, run_id)
+                    if r.status in BAD:
+                        failed[host.name] = f"{r.status.value}: step {step.id} (wave {wi + 1}): {r.reason}"
+                        self._rollback_host(lp, step, host, rec, state, run_id)
+                        return r
+                return None
+
+            results = self._pool_map(chain, wave, opts.forks)
+            bad = [h for h in wave if results[h.name] is not None]
+            done += [h for h in wave if results[h.name] is None]
+            if bad:
+                rest = [h for w in waves[wi + 1:] for h in w]
+                for h in rest:
+                    for step in block:
+                        sr = rec.step(step.id)
+                        assert sr is not None
+                        self._skip(sr, h.name, state, f"not started: wave {wi + 1} failed on {bad[0].name}")
+                    failed.setdefault(h.name, f"skipped: wave {wi + 1} failed on {bad[0].name}")
+                return []
+        return done
+
+    def _skip(self, sr: StepRecord, host: str, state: RunState, reason: str) -> HostStepResult:
+        with self._mu:
+            r = HostStepResult(status=Status.skipped, reason=reason, finished_at=utcnow())
+            sr.hosts[host] = r
+            sr.status = aggregate_status(sr)
+            self.store.save(state)
+        return r
+
+    def _transport(self, host: Host | None) -> Transport:
+        key = host.name if host else CONTROLLER
+        with self._mu:
+            t = self._transports.get(key)
+        if t is None:
+            if host is None:
+                t = LocalTransport(CONTROLLER)
+            else:
+                t = self.transport_factory(host)
+            with self._mu:
+                self._transports[key] = t
+        return t
+
+    def _bundle_dir(self, host: Host | None, transport: Transport) -> str:
+        if host is None or host.is_local:
+            return str(self.root)
+        with self._mu:
+            known = self._bundle_dirs.get(host.name)
+        if known:
+            return known
+        with self._mu:
+            if self._bundle_obj is None:
+                from orchestrator.bundle import build_bundle
+
+                self._bundle_obj = build_bundle(self.root, self.state_dir / "bundles")
+        d = ensure_bundle_on_host(transport, self._bundle_obj, host)
+        with self._mu:
+            self._bundle_dirs[host.name] = d
+        return d
+
+    def _execute(self, lp: LoadedPhase, step: Step, host: Host | None, sr: StepRecord, state: RunState,
+                 run_id: str) -> HostStepResult:
+        """Run one step on one host (None = this machine), record every transition, return the result."""
+        name = host.name if host else CONTROLLER
+        log_dir = self.state_dir / "runs" / run_id / (name if host else "_controller")
+        log_path = log_dir / f"{lp.spec.label}-{step.id}.log"
+        values = host_values(host, self.bundle_sha, self.state_dir)
+        r = HostStepResult(status=Status.in_progress, started_at=utcnow(), log_path=str(log_path))
+        with self._mu:
+            sr.hosts[name] = r
+            sr.status = Status.in_progress
+            sr.started_at = sr.started_at or r.started_at
+            self.store.save(state)
+        self.notify(Event(kind="step_started", phase=lp.spec.label, step=step.id, host=name))
+        try:
+            transport = self._transport(host)
+            values["bundle_dir"] = self._bundle_dir(host, transport)
+            cwd = values["bundle_dir"] or str(self.root)
+            if step.builtin == "facts":
+                r.command = f"<builtin:facts> ({values['python']})"
+                result = facts.collect(transport, values["python"] or "python3", cwd=cwd,
+                                       timeout_s=step.timeout_s, log_path=log_path)
+            else:
+                argv = render_step(step, host, values, inventory_path=self.inventory.path, phase_label=lp.spec.label)
+                r.command = display_command(host, argv, cwd, step.timeout_s)
+                if host is not None and not host.is_local:
+                    log_path.parent.mkdir(parents=True, exist_ok=True)
+                result = transport.run(argv, timeout_s=step.timeout_s, cwd=cwd, log_path=log_path)
+            outcome = interpret(step, result, values)
+            r.exit_code, r.duration_s = result.exit_code, round(result.duration_s, 3)
+            r.status, r.reason, r.metrics, r.gates = outcome.status, outcome.reason, outcome.metrics, outcome.gates
+        except HostUnreachable as exc:
+            r.status, r.reason = Status.failed, f"unreachable: {exc.message}"
+        except SpecError as exc:
+            r.status, r.reason = Status.failed, exc.message
+        r.finished_at = utcnow()
+        if self._stop.is_set() and r.status != Status.completed:
+            r.status, r.reason = Status.interrupted, "interrupted by signal while running"
+        with self._mu:
+            sr.hosts[name] = r
+            sr.status = aggregate_status(sr)
+            sr.reason = r.reason if sr.status in BAD else None
+            if sr.status in (Status.completed, Status.failed, Status.blocked):
+                sr.finished_at = utcnow()
+            self.store.save(state)
+        self.notify(Event(kind="step_finished", phase=lp.spec.label, step=step.id, host=name,
+                          status=r.status.value, message=r.reason or "", log_path=r.log_path))
+        return r
+
+    def _rollback_host(self, lp: LoadedPhase, failed_step: Step, host: Host, rec: PhaseRecord, state: RunState,
+                       run_id: str) -> None:
+        wanted: set[str] = set()
+        for step in lp.spec.steps:
+            sr = rec.step(step.id)
+            r = sr.hosts.get(host.name) if sr else None
+            ran = step.id == failed_step.id or (r is not None and r.status == Status.completed)
+            if ran and step.rollback:
+                wanted.add(step.rollback)
+            if step.id == failed_step.id:
+                break
+        for rstep in lp.spec.rollback_steps:  # declared order
+            if rstep.id not in wanted:
+                continue
+            sr = rec.step(rstep.id)
+            assert sr is not None
+            self.notify(Event(kind="rollback", phase=lp.spec.label, step=rstep.id, host=host.name,
+                              message=f"rolling back after {failed_step.id} failed"))
+            self._execute(lp, rstep, host, sr, state, run_id)
