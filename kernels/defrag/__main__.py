@@ -134,6 +134,11 @@ def main(argv=None) -> int:
                             args.batch, args.draft, args.heads, args.reps, log, use_bundled=args.verify == "auto")
     except PoolError as e:
         return _usage_error(str(e), args.json)
+    except Exception as e:  # noqa: BLE001 - a crash is a failed check, reported as one document
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        doc = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:500]}", "summary": {}}
     _emit(doc, args.json)
     return EXIT_OK if doc["ok"] else EXIT_FAIL
 
