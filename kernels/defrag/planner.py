@@ -8,24 +8,30 @@ Terms (all per live request row, positions ``0..seq_len-1``):
   ``P = None`` the target is the whole request (``T_r = seq_len_r``: one run).
 - a run is *good* when its length is ``>= T_r``.
 
-Plan shape: a sequence of *rounds*. Every destination of a round is a slot that is free when
-the round starts, and every source is live, so the moves of one round commute (no
-destination is a source of the same round) and a round can be executed as one batched
-gather/scatter, in any order, without a staging buffer. Slots vacated by round ``k`` become
-free space for round ``k + 1``: this is how chains and cycles are broken (through free space).
+Plan shape: a sequence of *rounds*, each with a schedule of batched *steps*:
 
-Algorithm of one round (n = live positions, E = free extents; O(n log n + g log E) for g gaps):
+- incremental round: every destination is free when the round starts and every source is
+  live, so its moves commute: one "copy" step, no staging. Slots it vacates are free space
+  for the next round (chains broken through free space).
+- compaction round (at most one, only if incremental rounds leave requests below target and
+  it lowers fragmentation): destinations may be sources of the same round. :func:`schedule`
+  orders them in dependency levels (level k writes only slots vacated by level k-1, one copy
+  step each); cycles and chains deeper than ``max_levels`` go through staging ("gather"
+  first, "scatter" last).
+
+Placement (n = live positions, E = extents of the space; O(n log n + g log E) for g gaps):
 
 1. Cut every row into runs; pin every slot that lies in a good run of *any* owner (runs
-   already in place stay).
-2. Visit the requests with unpinned positions, longest first (ties by row id). For a
-   request, the unpinned positions form *gaps* between pinned neighbours. A gap is placed as
-   one contiguous block: right after its left neighbour's (new) slot when the free extent
-   starting there is long enough, else right before its right neighbour's slot, else (only if
-   the gap spans more than one run, so moving it reduces the run count) at the lowest free
-   extent that fits (first fit). Otherwise it stays for a later round.
-   With ``P = None`` the request's longest unpinned run is first tried as an anchor: the
-   request becomes one run if every gap attaches to it; otherwise the whole request is placed.
+   already in place never move).
+2. Visit the requests with unpinned positions, longest first (ties by row id). Their
+   unpinned positions form *gaps* between pinned neighbours. A gap is placed as one block:
+   right after its left neighbour's (new) slot when the extent starting there is long
+   enough, else right before its right neighbour's slot, else at the lowest extent that fits
+   (first fit). Incremental rounds use first fit only if the gap spans more than one run
+   (so the move lowers the run count) and leave the gap otherwise; with ``P = None`` they
+   first try the longest unpinned run as an anchor that every gap attaches to. The
+   compaction round's space is every unpinned slot (free or held by an unpinned token) and it
+   places every unpinned token, spilling over the largest extents when no extent fits.
 3. A placed slot is pinned, so a slot shared by several rows moves once; the remap
    ``old slot -> new slot`` updates every owner.
 """
@@ -409,6 +415,8 @@ class _RoundPlanner:
         # Compact mode must place every token: spill over the largest extents, in pieces.
         pieces, left = [], g
         while left:
+            if self.ext.tree[1] == 0:  # cannot happen: space = free + unpinned slots
+                raise RuntimeError("compaction ran out of space (planner invariant broken)")
             e = self.ext.first_fit(int(self.ext.tree[1]))
             take = min(left, int(self.ext.length[e]))
             st = self.ext.take_prefix(e, take)
