@@ -30,6 +30,7 @@ class ApprovalSummary(BaseModel):
     bundle_sha: str
     evidence: list[str] = Field(default_factory=list)
     changes: list[str] = Field(default_factory=list)
+    waves: list[list[str]] = Field(default_factory=list)  # rollout order of canary_then_rest steps
     undo: str = ""
     digest: str
     plan_digest: str | None = None

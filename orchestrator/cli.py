@@ -154,11 +154,18 @@ def status(state_dir: StateDirOpt = None, phases_dir: PhasesDirOpt = None, as_js
         store = StateStore(sd)
         state = store.load_for_display()
         catalog = load_catalog(phases_dir)
+        held = store.lock_held()
+        holder = store.lock_holder()
+        stale = holder.describe() if holder is not None and not held else None
         if not as_json:
-            from orchestrator.views import render_status
+            from orchestrator.views import err, render_status
 
             render_status(state, catalog, str(store.path))
-        results = {"state_path": str(store.path), "lock_held": store.lock_held(),
+            if held and holder is not None:
+                err.print(f"a run is in progress: {holder.describe()}")
+            if stale:
+                err.print(f"Warning: stale lock info from a run that is gone: {stale} (the next run takes over)")
+        results = {"state_path": str(store.path), "lock_held": held, "lock_holder": holder, "stale_lock": stale,
                    "phases_dir": str(catalog.directory),
                    "phases": [{"id": lp.spec.id, "label": lp.spec.label,
                                "steps": [s.id for s in lp.spec.steps]} for lp in catalog.phases],

@@ -37,7 +37,8 @@ from orchestrator.errors import (ApprovalError, ExitCode, Interrupted, Orchestra
 from orchestrator.execution import BAD, Event, StepRunner, aggregate_status, ensure_bundle_on_host
 from orchestrator.inventory import Host, Inventory
 from orchestrator.paths import project_root
-from orchestrator.planner import CONTROLLER, Plan, build_plan, compute_digest, evidence_before, phase_digest
+from orchestrator.planner import (CONTROLLER, Plan, build_plan, compute_digest, evidence_before, phase_digest,
+                                  waves_for)
 from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement
 from orchestrator.state import (HostPhase, PhaseRecord, RunInfo, RunLock, RunState, StateStore, Status, StepRecord,
                                 command_line, current_user, utcnow)
@@ -274,6 +275,8 @@ class Engine(StepRunner):
             evidence=evidence_lines(ev), changes=[f"{s.id}: {s.changes or s.title}" for s in spec.steps
                                                   if s.requires_approval],
             undo=spec.undo or f"orchestrator rollback {spec.id}", digest=digest, plan_digest=plan.digest,
+            waves=[[h.name for h in w] for w in waves_for(hosts, self.inventory, spec.waves)]
+            if any(s.runs_on == Placement.canary_then_rest for s in spec.steps) else [],
             warnings=[] if ev else [f"no gate evidence recorded for phases before {spec.label}"],
         )
         if approver.interactive:

@@ -7,6 +7,7 @@ transition of a host's step result is recorded under ``self._mu`` and persisted 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +24,8 @@ from orchestrator.state import HostStepResult, PhaseRecord, RunState, StateStore
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory
 from orchestrator.transport.local import LocalTransport, terminate_all
+
+log = logging.getLogger(__name__)
 
 #: Outcomes that stop a host in a phase.
 BAD = (Status.failed, Status.blocked, Status.interrupted)
@@ -256,6 +259,9 @@ class StepRunner:
             r.status, r.reason = Status.failed, f"unreachable: {exc.message}"
         except SpecError as exc:
             r.status, r.reason = Status.failed, exc.message
+        except Exception as exc:  # noqa: BLE001 - a transport bug must not leave the step in_progress
+            log.exception("step %s on %s raised", step.id, name)
+            r.status, r.reason = Status.failed, f"internal error while running the step: {type(exc).__name__}: {exc}"
         r.finished_at = utcnow()
         if self._stop.is_set() and r.status != Status.completed:
             r.status, r.reason = Status.interrupted, "interrupted by signal while running"

@@ -312,6 +312,13 @@ class StateStore:
         probe.release()
         return False
 
+    def lock_holder(self) -> LockHolder | None:
+        """The holder info written next to the lock (possibly left by a run that died)."""
+        try:
+            return LockHolder.model_validate_json((self.dir / "lock.json").read_text())
+        except (OSError, ValidationError, ValueError):
+            return None
+
     def save(self, state: RunState) -> None:
         state.updated_at = utcnow()
         atomic_write_text(self.path, state.model_dump_json(indent=2) + "\n")

@@ -177,6 +177,8 @@ class InteractiveApprover:
         err.print("  will change:")
         for c in s.changes:
             err.print(f"    ~ {c}")
+        for i, wave in enumerate(s.waves):
+            err.print(f"  wave {i + 1}{' (canary)' if i == 0 else ''}: {', '.join(wave)}")
         err.print(f"  to undo: {s.undo}")
         for w in s.warnings:
             err.print(Text(f"  Warning: {w}", style="yellow"))

@@ -40,6 +40,7 @@ def test_exact_word_yes_approves_and_is_audited(live):
     assert live.side_effect.exists()
     assert "Only 'yes' will be accepted" in r.stderr and "switches the live kernel" in r.stderr
     assert "summary.n >= 1 -> 3 (pass)" in r.stderr  # gate evidence from phase 0 with its number
+    assert "wave 1 (canary): local" in r.stderr and "to undo: orchestrator rollback 1" in r.stderr
     last = live.audit()[-1]
     assert last["decision"] == "approved" and last["via"] == "prompt" and last["phase"] == "1-cutover"
     assert last["hosts"] == ["local"] and len(last["digest"]) == 64 and last["user"] and last["time"]

@@ -140,3 +140,43 @@ def test_in_progress_with_no_lock_holder_displays_interrupted(tmp_path):
     shown = store.load_for_display()
     assert shown.phases["0"].steps[0].hosts["local"].status == Status.interrupted
     assert store.load().phases["0"].steps[0].hosts["local"].status == Status.in_progress  # display only
+
+
+def test_status_reports_stale_lock_info_of_a_dead_run(sleepy):
+    first = sleepy.popen("run", "0")
+    wait_for(sleepy.started)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    os.kill(int(sleepy.started.read_text()), signal.SIGKILL)
+    r = sleepy.cli("status")
+    assert r.returncode == 0
+    assert f"stale lock info from a run that is gone: pid {first.pid}" in r.stderr
+    doc = json.loads(sleepy.cli("status", "--json").stdout)["results"]
+    assert doc["lock_held"] is False and doc["stale_lock"].startswith(f"pid {first.pid}")
+
+
+def test_a_transport_that_raises_fails_the_step_instead_of_leaving_it_in_progress(ws):
+    from orchestrator.engine import Engine
+    from orchestrator.inventory import load_inventory
+    from orchestrator.specs import load_catalog
+
+    ws.write_phase(phase(0, "a", [step("s", tool())]))
+
+    class Broken:
+        host_name = "local"
+
+        def run(self, *a, **k):
+            raise RuntimeError("socket exploded")
+
+        def put(self, *a, **k):  # pragma: no cover
+            raise NotImplementedError
+
+        def close(self):
+            pass
+
+    eng = Engine(catalog=load_catalog(ws.phases), inventory=load_inventory(ws.inventory), state_dir=ws.state,
+                 transport_factory=lambda h: Broken())
+    report = eng.run(["0"])
+    res = report.phases[0].steps[0].hosts["local"]
+    assert report.exit_code == 1 and res.status == Status.failed and "socket exploded" in res.reason
+    assert StateStore(ws.state).load().in_progress_steps() == []
