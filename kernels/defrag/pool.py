@@ -131,9 +131,3 @@ def make_kv_buffers(num_slots: int, layers: int, dtype, device="cpu"):
         raise PoolError(f"dtype: must be torch.bfloat16 or torch.uint8 (fp8 storage), got {dtype}")
     return torch.zeros((layers, num_slots + 1, 1, KV_DIM), dtype=dtype, device=device)
 
-
-def bytes_per_token_layer(dtype) -> int:
-    """Bytes of one slot row in one layer: 576 x element size (1152 for bf16, 576 for uint8)."""
-    import torch
-
-    return KV_DIM * torch.empty((), dtype=dtype).element_size()
