@@ -310,9 +310,6 @@ def test_a_dry_run_never_imports_fabric_or_paramiko(tmp_path):
     assert p.stdout.strip().splitlines()[-1] == "IMPORTED 0 []", p.stdout[-500:] + p.stderr[-500:]
 
 
-@pytest.mark.xfail(strict=True, reason="engine: Engine._execute catches only HostUnreachable and SpecError, so the "
-                   "BundleError/StepFailed that ensure_on_host raises when a host refuses the upload escapes "
-                   "the worker thread, aborts the run and marks the other hosts 'interrupted'")
 def test_a_host_that_refuses_the_bundle_fails_alone(own_lab, tmp_path):
     lab = own_lab(2)
     proj = Project(tmp_path, quick_phase())
