@@ -209,6 +209,20 @@ def update_index(plan: Plan, req_to_token, seq_lens) -> None:
     req_to_token.copy_(torch.where(live, new, req_to_token))
 
 
+def _check_index_args(req_to_token, seq_lens) -> None:
+    import torch
+
+    is_t = isinstance(req_to_token, torch.Tensor)
+    if not (is_t or isinstance(req_to_token, np.ndarray)) or req_to_token.ndim != 2 or (
+            req_to_token.dtype != (torch.int32 if is_t else np.int32)):
+        raise PoolError("req_to_token: must be an int32 [requests + 1, max_context] tensor or array")
+    lens = np.asarray(seq_lens)
+    if lens.shape != (req_to_token.shape[0],) or lens.dtype.kind not in "iu":
+        raise PoolError(f"seq_lens: must be integers of shape ({req_to_token.shape[0]},)")
+    if lens.size and (lens.min() < 0 or lens.max() > req_to_token.shape[1]):
+        raise PoolError(f"seq_lens: values must lie in 0..{req_to_token.shape[1]}")
+
+
 def _sync(kv) -> None:
     import torch
 
@@ -225,6 +239,8 @@ def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "au
 
     if (req_to_token is None) != (seq_lens is None):
         raise PoolError("seq_lens: must be given together with req_to_token")
+    if req_to_token is not None:
+        _check_index_args(req_to_token, seq_lens)  # before any copy: bad input changes nothing
     t0 = time.perf_counter()
     used, launches, note = run_copies(plan, kv, backend, layers_per_launch)
     _sync(kv)

@@ -192,3 +192,25 @@ def test_bench_pipeline_runs_end_to_end_on_cpu():
     assert s["gain_pct"] == pytest.approx((s["t_frag_us"] - s["t_defrag_us"]) / s["t_frag_us"] * 100, abs=1e-2)
     assert s["relocation_backend"] == "torch" and s["relocation_bw_ratio"] > 0 and s["copy_bw_gbs"] > 0
     assert list(s["planner_ms_by_slots"]) == ["500"]
+
+
+@pytest.mark.parametrize("bad, field", [("rtt_int64", "req_to_token"), ("lens_short", "seq_lens"),
+                                        ("lens_long", "seq_lens")])
+def test_bad_index_arguments_are_rejected_before_any_copy(bad, field):
+    pool = simulate_churn(ChurnConfig(256, seed=1))
+    plan = plan_defrag(pool)
+    assert plan.tokens_moved > 0
+    kv = make_kv_buffers(256, 1, torch.uint8)
+    fill_pattern(kv)
+    before = kv.clone()
+    rtt = torch.as_tensor(pool.req_to_token.copy())
+    lens = pool.seq_lens.copy()
+    if bad == "rtt_int64":
+        rtt = rtt.long()
+    elif bad == "lens_short":
+        lens = lens[:-1]
+    else:
+        lens[1] = rtt.shape[1] + 1
+    with pytest.raises(PoolError, match=f"^{field}:"):
+        execute(plan, kv, req_to_token=rtt, seq_lens=lens)
+    assert torch.equal(kv, before)
