@@ -25,8 +25,23 @@ if [ "$MODE" = quick ]; then PARGS="--quick --cases seed_b1_prefix65k_n8_h16_cha
 python3 -m kernels.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
 say "bench"
 if [ "$MODE" = quick ]; then BARGS="--quick"; else BARGS=""; fi
+# Usage modes: quick (subset), full (all + long sanitizer), final (all + short sanitizer)
 timeout 300 python3 -m kernels.bench --json --plot "$OUT/bench.png" $BARGS > "$OUT/bench.json" 2> >(tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
-if [ "$MODE" != nosan ]; then
+if [ "$MODE" = final ]; then
+  say "compute-sanitizer (short)"
+  SAN="$OUT/sanitizer.txt"
+  for spec in memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain racecheck:b4_prefix0_mixed_h16; do
+    tool=${spec%%:*}; c=${spec#*:}
+    echo "### $tool $c" >> "$SAN"
+    timeout 90 compute-sanitizer --tool $tool --kernel-name kns=mla_verify --print-limit 20 \
+      --log-file "$OUT/san_tool.txt" python3 -m kernels.parity --cases $c --json > "$OUT/san_tmp.json" 2>> "$SAN"
+    echo "rc=$?" >> "$SAN"
+    cat "$OUT/san_tool.txt" >> "$SAN"; rm -f "$OUT/san_tool.txt"
+    python3 -c "import json;d=json.load(open('$OUT/san_tmp.json'));print('parity under sanitizer ok=',d['ok'])" >> "$SAN" 2>&1
+    tail -3 "$SAN" | tee -a "$LOG"
+  done
+  rm -f "$OUT/san_tmp.json"
+elif [ "$MODE" != nosan ]; then
   say "compute-sanitizer"
   SAN="$OUT/sanitizer.txt"
   for tool in memcheck racecheck; do

@@ -2,7 +2,7 @@
 
 A config is (BM query rows per CTA, BN KV tokens per tile, STAGES cp.async stages). Shared
 memory (bytes, all dynamic) = Q tile BM*1152 + STAGES*BN*1152 (KV) + BM*BN*2 (P, bf16)
-+ 16*BM (row max / row sum exchange, fp32 [2][2][BM]). kernels.build parses BM/BN/STAGES from
++ 24*BM (fp32 row max and row sum per half, alpha and max per row). kernels.build parses BM/BN/STAGES from
 the mangled kernel names and uses `smem_bytes` for the ptxas report; the GPU tests check it
 against the binding's own number.
 """
@@ -37,7 +37,7 @@ class TileConfig:
 
 def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
     """Dynamic shared memory (bytes) requested by the launcher for one CTA."""
-    return block_m * ROW_BYTES + stages * block_n * ROW_BYTES + block_m * block_n * 2 + 16 * block_m
+    return block_m * ROW_BYTES + stages * block_n * ROW_BYTES + block_m * block_n * 2 + 24 * block_m
 
 
 SM90 = TileConfig("sm90", 0, 64, 64, 2)

@@ -52,7 +52,8 @@ cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t st
 #endif
   if (e != cudaSuccess || p.S == 1) return e;
   const long long all_rows = (long long)p.T * p.H;
-  mla_verify_combine_kernel<<<(unsigned)((all_rows + 7) / 8), 256, 0, stream>>>(p);
+  if (p.S > COMBINE_MAX_SPLITS) return cudaErrorInvalidValue;
+  mla_verify_combine_kernel<<<(unsigned)((all_rows * 4 + 7) / 8), 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -12,8 +12,10 @@
 // Row packing: row r of request b = (draft token r / H, head r % H); CTA (m, s, b) owns rows
 // [m*BM, m*BM+BM) of request b and prefix split s. Warp w: row group g = w % (BM/16),
 // half c = w / (BM/16). S = Q K^T: warp (g, c) computes 16 rows x the c-th BN/2 tokens over
-// all 576 dims; row max / sum are exchanged through smem; P (bf16, BM x BN) goes to smem;
-// O[16 rows, 256 cols of half c] += P[16 x BN] V[BN x 256] (V = dims 0..511 of the KV tile).
+// all 576 dims; row max / sum are exchanged through smem; P (bf16, BM x BN) and the per-row
+// rescale factor go to smem; then warp (pr = w % (BM/32), q = w / (BM/32)) updates
+// O[32 rows, 128 cols of quarter q] = alpha O + P[32 x BN] V[BN x 128] (V = dims 0..511 of the
+// same KV tile, read with ldmatrix.trans). O accumulator: 128 fp32 registers per thread.
 // Softmax runs in the log2 domain (scale_log2 = sm_scale * log2(e)); lse partials are log2.
 #pragma once
 #include <cuda_bf16.h>
@@ -81,7 +83,7 @@ struct Smem {
   static constexpr int KV = BN * ROW_BYTES;
   static constexpr int P_ROW = BN * 2;
   static constexpr int P = BM * P_ROW;
-  static constexpr int RED = 2 * 2 * BM * 4;  // [max|sum][half][BM] fp32
+  static constexpr int RED = 6 * BM * 4;  // fp32 [max][half][BM], [sum][half][BM], alpha[BM], m[BM]
   static constexpr int off_kv = Q;
   static constexpr int off_p = Q + STAGES * KV;
   static constexpr int off_red = off_p + P;
@@ -96,6 +98,9 @@ struct Cfg {
   static constexpr int WN = BN / 2;     // tokens per warp in S
   static constexpr int NB_S = WN / 8;   // n8 blocks per warp in S
   static constexpr int P_CHUNKS = BN / 8;
+  // PV phase: warp (pr, q) owns rows [32*pr, 32*pr+32) x output columns [128*q, 128*q+128)
+  static constexpr int PV_ROW_PAIRS = BM / 32;
+  static_assert(BM % 32 == 0 && WARPS / PV_ROW_PAIRS == 4, "PV warp tiling: 4 column quarters");
   static_assert(BM % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile config");
   static_assert((BN * ROW_CHUNKS) % THREADS == 0 && (BM * ROW_CHUNKS) % THREADS == 0, "loader split");
 };
@@ -137,6 +142,9 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 
   float* red_max = reinterpret_cast<float*>(smem + SM::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                              // [2][BM]
+  float* alpha_s = red_sum + 2 * BM;                              // [BM] rescale of this tile
+  float* m_s = alpha_s + BM;                                      // [BM] final running max
+  const int pr = warp % C::PV_ROW_PAIRS, pq = warp / C::PV_ROW_PAIRS;  // PV-phase warp tile
 
   if (ntiles == 0) {  // empty split: sentinel only
     for (int r = tid; r < BM; r += C::THREADS)
@@ -207,9 +215,11 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
     cp_async_commit();
   }
 
-  float o_acc[32][4];
+  float o_acc[2][16][4];  // [16-row block][n8 block of 128 columns][mma C fragment]
 #pragma unroll
-  for (int i = 0; i < 32; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+  for (int rb = 0; rb < 2; ++rb)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o_acc[rb][i][0] = o_acc[rb][i][1] = o_acc[rb][i][2] = o_acc[rb][i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   const int rl0 = g * 16 + (lane >> 2);  // tile rows owned by this thread (and rl0 + 8)
@@ -334,32 +344,42 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
         *reinterpret_cast<__nv_bfloat162*>(pP + p_off(r, col, SM::P_ROW, C::P_CHUNKS)) = pv;
       }
       l_run[h2] += psum;
-    }
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      o_acc[i][0] *= alpha[0]; o_acc[i][1] *= alpha[0];
-      o_acc[i][2] *= alpha[1]; o_acc[i][3] *= alpha[1];
+      if (c == 0 && (lane & 3) == 0) alpha_s[r] = alpha[h2];
     }
     if (draft && !p.v_alias) cp_async_wait<0>();
-    __syncthreads();  // P (and a reloaded draft V) visible
+    __syncthreads();  // P, alpha (and a reloaded draft V) visible
 
-    // ---- O += P V over BN tokens, 256 output columns of half c ----
+    // ---- O = alpha O + P V: 32 rows x 128 output columns per warp, BN tokens ----
+#pragma unroll
+    for (int rb = 0; rb < 2; ++rb) {
+      const float al0 = alpha_s[pr * 32 + rb * 16 + (lane >> 2)];
+      const float al1 = alpha_s[pr * 32 + rb * 16 + (lane >> 2) + 8];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        o_acc[rb][i][0] *= al0; o_acc[rb][i][1] *= al0;
+        o_acc[rb][i][2] *= al1; o_acc[rb][i][3] *= al1;
+      }
+    }
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks) {
-      uint32_t a0, a1, a2, a3;
-      {
-        const int r = g * 16 + (lane & 15);
+      uint32_t a[2][4];
+#pragma unroll
+      for (int rb = 0; rb < 2; ++rb) {
+        const int r = pr * 32 + rb * 16 + (lane & 15);
         const int col = ks * 16 + (lane >> 4) * 8;
-        ldsm_x4(sP + p_off(r, col, SM::P_ROW, C::P_CHUNKS), a0, a1, a2, a3);
+        ldsm_x4(sP + p_off(r, col, SM::P_ROW, C::P_CHUNKS), a[rb][0], a[rb][1], a[rb][2], a[rb][3]);
       }
       const int mi = lane >> 3;
       const int tk = ks * 16 + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
-      for (int np = 0; np < 16; ++np) {
+      for (int np = 0; np < 8; ++np) {
         uint32_t b0, b1, b2, b3;
-        ldsm_x4_t(sK + swz(tk, c * 32 + np * 2 + (mi >> 1)), b0, b1, b2, b3);
-        mma16816(o_acc[2 * np], a0, a1, a2, a3, b0, b1);
-        mma16816(o_acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
+        ldsm_x4_t(sK + swz(tk, pq * 16 + np * 2 + (mi >> 1)), b0, b1, b2, b3);
+#pragma unroll
+        for (int rb = 0; rb < 2; ++rb) {
+          mma16816(o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
+          mma16816(o_acc[rb][2 * np + 1], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b2, b3);
+        }
       }
     }
   }
@@ -374,80 +394,100 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   if ((lane & 3) == 0) {
     red_sum[c * BM + rl0] = l_run[0];
     red_sum[c * BM + rl0 + 8] = l_run[1];
+    if (c == 0) {
+      m_s[rl0] = m_run[0];
+      m_s[rl0 + 8] = m_run[1];
+    }
   }
   __syncthreads();
-  float inv[2], lse[2];
 #pragma unroll
-  for (int h2 = 0; h2 < 2; ++h2) {
-    const int r = rl0 + h2 * 8;
-    float l = red_sum[r] + red_sum[BM + r];
-    inv[h2] = l > 0.f ? 1.f / l : 0.f;
-    lse[h2] = l > 0.f ? m_run[h2] + log2f(l) : -INFINITY;
-  }
+  for (int rb = 0; rb < 2; ++rb) {
 #pragma unroll
-  for (int h2 = 0; h2 < 2; ++h2) {
-    const int r = rl0 + h2 * 8;
-    const int gr = row0 + r;
-    if (gr >= R) continue;  // padded row: write nothing
-    const int64_t grow = grow0 + r;
-    if (p.S == 1) {
-      __nv_bfloat16* dst = p.o + (qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh + c * 256 + 2 * (lane & 3);
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = pr * 32 + rb * 16 + (lane >> 2) + h2 * 8;
+      const int gr = row0 + r;
+      if (gr >= R) continue;  // padded row: write nothing
+      const float l = red_sum[r] + red_sum[BM + r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int64_t grow = grow0 + r;
+      if (p.S == 1) {
+        __nv_bfloat16* dst =
+            p.o + (qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh + pq * 128 + 2 * (lane & 3);
 #pragma unroll
-      for (int nb = 0; nb < 32; ++nb)
-        *reinterpret_cast<__nv_bfloat162*>(dst + nb * 8) =
-            __floats2bfloat162_rn(o_acc[nb][2 * h2] * inv[h2], o_acc[nb][2 * h2 + 1] * inv[h2]);
-    } else {
-      float* dst = p.ws_o + ((int64_t)s * p.T * p.H + grow) * D_V + c * 256 + 2 * (lane & 3);
+        for (int nb = 0; nb < 16; ++nb)
+          *reinterpret_cast<__nv_bfloat162*>(dst + nb * 8) =
+              __floats2bfloat162_rn(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
+      } else {
+        float* dst = p.ws_o + ((int64_t)s * p.T * p.H + grow) * D_V + pq * 128 + 2 * (lane & 3);
 #pragma unroll
-      for (int nb = 0; nb < 32; ++nb)
-        *reinterpret_cast<float2*>(dst + nb * 8) = make_float2(o_acc[nb][2 * h2] * inv[h2], o_acc[nb][2 * h2 + 1] * inv[h2]);
-      if (c == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * p.T * p.H + grow] = lse[h2];
+        for (int nb = 0; nb < 16; ++nb)
+          *reinterpret_cast<float2*>(dst + nb * 8) =
+              make_float2(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
+        if (pq == 0 && (lane & 3) == 0)
+          p.ws_lse[(int64_t)s * p.T * p.H + grow] = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
+      }
     }
   }
 }
 
-// Merge S split partials of every packed row (one warp per row, fixed split order: bitwise
-// deterministic). Rows of tokens past qo_indptr[B] are left untouched.
+// Merge the S split partials of every packed row: one warp per (row, 128-column quarter), lane =
+// 4 columns. Split weights are computed once per warp (lanes own splits lane, lane+32, ...),
+// then the partials are summed in a fixed split order (bitwise deterministic) with several
+// loads in flight. Empty splits (lse = -inf) get weight 0 and their never-written partials are
+// masked by a select, never multiplied. Rows of tokens past qo_indptr[B] are left untouched.
+constexpr int COMBINE_MAX_SPLITS = 128;
 __global__ void __launch_bounds__(256) mla_verify_combine_kernel(const Params p) {
+  __shared__ float w_s[8][COMBINE_MAX_SPLITS];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t grow = (int64_t)blockIdx.x * 8 + warp;
+  const int64_t unit = (int64_t)blockIdx.x * 8 + warp;  // (row, quarter)
   const int64_t rows = (int64_t)p.T * p.H;
+  const int64_t grow = unit >> 2;
+  const int quarter = (int)(unit & 3);
   if (grow >= rows) return;
-  int64_t t_end = ld_idx(p.qo_indptr, p.qo_is64, p.B);
+  const int64_t t_end = ld_idx(p.qo_indptr, p.qo_is64, p.B);
   const int64_t t = grow / p.H;
   if (t >= t_end) return;
   const int h = (int)(grow % p.H);
+  float lv[COMBINE_MAX_SPLITS / 32];
   float mx = -INFINITY;
-  for (int s = 0; s < p.S; ++s) mx = fmaxf(mx, p.ws_lse[(int64_t)s * rows + grow]);
-  float4 acc[4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) acc[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k = 0; k < COMBINE_MAX_SPLITS / 32; ++k) {
+    const int s = lane + 32 * k;
+    lv[k] = s < p.S ? p.ws_lse[(int64_t)s * rows + grow] : -INFINITY;
+    mx = fmaxf(mx, lv[k]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float wsum = 0.f;
-  if (mx != -INFINITY) {
-    for (int s = 0; s < p.S; ++s) {
-      const float ls = p.ws_lse[(int64_t)s * rows + grow];
-      if (ls == -INFINITY) continue;  // empty split: its partial was never written
-      const float w = exp2f(ls - mx);
-      wsum += w;
-      const float4* src = reinterpret_cast<const float4*>(p.ws_o + ((int64_t)s * rows + grow) * D_V);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float4 v = src[lane + 32 * q];
-        acc[q].x += w * v.x; acc[q].y += w * v.y; acc[q].z += w * v.z; acc[q].w += w * v.w;
-      }
-    }
+  for (int k = 0; k < COMBINE_MAX_SPLITS / 32; ++k) {
+    const float w = (lv[k] == -INFINITY) ? 0.f : exp2f(lv[k] - mx);
+    w_s[warp][lane + 32 * k] = w;
+    wsum += w;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+  __syncwarp();
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
+  const int64_t split_stride4 = rows * (D_V / 4);
+#pragma unroll 8
+  for (int s = 0; s < p.S; ++s) {
+    const float w = w_s[warp][s];
+    const float4 v = src[s * split_stride4];
+    acc.x += w > 0.f ? w * v.x : 0.f;
+    acc.y += w > 0.f ? w * v.y : 0.f;
+    acc.z += w > 0.f ? w * v.z : 0.f;
+    acc.w += w > 0.f ? w * v.w : 0.f;
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    __nv_bfloat162 lo = __floats2bfloat162_rn(acc[q].x * inv, acc[q].y * inv);
-    __nv_bfloat162 hi = __floats2bfloat162_rn(acc[q].z * inv, acc[q].w * inv);
-    uint2 pk;
-    pk.x = *reinterpret_cast<uint32_t*>(&lo);
-    pk.y = *reinterpret_cast<uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(dst + 4 * (lane + 32 * q)) = pk;
-  }
+  __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + quarter * 128 + 4 * lane;
+  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  uint2 pk;
+  pk.x = *reinterpret_cast<uint32_t*>(&lo);
+  pk.y = *reinterpret_cast<uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(dst) = pk;
 }
 
 }  // namespace mlav
