@@ -156,7 +156,8 @@ class Engine(StepRunner):
                 first = next(p for p in plan.phases if p.needs_approval)
                 accepted = {plan.digest} | {p.digest for p in plan.phases if p.needs_approval}
                 try:
-                    check_token(opts.approve, accepted=accepted, older=self.audit.known_digests(), phase=first.label)
+                    check_token(opts.approve, accepted=accepted,
+                                older=self.audit.known_digests() | self._recorded_digests(state), phase=first.label)
                 except OrchestratorError as exc:
                     self.audit.append(decision="refused", digest=(opts.approve or ""), phase=first.label,
                                       hosts=plan.hosts, via="flag", command=opts.command, detail=exc.message)
@@ -192,6 +193,11 @@ class Engine(StepRunner):
                         self.store.save(state)
             report.exit_code = self._exit_for(report)
             return report
+
+    @staticmethod
+    def _recorded_digests(state: RunState) -> set[str]:
+        """Plan digests this state dir has seen (the last run's), besides those in the audit log."""
+        return {state.last_run.plan_digest} if state.last_run and state.last_run.plan_digest else set()
 
     def _exit_for(self, report: RunReport) -> int:
         bad = [(p, h) for p in report.phases for h in p.hosts.values() if h.status in BAD]
@@ -289,7 +295,9 @@ class Engine(StepRunner):
             return
         unchanged = start_digests.get(spec.id) == digest
         accepted = {digest} | ({plan.digest} if unchanged else set())
-        older = self.audit.known_digests() | ({plan.digest} if not unchanged else set())
+        older = self.audit.known_digests() | self._recorded_digests(state)
+        if not unchanged:
+            older.add(plan.digest)
         try:
             check_token(opts.approve, accepted=accepted, older=older, phase=spec.label,
                         changed_reason=None if unchanged else "gate evidence changed during this run")

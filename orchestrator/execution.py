@@ -245,7 +245,8 @@ class StepRunner:
             if step.builtin == "facts":
                 r.command = f"<builtin:facts> ({values['python']})"
                 result = facts.collect(transport, values["python"] or "python3", cwd=cwd,
-                                       timeout_s=step.timeout_s, log_path=log_path)
+                                       timeout_s=step.timeout_s, log_path=log_path,
+                                       service_python=values.get("service_python"))
             else:
                 argv = render_step(step, host, values, inventory_path=self.inventory.path, phase_label=lp.spec.label)
                 r.command = display_command(host, argv, cwd, step.timeout_s)

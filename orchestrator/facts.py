@@ -1,8 +1,9 @@
 """The built-in ``facts`` step: toolchain facts of a host as one JSON document.
 
 Runs fixed argument lists through the host's transport (no shell): ``nvcc --version``,
-``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``, and the host
-interpreter printing torch's version, its CUDA version and whether a device is visible.
+``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``, the host
+interpreter printing torch's version, its CUDA version and whether a device is visible, and the
+service interpreter (or the host one) printing the installed sglang version.
 A missing tool is a fact (``found: false``), not a failure; the document is always ``ok``.
 """
 from __future__ import annotations
@@ -26,11 +27,21 @@ TORCH_PROBE = (
 )
 
 
-def probe_commands(python: str) -> dict[str, list[str]]:
+SGLANG_PROBE = (
+    "import importlib.metadata as m\n"
+    "try:\n"
+    "    print(m.version('sglang'))\n"
+    "except m.PackageNotFoundError:\n"
+    "    print('')\n"
+)
+
+
+def probe_commands(python: str, service_python: str | None = None) -> dict[str, list[str]]:
     return {
         "nvcc": ["nvcc", "--version"],
         "nvidia_smi": ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
         "torch": [python, "-c", TORCH_PROBE],
+        "sglang": [service_python or python, "-c", SGLANG_PROBE],
     }
 
 
@@ -59,10 +70,15 @@ def parse_torch(r: CommandResult) -> dict[str, Any]:
         return {"found": False, "error": f"exit {r.exit_code}"}
 
 
+def parse_sglang(r: CommandResult) -> dict[str, Any]:
+    version = r.stdout.strip().splitlines()[-1] if r.exit_code == 0 and r.stdout.strip() else ""
+    return {"found": bool(version), "version": version or None}
+
+
 def collect(transport: Transport, python: str, *, cwd: str | None, timeout_s: float,
-            log_path: Path | None) -> CommandResult:
+            log_path: Path | None, service_python: str | None = None) -> CommandResult:
     """Run the probes and return a synthetic CommandResult whose stdout is the facts document."""
-    cmds = probe_commands(python)
+    cmds = probe_commands(python, service_python)
     results: dict[str, CommandResult] = {}
     duration = 0.0
     for key, argv in cmds.items():
@@ -75,6 +91,7 @@ def collect(transport: Transport, python: str, *, cwd: str | None, timeout_s: fl
         "nvcc": parse_nvcc(results["nvcc"]),
         "gpu": parse_nvidia_smi(results["nvidia_smi"]),
         "torch": parse_torch(results["torch"]),
+        "sglang": parse_sglang(results["sglang"]),
     }
     text = json.dumps(doc, sort_keys=True)
     if log_path is not None:

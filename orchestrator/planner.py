@@ -241,7 +241,9 @@ def plan_step(step: Step, lp: LoadedPhase, hosts: list[Host], inventory: Invento
         cwd = values["bundle_dir"] or str(project_root())
         if step.builtin:
             argv = [f"<builtin:{step.builtin}>", values["python"] or "python3"]
-            display = f"(built-in {step.builtin}: nvcc --version; nvidia-smi --query-gpu=...; {values['python']} -c <torch probe>)"
+            display = (f"(built-in {step.builtin}: nvcc --version; nvidia-smi --query-gpu=...; "
+                       f"{values['python']} -c <torch probe>; {values.get('service_python') or values['python']} "
+                       "-c <sglang version probe>)")
         else:
             argv = render_step(step, host, values, inventory_path=inventory.path, phase_label=lp.spec.label)
             display = display_command(host, argv, cwd, step.timeout_s)
