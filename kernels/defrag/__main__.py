@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto", help="copy-step backend")
+    ap.add_argument("--kernel", choices=("rows", "segments"), default="rows",
+                    help="validate: Triton copy kernel variant (bench times both)")
+    ap.add_argument("--block-m", type=int, default=8, help="validate: rows (or segments) per Triton program")
     ap.add_argument("--planner-sizes", default="1000,10000,100000,1000000", help="bench: pool sizes for planner time")
     ap.add_argument("--batch", type=int, default=16, help="bench: requests in the verify batch (longest first)")
     ap.add_argument("--draft", type=int, default=8, help="bench: draft tokens per request")
@@ -67,10 +70,10 @@ def main(argv=None) -> int:
     def log(msg: str) -> None:
         print(f"[defrag] {msg}", file=sys.stderr, flush=True)
 
-    for name in ("slots", "layers", "batch", "draft", "heads", "reps"):
+    for name in ("slots", "layers", "batch", "draft", "heads", "reps", "block_m"):
         v = getattr(args, name)
         if v is not None and v < 1:
-            return _usage_error(f"--{name}: must be >= 1, got {v}", args.json)
+            return _usage_error(f"--{name.replace('_', '-')}: must be >= 1, got {v}", args.json)
     if args.min_run is not None and args.min_run < 1:
         return _usage_error(f"--min-run: must be >= 1, got {args.min_run}", args.json)
     if not 0.0 < args.mem_frac <= 0.9:
@@ -126,7 +129,8 @@ def main(argv=None) -> int:
         if args.validate:
             from .validate import run_validate
 
-            doc = run_validate(slots, layers, args.dtype, device, args.min_run, args.seed, args.backend, log)
+            doc = run_validate(slots, layers, args.dtype, device, args.min_run, args.seed, args.backend, log,
+                               kernel_kind=args.kernel, block_m=args.block_m)
         else:
             from .bench import run_bench
 

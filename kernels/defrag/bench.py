@@ -273,14 +273,16 @@ def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, see
         log(f"copy bandwidth: {bw_copy / 1e9:.0f} GB/s over {copy_bytes >> 20} MiB")
         backends = [backend] if backend != "auto" else ["auto", "torch"]
         steps = device_steps(plan, kv.device)
+        variants = [("rows", 8), ("rows", 16), ("rows", 32), ("segments", 64), ("segments", 128), ("segments", 256)]
         for be in backends:
-            for block_m in ((4, 8, 16, 32) if be != "torch" else (8,)):
+            for kind, block_m in (variants if be != "torch" else [("rows", 8)]):
                 used = {}
                 t = _time(lambda: used.update(zip(("backend", "launches", "note"),
-                                                  run_copies(plan, kv, be, block_m=block_m, steps=steps))),
+                                                  run_copies(plan, kv, be, block_m=block_m, steps=steps,
+                                                             kernel_kind=kind))),
                           reps, warmup=1, device=device)
                 bw = 2 * moved_bytes / t
-                name = used["backend"] + (f"_block_m{block_m}" if used["backend"] == "triton" else "")
+                name = used["backend"] + (f"_{kind}_block_m{block_m}" if used["backend"] == "triton" else "")
                 reloc[name] = {"seconds": round(t, 6), "bw_gbs": round(bw / 1e9, 2),
                                "ratio_vs_copy": round(bw / bw_copy, 4), "launches": used["launches"],
                                "note": used["note"]}

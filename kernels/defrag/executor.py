@@ -47,15 +47,19 @@ def _triton_available() -> bool:
     return True
 
 
-_KERNEL = None
+_KERNELS: dict = {}
+NSEG = 9  # a 576-wide row is 9 segments: 128 B (bf16) or 64 B (uint8), both 2^k int32 words
 
 
-def _triton_kernel():
-    """Build (once) the single-pass row-copy kernel: ``buf[l, dst[i], :] = buf[l, src[i], :]``
-    over int32 words; grid (cdiv(moves, BLOCK_M), layers)."""
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
+def _triton_kernel(kind: str):
+    """Build (once) a single-pass copy kernel, ``buf[l, dst[i], :] = buf[l, src[i], :]`` over
+    int32 words (W per row), grid (programs, layers):
+
+    - "rows": a program copies BLOCK_M whole rows, lanes padded to the next power of two;
+    - "segments": a program copies BLOCK_M (row, segment) pairs of W/9 words each, no padding.
+    """
+    if kind in _KERNELS:
+        return _KERNELS[kind]
     import triton
     import triton.language as tl
 
@@ -75,8 +79,38 @@ def _triton_kernel():
         vals = tl.load(base + s[:, None] * W + cols[None, :], mask=m)
         tl.store(base + d[:, None] * W + cols[None, :], vals, mask=m)
 
-    _KERNEL = copy_rows
-    return _KERNEL
+    @triton.jit
+    def copy_segments(buf, src, dst, n_moves, layer_stride, W: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_D: tl.constexpr):  # BLOCK_D = W // 9 (segment words)
+        pid = tl.program_id(0)
+        layer = tl.program_id(1).to(tl.int64)
+        v = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        vmask = v < n_moves * 9
+        mv = v // 9
+        seg = (v % 9).to(tl.int64)
+        s = tl.load(src + mv, mask=vmask, other=0).to(tl.int64)
+        d = tl.load(dst + mv, mask=vmask, other=0).to(tl.int64)
+        so = tl.multiple_of(s * W + seg * BLOCK_D, BLOCK_D)
+        do = tl.multiple_of(d * W + seg * BLOCK_D, BLOCK_D)
+        cols = tl.arange(0, BLOCK_D)
+        base = buf + layer * layer_stride
+        vals = tl.load(base + so[:, None] + cols[None, :], mask=vmask[:, None])
+        tl.store(base + do[:, None] + cols[None, :], vals, mask=vmask[:, None])
+
+    _KERNELS.update(rows=copy_rows, segments=copy_segments)
+    return _KERNELS[kind]
+
+
+def _launch(kernel_kind: str, kernel, words, src, dst, block_m: int) -> None:
+    w = words.shape[-1]
+    n = src.numel()
+    if kernel_kind == "rows":
+        block_d = 1 << (w - 1).bit_length()
+        grid = ((n + block_m - 1) // block_m, words.shape[0])
+    else:
+        block_d = w // NSEG
+        grid = ((n * NSEG + block_m - 1) // block_m, words.shape[0])
+    kernel[grid](words, src, dst, n, words.stride(0), W=w, BLOCK_M=block_m, BLOCK_D=block_d, num_warps=4)
 
 
 def _layer_groups(kv, layers_per_launch: int | None):
@@ -133,8 +167,11 @@ def _auto_chunk(kv, steps, backend: str, budget_bytes: int) -> int | None:
 
 def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | None = None,
                block_m: int = 8, steps: list | None = None,
-               staging_budget_bytes: int = 2 << 30) -> tuple[str, int, str | None]:
+               staging_budget_bytes: int = 2 << 30, kernel_kind: str = "rows") -> tuple[str, int, str | None]:
     """Execute every step of every round on ``kv`` (no index update, no sync).
+
+    kernel_kind / block_m: the Triton copy kernel ("rows": block_m rows per program;
+        "segments": block_m 1/9-row segments per program).
 
     steps: from :func:`device_steps` (uploaded here when None).
     layers_per_launch: layers per batched launch; None: all layers, reduced so that staging
@@ -161,7 +198,9 @@ def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | N
     _check_kv(groups, plan)
     launches = 0
     note = None
-    kernel = _triton_kernel() if backend == "triton" else None
+    if kernel_kind not in ("rows", "segments"):
+        raise PoolError(f"kernel_kind: must be rows or segments, got {kernel_kind!r}")
+    kernel = _triton_kernel(kernel_kind) if backend == "triton" else None
     for g in groups:
         staging = None
         for kind, src, dst in steps:
@@ -171,13 +210,8 @@ def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | N
                 g.index_copy_(1, dst, staging)
                 staging = None
             elif kernel is not None:
-                words = g.view(torch.int32)
-                w = words.shape[-1]
-                block_d = 1 << (w - 1).bit_length()
-                grid = ((src.numel() + block_m - 1) // block_m, g.shape[0])
                 try:
-                    kernel[grid](words, src, dst, src.numel(), words.stride(0), W=w, BLOCK_M=block_m,
-                                 BLOCK_D=block_d, num_warps=4)
+                    _launch(kernel_kind, kernel, g.view(torch.int32), src, dst, block_m)
                 except Exception as e:  # noqa: BLE001 - compile failure before any copy: fall back
                     if not (auto and launches == 0):
                         raise
@@ -232,7 +266,7 @@ def _sync(kv) -> None:
 
 
 def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "auto",
-            layers_per_launch: int | None = None) -> ExecResult:
+            layers_per_launch: int | None = None, kernel_kind: str = "rows", block_m: int = 8) -> ExecResult:
     """Copy every moved token in every layer, synchronise, then update ``req_to_token`` (if
     given) and return the new free list (``plan.free_after``)."""
     import torch
@@ -242,7 +276,8 @@ def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "au
     if req_to_token is not None:
         _check_index_args(req_to_token, seq_lens)  # before any copy: bad input changes nothing
     t0 = time.perf_counter()
-    used, launches, note = run_copies(plan, kv, backend, layers_per_launch)
+    used, launches, note = run_copies(plan, kv, backend, layers_per_launch, block_m=block_m,
+                                      kernel_kind=kernel_kind)
     _sync(kv)
     t1 = time.perf_counter()
     if req_to_token is not None:

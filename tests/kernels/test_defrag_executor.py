@@ -137,12 +137,12 @@ def test_run_validate_reports_the_summary_fields():
 
 
 def test_triton_single_pass_kernel_in_interpreter():
-    """The CUDA copy kernel, run by Triton's CPU interpreter on a small pool (bf16 and uint8)."""
+    """Both CUDA copy kernels, run by Triton's CPU interpreter on a small pool (bf16 and uint8)."""
     pytest.importorskip("triton", reason="triton not installed")
     code = (
         "from kernels.defrag.validate import run_validate\n"
-        "for dt in ('bf16', 'fp8'):\n"
-        "    d = run_validate(512, 2, dt, 'cpu', 16, 1, backend='triton')\n"
+        "for dt, kind in (('bf16', 'rows'), ('fp8', 'rows'), ('bf16', 'segments'), ('fp8', 'segments')):\n"
+        "    d = run_validate(384, 2, dt, 'cpu', 16, 1, backend='triton', kernel_kind=kind, block_m=16)\n"
         "    assert d['config']['backend'] == 'triton', d['config']\n"
         "    assert d['ok'] and d['summary']['tokens_moved'] > 0, d['summary']\n"
         "print('ok')\n"

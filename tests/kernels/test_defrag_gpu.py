@@ -12,9 +12,9 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")]
 
 
-@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("backend, kind", [("triton", "rows"), ("triton", "segments"), ("torch", "rows")])
 @pytest.mark.parametrize("dtype, min_run", [("bf16", None), ("fp8", 64)])
-def test_validate_on_cuda(backend, dtype, min_run):
-    doc = run_validate(1 << 16, 4, dtype, "cuda", min_run, 0, backend=backend)
+def test_validate_on_cuda(backend, kind, dtype, min_run):
+    doc = run_validate(1 << 16, 4, dtype, "cuda", min_run, 0, backend=backend, kernel_kind=kind)
     assert doc["config"]["backend"] == backend
     assert doc["ok"] and doc["summary"]["lost_tokens"] == 0 and doc["summary"]["tokens_moved"] > 0
