@@ -5,10 +5,7 @@ Transports are closed before the lab stops (T10); the lab stops its sshd by PID.
 """
 from __future__ import annotations
 
-import socket
 import sys
-import threading
-import types
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -16,8 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import lab as lab_mod  # noqa: E402
-
-from orchestrator.bundle import Bundle, build_bundle  # noqa: E402
+from labkit import SilentServer  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -28,20 +24,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "ssh" in item.keywords:
             item.add_marker(skip)
-
-
-def make_host(lab: lab_mod.Lab, name: str, remote_base: Path, **overrides) -> types.SimpleNamespace:
-    """A host with the inventory fields of plans/0001 section 6, pointing at a lab sshd."""
-    h = lab.host(name)
-    fields = dict(
-        name=h.name, address=h.address, port=h.port, user=lab.user, connection="ssh",
-        ssh_key=lab.client_key, known_hosts=lab.known_hosts,
-        remote_root=str(remote_base / f"remote {h.name}"),  # a space on purpose
-        python=sys.executable, arch="sm_120a", groups=[], service=None,
-        connect_timeout_s=3, command_timeout_s=60,
-    )
-    fields.update(overrides)
-    return types.SimpleNamespace(**fields)
 
 
 @pytest.fixture(scope="session")
@@ -66,9 +48,10 @@ def own_lab(tmp_path) -> Iterator[Callable[[int], lab_mod.Lab]]:
 
     yield start
     for lab in labs:
+        pids = lab.pids()
         lab.stop()
-        for pid in lab.pids():
-            assert not lab_mod._is_live(pid), f"sshd {pid} survived teardown"
+        survivors = [p for p in pids if lab_mod._is_live(p)]
+        assert not survivors, f"sshd {survivors} survived teardown"
 
 
 @pytest.fixture
@@ -88,50 +71,8 @@ def transports() -> Iterator[Callable]:
         t.close()
 
 
-class SilentServer:
-    """Accepts TCP connections and never says a word (a wedged sshd)."""
-
-    def __init__(self, address: str = "127.0.0.250") -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((address, 0))
-        self.sock.listen(16)
-        self.address, self.port = self.sock.getsockname()
-        self.accepted: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted.append(conn)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        for c in self.accepted:
-            c.close()
-        self.sock.close()
-
-
 @pytest.fixture
 def silent_server() -> Iterator[SilentServer]:
     s = SilentServer()
     yield s
     s.close()
-
-
-def make_bundle(tmp: Path, marker: str = "v1") -> Bundle:
-    """A small kernels/ tree packed with build_bundle (independent of the real kernels/)."""
-    src = tmp / f"src-{marker}"
-    (src / "kernels" / "csrc").mkdir(parents=True, exist_ok=True)
-    (src / "kernels" / "__init__.py").write_text(f'VERSION = "{marker}"\n')
-    (src / "kernels" / "hello.py").write_text(
-        "import json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv[1:]}))\n")
-    (src / "kernels" / "csrc" / "k.cu").write_text(f"// kernel {marker}\n__global__ void k() {{}}\n")
-    return build_bundle(src, tmp / "bundles")

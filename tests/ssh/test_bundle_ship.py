@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_bundle, make_host
+from labkit import make_bundle, make_host
 from orchestrator.bundle import (BundleError, check_argv, ensure_on_host, read_pointers,
                                  remote_bundle_paths, ship_bundle, switch_current, verify_on_host)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_host
+from labkit import make_host
 from lab import _cmdline
 from orchestrator.errors import HostUnreachable
 from orchestrator.transport.base import Transport

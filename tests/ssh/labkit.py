@@ -1,0 +1,73 @@
+"""Helpers shared by the SSH tests (imported by name, so they do not depend on which
+``conftest`` module pytest loaded last): lab hosts as inventory-like objects, a silent TCP
+server, and a tiny bundle.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import lab as lab_mod  # noqa: E402
+
+from orchestrator.bundle import Bundle, build_bundle  # noqa: E402
+
+
+def make_host(lab: lab_mod.Lab, name: str, remote_base: Path, **overrides) -> types.SimpleNamespace:
+    """A host with the inventory fields of plans/0001 section 6, pointing at a lab sshd."""
+    h = lab.host(name)
+    fields = dict(
+        name=h.name, address=h.address, port=h.port, user=lab.user, connection="ssh",
+        ssh_key=lab.client_key, known_hosts=lab.known_hosts,
+        remote_root=str(remote_base / f"remote {h.name}"),  # a space on purpose
+        python=sys.executable, arch="sm_120a", groups=[], service=None,
+        connect_timeout_s=3, command_timeout_s=60,
+    )
+    fields.update(overrides)
+    return types.SimpleNamespace(**fields)
+
+
+class SilentServer:
+    """Accepts TCP connections and never says a word (a wedged sshd)."""
+
+    def __init__(self, address: str = "127.0.0.250") -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((address, 0))
+        self.sock.listen(16)
+        self.address, self.port = self.sock.getsockname()
+        self.accepted: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        for c in self.accepted:
+            c.close()
+        self.sock.close()
+
+
+
+def make_bundle(tmp: Path, marker: str = "v1") -> Bundle:
+    """A small kernels/ tree packed with build_bundle (independent of the real kernels/)."""
+    src = tmp / f"src-{marker}"
+    (src / "kernels" / "csrc").mkdir(parents=True, exist_ok=True)
+    (src / "kernels" / "__init__.py").write_text(f'VERSION = "{marker}"\n')
+    (src / "kernels" / "hello.py").write_text(
+        "import json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv[1:]}))\n")
+    (src / "kernels" / "csrc" / "k.cu").write_text(f"// kernel {marker}\n__global__ void k() {{}}\n")
+    return build_bundle(src, tmp / "bundles")
