@@ -15,7 +15,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from orchestrator import facts
-from orchestrator.errors import HostUnreachable, SpecError
+from orchestrator.errors import HostUnreachable, OrchestratorError
 from orchestrator.inventory import Host, Inventory
 from orchestrator.outcome import interpret
 from orchestrator.planner import CONTROLLER, display_command, host_values, render_step, waves_for
@@ -207,22 +207,28 @@ class StepRunner:
                 self._transports[key] = t
         return t
 
-    def _bundle_dir(self, host: Host | None, transport: Transport) -> str:
-        if host is None or host.is_local:
+    def _bundle_dir(self, host: Host | None, transport: Transport, *, place_locally: bool = False) -> str:
+        """The step cwd / ``{bundle_dir}``: the checkout for local hosts (and the controller), the
+        shipped ``<remote_root>/bundles/<sha>`` for ssh hosts (hook called once per host per run).
+
+        With ``place_locally`` (phases that change a service: cut-over verbs point ``current`` at
+        ``<remote_root>/bundles/<sha>``) a local host also gets the bundle unpacked there, through
+        the same hook; its commands still run in the checkout.
+        """
+        if host is None or (host.is_local and not place_locally):
             return str(self.root)
         with self._mu:
             known = self._bundle_dirs.get(host.name)
-        if known:
-            return known
-        with self._mu:
-            if self._bundle_obj is None:
-                from orchestrator.bundle import build_bundle
+        if known is None:
+            with self._mu:
+                if self._bundle_obj is None:
+                    from orchestrator.bundle import build_bundle
 
-                self._bundle_obj = build_bundle(self.root, self.state_dir / "bundles")
-        d = ensure_bundle_on_host(transport, self._bundle_obj, host)
-        with self._mu:
-            self._bundle_dirs[host.name] = d
-        return d
+                    self._bundle_obj = build_bundle(self.root, self.state_dir / "bundles")
+            known = ensure_bundle_on_host(transport, self._bundle_obj, host)
+            with self._mu:
+                self._bundle_dirs[host.name] = known
+        return str(self.root) if host.is_local else known
 
     def _execute(self, lp: LoadedPhase, step: Step, host: Host | None, sr: StepRecord, state: RunState,
                  run_id: str) -> HostStepResult:
@@ -240,7 +246,7 @@ class StepRunner:
         self.notify(Event(kind="step_started", phase=lp.spec.label, step=step.id, host=name))
         try:
             transport = self._transport(host)
-            values["bundle_dir"] = self._bundle_dir(host, transport)
+            values["bundle_dir"] = self._bundle_dir(host, transport, place_locally=lp.spec.needs_approval)
             cwd = values["bundle_dir"] or str(self.root)
             if step.builtin == "facts":
                 r.command = f"<builtin:facts> ({values['python']})"
@@ -258,7 +264,7 @@ class StepRunner:
             r.status, r.reason, r.metrics, r.gates = outcome.status, outcome.reason, outcome.metrics, outcome.gates
         except HostUnreachable as exc:
             r.status, r.reason = Status.failed, f"unreachable: {exc.message}"
-        except SpecError as exc:
+        except OrchestratorError as exc:  # spec problems, bundle errors (BundleError) ...
             r.status, r.reason = Status.failed, exc.message
         except Exception as exc:  # noqa: BLE001 - a transport bug must not leave the step in_progress
             log.exception("step %s on %s raised", step.id, name)

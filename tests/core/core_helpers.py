@@ -55,7 +55,9 @@ class Workspace:
         return path
 
     def hosts(self, names: list[str], canary: str | None = None, **fields: Any) -> None:
-        doc: dict[str, Any] = {"hosts": [{"name": n, "connection": "local", **fields} for n in names]}
+        # each host its own remote_root under tmp (never the default /opt/orchestrator)
+        doc: dict[str, Any] = {"hosts": [{"name": n, "connection": "local",
+                                          "remote_root": str(self.root / "remote" / n), **fields} for n in names]}
         if canary:
             doc["groups"] = {"canary": [canary]}
         self.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -77,6 +77,11 @@ def test_matching_digest_approves_without_tty(live):
     r = invoke("run", "1", "--json", "--approve", digest)
     assert r.exit_code == 0, r.output
     assert live.side_effect.exists()
+    # a phase that changes a service also unpacks the bundle under the local host's remote_root
+    # (cut-over verbs point `current` at it); its commands still ran in the checkout
+    sha = json.loads(r.stdout)["plan"]["bundle_sha"]
+    marker = live.root / "remote" / "local" / "bundles" / sha / ".sha256"
+    assert marker.read_text().strip() == sha
     assert live.audit()[-1]["decision"] == "approved" and live.audit()[-1]["via"] == "flag"
 
 
