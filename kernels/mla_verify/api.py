@@ -228,7 +228,7 @@ def why_unsupported(*args, **kwargs) -> str | None:
     try:
         validate(*args, **kwargs)
         device_arch(args[0].device)
-    except (ValueError, RuntimeError, AssertionError) as exc:
+    except (ValueError, TypeError, RuntimeError, AssertionError) as exc:
         return str(exc)
     return None
 

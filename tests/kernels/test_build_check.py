@@ -1,0 +1,71 @@
+"""Phase 0's build check: a real nvcc build for sm_120a and sm_90a with 0 spill bytes and shared
+memory within each arch's per-block limit; the ptxas parser reads spills, registers and smem."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kernels.build import dynamic_smem, parse_ptxas
+from kernels.mla_verify import tiles
+
+from conftest import REPO
+
+SAMPLE = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE' for 'sm_90a'
+ptxas info    : Function properties for _ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE
+    96 bytes stack frame, 96 bytes spill stores, 172 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 96 bytes cumulative stack size
+ptxas info    : Compiling entry function '_ZN4mlav25mla_verify_combine_kernelENS_6ParamsE' for 'sm_90a'
+ptxas info    : Function properties for _ZN4mlav25mla_verify_combine_kernelENS_6ParamsE
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 44 registers, used 1 barriers, 4096 bytes smem, 920 bytes cmem[0]
+"""
+
+
+def test_ptxas_parser_reads_spills_registers_and_static_smem():
+    ks = parse_ptxas(SAMPLE)
+    assert [k["registers"] for k in ks] == [255, 44]
+    assert (ks[0]["spill_store_bytes"], ks[0]["spill_load_bytes"], ks[0]["stack_bytes"]) == (96, 172, 96)
+    assert ks[1]["static_smem_bytes"] == 4096 and ks[1]["spill_store_bytes"] == 0
+
+
+def test_dynamic_smem_comes_from_the_tile_template_arguments():
+    assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE") == (tiles.SM90.smem_bytes, "sm90")
+    assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi32ELi16ELi3EEEvNS_6ParamsE") == (tiles.SM120.smem_bytes, "sm120")
+    assert dynamic_smem("_ZN4mlav25mla_verify_combine_kernelENS_6ParamsE") == (0, None)
+
+
+def run_build(arch):
+    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--arch", arch, "--json"], cwd=str(REPO),
+                          capture_output=True, text=True, timeout=900)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("arch,configs", [("sm_120a", {"sm120"}), ("sm_90a", {"sm90", "sm120"})])
+def test_real_nvcc_build_has_no_spills_and_fits_smem(nvcc_path, arch, configs):
+    code, doc = run_build(arch)
+    assert code == 0 and doc["ok"], doc.get("errors")
+    s = doc["summary"]
+    assert s["arch"] == arch and s["spill_bytes"] == 0
+    assert 0 < s["max_smem_bytes"] <= tiles.SMEM_LIMIT[arch]
+    assert 0 < s["max_registers"] <= 255
+    names = {k["tile_config"] for k in doc["kernels"]}
+    assert names == configs | {None}, "split kernel per tile config plus the combine kernel"
+    assert all(k["stack_bytes"] == 0 for k in doc["kernels"]), "no stack frame on the hot paths"
+
+
+def test_missing_nvcc_is_blocked_with_exit_75(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--arch", "sm_90a", "--json",
+                           "--nvcc", str(tmp_path / "no-nvcc")], cwd=str(REPO), capture_output=True, text=True,
+                          timeout=120)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 75 and doc["ok"] is False and "nvcc" in doc["blocked"]
+
+
+def test_unknown_arch_is_a_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--arch", "sm_80"], cwd=str(REPO),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--arch" in proc.stderr

@@ -1,0 +1,74 @@
+"""The phase-1/2 tools print one JSON document; without a CUDA device they say `blocked` and
+exit 75 (never a pass); the parity suite holds the cases the issue asks for."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kernels import parity
+from kernels.bench import ANCHORS, EXTRA, SWEEP, shape_bytes_flops
+
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+
+
+def run_tool(*args):
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=str(REPO), capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: the blocked path does not apply")
+@pytest.mark.parametrize("tool,keys", [("kernels.parity", ("cases_total", "cases_failed", "max_rel_err",
+                                                           "token_mismatches", "deterministic")),
+                                       ("kernels.bench", ("min_speedup_vs_sglang_extend", "min_sol_pct_long_ctx",
+                                                          "geomean_speedup_vs_oracle"))])
+def test_without_cuda_the_tool_is_blocked_not_passed(tool, keys):
+    code, out, _ = run_tool(tool, "--json")
+    doc = json.loads(out)
+    assert code == 75 and doc["ok"] is False and doc["blocked"].startswith("no CUDA device on host")
+    assert all(k in doc["summary"] for k in keys), "gate paths exist even when blocked"
+
+
+def test_unknown_parity_case_is_a_usage_error():
+    code, _, err = run_tool("kernels.parity", "--cases", "no_such_case")
+    assert code == 2 and "no_such_case" in err
+
+
+def test_parity_cases_cover_the_issue():
+    specs = parity.CASES
+    assert len({c.name for c in specs}) == len(specs) >= 8
+    assert any(max(c.prefix_lens) >= 65536 for c in specs), "the seed's 65k prefix"
+    assert {1, 32} <= {c.batch for c in specs}
+    assert any(len(set(c.prefix_lens)) > 1 and len(set(c.draft_lens)) > 1 for c in specs), "varlen"
+    assert any(0 in c.prefix_lens for c in specs), "prefix 0"
+    assert any(1 in c.draft_lens for c in specs) and any(16 in c.draft_lens for c in specs)
+    assert {"tree", "chain"} <= {c.tree for c in specs}
+    assert {16, 128} <= {c.heads for c in specs}
+    assert any(c.shared_prefix for c in specs) and all(c.poison for c in specs)
+    assert set(parity.QUICK) <= {c.name for c in specs}
+
+
+def test_token_check_counts_near_ties_and_mismatches():
+    w = torch.eye(512, dtype=torch.float64)[:, :8].repeat(1, 1)  # logits = first 8 dims
+    ref = torch.zeros(2, 1, 512, dtype=torch.float64)
+    ref[0, 0, :8] = torch.tensor([5.0, 1, 0, 0, 0, 0, 0, 0])       # clear winner 0
+    ref[1, 0, :8] = torch.tensor([1.0, 1.0, 0, 0, 0, 0, 0, 0])     # exact tie
+    out = ref.clone()
+    out[0, 0, 1] = 6.0   # wrong winner on a clear row: a mismatch
+    out[1, 0, 1] = 1.01  # flips the tie: excused as a near tie
+    r = parity.token_check(out, ref, w)
+    assert r == {"rows": 2, "near_ties": 1, "token_mismatches": 1, "mismatches_in_near_ties": 1}
+
+
+def test_bench_covers_the_anchor_rows_and_the_floor_counts_bytes_and_flops():
+    shapes = set(SWEEP + ANCHORS + EXTRA)
+    for row in [(1, 4096, 8, 16), (1, 32768, 8, 16), (1, 131072, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16),
+                (4, 65536, 4, 64)]:
+        assert row in shapes
+    assert any(h == 128 for (_, _, _, h) in shapes)
+    by, fl = shape_bytes_flops(1, 32768, 8, 16)
+    assert by > 32768 * 1152 and fl == 2 * 16 * 8 * (32768 + 8) * 1088

@@ -1,0 +1,119 @@
+"""mla_verify_fwd rejects bad arguments with a ValueError that names the argument (checked on
+CPU tensors: validation runs before any device work), and picks split counts from host-known
+sizes only."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernels.mla_verify import api, mla_verify_fwd, supports, tiles  # noqa: E402
+from kernels.verify_inputs import KERNEL_ARGS, CaseSpec, kernel_args, make_inputs  # noqa: E402
+
+
+@pytest.fixture
+def args():
+    inp = make_inputs(CaseSpec("v", (5, 3), (2, 3), 4, seed=1))
+    return dict(zip(KERNEL_ARGS, kernel_args(inp)))
+
+
+def call_validate(a, **kw):
+    return api.validate(*[a[k] for k in KERNEL_ARGS], require_cuda=False, **kw)
+
+
+def test_valid_cpu_arguments_pass_shape_checks(args):
+    assert call_validate(args) == {"B": 2, "T": 5, "H": 4}
+
+
+@pytest.mark.parametrize("name,bad", [
+    ("q_extend", lambda a: a["q_extend"].float()),
+    ("q_extend", lambda a: a["q_extend"][..., :512]),
+    ("q_extend", lambda a: torch.zeros(5, 129, 576, dtype=torch.bfloat16)),
+    ("k_extend", lambda a: a["k_extend"][:4]),
+    ("v_extend", lambda a: torch.zeros(5, 1, 576, dtype=torch.bfloat16)),
+    ("o_extend", lambda a: torch.zeros(5, 3, 512, dtype=torch.bfloat16)),
+    ("o_extend", lambda a: torch.zeros(5, 4, 512, 2, dtype=torch.bfloat16)[..., 0]),
+    ("k_buffer", lambda a: a["k_buffer"].to(torch.float16)),
+    ("v_buffer", lambda a: a["k_buffer"][..., :512].clone()),
+    ("qo_indptr", lambda a: a["qo_indptr"].float()),
+    ("qo_indptr", lambda a: a["qo_indptr"][:1]),
+    ("kv_indptr", lambda a: a["kv_indptr"][:2]),
+    ("kv_indices", lambda a: a["kv_indices"].int()),
+    ("custom_mask", lambda a: a["custom_mask"].float()),
+    ("is_causal", lambda a: 1),
+    ("max_len_extend", lambda a: 0),
+    ("max_len_extend", lambda a: 99),
+])
+def test_bad_argument_is_named(args, name, bad):
+    args[name] = bad(args)
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        call_validate(args)
+
+
+def test_mask_without_mask_indptr_is_rejected(args):
+    args["mask_indptr"] = None
+    with pytest.raises(ValueError, match="^mask_indptr:"):
+        call_validate(args)
+
+
+@pytest.mark.parametrize("kw,name", [({"k_scale": 0.5}, "k_scale"), ({"v_scale": 2.0}, "v_scale"),
+                                     ({"logit_cap": 30.0}, "logit_cap"), ({"sm_scale": -1.0}, "sm_scale"),
+                                     ({"sm_scale": float("nan")}, "sm_scale")])
+def test_unsupported_scalars_are_named(args, kw, name):
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        call_validate(args, **kw)
+
+
+def test_cpu_tensors_are_rejected_before_any_launch(args):
+    with pytest.raises(ValueError, match="^q_extend: must be a CUDA tensor"):
+        mla_verify_fwd(*[args[k] for k in KERNEL_ARGS])
+    assert supports(*[args[k] for k in KERNEL_ARGS]) is False
+    assert "CUDA" in api.why_unsupported(*[args[k] for k in KERNEL_ARGS])
+
+
+def test_supports_never_raises_on_garbage():
+    assert supports("not a tensor") is False
+
+
+@pytest.mark.parametrize("B,L,n,H", [(1, 4096, 8, 16), (1, 32768, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16),
+                                     (4, 65536, 4, 64), (1, 0, 4, 16), (128, 1024, 8, 128)])
+@pytest.mark.parametrize("cfg", [tiles.SM90, tiles.SM120])
+def test_split_count_fills_about_one_wave_and_caps_partials(B, L, n, H, cfg):
+    s = api.choose_num_splits(B, n, H, B * L, 132, cfg)
+    m_tiles = -(-(n * H) // cfg.block_m)
+    assert 1 <= s <= api.MAX_SPLITS
+    assert B * m_tiles * s <= max(132 * cfg.ctas_per_sm_hint, B * m_tiles), "at most one wave unless the batch alone exceeds it"
+    if L:
+        assert s <= max(1, L // (2 * cfg.block_n)), "each split keeps >= 2 KV tiles"
+    partial_traffic = s * B * n * H * 513 * 4 * 2
+    assert s == 1 or partial_traffic <= max(B * L * 1152, 32 * 2**20)
+    assert s == api.choose_num_splits(B, n, H, B * L, 132, cfg), "deterministic for a shape"
+
+
+def test_long_single_request_gets_many_splits_and_big_batches_one():
+    assert api.choose_num_splits(1, 8, 16, 32768, 132, tiles.SM90) >= 32
+    assert api.choose_num_splits(128, 8, 16, 128 * 8192, 132, tiles.SM90) == 1
+
+
+def test_workspace_size_counts_outputs_and_lse():
+    assert api.workspace_numel(1, 10, 16) == 0
+    assert api.workspace_numel(4, 10, 16) == 4 * 10 * 16 * 513
+
+
+def test_tile_configs_fit_their_arch_limits():
+    for arch, cfgs in tiles.ARCH_CONFIGS.items():
+        for c in cfgs:
+            if tiles.DEFAULT_CONFIG[arch] is c or arch == "sm_120a":
+                assert c.smem_bytes <= tiles.SMEM_LIMIT[arch]
+    assert tiles.SM120.smem_bytes <= tiles.SMEM_LIMIT["sm_120a"], "the Blackwell config also runs on sm_90a"
+
+
+def test_importing_kernels_does_not_import_torch():
+    code = "import sys, kernels, kernels.mla_verify; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=str(__import__('pathlib').Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
