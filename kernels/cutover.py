@@ -562,9 +562,13 @@ def _emit(doc: dict[str, Any], as_json: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
+        if exc.code and "--json" in argv:
+            print(json.dumps({"ok": False, "usage": True, "verb": argv[0] if argv else None,
+                              "error": "invalid arguments (argparse's message is on stderr)"}))
         return EXIT_USAGE if exc.code else EXIT_OK
     as_json = bool(getattr(args, "json", False))
     try:
