@@ -1,0 +1,109 @@
+"""The real phase-3 cut-over steps (phases/3-integration.yaml, minus probe/stage which install into
+the service python) driven by the engine against the SGLang STAND-IN server of tests/integration:
+approve, switch, restart, canary; and, when the new kernel changes outputs, automatic rollback."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core_helpers import REPO, invoke
+
+LAUNCHER = REPO / "tests" / "integration" / "standin_launcher.py"
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} not healthy after {timeout}s")
+
+
+@pytest.fixture
+def service(ws, monkeypatch):
+    for mod in ("kernels/cutover.py",):
+        if not (REPO / mod).exists() or not LAUNCHER.exists():
+            pytest.skip(f"{mod} or the stand-in launcher is not in this checkout")
+    # the bundle must hold the real cut-over tool: a frozen copy of kernels/, so edits made to the
+    # shared tree while the test runs cannot change the bundle between `plan` and `run`
+    shutil.copytree(REPO / "kernels", ws.checkout / "kernels", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.o", "build", ".*"))
+    root = ws.root / "remote" / "local"
+    root.mkdir(parents=True)
+    port = free_port()
+    restart = [sys.executable, str(LAUNCHER), "restart", "--root", str(root), "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    ws.inventory.write_text(yaml.safe_dump({"hosts": [{
+        "name": "local", "connection": "local", "remote_root": str(root),
+        "service": {"restart": restart, "health_url": base + "/health", "generate_url": base + "/generate",
+                    "python": sys.executable, "health_timeout_s": 60}}]}))
+    spec = yaml.safe_load((REPO / "phases" / "3-integration.yaml").read_text())
+    spec["requires"] = None
+    spec["steps"] = [s for s in spec["steps"] if s["id"] not in ("probe", "stage")]
+    # The stand-in answers in about a millisecond, so the ratio of canary to baseline latency is
+    # scheduler noise on a busy test machine (5x was seen); keep the gate but widen it here.
+    canary = next(s for s in spec["steps"] if s["id"] == "canary")
+    for g in canary["gates"]:
+        if g["metric"] == "latency_ratio":
+            g["value"] = 1000
+    (ws.phases / "3-integration.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    subprocess.run(restart, check=True, timeout=60)
+    wait_healthy(base + "/health")
+    ws.service_root = root
+    yield ws
+    subprocess.run([sys.executable, str(LAUNCHER), "stop", "--root", str(root), "--port", str(port)], timeout=60)
+
+
+def approve_and_run(ws) -> tuple[int, dict]:
+    plan = json.loads(invoke("plan", "3", "--json").stdout)["plan"]
+    r = invoke("run", "3", "--json", "--approve", plan["digest"])
+    return r.exit_code, json.loads(r.stdout)
+
+
+def results(doc) -> dict[str, dict]:
+    return {s["id"]: s["hosts"].get("local") for s in doc["results"]["phases"][0]["steps"]}
+
+
+def test_cutover_completes_and_points_current_at_the_bundle(service):
+    code, doc = approve_and_run(service)
+    res = results(doc)
+    assert code == 0, {k: (v or {}).get("reason") for k, v in res.items()}
+    sha = doc["plan"]["bundle_sha"]
+    assert res["switch"]["metrics"]["current"] == sha
+    assert res["restart"]["metrics"]["healthy"] is True
+    assert res["canary"]["metrics"]["outputs_identical"] is True
+    assert res["rollback"] is None  # nothing failed, nothing rolled back
+    cfg = json.loads((service.service_root / "verify_backend.json").read_text())
+    assert cfg["verify_kernel"] == "bundled" and cfg["bundle_sha"] == sha
+
+
+def test_wrong_outputs_on_the_canary_roll_the_host_back(service):
+    (service.service_root / "standin_control.json").write_text(json.dumps({"change_outputs": "bundled"}))
+    code, doc = approve_and_run(service)
+    res = results(doc)
+    assert code == 1
+    assert res["canary"]["status"] == "failed" and res["canary"]["metrics"]["outputs_identical"] is False
+    assert res["rollback"]["status"] == "completed" and res["rollback"]["metrics"]["healthy"] is True
+    cfg = json.loads((service.service_root / "verify_backend.json").read_text())
+    assert cfg["verify_kernel"] == "stock"
+    assert doc["results"]["phases"][0]["hosts"]["local"]["status"] == "failed"
