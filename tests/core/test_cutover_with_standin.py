@@ -40,7 +40,7 @@ def wait_healthy(url: str, timeout: float = 30) -> None:
 
 
 @pytest.fixture
-def service(ws, monkeypatch):
+def service(ws):
     for mod in ("kernels/cutover.py",):
         if not (REPO / mod).exists() or not LAUNCHER.exists():
             pytest.skip(f"{mod} or the stand-in launcher is not in this checkout")
