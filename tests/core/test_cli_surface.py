@@ -215,3 +215,10 @@ def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatc
         planned = next(c for c in plan.phases[0].steps[0].commands if c.host == name)
         assert planned.argv == t.calls[0][0] and planned.cwd == want_dir
     assert report.phases[0].steps[0].hosts["g1"].metrics == {"n": 1}
+
+
+def test_orchestrator_json_env_switches_every_command_to_json(ws):
+    ws.write_phase(phase(0, "a", [step("s", tool())]))
+    r = subprocess.run([sys.executable, "-m", "orchestrator", "phases"], cwd=REPO, capture_output=True, text=True,
+                       env={**__import__("os").environ, "ORCHESTRATOR_JSON": "1"}, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["results"]["phases"][0]["name"] == "a"

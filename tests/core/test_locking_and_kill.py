@@ -180,3 +180,15 @@ def test_a_transport_that_raises_fails_the_step_instead_of_leaving_it_in_progres
     res = report.phases[0].steps[0].hosts["local"]
     assert report.exit_code == 1 and res.status == Status.failed and "socket exploded" in res.reason
     assert StateStore(ws.state).load().in_progress_steps() == []
+
+
+def test_sigint_records_interrupted_and_exits_130_with_one_json_document(sleepy):
+    first = sleepy.popen("run", "0", "--json")
+    wait_for(sleepy.started)
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["exit_code"] == 130 and doc["errors"][0]["code"] == "INTERRUPTED"
+    st = json.loads((sleepy.state / "state.json").read_text())
+    assert st["phases"]["0"]["status"] == "interrupted"
