@@ -36,7 +36,7 @@ def lost_after(pool, plan, kv, rtt):
     return int(bad.sum()) + int(bad_idx.sum()), idx
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(64, 1500), seed=st.integers(0, 1000), dtype=st.sampled_from([torch.bfloat16, torch.uint8]),
        min_run=st.sampled_from([None, 4, 32]), share=st.sampled_from([0.0, 0.5]))
 def test_execute_preserves_every_live_token_in_every_layer(n, seed, dtype, min_run, share):
@@ -137,14 +137,31 @@ def test_run_validate_reports_the_summary_fields():
 
 
 def test_triton_single_pass_kernel_in_interpreter():
-    """Both CUDA copy kernels, run by Triton's CPU interpreter on a small pool (bf16 and uint8)."""
+    """Both CUDA copy kernels, run by Triton's CPU interpreter (bf16 and uint8). The plan keeps
+    at most 3 dependency levels (the interpreter pays per launch); the rest goes through staging."""
     pytest.importorskip("triton", reason="triton not installed")
     code = (
-        "from kernels.defrag.validate import run_validate\n"
-        "for dt, kind in (('bf16', 'rows'), ('fp8', 'rows'), ('bf16', 'segments'), ('fp8', 'segments')):\n"
-        "    d = run_validate(384, 2, dt, 'cpu', 16, 1, backend='triton', kernel_kind=kind, block_m=16)\n"
-        "    assert d['config']['backend'] == 'triton', d['config']\n"
-        "    assert d['ok'] and d['summary']['tokens_moved'] > 0, d['summary']\n"
+        "import torch\n"
+        "from kernels.defrag.executor import execute\n"
+        "from kernels.defrag.planner import plan_defrag, apply_plan\n"
+        "from kernels.defrag.pool import make_kv_buffers\n"
+        "from kernels.defrag.validate import check_index, count_bad_slots, fill_pattern\n"
+        "from kernels.defrag.workload import ChurnConfig, simulate_churn\n"
+        "import numpy as np\n"
+        "pool = simulate_churn(ChurnConfig(600, seed=1))\n"
+        "plan = plan_defrag(pool, max_levels=2)\n"
+        "assert plan.tokens_moved > 0 and plan.copy_steps <= 12, plan.copy_steps\n"
+        "for dt, kind, bm in ((torch.bfloat16, 'rows', 16), (torch.uint8, 'rows', 16),\n"
+        "                     (torch.bfloat16, 'segments', 128), (torch.uint8, 'segments', 128)):\n"
+        "    kv = make_kv_buffers(600, 2, dt)\n"
+        "    fill_pattern(kv)\n"
+        "    rtt = torch.as_tensor(pool.req_to_token.copy())\n"
+        "    res = execute(plan, kv, rtt, pool.seq_lens, backend='triton', kernel_kind=kind, block_m=bm)\n"
+        "    assert res.backend == 'triton' and res.note is None\n"
+        "    idx = check_index(pool, rtt.numpy(), res.free_slots)\n"
+        "    s0, s1, bad = idx.pop('_pairs')\n"
+        "    u, first = np.unique(s0, return_index=True)\n"
+        "    assert idx['consistent'] and not bad.any() and not count_bad_slots(kv, u, s1[first]).any()\n"
         "print('ok')\n"
     )
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=REPO)
@@ -179,10 +196,13 @@ def test_bench_verify_inputs_and_torch_fallback_match_the_oracle_on_both_layouts
     assert torch.equal(outs[0], outs[1])
 
 
-def test_bench_pipeline_runs_end_to_end_on_cpu():
+def test_bench_pipeline_runs_end_to_end_on_cpu(monkeypatch):
     """Smoke test of every bench section on CPU (the CLI refuses --bench without CUDA; the numbers
     here mean nothing, the document shape and the fallbacks do)."""
+    from kernels.defrag import bench
     from kernels.defrag.bench import run_bench
+
+    monkeypatch.setattr(bench, "_sglang_verify", lambda: (None, "not imported in this test (slow import)"))
 
     d = run_bench(2048, 1, "bf16", None, 0, "torch", [500], 2, 2, 2, 2, device="cpu")
     s = d["summary"]
@@ -192,6 +212,7 @@ def test_bench_pipeline_runs_end_to_end_on_cpu():
     assert s["gain_pct"] == pytest.approx((s["t_frag_us"] - s["t_defrag_us"]) / s["t_frag_us"] * 100, abs=1e-2)
     assert s["relocation_backend"] == "torch" and s["relocation_bw_ratio"] > 0 and s["copy_bw_gbs"] > 0
     assert list(s["planner_ms_by_slots"]) == ["500"]
+    assert d["verify"]["sglang_skipped"].startswith("not imported")
 
 
 @pytest.mark.parametrize("bad, field", [("rtt_int64", "req_to_token"), ("lens_short", "seq_lens"),
