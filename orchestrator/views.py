@@ -93,8 +93,10 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
             if is_rb and (sr is None or not sr.hosts):
                 continue
             st = sr.status.value if sr else "pending"
-            if sr is None and step.requires_approval:
-                st = "pending"
+            prev = state.phase(lp.spec.requires) if lp.spec.requires is not None else None
+            ready = prev is not None and prev.status.value == "completed"
+            if step.requires_approval and st == "pending" and ready and (rec is None or rec.status.value != "completed"):
+                st = "awaiting_approval"  # shown, not stored: the predecessor passed, this needs `yes`
             counts: dict[str, int] = {}
             ev: list[str] = []
             reasons: list[str] = []

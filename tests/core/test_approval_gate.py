@@ -158,3 +158,10 @@ def test_interactive_rollback_needs_the_exact_word(live):
 
 def test_no_phase_is_a_usage_error(live):
     assert invoke("run").exit_code == 2
+
+
+def test_status_shows_approval_steps_awaiting_approval_once_the_predecessor_passed(live):
+    r = invoke("status")
+    assert r.exit_code == 0
+    line = next(l for l in r.stdout.splitlines() if "switch (approval)" in l)
+    assert "awaiting_approval" in line
