@@ -29,97 +29,118 @@ def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
 
-def _need(cond: bool, name: str, msg: str) -> None:
-    if not cond:
-        raise ValueError(f"{name}: {msg}")
+def _fail(name: str, msg: str):
+    raise ValueError(f"{name}: {msg}")
 
 
-def _check_rows(t, name: str, shape_tail: tuple, dtype_names=("bfloat16",)) -> None:
-    import torch
-
-    _need(_is_tensor(t), name, f"expected a torch.Tensor, got {type(t).__name__}")
-    _need(str(t.dtype).replace("torch.", "") in dtype_names, name, f"dtype must be {'/'.join(dtype_names)}, got {t.dtype}")
-    _need(t.dim() == 1 + len(shape_tail), name, f"expected {1 + len(shape_tail)} dims, got shape {tuple(t.shape)}")
+def _check_rows(t, name: str, shape_tail: tuple, dtype) -> None:
+    """Row tensor [N, *shape_tail] (None = any size) of `dtype`, last dim contiguous, 16-B rows.
+    Messages are built only on failure (this runs on every call)."""
+    if not _is_tensor(t):
+        _fail(name, f"expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        _fail(name, f"dtype must be {str(dtype).replace('torch.', '')}, got {t.dtype}")
+    shape = t.shape
+    if len(shape) != 1 + len(shape_tail):
+        _fail(name, f"expected {1 + len(shape_tail)} dims, got shape {tuple(shape)}")
     for i, want in enumerate(shape_tail):
-        if want is not None:
-            _need(t.shape[1 + i] == want, name, f"dim {1 + i} must be {want}, got shape {tuple(t.shape)}")
-    _need(t.stride(-1) == 1, name, "last dim must be contiguous (stride 1)")
-    for d in range(t.dim() - 1):
-        _need(t.stride(d) % 8 == 0 or t.shape[d] == 1, name, f"stride({d})={t.stride(d)} must be a multiple of 8 elements (16-byte rows)")
-    _need(t.data_ptr() % 16 == 0 or t.numel() == 0, name, "data pointer must be 16-byte aligned")
-    del torch
+        if want is not None and shape[1 + i] != want:
+            _fail(name, f"dim {1 + i} must be {want}, got shape {tuple(shape)}")
+    strides = t.stride()
+    if strides[-1] != 1:
+        _fail(name, "last dim must be contiguous (stride 1)")
+    for d in range(len(shape) - 1):
+        if strides[d] % 8 and shape[d] != 1:
+            _fail(name, f"stride({d})={strides[d]} must be a multiple of 8 elements (16-byte rows)")
+    if t.data_ptr() % 16 and t.numel():
+        _fail(name, "data pointer must be 16-byte aligned")
 
 
-def _check_index(t, name: str, dtypes=("int32", "int64"), numel=None) -> None:
-    _need(_is_tensor(t), name, f"expected a torch.Tensor, got {type(t).__name__}")
-    _need(str(t.dtype).replace("torch.", "") in dtypes, name, f"dtype must be {'/'.join(dtypes)}, got {t.dtype}")
-    _need(t.dim() == 1, name, f"must be 1-D, got shape {tuple(t.shape)}")
-    _need(t.is_contiguous(), name, "must be contiguous")
-    if numel is not None:
-        _need(t.numel() == numel, name, f"must have {numel} elements, got {t.numel()}")
+def _check_index(t, name: str, dtypes: tuple, numel=None) -> None:
+    if not _is_tensor(t):
+        _fail(name, f"expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        _fail(name, f"dtype must be {'/'.join(str(d).replace('torch.', '') for d in dtypes)}, got {t.dtype}")
+    if t.dim() != 1:
+        _fail(name, f"must be 1-D, got shape {tuple(t.shape)}")
+    if not t.is_contiguous():
+        _fail(name, "must be contiguous")
+    if numel is not None and t.numel() != numel:
+        _fail(name, f"must have {numel} elements, got {t.numel()}")
 
 
 def validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
              custom_mask, is_causal, mask_indptr, max_len_extend, k_scale=1.0, v_scale=1.0, sm_scale=None,
              logit_cap=0.0, *, require_cuda: bool = True) -> dict:
     """Check every argument (ValueError naming it); returns derived host-side sizes."""
-    _check_rows(q_extend, "q_extend", (None, D_QK))
+    import torch
+
+    bf16, i32, i64 = torch.bfloat16, torch.int32, torch.int64
+    _check_rows(q_extend, "q_extend", (None, D_QK), bf16)
     T, H = int(q_extend.shape[0]), int(q_extend.shape[1])
-    _need(1 <= H <= 128, "q_extend", f"head count must be in [1, 128], got {H}")
-    _check_rows(k_extend, "k_extend", (1, D_QK))
-    _need(k_extend.shape[0] == T, "k_extend", f"dim 0 must equal q_extend's T={T}, got {k_extend.shape[0]}")
-    _check_rows(v_extend, "v_extend", (1, D_V))
-    _need(v_extend.shape[0] == T, "v_extend", f"dim 0 must equal q_extend's T={T}, got {v_extend.shape[0]}")
-    _check_rows(o_extend, "o_extend", (H, D_V))
-    _need(o_extend.shape[0] == T, "o_extend", f"dim 0 must equal q_extend's T={T}, got {o_extend.shape[0]}")
-    _check_rows(k_buffer, "k_buffer", (1, D_QK))
-    _need(k_buffer.shape[0] >= 1, "k_buffer", "needs at least one slot")
-    _check_rows(v_buffer, "v_buffer", (1, D_V))
-    _need(v_buffer.data_ptr() == k_buffer.data_ptr() and v_buffer.stride(0) == k_buffer.stride(0)
-          and v_buffer.shape[0] == k_buffer.shape[0], "v_buffer",
-          "must be the view k_buffer[..., :512] (MLA stores V inside the latent row)")
-    _check_index(qo_indptr, "qo_indptr")
+    if not 1 <= H <= 128:
+        _fail("q_extend", f"head count must be in [1, 128], got {H}")
+    for name, t, tail, shape0 in (("k_extend", k_extend, (1, D_QK), T), ("v_extend", v_extend, (1, D_V), T),
+                                  ("o_extend", o_extend, (H, D_V), T), ("k_buffer", k_buffer, (1, D_QK), None),
+                                  ("v_buffer", v_buffer, (1, D_V), None)):
+        _check_rows(t, name, tail, bf16)
+        if shape0 is not None and t.shape[0] != shape0:
+            _fail(name, f"dim 0 must equal q_extend's T={T}, got {t.shape[0]}")
+    if k_buffer.shape[0] < 1:
+        _fail("k_buffer", "needs at least one slot")
+    if not (v_buffer.data_ptr() == k_buffer.data_ptr() and v_buffer.stride(0) == k_buffer.stride(0)
+            and v_buffer.shape[0] == k_buffer.shape[0]):
+        _fail("v_buffer", "must be the view k_buffer[..., :512] (MLA stores V inside the latent row)")
+    _check_index(qo_indptr, "qo_indptr", (i32, i64))
     B = qo_indptr.numel() - 1
-    _need(B >= 1, "qo_indptr", "needs at least 2 elements (B+1)")
-    _check_index(kv_indptr, "kv_indptr", numel=B + 1)
-    _check_index(kv_indices, "kv_indices", dtypes=("int64",))
+    if B < 1:
+        _fail("qo_indptr", "needs at least 2 elements (B+1)")
+    _check_index(kv_indptr, "kv_indptr", (i32, i64), numel=B + 1)
+    _check_index(kv_indices, "kv_indices", (i64,))
     if custom_mask is not None:
-        _check_index(custom_mask, "custom_mask", dtypes=("uint8", "bool"))
-        _need(mask_indptr is not None, "mask_indptr", "required when custom_mask is given")
-        _check_index(mask_indptr, "mask_indptr", numel=B + 1)
-    _need(isinstance(is_causal, bool), "is_causal", f"must be a bool, got {type(is_causal).__name__}")
-    _need(isinstance(max_len_extend, int) and not isinstance(max_len_extend, bool) and max_len_extend >= 1,
-          "max_len_extend", f"must be an int >= 1, got {max_len_extend!r}")
-    _need(max_len_extend <= max(T, 1), "max_len_extend", f"{max_len_extend} exceeds the T={T} draft tokens")
-    _need(float(k_scale) == 1.0, "k_scale", f"only 1.0 is supported (bf16 cache), got {k_scale}")
-    _need(float(v_scale) == 1.0, "v_scale", f"only 1.0 is supported (bf16 cache), got {v_scale}")
-    _need(float(logit_cap) == 0.0, "logit_cap", f"only 0.0 is supported, got {logit_cap}")
-    if sm_scale is not None:
-        _need(isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0, "sm_scale",
-              f"must be a finite positive float, got {sm_scale!r}")
-    named = {"q_extend": q_extend, "k_extend": k_extend, "v_extend": v_extend, "o_extend": o_extend,
-             "k_buffer": k_buffer, "qo_indptr": qo_indptr, "kv_indptr": kv_indptr, "kv_indices": kv_indices}
-    if custom_mask is not None:
-        named.update(custom_mask=custom_mask, mask_indptr=mask_indptr)
+        _check_index(custom_mask, "custom_mask", (torch.uint8, torch.bool))
+        if mask_indptr is None:
+            _fail("mask_indptr", "required when custom_mask is given")
+        _check_index(mask_indptr, "mask_indptr", (i32, i64), numel=B + 1)
+    if not isinstance(is_causal, bool):
+        _fail("is_causal", f"must be a bool, got {type(is_causal).__name__}")
+    if not (isinstance(max_len_extend, int) and not isinstance(max_len_extend, bool) and max_len_extend >= 1):
+        _fail("max_len_extend", f"must be an int >= 1, got {max_len_extend!r}")
+    if max_len_extend > max(T, 1):
+        _fail("max_len_extend", f"{max_len_extend} exceeds the T={T} draft tokens")
+    if float(k_scale) != 1.0:
+        _fail("k_scale", f"only 1.0 is supported (bf16 cache), got {k_scale}")
+    if float(v_scale) != 1.0:
+        _fail("v_scale", f"only 1.0 is supported (bf16 cache), got {v_scale}")
+    if float(logit_cap) != 0.0:
+        _fail("logit_cap", f"only 0.0 is supported, got {logit_cap}")
+    if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0):
+        _fail("sm_scale", f"must be a finite positive float, got {sm_scale!r}")
     dev = q_extend.device
-    for name, t in named.items():
-        _need(t.device == dev, name, f"on {t.device}, but q_extend is on {dev}")
-        if require_cuda:
-            _need(t.is_cuda, name, "must be a CUDA tensor")
+    named = (("q_extend", q_extend), ("k_extend", k_extend), ("v_extend", v_extend), ("o_extend", o_extend),
+             ("k_buffer", k_buffer), ("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices))
+    if custom_mask is not None:
+        named += (("custom_mask", custom_mask), ("mask_indptr", mask_indptr))
+    for name, t in named:
+        if t.device != dev:
+            _fail(name, f"on {t.device}, but q_extend is on {dev}")
+        if require_cuda and not t.is_cuda:
+            _fail(name, "must be a CUDA tensor")
     return {"B": B, "T": T, "H": H}
 
 
 def choose_num_splits(B: int, max_len_extend: int, H: int, prefix_tokens_total: int, num_sms: int,
-                      cfg: tiles.TileConfig) -> int:
+                      cfg: tiles.TileConfig, ctas_per_sm: int | None = None) -> int:
     """Prefix splits per request from host-known sizes only (no device read: graph safe).
 
     Targets about one wave (num_sms * CTAs/SM) of CTAs, keeps >= 2 KV tiles per split, and caps
     the fp32 partial traffic (S * rows * 513 * 4 B, written then read back) to the KV bytes or
     32 MiB (L2-resident), whichever is larger. `prefix_tokens_total` may overestimate (CUDA-graph buffers).
+    `ctas_per_sm` defaults to the config's residency on sm_90 (tiles.ctas_per_sm gives it per arch).
     """
     m_tiles = math.ceil(max_len_extend * H / cfg.block_m)
     ctas = B * m_tiles
-    slots = num_sms * cfg.ctas_per_sm_hint
+    slots = num_sms * (ctas_per_sm or cfg.ctas_per_sm_hint)
     if ctas >= 0.8 * slots:
         return 1
     l_avg = prefix_tokens_total / B
@@ -192,21 +213,26 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
     if tile_config == "auto":
         cfg = tiles.DEFAULT_CONFIG[arch]
     else:
-        _need(tile_config in tiles.CONFIGS, "tile_config", f"must be auto/sm90/sm120, got {tile_config!r}")
+        if tile_config not in tiles.CONFIGS:
+            _fail("tile_config", f"must be auto/sm90/sm120, got {tile_config!r}")
         cfg = tiles.CONFIGS[tile_config]
-        _need(cfg in tiles.ARCH_CONFIGS[arch], "tile_config", f"{tile_config} is not built for {arch}")
+        if cfg not in tiles.ARCH_CONFIGS[arch]:
+            _fail("tile_config", f"{tile_config} is not built for {arch}")
     if num_splits is None:
-        num_splits = choose_num_splits(B, max_len_extend, H, kv_indices.numel(), sms, cfg)
-    _need(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS, "num_splits",
-          f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
+        num_splits = choose_num_splits(B, max_len_extend, H, kv_indices.numel(), sms, cfg,
+                                       tiles.ctas_per_sm(cfg, arch))
+    if not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
+        _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
     need = workspace_numel(num_splits, T, H)
     if need:
         if workspace is None:
             workspace = _workspace(q_extend.device, need)
         else:
-            _need(_is_tensor(workspace) and workspace.dtype == torch.float32 and workspace.is_contiguous()
-                  and workspace.device == q_extend.device, "workspace", "must be a contiguous fp32 tensor on q's device")
-            _need(workspace.numel() >= need, "workspace", f"needs {need} fp32 elements, got {workspace.numel()}")
+            if not (_is_tensor(workspace) and workspace.dtype == torch.float32 and workspace.is_contiguous()
+                    and workspace.device == q_extend.device):
+                _fail("workspace", "must be a contiguous fp32 tensor on q_extend's device")
+            if workspace.numel() < need:
+                _fail("workspace", f"needs {need} fp32 elements, got {workspace.numel()}")
     scale = float(sm_scale) if sm_scale is not None else D_QK ** -0.5
     if custom_mask is not None:
         mask_mode = 0

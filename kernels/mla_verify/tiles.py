@@ -46,6 +46,16 @@ CONFIGS = {c.name: c for c in (SM90, SM120)}
 
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
+# Shared memory per SM (bytes) usable by CTAs, and the 1 KiB the runtime reserves per CTA.
+SM_SMEM = {"sm_90a": 228 * 1024, "sm_120a": 100 * 1024}
+CTA_RESERVED_SMEM = 1024
+
+
+def ctas_per_sm(cfg: TileConfig, arch: str) -> int:
+    """CTAs of `cfg` resident per SM on `arch`, as limited by shared memory (>= 1)."""
+    return max(1, SM_SMEM[arch] // (cfg.smem_bytes + CTA_RESERVED_SMEM))
+
+
 # Tile configs compiled into (and used on) each arch. sm_90a also carries the sm120 config so
 # that the Blackwell code path can be proven on Hopper hardware.
 ARCH_CONFIGS = {"sm_90a": (SM90, SM120), "sm_120a": (SM120,)}

@@ -117,3 +117,57 @@ def test_importing_kernels_does_not_import_torch():
                          cwd=str(__import__('pathlib').Path(__file__).resolve().parents[2]))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+class FakeExtension:
+    """Stands in for the compiled module: records what mla_verify_fwd hands to the launcher."""
+
+    def __init__(self):
+        self.calls = []
+
+    def fwd(self, *a):
+        self.calls.append(a)
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """mla_verify_fwd on CPU tensors with the CUDA parts replaced: device info and the extension."""
+    import kernels.mla_verify._build as build
+
+    ext = FakeExtension()
+    real_validate = api.validate
+    monkeypatch.setattr(api, "validate", lambda *a, **k: real_validate(*a, require_cuda=False, **k))
+    monkeypatch.setattr(api, "_device_info", lambda dev: ("sm_90a", 132))
+    monkeypatch.setattr(build, "load", lambda arch: ext)
+    monkeypatch.setattr(api, "_workspace", lambda dev, n: torch.empty(n, dtype=torch.float32))
+    return ext
+
+
+def test_launcher_gets_mask_mode_splits_config_and_log2_scale(args, fake_launch):
+    mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], sm_scale=0.125, num_splits=3)
+    (call,) = fake_launch.calls
+    mask, mask_indptr, mask_mode, v_alias, splits, cfg, max_len, scale_log2, ws = call[8:]
+    assert mask_mode == 0 and mask is args["custom_mask"] and mask_indptr is args["mask_indptr"]
+    assert v_alias == 0, "make_inputs gives v_extend its own storage, like SGLang's k_nope"
+    assert (splits, cfg, max_len) == (3, tiles.SM90.index, 3)
+    assert scale_log2 == pytest.approx(0.125 * 1.4426950408889634)
+    assert ws.numel() >= api.workspace_numel(3, 5, 4)
+
+
+def test_launcher_without_mask_uses_is_causal_and_one_split_needs_no_workspace(args, fake_launch):
+    args["custom_mask"], args["mask_indptr"], args["is_causal"] = None, None, False
+    mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], num_splits=1, tile_config="sm120")
+    mask, mask_indptr, mask_mode, _, splits, cfg, _, scale_log2, ws = fake_launch.calls[0][8:]
+    assert (mask, mask_indptr, mask_mode, splits, cfg, ws) == (None, None, 2, 1, tiles.SM120.index, None)
+    assert scale_log2 == pytest.approx(576 ** -0.5 * 1.4426950408889634)
+
+
+@pytest.mark.parametrize("kw,name", [({"num_splits": 0}, "num_splits"), ({"num_splits": 129}, "num_splits"),
+                                     ({"tile_config": "sm100"}, "tile_config"),
+                                     ({"num_splits": 4, "workspace": torch.empty(10)}, "workspace"),
+                                     ({"num_splits": 4, "workspace": torch.empty(10**6, dtype=torch.float64)},
+                                      "workspace")])
+def test_bad_launch_options_are_named(args, fake_launch, kw, name):
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], **kw)
+    assert fake_launch.calls == [], "nothing launched"
