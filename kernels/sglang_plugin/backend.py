@@ -69,8 +69,11 @@ class BundledVerifyTritonBackend(TritonAttnBackend):
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, *args: Any, **kwargs: Any) -> None:
         super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)
         if self.bundled_verify_route != ROUTE_NONE:
+            kv_indices = getattr(self, "cuda_graph_kv_indices", None)
             self.bundled_verify.allocate_workspace(
-                max_num_tokens=max_num_tokens, num_heads=self.num_head, device=self.device)
+                max_bs=max_bs, tokens_per_req=max(1, max_num_tokens // max(1, max_bs)),
+                num_heads=self.num_head, device=self.device,
+                kv_indices_numel=kv_indices.numel() if kv_indices is not None else max_num_tokens * self.max_context_len)
 
     # -- route B: releases without the verify hook ----------------------------------
     def _route_b_applies(self, k: Any, v: Any, layer: Any, forward_batch: Any, save_kv_cache: bool,

@@ -30,6 +30,31 @@ def load_kernel_module() -> Any:
     return importlib.import_module("kernels.mla_verify")
 
 
+def graph_workspace(*, max_bs: int, tokens_per_req: int, num_heads: int, kv_indices_numel: int,
+                    device: Any) -> Any:
+    """fp32 scratch big enough for every batch size a CUDA graph is captured for, or None."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    api = importlib.import_module("kernels.mla_verify.api")
+    tiles = importlib.import_module("kernels.mla_verify.tiles")
+    cfg = tiles.DEFAULT_CONFIG[api.device_arch(device)]
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    need = 0
+    for bs in range(1, max_bs + 1):
+        splits = api.choose_num_splits(bs, tokens_per_req, num_heads, kv_indices_numel, sms, cfg)
+        need = max(need, api.workspace_numel(splits, bs * tokens_per_req, num_heads))
+    return torch.empty(need, dtype=torch.float32, device=device) if need else None
+
+
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
 class BundledVerify:
     """``verify_shared_kv_fwd`` replacement that routes supported MLA verify calls to the kernel.
 
@@ -72,12 +97,21 @@ class BundledVerify:
     def kernel_error(self) -> Optional[str]:
         return self._kernel_error
 
-    def allocate_workspace(self, *, max_num_tokens: int, num_heads: int, device: Any) -> None:
-        """Allocate the kernel's scratch once, before CUDA-graph capture (fixed address)."""
+    def allocate_workspace(self, *, max_bs: int, tokens_per_req: int, num_heads: int,
+                           kv_indices_numel: int, device: Any) -> None:
+        """Allocate the kernel's split-K scratch once, before CUDA-graph capture (fixed address).
+
+        Uses the kernel's ``make_workspace(**sizes)`` when it has one; otherwise sizes it with
+        ``kernels.mla_verify.api`` (``choose_num_splits``/``workspace_numel``) for the largest
+        need over every captured batch size. Not a CUDA device: nothing to allocate.
+        """
+        sizes = dict(max_bs=max_bs, tokens_per_req=tokens_per_req, num_heads=num_heads,
+                     kv_indices_numel=kv_indices_numel, device=device)
         mod = self.kernel()
-        make = getattr(mod, "make_workspace", None) if mod is not None else None
-        if callable(make):
-            self.workspace = make(max_num_tokens=max_num_tokens, num_heads=num_heads, device=device)
+        if mod is None:
+            return
+        make = getattr(mod, "make_workspace", None)
+        self.workspace = make(**sizes) if callable(make) else graph_workspace(**sizes)
 
     # -- the hook -----------------------------------------------------------------
     def decline_reason(
@@ -132,16 +166,22 @@ class BundledVerify:
         scalars = {"k_scale": k_scale, "v_scale": v_scale, "sm_scale": sm_scale, "logit_cap": logit_cap}
         if reason is None and not mod.supports(*positional[:13], **scalars):
             reason = "kernels.mla_verify.supports() declined the shape"
-        if reason is not None:
-            self.reasons[reason] += 1
-            if self.fallback is not None:
-                return bool(self.fallback(*positional, logit_cap=logit_cap,
-                                          sliding_window_size=sliding_window_size, sinks=sinks,
-                                          window_kv_offsets=window_kv_offsets,
-                                          xai_temperature_len=xai_temperature_len, max_bs=max_bs,
-                                          **unknown))
-            return False
-        extra = {} if self.workspace is None else {"workspace": self.workspace}
-        mod.mla_verify_fwd(*positional[:13], **scalars, **extra)
-        self.bundled_calls += 1
-        return True
+        if reason is None:
+            # Under capture the graph must own a fixed-address scratch; eager calls may use
+            # the kernel's own cache (an eager batch can be larger than any captured one).
+            extra = {"workspace": self.workspace} if self.workspace is not None and _capturing() else {}
+            try:
+                mod.mla_verify_fwd(*positional[:13], **scalars, **extra)
+            except ValueError as exc:  # the kernel's argument check: never a wrong result
+                reason = f"kernel refused: {exc}"
+            else:
+                self.bundled_calls += 1
+                return True
+        self.reasons[reason] += 1
+        if self.fallback is not None:
+            return bool(self.fallback(*positional, logit_cap=logit_cap,
+                                      sliding_window_size=sliding_window_size, sinks=sinks,
+                                      window_kv_offsets=window_kv_offsets,
+                                      xai_temperature_len=xai_temperature_len, max_bs=max_bs,
+                                      **unknown))
+        return False
