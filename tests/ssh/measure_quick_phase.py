@@ -3,7 +3,8 @@
 Starts its own sshd lab, then per host, in parallel (one thread per host, capped by
 ``--parallel``): connect, collect toolchain facts (``orchestrator.facts``), ship the bundle
 of this checkout's ``kernels/`` to a fresh remote root (upload + unpack + verify), and verify
-it once more as a step would before use. Prints the timings and writes them as JSON. A
+it once more as a step would before use. The same again without facts ("transport_only")
+separates SSH/transfer scaling from the host-side CPU work of the facts probes. Prints the timings and writes them as JSON. A
 measurement, not a test: nothing here asserts a time.
 
     python tests/ssh/measure_quick_phase.py [--hosts 8] [--repeat 3] [--out FILE.json]
@@ -32,13 +33,15 @@ from orchestrator.bundle import build_bundle, ship_bundle, verify_on_host  # noq
 from orchestrator.transport.ssh import SSHTransport  # noqa: E402
 
 
-def quick_phase(host, bundle) -> dict:
-    """facts + ship + verify on one host; returns per-part timings."""
+def quick_phase(host, bundle, with_facts: bool) -> dict:
+    """(facts +) ship + verify on one host; returns per-part timings."""
     t0 = time.monotonic()
     with SSHTransport(host) as t:
         t.run(["true"], timeout_s=10)  # connect + auth + first command
         t1 = time.monotonic()
-        doc = json.loads(facts.collect(t, host.python, cwd=None, timeout_s=30, log_path=None).stdout)
+        doc = {"nvcc": {"found": None}}
+        if with_facts:
+            doc = json.loads(facts.collect(t, host.python, cwd=None, timeout_s=60, log_path=None).stdout)
         t2 = time.monotonic()
         shipped = ship_bundle(t, bundle, host)
         t3 = time.monotonic()
@@ -50,21 +53,21 @@ def quick_phase(host, bundle) -> dict:
             "verify_s": t4 - t3, "total_s": t4 - t0, "nvcc_found": doc["nvcc"]["found"]}
 
 
-def run_round(lab, hosts: list[str], bundle, root: Path, parallel: int) -> dict:
+def run_round(lab, hosts: list[str], bundle, root: Path, parallel: int, with_facts: bool) -> dict:
     hs = [types.SimpleNamespace(
         name=n, address=lab.host(n).address, port=lab.host(n).port, user=lab.user,
         ssh_key=lab.client_key, known_hosts=lab.known_hosts, remote_root=str(root / n),
         python=sys.executable, connect_timeout_s=5, command_timeout_s=60) for n in hosts]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=min(parallel, len(hs))) as pool:
-        per_host = list(pool.map(lambda h: quick_phase(h, bundle), hs))
+        per_host = list(pool.map(lambda h: quick_phase(h, bundle, with_facts), hs))
     return {"hosts": len(hs), "wall_s": time.monotonic() - started, "per_host": per_host}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=16, help="concurrency cap")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -78,30 +81,36 @@ def main() -> int:
         lab = lab_mod.start_lab(tmp / "lab", args.hosts)
         try:
             names = [h.name for h in lab.hosts]
-            one, many = [], []
-            for i in range(args.repeat):  # alternate so drift hits both sides alike
-                one.append(run_round(lab, names[:1], bundle, tmp / f"r{i}-one", args.parallel))
-                many.append(run_round(lab, names, bundle, tmp / f"r{i}-many", args.parallel))
+            rounds: dict[str, dict[str, list]] = {}
+            for variant, with_facts in (("with_facts", True), ("transport_only", False)):
+                one, many = [], []
+                for i in range(args.repeat):  # alternate so drift hits both sides alike
+                    one.append(run_round(lab, names[:1], bundle, tmp / f"{variant}-{i}-one", args.parallel, with_facts))
+                    many.append(run_round(lab, names, bundle, tmp / f"{variant}-{i}-many", args.parallel, with_facts))
+                rounds[variant] = {"one": one, "many": many}
         finally:
             lab.stop()
-    w1 = statistics.median(r["wall_s"] for r in one)
-    wn = statistics.median(r["wall_s"] for r in many)
-    result = {
-        "measurement": "quick phase (connect, facts, bundle upload+unpack+verify, verify) over SSH",
+    result: dict = {
+        "measurement": "quick phase over SSH: connect, [facts], bundle upload+unpack+verify, verify again",
         "bundle": {"sha256": bundle.sha256, "files": bundle.files, "bytes": bundle.size_bytes},
         "cpus": os.cpu_count(), "loadavg_1m_after": round(os.getloadavg()[0], 2),
         "note": "all lab hosts share this machine's CPUs: the hosts' own work (python/torch start-up "
                 "in facts, tar, sha256sum) competes for the same cores, unlike a real fleet",
-        "repeat": args.repeat, "parallel_cap": args.parallel,
-        "one_host_wall_s": [round(r["wall_s"], 3) for r in one],
-        f"{args.hosts}_hosts_wall_s": [round(r["wall_s"], 3) for r in many],
-        "median_one_host_s": round(w1, 3),
-        f"median_{args.hosts}_hosts_s": round(wn, 3),
-        "ratio_many_over_one": round(wn / w1, 2),
-        "serial_would_be_ratio": args.hosts,
-        "last_round_per_host": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items()}
-                                for h in many[-1]["per_host"]],
+        "repeat": args.repeat, "parallel_cap": args.parallel, "hosts": args.hosts,
     }
+    summary = []
+    for variant, r in rounds.items():
+        w1 = statistics.median(x["wall_s"] for x in r["one"])
+        wn = statistics.median(x["wall_s"] for x in r["many"])
+        result[variant] = {
+            "one_host_wall_s": [round(x["wall_s"], 3) for x in r["one"]],
+            "many_hosts_wall_s": [round(x["wall_s"], 3) for x in r["many"]],
+            "median_one_host_s": round(w1, 3), "median_many_hosts_s": round(wn, 3),
+            "ratio_many_over_one": round(wn / w1, 2), "serial_would_be_ratio": args.hosts,
+            "last_round_per_host": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items()}
+                                    for h in r["many"][-1]["per_host"]],
+        }
+        summary.append(f"{variant}: 1 host {w1:.2f} s, {args.hosts} hosts {wn:.2f} s, ratio {wn / w1:.2f}x")
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
@@ -109,8 +118,7 @@ def main() -> int:
         tmp_out = args.out.with_name(f".{args.out.name}.tmp")
         tmp_out.write_text(text + "\n")
         os.replace(tmp_out, args.out)
-    print(f"\n1 host: {w1:.2f} s, {args.hosts} hosts: {wn:.2f} s, ratio {wn / w1:.2f}x "
-          f"(serial would be {args.hosts}x)", file=sys.stderr)
+    print("\n" + "\n".join(summary) + f"  (serial would be {args.hosts}x)", file=sys.stderr)
     return 0
 
 
