@@ -61,10 +61,14 @@ def _require(cond: bool, msg: str) -> None:
 
 
 def _sglang_version(sglang: Any) -> str:
+    """The imported package's own ``__version__`` (what is loaded), else its dist metadata."""
+    version = getattr(sglang, "__version__", None)
+    if version:
+        return str(version)
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
-        return str(getattr(sglang, "__version__", "unknown"))
+        return "unknown"
 
 
 def run_probe() -> dict[str, Any]:
