@@ -18,6 +18,7 @@ cause. Keys and ``connect_kwargs`` are never logged.
 """
 from __future__ import annotations
 
+import getpass
 import logging
 import math
 import os
@@ -80,7 +81,7 @@ class SSHTransport:
         self.host_name: str = host.name
         self.address: str = host.address
         self.port: int = int(_field(host, "port", 22))
-        self.user: str = _field(host, "user", None) or os.environ.get("USER", "root")
+        self.user: str = _field(host, "user", None) or getpass.getuser()  # as ssh(1) does
         key = _field(host, "ssh_key", None)
         self.ssh_key: str | None = os.path.expanduser(str(key)) if key else None
         kh = _field(host, "known_hosts", None)
