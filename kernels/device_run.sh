@@ -14,12 +14,15 @@ if [ -d .whl ]; then
   python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip /tmp/site >>"$LOG" 2>&1
   export PYTHONPATH=/tmp/site:$PWD
 fi
-say "build check sm_90a (nvcc)"
-python3 -m kernels.build --arch sm_90a --json > "$OUT/build_sm90a.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"
+ARCH=$(python3 -c "import torch; from kernels.mla_verify._build import arch_for_capability as f; print(f(*torch.cuda.get_device_capability()))")
+say "build check $ARCH (nvcc)"
+python3 -m kernels.build --arch "$ARCH" --json > "$OUT/build_${ARCH/_/}.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"
 say "JIT build of the extension"
 python3 -c "
-import time; t=time.time()
-from kernels.mla_verify._build import load; load('sm_90a'); print('jit build s', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
+import time, torch; t=time.time()
+from kernels.mla_verify._build import load
+from kernels.mla_verify.api import device_arch
+a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
 say "parity"
 if [ "$MODE" = quick ]; then PARGS="--quick --cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64"; else PARGS=""; fi
 python3 -m kernels.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
@@ -64,7 +67,7 @@ out = os.environ.get("OUT", "/tmp/mlav-out")
 def load(n):
     try: return json.load(open(os.path.join(out, n)))
     except Exception as e: return {"error": str(e)}
-b = load("build_sm90a.json"); print("build", b.get("ok"), b.get("summary"))
+b = next((load(f) for f in sorted(os.listdir(out)) if f.startswith("build_")), {}); print("build", b.get("ok"), b.get("summary"))
 p = load("parity.json"); print("parity", p.get("ok"), p.get("summary"))
 for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']} det={c['deterministic']}")
 x = load("bench.json"); print("bench", x.get("ok"), x.get("summary"), x.get("sglang"))

@@ -1,6 +1,7 @@
 // Launchers for the MLA verify kernels: one translation unit, a few template instantiations.
-// Config 0 ("sm90"): BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (~225 KiB smem).
-// Config 1 ("sm120"): BM=32 rows, BN=16 tokens, 3 KV stages, 128 threads (~92 KiB smem).
+// Config 0 ("sm90"): BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (230,912 B smem).
+// Config 1 ("sm120"): BM=32 rows, BN=16 tokens, 3 KV stages, 128 threads (93,952 B smem).
+// The byte counts are Smem<>::bytes; kernels/mla_verify/tiles.py mirrors the formula.
 // MLAV_BUILD_CFG90=0 leaves config 0 out (sm_120a builds: it does not fit 99 KiB).
 #include "mla_verify_kernel.cuh"
 #include "mla_verify_launch.h"
