@@ -148,6 +148,16 @@ def test_phase0_on_three_hosts_end_to_end(own_lab, tmp_path):
     code, status = proj.cli("status", "--json")
     assert code == 0 and json.dumps(status).count('"completed"') >= 3
 
+    # phase 1 now runs over SSH with the host's python; without a GPU it is blocked, never completed
+    code, doc1 = proj.cli("run", "1", "--inventory", str(inv), "--json")
+    res1 = host_results(doc1, "1")
+    if any(facts[h]["metrics"].get("torch.cuda_available") for h in names):
+        assert all(r["status"] != "blocked" for r in res1.values()), res1
+    else:
+        assert code == 1
+        for h in names:
+            assert res1[h]["status"] == "blocked" and "CUDA" in res1[h]["reason"], res1[h]
+
 
 def test_a_second_run_skips_the_upload_but_runs_the_phase_again(own_lab, tmp_path):
     lab = own_lab(3)
