@@ -308,12 +308,19 @@ def _quiet_close(conn: Any) -> None:
 
 
 def _write_log(path: Path, line: str, r: CommandResult) -> None:
-    """Atomically write the command, its outcome and its output to ``path``."""
+    """Write the logs the way the local transport does: ``path`` holds the command sent,
+    stderr and a status trailer; ``path.stdout`` holds stdout exactly (the step's JSON).
+    Both are written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    status = "lost" if r.lost else "timed out" if r.timed_out else f"exit {r.exit_code}"
-    text = (f"$ {line}\n# host {r.host}: {status} in {r.duration_s}s\n"
-            f"--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}\n")
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    trailer = (f"[orchestrator] host={r.host} exit={r.exit_code} timed_out={r.timed_out} "
+               f"lost={r.lost} duration_s={r.duration_s:.3f}")
+    err = r.stderr if not r.stderr or r.stderr.endswith("\n") else r.stderr + "\n"
+    _atomic_text(path, f"$ {line}\n{err}{trailer}\n")
+    _atomic_text(path.with_suffix(".stdout"), r.stdout)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.{threading.get_ident()}")
     with open(tmp, "w") as fh:
         fh.write(text)
         fh.flush()

@@ -332,3 +332,18 @@ def test_a_host_that_refuses_the_bundle_fails_alone(own_lab, tmp_path):
     assert res["h1"]["status"] == "completed"
     assert res["h2"]["status"] == "failed" and "mkdir -p /proc/not-writable/bundles" in res["h2"]["reason"]
     assert code == 1
+
+
+def test_limit_runs_only_the_named_hosts_and_logs_land_in_the_state_dir(own_lab, tmp_path):
+    lab = own_lab(3)
+    proj = Project(tmp_path, quick_phase())
+    remote = tmp_path / "remote"
+    inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, remote))
+    code, doc = proj.cli("run", "0", "--inventory", str(inv), "--json", "--limit", "h1,h3")
+    assert code == 0, doc["errors"]
+    assert sorted(host_results(doc)) == ["h1", "h3"]
+    assert not (remote / "h2").exists(), "h2 was not contacted"
+    for h, r in step_results(doc, "probe").items():
+        log = Path(r["log_path"])
+        assert log.is_relative_to(proj.state) and h in log.parts and log.is_file()
+        assert json.loads(log.with_suffix(".stdout").read_text())["ok"] is True

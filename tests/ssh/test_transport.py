@@ -159,15 +159,17 @@ def test_put_creates_parents_and_leaves_no_partial_file(shared_lab, tmp_path, tr
     assert sorted(p.name for p in dest_dir.iterdir()) == ["payload.bin"]
 
 
-def test_log_file_holds_command_and_output(shared_lab, tmp_path, transports):
+def test_logs_hold_the_command_stderr_status_and_stdout_like_the_local_transport(shared_lab, tmp_path, transports):
     t = transports(make_host(shared_lab, "h1", tmp_path))
     log = tmp_path / "logs" / "h1" / "step.log"
-    r = t.run(["echo", "logged text"], timeout_s=5, log_path=log)
-    text = log.read_text()
+    r = t.run(["sh", "-c", "echo '{\"ok\": true}'; echo warn >&2; exit 3"], timeout_s=5, log_path=log)
     assert r.log_path == str(log)
-    assert text.startswith("$ timeout -k 10 5 echo 'logged text'\n")
-    assert "exit 0" in text and "logged text\n" in text
-    assert "PRIVATE KEY" not in text and shared_lab.client_key not in text
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("$ timeout -k 10 5 sh -c ")
+    assert lines[1:] == ["warn", f"[orchestrator] host=h1 exit=3 timed_out=False lost=False duration_s={r.duration_s:.3f}"]
+    assert log.with_suffix(".stdout").read_text() == '{"ok": true}\n'
+    assert shared_lab.client_key not in log.read_text()
+    assert sorted(p.name for p in log.parent.iterdir()) == ["step.log", "step.stdout"]
 
 
 def test_close_is_idempotent_and_the_transport_reconnects(shared_lab, tmp_path):
