@@ -18,7 +18,9 @@ value is ``"off"``, ``"bundled"`` (only while the bundled kernel is active) or `
 - ``crash_on_start``: the process exits at start (the service never comes up);
 - ``extra_latency``: ``/generate`` sleeps ``extra_latency_ms`` more.
 
-``startup_delay_s`` delays the bind, like a model load.
+``startup_delay_s`` delays the bind, like a model load. Every ``/generate`` takes at least
+``base_latency_ms`` (default 20, like a short decode) so latency ratios are not dominated by
+scheduling noise of a sub-millisecond handler.
 """
 
 from __future__ import annotations
@@ -123,8 +125,10 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             except (ValueError, KeyError, TypeError) as exc:
                 self._send(400, {"error": f"bad request: {exc}"})
                 return
+            control = state.control()
+            time.sleep(float(control.get("base_latency_ms", 20)) / 1000.0)
             if state.active("extra_latency"):
-                time.sleep(float(state.control().get("extra_latency_ms", 0)) / 1000.0)
+                time.sleep(float(control.get("extra_latency_ms", 0)) / 1000.0)
             ids = greedy_tokens(prompt, n)
             if state.active("change_outputs"):
                 ids = ids[:-1] + [(ids[-1] + 1) % VOCAB]
