@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import make_bundle
+from cutover_helpers import make_bundle
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64

@@ -1,0 +1,264 @@
+"""Phase 3 end to end: the orchestrator CLI, real sshd hosts (tests/ssh/lab.py) and one SGLang
+STAND-IN server per host, started by each host's inventory restart command.
+
+The phase is phases/3-integration.yaml with three test-only edits: no ``requires`` (phases 0-2
+need a GPU), no probe/stage steps (they inspect and install into the service python, here the
+shared test interpreter; the verbs are tested in test_cutover_verbs.py), a short restart health
+timeout, and waves of one host so "host 2 of 3" is its own wave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "ssh"))
+
+from cutover_helpers import Standin, free_port  # noqa: E402
+
+lab_mod = pytest.importorskip("lab", reason="tests/ssh/lab.py (the sshd lab) is not in this checkout")
+pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+
+HOSTS = ["h1", "h2", "h3"]
+HEALTH_TIMEOUT_S = "4"
+
+
+def _phase_spec() -> dict:
+    spec = yaml.safe_load((REPO / "phases" / "3-integration.yaml").read_text())
+    spec["requires"] = None
+    spec["waves"] = [1, 1]
+    spec["steps"] = [s for s in spec["steps"] if s["id"] not in ("probe", "stage")]
+    for s in spec["steps"] + spec["rollback_steps"]:
+        if s["id"] in ("restart", "rollback"):
+            s["command"] = s["command"] + ["--health-timeout", HEALTH_TIMEOUT_S]
+    return spec
+
+
+class Fleet:
+    """Three lab hosts, a stand-in per host, a frozen checkout, phases dir and state dir."""
+
+    def __init__(self, tmp: Path, lab) -> None:
+        self.tmp, self.lab = tmp, lab
+        self.checkout = tmp / "checkout"
+        shutil.copytree(REPO / "kernels", self.checkout / "kernels",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", ".*"))
+        self.phases = tmp / "phases"
+        self.phases.mkdir()
+        (self.phases / "3-integration.yaml").write_text(yaml.safe_dump(_phase_spec(), sort_keys=False))
+        self.state = tmp / "state"
+        remote = tmp / "remote"
+        doc = lab_mod.inventory_doc(lab, remote, connect_timeout_s=5)
+        self.standins: dict[str, Standin] = {}
+        for h in doc["hosts"]:
+            root = Path(h["remote_root"])
+            root.mkdir(parents=True)
+            s = Standin(root, free_port())
+            self.standins[h["name"]] = s
+            h["service"] = {"restart": s.restart_argv, "health_url": s.health_url,
+                            "generate_url": s.generate_url, "python": sys.executable, "health_timeout_s": 10}
+        self.inventory = tmp / "inventory.yaml"
+        self.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+        for s in self.standins.values():
+            s.restart()
+        for s in self.standins.values():
+            s.wait_up()
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(ORCHESTRATOR_ROOT=str(self.checkout), ORCHESTRATOR_PHASES_DIR=str(self.phases),
+                   PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""))
+        for k in ("ORCHESTRATOR_STATE_DIR", "ORCHESTRATOR_INVENTORY", "ORCHESTRATOR_VERIFY_CONFIG",
+                  "ORCHESTRATOR_VERIFY_DISABLE"):
+            env.pop(k, None)
+        return env
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "orchestrator", *args, "--inventory", str(self.inventory),
+                "--state-dir", str(self.state)]
+
+    def cli(self, *args: str, timeout: float = 300) -> tuple[int, dict]:
+        p = subprocess.run(self.argv(*args), env=self.env(), cwd=self.tmp, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        try:
+            return p.returncode, json.loads(p.stdout)
+        except ValueError:
+            raise AssertionError(f"not one JSON document (exit {p.returncode}):\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+
+    def digest(self, *cmd: str) -> str:
+        code, doc = self.cli(*cmd, "--json")
+        assert code == 0, doc
+        plan = doc.get("plan") or {}
+        return plan.get("rollback_digest") or plan["digest"]
+
+    def approve_run(self) -> tuple[int, dict]:
+        return self.cli("run", "3", "--json", "--approve", self.digest("plan", "3"))
+
+    # what each host looks like from the outside
+    def snapshot(self, name: str) -> dict:
+        s = self.standins[name]
+        root = s.root
+        cfg = root / "verify_backend.json"
+        with urllib.request.urlopen(s.health_url, timeout=5) as r:
+            health = json.loads(r.read())
+        return {
+            "current": os.readlink(root / "current") if (root / "current").is_symlink() else None,
+            "config": json.loads(cfg.read_text()) if cfg.exists() else None,
+            "backend": health["verify_backend"], "pid": health["pid"],
+            "baseline": (root / "baseline.json").exists(),
+        }
+
+    def audit(self) -> list[dict]:
+        path = self.state / "audit.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def stop(self) -> None:
+        for s in self.standins.values():
+            s.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    reason = lab_mod.sshd_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    lab = lab_mod.start_lab(tmp_path / "lab", 3)
+    f = None
+    try:
+        f = Fleet(tmp_path, lab)
+        yield f
+    finally:
+        if f is not None:
+            f.stop()
+        pids = lab.pids()
+        lab.stop()
+        assert not [p for p in pids if lab_mod._is_live(p)], "an sshd survived teardown"
+
+
+def _steps(doc: dict) -> dict[str, dict]:
+    [rec] = [p for p in doc["results"]["phases"] if str(p["id"]) == "3"]
+    return {s["id"]: s["hosts"] for s in rec["steps"]}
+
+
+def _host_status(doc: dict) -> dict[str, str]:
+    [rec] = [p for p in doc["results"]["phases"] if str(p["id"]) == "3"]
+    return {h: r["status"] for h, r in rec["hosts"].items()}
+
+
+def test_refused_approval_leaves_every_host_unchanged(fleet):
+    before = {h: fleet.snapshot(h) for h in HOSTS}
+    code, doc = fleet.cli("run", "3", "--json", "--approve", "0" * 64)
+    assert code == 5, doc
+    assert {h: fleet.snapshot(h) for h in HOSTS} == before, "a refused approval must change nothing"
+    assert all(not before[h]["baseline"] and before[h]["current"] is None for h in HOSTS)
+    assert [a["decision"] for a in fleet.audit()][-1] == "refused"
+
+
+def test_approved_cutover_goes_canary_first_then_the_rest(fleet):
+    before = {h: fleet.snapshot(h) for h in HOSTS}
+    code, doc = fleet.approve_run()
+    steps = _steps(doc)
+    assert code == 0, {h: (steps["canary"][h] or {}).get("reason") for h in HOSTS}
+    sha = doc["plan"]["bundle_sha"]
+    for h in HOSTS:
+        snap = fleet.snapshot(h)
+        assert snap["current"] == f"bundles/{sha}" and snap["config"]["verify_kernel"] == "bundled"
+        assert snap["backend"] == "bundled" and snap["pid"] != before[h]["pid"], f"{h} was not restarted"
+        assert steps["canary"][h]["metrics"]["outputs_identical"] is True
+    # canary host first: h1's canary finished before h2 was switched; h2 before h3 (waves of 1)
+    assert steps["canary"]["h1"]["finished_at"] <= steps["switch"]["h2"]["started_at"]
+    assert steps["canary"]["h2"]["finished_at"] <= steps["switch"]["h3"]["started_at"]
+    state = json.loads((fleet.state / "state.json").read_text())
+    assert {h: r["status"] for h, r in state["phases"]["3"]["hosts"].items()} == dict.fromkeys(HOSTS, "completed")
+    audit = fleet.audit()
+    assert any(a["decision"] == "approved" and sorted(a.get("hosts", [])) == HOSTS for a in audit), audit
+
+
+def test_canary_output_mismatch_rolls_back_the_canary_and_leaves_the_others_untouched(fleet):
+    fleet.standins["h1"].control(change_outputs="bundled")
+    before = {h: fleet.snapshot(h) for h in HOSTS}
+    code, doc = fleet.approve_run()
+    assert code == 1
+    steps = _steps(doc)
+    assert steps["canary"]["h1"]["status"] == "failed"
+    assert steps["canary"]["h1"]["metrics"]["outputs_identical"] is False
+    assert steps["rollback"]["h1"]["status"] == "completed"
+    h1 = fleet.snapshot("h1")
+    assert h1["backend"] == "stock" and h1["config"]["verify_kernel"] == "stock" and h1["current"] is None
+    for h in ("h2", "h3"):
+        snap = fleet.snapshot(h)
+        assert (snap["current"], snap["config"], snap["backend"], snap["pid"]) == \
+               (None, None, "stock", before[h]["pid"]), f"{h} was touched"
+        assert _host_status(doc)[h] == "skipped"
+
+
+def test_health_timeout_on_host_2_rolls_back_host_2_and_halts(fleet):
+    fleet.standins["h2"].control(fail_health="bundled")
+    before = {h: fleet.snapshot(h) for h in HOSTS}
+    code, doc = fleet.approve_run()
+    assert code == 1
+    steps = _steps(doc)
+    sha = doc["plan"]["bundle_sha"]
+    status = _host_status(doc)
+    assert status["h1"] == "completed" and status["h2"] == "failed" and status["h3"] == "skipped"
+    assert steps["restart"]["h2"]["metrics"]["healthy"] is False
+    assert steps["rollback"]["h2"]["status"] == "completed"
+    h1, h2, h3 = (fleet.snapshot(h) for h in HOSTS)
+    assert h1["backend"] == "bundled" and h1["current"] == f"bundles/{sha}"
+    assert h2["backend"] == "stock" and h2["config"]["verify_kernel"] == "stock" and h2["current"] is None
+    assert (h3["current"], h3["config"], h3["pid"]) == (None, None, before["h3"]["pid"])
+
+
+def test_orchestrator_rollback_restores_every_host(fleet):
+    code, doc = fleet.approve_run()
+    assert code == 0
+    code, doc = fleet.cli("rollback", "3", "--json", "--approve", fleet.digest("rollback", "3", "--dry-run"))
+    assert code == 0, doc
+    for h in HOSTS:
+        snap = fleet.snapshot(h)
+        assert snap["backend"] == "stock" and snap["config"]["verify_kernel"] == "stock" and snap["current"] is None
+    assert any(a["decision"] == "approved" and "rollback" in json.dumps(a) for a in fleet.audit())
+
+
+def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(fleet):
+    sha_seen = None
+    # slow restarts so the kill lands inside the rollout
+    for s in fleet.standins.values():
+        s.control(startup_delay_s=1.5)
+    digest = fleet.digest("plan", "3")
+    proc = subprocess.Popen(fleet.argv("run", "3", "--json", "--approve", digest), env=fleet.env(),
+                            cwd=fleet.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill once host 2 has been switched
+        if (fleet.standins["h2"].root / "current").is_symlink():
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before the kill: {proc.communicate()}")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    mid = {h: fleet.snapshot(h) for h in HOSTS}
+    assert mid["h2"]["current"] is not None, "the kill was meant to land after host 2's switch"
+    code, doc = fleet.cli("run", "3", "--json", "--approve", fleet.digest("plan", "3"))
+    steps = _steps(doc)
+    assert code == 0, {h: (r or {}).get("reason") for h, r in steps["canary"].items()}
+    sha_seen = doc["plan"]["bundle_sha"]
+    for h in HOSTS:
+        snap = fleet.snapshot(h)
+        assert snap["current"] == f"bundles/{sha_seen}" and snap["config"]["bundle_sha"] == sha_seen
+        assert snap["backend"] == "bundled", f"{h}: switched on disk but the service runs {snap['backend']}"
+        baseline = json.loads((fleet.standins[h].root / "baseline.json").read_text())
+        assert baseline["for_sha"] == sha_seen and baseline["config"].get("verify_kernel") != "bundled", \
+            f"{h}: the baseline must have been recorded on the stock kernel"
