@@ -1,0 +1,92 @@
+"""LocalTransport (argv only, timeouts kill the whole process group, logs), atomic writes, placeholders."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.atomic import append_line, atomic_write_text
+from orchestrator.placeholders import placeholders_in, render, unknown_placeholders
+from orchestrator.transport.base import Transport
+from orchestrator.transport.local import LocalTransport
+
+
+def test_local_transport_is_a_transport():
+    assert isinstance(LocalTransport("local"), Transport)
+
+
+def test_runs_argv_without_a_shell_and_captures_streams(tmp_path):
+    log = tmp_path / "logs" / "step.log"
+    r = LocalTransport("local").run([sys.executable, "-c", "import sys; print('out $HOME;'); print('err', file=sys.stderr)"],
+                                    timeout_s=30, cwd=str(tmp_path), env={"X_TEST": "1"}, log_path=log)
+    assert r.ok and r.exit_code == 0
+    assert r.stdout == "out $HOME;\n"  # no shell expanded anything
+    assert r.stderr == "err\n"
+    assert log.read_text().startswith("err\n") and "exit=0" in log.read_text()
+    assert log.with_suffix(".stdout").read_text() == "out $HOME;\n"
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time\n"
+            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+            "time.sleep(60)\n")
+    t0 = time.monotonic()
+    r = LocalTransport("local", kill_after_s=1).run([sys.executable, "-c", code], timeout_s=1.5)
+    assert r.timed_out and r.exit_code is None and not r.ok
+    assert time.monotonic() - t0 < 15
+    child = int(pidfile.read_text())
+    for _ in range(50):  # the grandchild was in the same group: it is gone too
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"grandchild {child} survived the timeout")
+
+
+def test_missing_executable_is_exit_127_not_an_exception():
+    r = LocalTransport("local").run(["/nonexistent/tool", "--json"], timeout_s=5)
+    assert r.exit_code == 127 and "cannot start" in r.stderr
+
+
+def test_atomic_write_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):
+    target = tmp_path / "state.json"
+    atomic_write_text(target, json.dumps({"v": 1}))
+
+    def boom(*a, **k):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        atomic_write_text(target, json.dumps({"v": 2}))
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # the temp file was removed
+
+
+def test_append_line_appends_single_lines_only(tmp_path):
+    p = tmp_path / "audit.jsonl"
+    append_line(p, '{"a": 1}')
+    append_line(p, '{"a": 2}')
+    assert p.read_text().splitlines() == ['{"a": 1}', '{"a": 2}']
+    with pytest.raises(ValueError):
+        append_line(p, "two\nlines")
+
+
+def test_placeholders_escape_and_reject():
+    assert placeholders_in("{python} -c {{x}}") == ["python"]
+    assert render("{{literal}} {host}", {"host": "h1"}) == "{literal} h1"
+    assert unknown_placeholders("{nope}") == ["nope"]
+    with pytest.raises(ValueError, match="unbalanced"):
+        placeholders_in("{python")
+    with pytest.raises(ValueError, match="invalid placeholder"):
+        placeholders_in("{a.b}")
+    with pytest.raises(KeyError):
+        render("{health_url}", {"health_url": None})
