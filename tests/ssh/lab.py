@@ -277,7 +277,7 @@ def inventory_doc(lab: Lab, remote_base: Path, *, python: str | None = None,
     d: dict = {
         "connection": "ssh", "user": lab.user, "ssh_key": lab.client_key,
         "known_hosts": lab.known_hosts, "python": python or sys.executable, "arch": "sm_120a",
-        "connect_timeout_s": 3, "command_timeout_s": 600,
+        "connect_timeout_s": 10, "command_timeout_s": 600,
     }
     d.update(defaults)
     names = hosts or [h.name for h in lab.hosts]

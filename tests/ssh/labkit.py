@@ -24,7 +24,7 @@ def make_host(lab: lab_mod.Lab, name: str, remote_base: Path, **overrides) -> ty
         ssh_key=lab.client_key, known_hosts=lab.known_hosts,
         remote_root=str(remote_base / f"remote {h.name}"),  # a space on purpose
         python=sys.executable, arch="sm_120a", groups=[], service=None,
-        connect_timeout_s=3, command_timeout_s=60,
+        connect_timeout_s=10, command_timeout_s=60,  # generous: a loaded CI box is slow to fork sshd
     )
     fields.update(overrides)
     return types.SimpleNamespace(**fields)
