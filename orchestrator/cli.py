@@ -378,10 +378,14 @@ def phases(
 def inventory_check(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
+    with_facts: Annotated[bool, typer.Option("--facts", help="Also connect and collect toolchain facts "
+                                             "(nvcc, GPU, driver, torch, sglang); read-only.")] = False,
+    forks: Annotated[int, typer.Option("--forks", min=1, max=256)] = 10,
     as_json: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Validate an inventory file and show the resolved hosts (defaults applied, groups, canary)."""
+    """Validate an inventory file and show the resolved hosts (defaults applied, groups, canary);
+    with --facts also each host's toolchain facts (exit 4 if a host cannot be reached)."""
 
     def go() -> Envelope:
         from orchestrator.inventory import load_inventory
@@ -403,9 +407,26 @@ def inventory_check(
                 t.add_row(h.name, h.connection, f"{h.address}:{h.port}" if not h.is_local else h.address,
                           h.user or "-", h.arch, h.remote_root, ",".join(h.groups) or "-", svc)
             out.print(t)
-        return Envelope(command="inventory check", ok=True, exit_code=0,
+        found: dict[str, Any] | None = None
+        code = 0
+        if with_facts:
+            from orchestrator.facts import gather
+            from orchestrator.transport.factory import make_transport
+
+            found = gather(hosts, make_transport, forks=forks)
+            if any(f.get("unreachable") for f in found.values()):
+                code = int(ExitCode.UNREACHABLE)
+            elif any(not f.get("ok") for f in found.values()):
+                code = int(ExitCode.FAILED)
+            if not as_json:
+                from orchestrator.views import render_facts
+
+                render_facts(found)
+        errors = [{"code": "UNREACHABLE" if f.get("unreachable") else "FAILED", "exit_code": code, "host": h,
+                   "message": f.get("error")} for h, f in (found or {}).items() if not f.get("ok")]
+        return Envelope(command="inventory check", ok=code == 0, exit_code=code, errors=errors,
                         results={"path": str(inv.path), "canary": canary, "groups": inv.groups(),
-                                 "hosts": [h.model_dump(mode="json") for h in hosts]})
+                                 "hosts": [h.model_dump(mode="json") for h in hosts], "facts": found})
 
     _guard("inventory check", as_json, debug, go)
 

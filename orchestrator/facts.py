@@ -99,3 +99,34 @@ def collect(transport: Transport, python: str, *, cwd: str | None, timeout_s: fl
         log_path.write_text(text + "\n")
     return CommandResult(host=transport.host_name, argv=["<builtin:facts>"], exit_code=0, stdout=text,
                          duration_s=duration, log_path=str(log_path) if log_path else None)
+
+
+def gather(hosts: list[Any], factory: Any, *, forks: int = 10, timeout_s: float = 120) -> dict[str, dict[str, Any]]:
+    """Collect facts from every host in parallel (``factory``: Host -> Transport); read-only.
+
+    Returns ``{host: facts document}``; a host that cannot be reached gets
+    ``{"ok": false, "unreachable": true, "error": "..."}`` instead of raising.
+    """
+    import concurrent.futures as cf
+    import sys
+
+    from orchestrator.errors import OrchestratorError
+
+    def one(host: Any) -> dict[str, Any]:
+        transport = None
+        try:
+            transport = factory(host)
+            python = host.python or (sys.executable if host.is_local else "python3")
+            r = collect(transport, python, cwd=None, timeout_s=timeout_s, log_path=None,
+                        service_python=host.service.python)
+            return json.loads(r.stdout)
+        except OrchestratorError as exc:
+            return {"ok": False, "unreachable": exc.code == "UNREACHABLE", "error": exc.message}
+        finally:
+            if transport is not None:
+                transport.close()
+
+    if not hosts:
+        return {}
+    with cf.ThreadPoolExecutor(max_workers=min(forks, len(hosts))) as ex:
+        return dict(zip([h.name for h in hosts], ex.map(one, hosts)))

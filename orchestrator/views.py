@@ -197,3 +197,21 @@ class InteractiveApprover:
         err.print(f"{question} [y/N] ", end="")
         return sys.stdin.readline().strip().lower() in ("y", "yes")
 
+
+
+def render_facts(found: dict[str, Any]) -> None:
+    t = Table(title="toolchain facts")
+    for col in ("host", "nvcc", "gpu", "cc", "driver", "torch", "cuda device", "sglang"):
+        t.add_column(col.upper(), overflow="fold")
+    for host, f in found.items():
+        if not f.get("ok"):
+            t.add_row(host, Text(f"unreachable: {f.get('error')}" if f.get("unreachable") else str(f.get("error")),
+                                 style="red"), "", "", "", "", "", "")
+            continue
+        gpus = f.get("gpu", {}).get("gpus") or []
+        g0 = gpus[0] if gpus else {}
+        torch = f.get("torch", {})
+        t.add_row(host, f.get("nvcc", {}).get("version") or "-", (f"{len(gpus)}x {g0.get('name')}" if gpus else "-"),
+                  g0.get("compute_capability") or "-", g0.get("driver") or "-", torch.get("version") or "-",
+                  "yes" if torch.get("cuda_available") else "no", f.get("sglang", {}).get("version") or "-")
+    out.print(t)

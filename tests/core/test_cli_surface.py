@@ -222,3 +222,20 @@ def test_orchestrator_json_env_switches_every_command_to_json(ws):
     r = subprocess.run([sys.executable, "-m", "orchestrator", "phases"], cwd=REPO, capture_output=True, text=True,
                        env={**__import__("os").environ, "ORCHESTRATOR_JSON": "1"}, timeout=120)
     assert r.returncode == 0 and json.loads(r.stdout)["results"]["phases"][0]["name"] == "a"
+
+
+def test_inventory_check_facts_reads_local_toolchain_and_reports_unreachable_hosts_with_4(ws):
+    r = invoke("inventory", "check", "--facts", "--json")
+    assert r.exit_code == 0, r.output
+    facts = json.loads(r.stdout)["results"]["facts"]["local"]
+    assert facts["ok"] is True and facts["torch"]["found"] is True and "nvcc" in facts and "gpu" in facts
+    ws.inventory.write_text(yaml.safe_dump({"hosts": [
+        {"name": "local", "connection": "local"},
+        {"name": "gone", "connection": "ssh", "address": "127.0.0.1", "port": 1, "known_hosts": str(ws.root / "kh"),
+         "connect_timeout_s": 1}]}))
+    (ws.root / "kh").write_text("")
+    r = invoke("inventory", "check", "--facts", "--json")
+    assert r.exit_code == 4, r.output
+    doc = json.loads(r.stdout)
+    assert doc["results"]["facts"]["local"]["ok"] is True
+    assert doc["errors"][0]["host"] == "gone" and doc["errors"][0]["code"] == "UNREACHABLE"
