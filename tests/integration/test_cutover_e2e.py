@@ -181,8 +181,28 @@ def test_approved_cutover_goes_canary_first_then_the_rest(fleet):
     assert steps["canary"]["h2"]["finished_at"] <= steps["switch"]["h3"]["started_at"]
     state = json.loads((fleet.state / "state.json").read_text())
     assert {h: r["status"] for h, r in state["phases"]["3"]["hosts"].items()} == dict.fromkeys(HOSTS, "completed")
+    recorded = {s["id"]: s["hosts"] for s in state["phases"]["3"]["steps"]}
+    for step, metric in (("baseline", "prompts"), ("switch", "current"), ("restart", "healthy"),
+                         ("canary", "outputs_identical")):
+        for h in HOSTS:
+            rec = recorded[step][h]
+            assert rec["status"] == "completed" and metric in rec["metrics"], (step, h, rec)
+            assert rec["started_at"] <= rec["finished_at"] and Path(rec["log_path"]).is_file()
     audit = fleet.audit()
     assert any(a["decision"] == "approved" and sorted(a.get("hosts", [])) == HOSTS for a in audit), audit
+
+
+@pytest.mark.xfail(strict=True, reason="engine gap: orchestrator/approval.AuditLog records approvals only; "
+                   "per-host cut-over transitions (switch/restart/canary/rollback) are in state.json but not "
+                   "appended to audit.jsonl (issue 5: 'every transition lands in state and in the audit log')")
+def test_every_cutover_transition_is_in_the_audit_log(fleet):
+    fleet.standins["h2"].control(fail_health="bundled")
+    code, _ = fleet.approve_run()
+    assert code == 1
+    text = [json.dumps(a) for a in fleet.audit()]
+    for h, steps in (("h1", ("switch", "restart", "canary")), ("h2", ("switch", "restart", "rollback"))):
+        for step in steps:
+            assert any(f'"{h}"' in t and f'"{step}"' in t for t in text), f"no audit record of {step} on {h}"
 
 
 def test_canary_output_mismatch_rolls_back_the_canary_and_leaves_the_others_untouched(fleet):
@@ -251,6 +271,8 @@ def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(f
     proc.wait(timeout=30)
     mid = {h: fleet.snapshot(h) for h in HOSTS}
     assert mid["h2"]["current"] is not None, "the kill was meant to land after host 2's switch"
+    state = json.loads((fleet.state / "state.json").read_text())
+    assert state["phases"]["3"]["hosts"]["h2"]["status"] != "completed", "state must not claim h2 is done"
     code, doc = fleet.cli("run", "3", "--json", "--approve", fleet.digest("plan", "3"))
     steps = _steps(doc)
     assert code == 0, {h: (r or {}).get("reason") for h, r in steps["canary"].items()}
