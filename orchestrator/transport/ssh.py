@@ -18,6 +18,7 @@ cause. Keys and ``connect_kwargs`` are never logged.
 """
 from __future__ import annotations
 
+import errno
 import getpass
 import logging
 import math
@@ -143,11 +144,13 @@ class SSHTransport:
             return self._conn
         if self._conn is not None:
             self._drop()
+        if self.ssh_key and not os.path.isfile(self.ssh_key):
+            raise HostUnreachable(f"{self.host_name}: ssh_key {self.ssh_key} does not exist", host=self.host_name)
         conn = self._build()
         started = time.monotonic()
         try:
             conn.open()
-        except Exception as exc:  # noqa: BLE001 - every connect failure maps to one message
+        except _connect_errors() as exc:
             elapsed = time.monotonic() - started
             _quiet_close(conn)
             raise HostUnreachable(self._describe_connect_error(exc, elapsed), host=self.host_name) from None
@@ -237,7 +240,7 @@ class SSHTransport:
             fields = dict(exit_code=None, timed_out=True, stdout=exc.result.stdout,
                           stderr=exc.result.stderr + f"\n[orchestrator] no answer from {self.host_name} "
                           f"within {host_timeout + CLIENT_GRACE_S}s; the host-side timeout kills the command")
-        except Exception as exc:  # noqa: BLE001 - the session died under us
+        except _session_errors() as exc:  # the session died under us
             self._drop()
             fields = dict(exit_code=None, lost=True, stdout="",
                           stderr=f"[orchestrator] connection to {self.host_name} lost: {type(exc).__name__}: {exc}")
@@ -280,13 +283,17 @@ class SSHTransport:
             sftp = conn.sftp()
             sftp.get_channel().settimeout(self.transfer_timeout_s)  # put() has no timeout of its own
             conn.put(str(local_path), remote=tmp, preserve_mode=True)
-        except Exception as exc:  # noqa: BLE001
-            self._drop()
-            if isinstance(exc, OSError) and getattr(exc, "errno", None) in (13, 28):
+        except OSError as exc:
+            if getattr(exc, "errno", None) in (errno.EACCES, errno.ENOSPC, errno.EDQUOT):
+                self.run(["rm", "-f", "--", tmp], timeout_s=self.connect_timeout_s + 10)
                 raise StepFailed(f"{self.host_name}: upload to {tmp} refused: {exc}", host=self.host_name) from None
-            raise HostUnreachable(
-                f"{self.host_name}: upload of {local_path.name} to {self.target} failed: "
-                f"{type(exc).__name__}: {exc}", host=self.host_name) from None
+            self._drop()
+            raise HostUnreachable(f"{self.host_name}: upload of {local_path.name} to {self.target} failed: "
+                                  f"{type(exc).__name__}: {exc}", host=self.host_name) from None
+        except _session_errors() as exc:
+            self._drop()
+            raise HostUnreachable(f"{self.host_name}: upload of {local_path.name} to {self.target} failed: "
+                                  f"{type(exc).__name__}: {exc}", host=self.host_name) from None
         mv = self.run(["mv", "-f", "--", tmp, remote_path], timeout_s=self.connect_timeout_s + 10)
         self._raise_if_bad(mv, f"mv {tmp} {remote_path}")
         return TransferResult(host=self.host_name, remote_path=remote_path, bytes=size,
@@ -298,6 +305,21 @@ class SSHTransport:
         if r.exit_code != 0:
             raise StepFailed(f"{self.host_name}: `{what}` failed (exit {r.exit_code}): {r.stderr_tail(3)}",
                              host=self.host_name)
+
+
+def _connect_errors() -> tuple[type[BaseException], ...]:
+    """What connecting can raise: SSH protocol/auth/host-key errors, socket errors, EOF."""
+    import paramiko
+
+    return (paramiko.SSHException, OSError, EOFError)
+
+
+def _session_errors() -> tuple[type[BaseException], ...]:
+    """What a command or transfer raises when the connection dies under it."""
+    import paramiko
+    from invoke.exceptions import ThreadException
+
+    return (paramiko.SSHException, OSError, EOFError, ThreadException)
 
 
 def _quiet_close(conn: Any) -> None:

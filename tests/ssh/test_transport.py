@@ -209,3 +209,20 @@ def test_one_transport_serves_several_threads(shared_lab, tmp_path, transports):
     for th in threads:
         th.join(30)
     assert out == {i: f"{i}\n" for i in range(4)}
+
+
+def test_missing_client_key_file_is_named(shared_lab, tmp_path, transports):
+    t = transports(make_host(shared_lab, "h2", tmp_path, ssh_key=str(tmp_path / "no_such_key")))
+    with pytest.raises(HostUnreachable, match=f"h2: ssh_key {tmp_path / 'no_such_key'} does not exist"):
+        t.run(["true"], timeout_s=5)
+
+
+def test_put_into_an_unwritable_place_is_a_step_failure_not_unreachable(shared_lab, tmp_path, transports):
+    from orchestrator.errors import StepFailed
+
+    src = tmp_path / "f"
+    src.write_text("x")
+    t = transports(make_host(shared_lab, "h3", tmp_path))
+    with pytest.raises(StepFailed, match="h3: `mkdir -p /proc/nope` failed"):
+        t.put(src, "/proc/nope/f")
+    assert t.run(["true"], timeout_s=5).ok, "the connection survives a refused upload"
