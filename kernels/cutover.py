@@ -46,6 +46,9 @@ from kernels.sglang_plugin.config import (
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCKED = 0, 1, 2, 75
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 BASELINE_NAME = "baseline.json"
+#: Same as the inventory's ``service.health_timeout_s`` default; phases pass the host's own value
+#: once the engine offers it as a placeholder.
+DEFAULT_HEALTH_TIMEOUT_S = 600.0
 LOADER_DIR = Path(__file__).resolve().parent / "sglang_plugin" / "service_package"
 LOADER_DIST = "orchestrator-mla-verify-loader"
 PLUGIN_GROUP = "sglang.srt.plugins"
@@ -499,7 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def health_opts(sp: argparse.ArgumentParser, required: bool) -> None:
         sp.add_argument("--health-url", required=required)
-        sp.add_argument("--health-timeout", type=float, default=120.0, help="seconds to wait for health")
+        sp.add_argument("--health-timeout", type=float, default=DEFAULT_HEALTH_TIMEOUT_S,
+                        help="seconds to wait for health (a large model loads for minutes)")
         sp.add_argument("--poll", type=float, default=0.5, help="seconds between health polls")
 
     def restart_opts(sp: argparse.ArgumentParser, required: bool) -> None:
