@@ -85,7 +85,14 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
     for lp in catalog.phases:
         rec = state.phase(lp.spec.id)
         pst = rec.status.value if rec else "pending"
-        hosts = ", ".join(f"{h}:{hp.status.value}" for h, hp in rec.hosts.items()) if rec else ""
+        hosts = ""
+        if rec and len(rec.hosts) <= 4:
+            hosts = ", ".join(f"{h}:{hp.status.value}" for h, hp in rec.hosts.items())
+        elif rec:  # a fleet: counts per status
+            counts: dict[str, int] = {}
+            for hp in rec.hosts.values():
+                counts[hp.status.value] = counts.get(hp.status.value, 0) + 1
+            hosts = " ".join(f"{n} {k}" for k, n in counts.items())
         t.add_row(Text(lp.spec.label, style="bold"), "", styled(pst), "", hosts, "", (rec.reason or "") if rec else "")
         for step in list(lp.spec.steps) + list(lp.spec.rollback_steps):
             sr = rec.step(step.id) if rec else None
