@@ -78,6 +78,26 @@ def _fmt_metric(v: Any) -> str:
     return json.dumps(v) if not isinstance(v, str) else v
 
 
+def evidence_summary(results: list[Any], limit: int = 8) -> list[str]:
+    """``metric=value`` per metric over hosts: the value if all hosts agree, else ``min..max``
+    for numbers, else how many distinct values (``summary.`` is dropped from names)."""
+    values: dict[str, list[Any]] = {}
+    for r in results:
+        for k, v in r.metrics.items():
+            values.setdefault(k, []).append(v)
+    out = []
+    for k, vs in list(values.items())[:limit]:
+        short = k[len("summary."):] if k.startswith("summary.") else k
+        distinct = {json.dumps(v, sort_keys=True) for v in vs}
+        if len(distinct) == 1:
+            out.append(f"{short}={_fmt_metric(vs[0])}")
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs):
+            out.append(f"{short}={_fmt_metric(min(vs))}..{_fmt_metric(max(vs))}")
+        else:
+            out.append(f"{short}=<{len(distinct)} values>")
+    return out
+
+
 def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> None:
     t = Table(title=f"orchestrator status ({state_path})", show_lines=False, expand=False)
     for col in ("phase", "step", "status", "prio", "hosts", "evidence", "reason"):
@@ -105,19 +125,12 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
             if step.requires_approval and st == "pending" and ready and (rec is None or rec.status.value != "completed"):
                 st = "awaiting_approval"  # shown, not stored: the predecessor passed, this needs `yes`
             counts: dict[str, int] = {}
-            ev: list[str] = []
             reasons: list[str] = []
             for h, r in (sr.hosts.items() if sr else []):
                 counts[r.status.value] = counts.get(r.status.value, 0) + 1
-                if len(ev) < 6:
-                    for k, v in r.metrics.items():
-                        if len(ev) >= 6:
-                            break
-                        prefix = "" if len(sr.hosts) == 1 else f"{h}:"
-                        short = k[len("summary."):] if k.startswith("summary.") else k
-                        ev.append(f"{prefix}{short}={_fmt_metric(v)}")
                 if r.reason and len(reasons) < 2:
                     reasons.append(r.reason if len(sr.hosts) == 1 else f"{h}: {r.reason}")
+            ev = evidence_summary(list(sr.hosts.values()) if sr else [])
             host_txt = " ".join(f"{n} {k}" for k, n in counts.items())
             label = f"  {'↺ ' if is_rb else ''}{step.id}" + (" (approval)" if step.requires_approval else "")
             t.add_row("", label, styled(st), step.priority.value, host_txt, ", ".join(ev), "; ".join(reasons))

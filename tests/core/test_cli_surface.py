@@ -239,3 +239,12 @@ def test_inventory_check_facts_reads_local_toolchain_and_reports_unreachable_hos
     doc = json.loads(r.stdout)
     assert doc["results"]["facts"]["local"]["ok"] is True
     assert doc["errors"][0]["host"] == "gone" and doc["errors"][0]["code"] == "UNREACHABLE"
+
+
+def test_fleet_evidence_is_summarised_per_metric():
+    from orchestrator.state import HostStepResult
+    from orchestrator.views import evidence_summary
+
+    rs = [HostStepResult(metrics={"summary.spill_bytes": 0, "summary.speedup": s, "arch": a})
+          for s, a in ((21.5, "sm_120a"), (30.0, "sm_120a"), (25.25, "sm_90a"))]
+    assert evidence_summary(rs) == ["spill_bytes=0", "speedup=21.5..30", "arch=<2 values>"]
