@@ -445,11 +445,35 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point. SIGTERM is treated like Ctrl-C (state records ``interrupted``, exit 130)."""
+    """Console-script entry point. SIGTERM is treated like Ctrl-C (state records ``interrupted``, exit 130).
+
+    With ``--json`` (or ``ORCHESTRATOR_JSON=1``) even a usage error found before any command runs
+    (exit 2) is reported as the one JSON document on stdout.
+    """
     try:
         signal.signal(signal.SIGTERM, _sigterm)
     except ValueError:  # not the main thread (embedded use)
         pass
-    if os.environ.get("ORCHESTRATOR_JSON") == "1" and "--json" not in (argv or sys.argv[1:]):
-        argv = list(argv or sys.argv[1:]) + ["--json"]
-    app(args=argv, prog_name="orchestrator")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get("ORCHESTRATOR_JSON") == "1" and "--json" not in args:
+        args.append("--json")
+    if "--json" not in args:
+        app(args=args, prog_name="orchestrator")
+        return
+    command = args[0] if args and not args[0].startswith("-") else "orchestrator"
+    if command == "inventory" and len(args) > 1 and not args[1].startswith("-"):
+        command += " " + args[1]
+    try:
+        rc = app(args=args, prog_name="orchestrator", standalone_mode=False)
+    except typer.TyperException as exc:  # click usage errors: bad flag, bad value, missing argument
+        code = int(getattr(exc, "exit_code", ExitCode.USAGE))
+        msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        _emit_json(Envelope(command=command, ok=False, exit_code=code,
+                            errors=[{"code": "USAGE", "exit_code": code, "message": msg,
+                                     "hint": f"orchestrator {command} --help"}]))
+        sys.exit(code)
+    except typer.Abort:
+        _emit_json(Envelope(command=command, ok=False, exit_code=130,
+                            errors=[{"code": "INTERRUPTED", "exit_code": 130, "message": "aborted"}]))
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)

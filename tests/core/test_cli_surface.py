@@ -111,6 +111,10 @@ def test_python_dash_m_and_usage_errors(ws):
     r = ws.cli("--help")
     assert r.returncode == 0 and "status" in r.stdout
     assert ws.cli("run", "--forks", "0").returncode == 2
+    r = ws.cli("run", "--forks", "0", "--json")  # a usage error is still one JSON document with --json
+    assert r.returncode == 2
+    doc = json.loads(r.stdout)
+    assert doc["command"] == "run" and doc["errors"][0]["code"] == "USAGE" and "--forks" in doc["errors"][0]["message"]
 
 
 def test_ssh_host_without_bundle_or_transport_fails_clearly_but_dry_run_works(ws, monkeypatch):
