@@ -385,6 +385,10 @@ class Engine(StepRunner):
                             hint="phases with rollback: " + ", ".join(lp.spec.label for lp in self.catalog.phases
                                                                      if lp.spec.rollback_steps))
         plan = self.plan([lp.spec.label for lp in selected], limit=limit)
+        rb_ids = {s.id for lp in selected for s in lp.spec.rollback_steps}
+        problems = [p for p in plan.problems if any(f" step {rid} (" in p for rid in rb_ids)]
+        if problems:
+            raise SpecError(problems[0], hint="the rollback steps cannot be rendered for every host; fix the inventory")
         hosts = self.inventory.select(limit)
         digest = compute_digest(self.bundle_sha, hosts, selected, {"rollback": True, "plan": plan.digest})
         return selected, plan, digest

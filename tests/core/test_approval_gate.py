@@ -165,3 +165,13 @@ def test_status_shows_approval_steps_awaiting_approval_once_the_predecessor_pass
     assert r.exit_code == 0
     line = next(l for l in r.stdout.splitlines() if "switch (approval)" in l)
     assert "awaiting_approval" in line
+
+
+def test_rollback_that_cannot_be_rendered_is_refused_with_3_before_asking(ws):
+    ws.write_phase(phase(0, "svc", [step("s", tool())],
+                         rollback_steps=[step("undo", ["{python}", "-m", "kernels.cutover", "rollback",
+                                                       "--health-url", "{health_url}"])]))
+    r = invoke("rollback", "0", "--json")
+    assert r.exit_code == 3
+    assert "service.health_url: needed by phase 0-svc step undo" in json.loads(r.stdout)["errors"][0]["message"]
+    assert ws.audit() == []
