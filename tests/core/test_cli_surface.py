@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from core_helpers import REPO, invoke, phase, step, tool
+from core_helpers import FAKE_TOOL, REPO, invoke, phase, step, tool
 
 EXAMPLE = REPO / "inventory" / "example-blackwell.yaml"
 
@@ -252,3 +252,11 @@ def test_fleet_evidence_is_summarised_per_metric():
     rs = [HostStepResult(metrics={"summary.spill_bytes": 0, "summary.speedup": s, "arch": a})
           for s, a in ((21.5, "sm_120a"), (30.0, "sm_120a"), (25.25, "sm_90a"))]
     assert evidence_summary(rs) == ["spill_bytes=0", "speedup=21.5..30", "arch=<2 values>"]
+
+
+def test_dry_run_writes_nothing(ws):
+    ws.write_phase(phase(0, "a", [step("s", tool("--touch", str(ws.root / "ran")))]))
+    r = invoke("run", "0", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "Plan digest:" in r.stdout and str(FAKE_TOOL) in r.stdout
+    assert not ws.state.exists() and not (ws.root / "ran").exists()
