@@ -53,6 +53,24 @@ def quick_phase(host, bundle, with_facts: bool) -> dict:
             "verify_s": t4 - t3, "total_s": t4 - t0, "nvcc_found": doc["nvcc"]["found"]}
 
 
+def warm_command_s(lab) -> float:
+    """Median round trip of ``true`` on an open connection: what every remote step costs here
+    (dominated by the host's login shell start-up, e.g. a ``~/.bashrc`` that bash sources for
+    every SSH command)."""
+    h = lab.hosts[0]
+    host = types.SimpleNamespace(name=h.name, address=h.address, port=h.port, user=lab.user,
+                                 ssh_key=lab.client_key, known_hosts=lab.known_hosts,
+                                 connect_timeout_s=10, command_timeout_s=60)
+    with SSHTransport(host) as t:
+        t.run(["true"], timeout_s=10)
+        times = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            t.run(["true"], timeout_s=10)
+            times.append(time.monotonic() - t0)
+    return statistics.median(times)
+
+
 def run_round(lab, hosts: list[str], bundle, root: Path, parallel: int, with_facts: bool) -> dict:
     hs = [types.SimpleNamespace(
         name=n, address=lab.host(n).address, port=lab.host(n).port, user=lab.user,
@@ -81,6 +99,7 @@ def main() -> int:
         lab = lab_mod.start_lab(tmp / "lab", args.hosts)
         try:
             names = [h.name for h in lab.hosts]
+            warm = warm_command_s(lab)
             rounds: dict[str, dict[str, list]] = {}
             for variant, with_facts in (("with_facts", True), ("transport_only", False)):
                 one, many = [], []
@@ -97,6 +116,9 @@ def main() -> int:
         "note": "all lab hosts share this machine's CPUs: the hosts' own work (python/torch start-up "
                 "in facts, tar, sha256sum) competes for the same cores, unlike a real fleet",
         "repeat": args.repeat, "parallel_cap": args.parallel, "hosts": args.hosts,
+        "warm_true_round_trip_s": round(warm, 3),
+        "remote_commands_per_host": "transport_only: 1 connect + 6 commands + 1 sftp upload; "
+                                    "with_facts adds the facts probes",
     }
     summary = []
     for variant, r in rounds.items():
@@ -118,7 +140,8 @@ def main() -> int:
         tmp_out = args.out.with_name(f".{args.out.name}.tmp")
         tmp_out.write_text(text + "\n")
         os.replace(tmp_out, args.out)
-    print("\n" + "\n".join(summary) + f"  (serial would be {args.hosts}x)", file=sys.stderr)
+    print("\n" + "\n".join(summary) + f"  (serial would be {args.hosts}x); one warm `true` round trip "
+          f"{warm:.3f} s", file=sys.stderr)
     return 0
 
 
