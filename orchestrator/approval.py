@@ -5,7 +5,9 @@ earlier phases with numbers, what will change and how to undo it, and its digest
 approves by typing exactly ``yes``; without a TTY (or with ``--json``) only ``--approve DIGEST``
 equal to the digest of exactly that summary (or of the whole plan it belongs to, as printed by
 ``orchestrator plan``) approves. ``--yes`` never approves such a step. Every decision is
-appended to ``<state_dir>/audit.jsonl`` (one JSON object per line, fsynced).
+appended to ``<state_dir>/audit.jsonl`` (one JSON object per line, fsynced), and so is every
+transition (start, end with its status) of a step that changes a service: the steps of a phase
+that needs approval, and every rollback step.
 """
 from __future__ import annotations
 
@@ -80,9 +82,13 @@ class AuditLog:
         self.path = state_dir / "audit.jsonl"
 
     def append(self, *, decision: str, digest: str, phase: str, hosts: list[str], via: str,
-               command: str = "", detail: str = "") -> None:
+               command: str = "", detail: str = "", step: str | None = None) -> None:
+        """One record. ``decision``: planned | approved | refused for approvals; ``step_started`` /
+        ``step_<status>`` for the transitions of service-changing steps (``step`` names it)."""
         rec = {"time": utcnow(), "user": current_user(), "host": socket.gethostname(), "decision": decision,
                "digest": digest, "phase": phase, "hosts": hosts, "via": via, "command": command, "detail": detail}
+        if step is not None:
+            rec["step"] = step
         append_line(self.path, json.dumps(rec, sort_keys=True))
 
     def records(self) -> list[dict[str, Any]]:

@@ -89,6 +89,7 @@ class Engine(StepRunner):
         self._bundle_dirs: dict[str, str] = {}
         self._bundle_obj: Any = None
         self._touched = False
+        self._approved: dict[int, str] = {}
 
     # ------------------------------------------------------------------ planning
     @property
@@ -292,6 +293,7 @@ class Engine(StepRunner):
             if not ok:
                 raise ApprovalError(f"phase {spec.label} not approved (only 'yes' approves); nothing changed",
                                     phase=spec.label)
+            self._approved[spec.id] = digest
             return
         unchanged = start_digests.get(spec.id) == digest
         accepted = {digest} | ({plan.digest} if unchanged else set())
@@ -307,6 +309,7 @@ class Engine(StepRunner):
             raise
         self.audit.append(decision="approved", digest=digest, phase=spec.label, hosts=names, via="flag",
                           command=opts.command, detail=f"--approve {opts.approve}")
+        self._approved[spec.id] = digest
 
     def _prepare_record(self, lp: LoadedPhase, hosts: list[Host], state: RunState, run_id: str,
                         resume: set[str]) -> PhaseRecord:
@@ -425,6 +428,8 @@ class Engine(StepRunner):
                     raise
                 self.audit.append(decision="approved", digest=digest, phase=label, hosts=names, via="flag",
                                   command=opts.command)
+            for lp in selected:
+                self._approved[lp.spec.id] = digest
             run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6] + "-rollback"
             report = RunReport(plan=plan, run_id=run_id)
             try:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from orchestrator import facts
+from orchestrator.approval import AuditLog
 from orchestrator.errors import HostUnreachable, OrchestratorError
 from orchestrator.inventory import Host, Inventory
 from orchestrator.outcome import interpret
@@ -82,6 +83,8 @@ class StepRunner:
     _transports: dict[str, Transport]
     _bundle_dirs: dict[str, str]
     _bundle_obj: Any
+    _approved: dict[int, str]  # phase id -> the digest approved in this run
+    audit: AuditLog
 
     def _close_transports(self) -> None:
         for t in list(self._transports.values()):
@@ -230,6 +233,14 @@ class StepRunner:
                 self._bundle_dirs[host.name] = known
         return str(self.root) if host.is_local else known
 
+    def _audit_transition(self, lp: LoadedPhase, step: Step, host: str, decision: str, detail: str) -> None:
+        """Append a step transition to the audit log when the step changes a service (a step of a
+        phase that needs approval, or any rollback step); ``digest`` is the approved one."""
+        if not (lp.spec.needs_approval or step in lp.spec.rollback_steps):
+            return
+        self.audit.append(decision=decision, digest=self._approved.get(lp.spec.id, ""), phase=lp.spec.label,
+                          hosts=[host], via="engine", step=step.id, detail=detail)
+
     def _execute(self, lp: LoadedPhase, step: Step, host: Host | None, sr: StepRecord, state: RunState,
                  run_id: str) -> HostStepResult:
         """Run one step on one host (None = this machine), record every transition, return the result."""
@@ -244,6 +255,7 @@ class StepRunner:
             sr.started_at = sr.started_at or r.started_at
             self.store.save(state)
         self.notify(Event(kind="step_started", phase=lp.spec.label, step=step.id, host=name))
+        self._audit_transition(lp, step, name, "step_started", "")
         try:
             transport = self._transport(host)
             values["bundle_dir"] = self._bundle_dir(host, transport, place_locally=lp.spec.needs_approval)
@@ -281,6 +293,7 @@ class StepRunner:
             self.store.save(state)
         self.notify(Event(kind="step_finished", phase=lp.spec.label, step=step.id, host=name,
                           status=r.status.value, message=r.reason or "", log_path=r.log_path))
+        self._audit_transition(lp, step, name, f"step_{r.status.value}", r.reason or "")
         return r
 
     def _rollback_host(self, lp: LoadedPhase, failed_step: Step, host: Host, rec: PhaseRecord, state: RunState,

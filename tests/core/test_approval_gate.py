@@ -29,6 +29,11 @@ def plan_digest(*phases: str) -> str:
     return json.loads(r.stdout)["plan"]["digest"]
 
 
+def decisions(ws) -> list[dict]:
+    """Approval records only (the audit log also holds the engine's step transitions)."""
+    return [a for a in ws.audit() if a["via"] in ("prompt", "flag")]
+
+
 def assert_nothing_changed(ws, before: bytes | None) -> None:
     assert ws.state_bytes() == before
     assert not ws.side_effect.exists()
@@ -41,7 +46,7 @@ def test_exact_word_yes_approves_and_is_audited(live):
     assert "Only 'yes' will be accepted" in r.stderr and "switches the live kernel" in r.stderr
     assert "summary.n >= 1 -> 3 (pass)" in r.stderr  # gate evidence from phase 0 with its number
     assert "wave 1 (canary): local" in r.stderr and "to undo: orchestrator rollback 1" in r.stderr
-    last = live.audit()[-1]
+    last = decisions(live)[-1]
     assert last["decision"] == "approved" and last["via"] == "prompt" and last["phase"] == "1-cutover"
     assert last["hosts"] == ["local"] and len(last["digest"]) == 64 and last["user"] and last["time"]
 
@@ -53,7 +58,7 @@ def test_anything_but_yes_refuses_and_changes_nothing(live, answer):
     assert r.exit_code == 5, r.output
     assert "not approved" in r.stderr
     assert_nothing_changed(live, before)
-    assert live.audit()[-1]["decision"] == "refused"
+    assert decisions(live)[-1]["decision"] == "refused"
 
 
 def test_no_tty_without_approve_exits_5_and_changes_nothing(live):
@@ -82,7 +87,7 @@ def test_matching_digest_approves_without_tty(live):
     sha = json.loads(r.stdout)["plan"]["bundle_sha"]
     marker = live.root / "remote" / "local" / "bundles" / sha / ".sha256"
     assert marker.read_text().strip() == sha
-    assert live.audit()[-1]["decision"] == "approved" and live.audit()[-1]["via"] == "flag"
+    assert decisions(live)[-1]["decision"] == "approved" and decisions(live)[-1]["via"] == "flag"
 
 
 def test_wrong_digest_exits_5_and_changes_nothing(live):
@@ -153,7 +158,7 @@ def test_interactive_rollback_needs_the_exact_word(live):
     r = invoke("rollback", "1", "--interactive", input="yes\n")
     assert r.exit_code == 0, r.output
     assert (live.root / "undone").exists()
-    assert [a["decision"] for a in live.audit()[-2:]] == ["refused", "approved"]
+    assert [a["decision"] for a in decisions(live)[-2:]] == ["refused", "approved"]
 
 
 def test_no_phase_is_a_usage_error(live):
@@ -175,3 +180,17 @@ def test_rollback_that_cannot_be_rendered_is_refused_with_3_before_asking(ws):
     assert r.exit_code == 3
     assert "service.health_url: needed by phase 0-svc step undo" in json.loads(r.stdout)["errors"][0]["message"]
     assert ws.audit() == []
+
+
+def test_every_transition_of_a_service_changing_step_is_audited(live):
+    digest = plan_digest("1")
+    assert invoke("run", "1", "--json", "--approve", digest).exit_code == 0
+    steps = [(a["decision"], a.get("step"), a["hosts"]) for a in live.audit() if a["via"] == "engine"]
+    assert ("step_started", "switch", ["local"]) in steps and ("step_completed", "switch", ["local"]) in steps
+    approved = [a["digest"] for a in live.audit() if a["decision"] == "approved"][-1]
+    assert all(a["digest"] == approved for a in live.audit() if a["via"] == "engine")
+    dr = json.loads(invoke("rollback", "1", "--dry-run", "--json").stdout)
+    assert invoke("rollback", "1", "--json", "--approve", dr["plan"]["rollback_digest"]).exit_code == 0
+    assert ("step_completed", "undo", ["local"]) in [(a["decision"], a.get("step"), a["hosts"]) for a in live.audit()]
+    # phase 0 changes no service: its steps are in state, not in the audit log
+    assert not any(a.get("step") == "c" for a in live.audit())
