@@ -259,3 +259,45 @@ def test_stage_with_a_missing_service_python_fails_cleanly(tmp_path, cutover):
 def test_every_verb_prints_exactly_one_json_document_on_usage_errors(verb, cutover):
     rc, doc = cutover(verb)
     assert rc == 2 and doc["ok"] is False
+
+
+def test_a_switch_interrupted_between_the_two_pointers_converges_when_run_again(tmp_path, monkeypatch, capsys):
+    """Crash after `previous` moved but before `current` did: a re-run finishes the same switch."""
+    from kernels import cutover
+
+    root = tmp_path
+    make_bundle(root, SHA_A)
+    make_bundle(root, SHA_B)
+    assert cutover.main(["switch", "--root", str(root), "--to", SHA_A, "--json"]) == 0
+    real = cutover._set_pointer
+
+    def crash_on_current(r, name, sha):
+        if name == "current":
+            raise KeyboardInterrupt("killed mid-switch")
+        real(r, name, sha)
+
+    monkeypatch.setattr(cutover, "_set_pointer", crash_on_current)
+    with pytest.raises(KeyboardInterrupt):
+        cutover.main(["switch", "--root", str(root), "--to", SHA_B, "--json"])
+    assert _pointer(root, "current") == f"bundles/{SHA_A}", "current is still the old, complete target"
+    assert _config(root)["bundle_sha"] == SHA_A, "config not yet switched either"
+    monkeypatch.setattr(cutover, "_set_pointer", real)
+    assert cutover.main(["switch", "--root", str(root), "--to", SHA_B, "--json"]) == 0
+    assert (_pointer(root, "current"), _pointer(root, "previous")) == (f"bundles/{SHA_B}", f"bundles/{SHA_A}")
+    assert _config(root)["bundle_sha"] == SHA_B
+    capsys.readouterr()
+
+
+def test_rollback_to_a_previous_bundle_that_is_gone_fails_and_changes_nothing(standin, cutover):
+    import shutil
+
+    root = standin.root
+    make_bundle(root, SHA_A)
+    make_bundle(root, SHA_B)
+    cutover("switch", "--root", str(root), "--to", SHA_A)
+    cutover("switch", "--root", str(root), "--to", SHA_B)
+    shutil.rmtree(root / "bundles" / SHA_A)
+    before = (_pointer(root, "current"), (root / "verify_backend.json").read_bytes())
+    rc, doc = cutover("rollback", "--root", str(root), "--from", SHA_B)
+    assert rc == 1 and "not unpacked" in doc["error"]
+    assert (_pointer(root, "current"), (root / "verify_backend.json").read_bytes()) == before
