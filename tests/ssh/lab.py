@@ -140,6 +140,25 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def session_pids(address: str, port: int) -> list[int]:
+    """Live processes started by an sshd for ``address:port`` (their ``SSH_CONNECTION``)."""
+    suffix = f" {address} {port}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for var in env.split(b"\0"):
+            if var.startswith(b"SSH_CONNECTION=") and var.endswith(suffix):
+                if _is_live(int(entry.name)):
+                    out.append(int(entry.name))
+                break
+    return out
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -229,13 +248,17 @@ class Lab:
         self.save()
 
     def kill_host(self, name: str, sig: int = signal.SIGKILL) -> list[int]:
-        """Kill ``name``'s listener and every per-connection process by PID; return the PIDs."""
+        """Kill ``name``'s listener and every per-connection process by PID; return the PIDs.
+
+        The listener's descendants are collected before it dies (they are re-parented after);
+        commands already orphaned (their listener killed earlier) are found by the
+        ``SSH_CONNECTION`` sshd gave them, which names this host's address and port.
+        """
         h = self.host(name)
-        if h.pid is None or not _is_live(h.pid) or h.config not in _cmdline(h.pid):
-            h.pid = None
-            return []
-        # collect the children first: once the listener dies they are re-parented
-        victims = descendants(h.pid) + [h.pid]
+        victims = session_pids(h.address, h.port)
+        if h.pid is not None and _is_live(h.pid) and h.config in _cmdline(h.pid):
+            victims = descendants(h.pid) + [h.pid] + victims
+        victims = list(dict.fromkeys(p for p in victims if p != os.getpid()))
         for p in victims:
             _signal(p, sig)
         left = _wait_gone(victims, 5.0)

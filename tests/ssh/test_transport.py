@@ -1,6 +1,8 @@
 """SSHTransport against real sshd processes: results, quoting, timeouts, refusals, lost hosts."""
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -8,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit import make_host
-from lab import _cmdline
+from lab import _cmdline, _is_live
 from orchestrator.errors import HostUnreachable
 from orchestrator.transport.base import Transport
 from orchestrator.transport.ssh import CLIENT_GRACE_S, SSHTransport
@@ -226,3 +228,25 @@ def test_put_into_an_unwritable_place_is_a_step_failure_not_unreachable(shared_l
     with pytest.raises(StepFailed, match="h3: `mkdir -p /proc/nope` failed"):
         t.put(src, "/proc/nope/f")
     assert t.run(["true"], timeout_s=5).ok, "the connection survives a refused upload"
+
+
+def test_lab_teardown_also_ends_commands_orphaned_by_a_dead_listener(own_lab, tmp_path, transports):
+    lab = own_lab(1)
+    h1 = lab.host("h1")
+    started = tmp_path / "started"
+    t = transports(make_host(lab, "h1", tmp_path))
+    runner = threading.Thread(target=t.run, args=(["sh", "-c", 'echo $$ > "$0"; sleep 30', str(started)],),
+                              kwargs={"timeout_s": 40})
+    runner.start()
+    deadline = time.monotonic() + 20
+    while not (started.exists() and started.read_text().strip()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(h1.pid, signal.SIGKILL)  # only the listener: the session and its command live on (T10)
+    time.sleep(0.2)
+    cmd_pid = int(started.read_text())
+    assert _is_live(cmd_pid)
+    assert cmd_pid in lab.kill_host("h1")
+    assert not _is_live(cmd_pid)
+    runner.join(10)
+    assert not runner.is_alive()
