@@ -380,7 +380,18 @@ def start_lab(root: Path, n: int, *, first_address: int = 2, port: int | None = 
 def _main(argv: list[str]) -> int:
     usage = "usage: lab.py up DIR N | lab.py down DIR"
     if len(argv) == 3 and argv[0] == "up":
-        lab = start_lab(Path(argv[1]), int(argv[2]))
+        if not argv[2].isdigit() or not 1 <= int(argv[2]) <= 200:
+            print(f"lab.py up: N must be a whole number 1..200, got {argv[2]!r}", file=sys.stderr)
+            return 2
+        reason = sshd_missing_reason()
+        if reason:
+            print(f"lab.py up: {reason}", file=sys.stderr)
+            return 75
+        try:
+            lab = start_lab(Path(argv[1]), int(argv[2]))
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"lab.py up: {exc}", file=sys.stderr)
+            return 1
         inv = write_inventory(Path(lab.root, "inventory.yaml"), inventory_doc(lab, Path(lab.root, "remote")))
         for h in lab.hosts:
             print(h.name, h.address, h.port, h.pid)
