@@ -79,11 +79,11 @@ class Project:
         env.pop("ORCHESTRATOR_INVENTORY", None)
         return env
 
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "orchestrator", *args, "--state-dir", str(self.state)]
+    def argv(self, *args: str, state: bool = True) -> list[str]:
+        return [sys.executable, "-m", "orchestrator", *args, *(["--state-dir", str(self.state)] if state else [])]
 
-    def cli(self, *args: str, timeout: float = 240) -> tuple[int, dict]:
-        p = subprocess.run(self.argv(*args), env=self.env(), cwd=self.tmp, capture_output=True,
+    def cli(self, *args: str, timeout: float = 240, state: bool = True) -> tuple[int, dict]:
+        p = subprocess.run(self.argv(*args, state=state), env=self.env(), cwd=self.tmp, capture_output=True,
                            text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         try:
             doc = json.loads(p.stdout)
@@ -347,3 +347,17 @@ def test_limit_runs_only_the_named_hosts_and_logs_land_in_the_state_dir(own_lab,
         log = Path(r["log_path"])
         assert log.is_relative_to(proj.state) and h in log.parts and log.is_file()
         assert json.loads(log.with_suffix(".stdout").read_text())["ok"] is True
+
+
+def test_inventory_check_facts_reads_reachable_hosts_and_names_the_refused_one(own_lab, tmp_path):
+    lab = own_lab(2)
+    proj = Project(tmp_path, quick_phase())
+    kh = lab.write_known_hosts(tmp_path / "known_hosts", wrong_key_for={"h2"})
+    inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, tmp_path / "remote", known_hosts=str(kh)))
+    code, doc = proj.cli("inventory", "check", "--facts", "--inventory", str(inv), "--json", state=False)
+    assert code == 4
+    facts = doc["results"]["facts"]
+    assert facts["h1"]["ok"] is True and "nvcc" in facts["h1"] and "torch" in facts["h1"]
+    assert facts["h2"]["ok"] is False and "host key for" in facts["h2"]["error"]
+    assert [e["host"] for e in doc["errors"]] == ["h2"]
+    assert not (tmp_path / "remote").exists(), "a read-only check ships nothing"
