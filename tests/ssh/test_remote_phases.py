@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from labkit import SilentServer, make_bundle, make_host
-from lab import inventory_doc, write_inventory
+from lab import _cmdline, inventory_doc, write_inventory
 from orchestrator.bundle import Bundle, verify_on_host
 from orchestrator.transport.ssh import SSHTransport
 
@@ -361,3 +361,20 @@ def test_inventory_check_facts_reads_reachable_hosts_and_names_the_refused_one(o
     assert facts["h2"]["ok"] is False and "host key for" in facts["h2"]["error"]
     assert [e["host"] for e in doc["errors"]] == ["h2"]
     assert not (tmp_path / "remote").exists(), "a read-only check ships nothing"
+
+
+def test_a_step_past_its_timeout_is_killed_on_the_host(own_lab, tmp_path):
+    lab = own_lab(2)
+    marker = "31.4159"  # a unique sleep length, to find leftover processes by
+    proj = Project(tmp_path, quick_phase(sleep_s=float(marker), timeout_s=2))
+    inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, tmp_path / "remote"))
+    started = time.monotonic()
+    code, doc = proj.cli("run", "0", "--inventory", str(inv), "--json")
+    elapsed = time.monotonic() - started
+    assert code == 1
+    for h, r in step_results(doc, "probe").items():
+        assert r["status"] == "failed" and "timed out" in r["reason"], (h, r)
+    assert elapsed < 30, "the run did not wait for the 31 s step"
+    time.sleep(0.3)
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(int(p.name))]
+    assert left == [], "host-side `timeout` killed the step (T8)"
