@@ -28,6 +28,8 @@ from orchestrator.atomic import atomic_write_text
 from orchestrator.errors import StateConflict
 
 SCHEMA_VERSION = 1
+#: Seconds a run waits for the lock before reporting who holds it (exit 6).
+ACQUIRE_WAIT_S = 1.0
 
 
 def utcnow() -> str:
@@ -224,7 +226,8 @@ class RunLock:
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._lock.acquire(timeout=0)
+            # a short wait: `status` probes the lock for an instant and must not make a run fail
+            self._lock.acquire(timeout=ACQUIRE_WAIT_S)
         except Timeout:
             holder = self.read_holder()
             who = holder.describe() if holder else "another process (no holder info)"
