@@ -37,9 +37,10 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
             f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
             "time.sleep(60)\n")
     t0 = time.monotonic()
-    r = LocalTransport("local", kill_after_s=1).run([sys.executable, "-c", code], timeout_s=1.5)
+    r = LocalTransport("local", kill_after_s=1).run([sys.executable, "-c", code], timeout_s=5)
     assert r.timed_out and r.exit_code is None and not r.ok
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 20
+    assert pidfile.exists(), "the child did not start within the timeout (machine overloaded?)"
     child = int(pidfile.read_text())
     for _ in range(50):  # the grandchild was in the same group: it is gone too
         try:
