@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernels.sglang_plugin.config import (
+    ACTIVE_NAME,
     CONFIG_NAME,
     ConfigError,
     atomic_write_json,
@@ -382,11 +383,43 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
     health = check_health(args.health_url, args.request_timeout) if args.health_url else None
     if health is not None and not health["healthy"]:
         reasons.append("service unhealthy after the canary prompts")
-    return {"ok": not reasons, "outputs_identical": identical, "mismatched_prompts": mismatched,
+    kernel_active, active, why = _kernel_active(root)
+    if kernel_active is False:
+        reasons.append(f"the service is not running the bundled kernel: {why}")
+    return {"ok": not reasons, "kernel_active": kernel_active, "active": active,
+            "outputs_identical": identical, "mismatched_prompts": mismatched,
             "errors": errors, "prompts": len(prompts), "latency_ratio": ratio,
             "latency_s_baseline_median": b_med, "latency_s_canary_median": c_med,
             "healthy": None if health is None else health["healthy"],
             "service": None if health is None else health.get("body"), "reasons": reasons}
+
+
+def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
+    """Did the restarted service build the bundled backend the config asks for?
+
+    None when the config does not ask for it. The plugin writes ``active.json`` when a service
+    process builds its attention backend; it must name the configured bundle and be newer than
+    the config (written by a process started after the switch).
+    """
+    cfg_path = root / CONFIG_NAME
+    cfg = _read_config(root)
+    if cfg.get("verify_kernel") != "bundled":
+        return None, None, "config is not bundled"
+    try:
+        active = json.loads((root / ACTIVE_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False, None, f"no {ACTIVE_NAME}: the plugin did not build the backend (not loaded, or not the triton backend)"
+    except (OSError, json.JSONDecodeError) as exc:
+        return False, None, f"{ACTIVE_NAME} unreadable ({exc})"
+    if not isinstance(active, dict):
+        return False, None, f"{ACTIVE_NAME} is not a JSON object"
+    if active.get("verify_kernel") != "bundled" or active.get("route") not in ("hook", "forward_extend"):
+        return False, active, f"{ACTIVE_NAME} says {active.get('verify_kernel')} (route {active.get('route')}): {active.get('reason')}"
+    if active.get("bundle_sha") != cfg.get("bundle_sha"):
+        return False, active, f"{ACTIVE_NAME} names bundle {str(active.get('bundle_sha'))[:12]}, config {str(cfg.get('bundle_sha'))[:12]}"
+    if float(active.get("written_at") or 0) < cfg_path.stat().st_mtime:
+        return False, active, f"{ACTIVE_NAME} is older than the switch: the service was not restarted"
+    return True, active, "ok"
 
 
 def verb_rollback(args: argparse.Namespace) -> dict[str, Any]:

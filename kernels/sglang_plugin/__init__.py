@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from kernels.sglang_plugin.config import VerifyConfig, load_config
+from kernels.sglang_plugin.config import VerifyConfig, load_config, record_active
 
 log = logging.getLogger("kernels.sglang_plugin")
 
@@ -34,11 +34,15 @@ def make_factory(stock: Callable[[Any], Any], config_loader: Callable[[], Verify
         cfg = config_loader()
         if not cfg.bundled or getattr(runner.model_config, "is_encoder_decoder", False):
             log.info("verify kernel: stock Triton (%s)", cfg.reason)
-            return stock(runner)
+            backend = stock(runner)
+            record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, cfg.reason), route="stock")
+            return backend
         from kernels.sglang_plugin.backend import BundledVerifyTritonBackend
 
         log.info("verify kernel: bundled %s (%s)", (cfg.bundle_sha or "?")[:12], cfg.reason)
-        return BundledVerifyTritonBackend(runner)
+        backend = BundledVerifyTritonBackend(runner)
+        record_active(cfg, route=backend.bundled_verify_route)
+        return backend
 
     setattr(create_triton_backend_with_bundled_verify, _STOCK_ATTR, stock)
     return create_triton_backend_with_bundled_verify

@@ -20,6 +20,7 @@ CONFIG_ENV = "ORCHESTRATOR_VERIFY_CONFIG"
 DISABLE_ENV = "ORCHESTRATOR_VERIFY_DISABLE"
 ROOT_ENV = "ORCHESTRATOR_VERIFY_ROOT"
 CONFIG_NAME = "verify_backend.json"
+ACTIVE_NAME = "active.json"  # written by the service when it builds its backend (what really runs)
 VERIFY_KERNELS = ("bundled", "stock")
 
 
@@ -136,3 +137,24 @@ def atomic_write_json(path: Path, doc: Any) -> None:
             os.close(dfd)
     except OSError:
         pass
+
+
+def record_active(cfg: VerifyConfig, environ: Mapping[str, str] | None = None, **extra: Any) -> Path | None:
+    """Write ``active.json`` beside the config: what this service process actually built.
+
+    The cut-over canary compares it with ``verify_backend.json``, so a plugin that never loaded
+    (wrong attention backend, import error) cannot pass for the bundled kernel. Never raises.
+    """
+    import time
+
+    path = config_path(environ)
+    if path is None:
+        return None
+    doc = {"verify_kernel": cfg.verify_kernel, "bundle_sha": cfg.bundle_sha, "reason": cfg.reason,
+           "pid": os.getpid(), "written_at": time.time(), **extra}
+    target = path.parent / ACTIVE_NAME
+    try:
+        atomic_write_json(target, doc)
+    except OSError:
+        return None
+    return target

@@ -16,7 +16,11 @@ value is ``"off"``, ``"bundled"`` (only while the bundled kernel is active) or `
 - ``hang_health``: ``/health`` never answers (sleeps);
 - ``change_outputs``: ``/generate`` returns different tokens (a wrong kernel);
 - ``crash_on_start``: the process exits at start (the service never comes up);
-- ``extra_latency``: ``/generate`` sleeps ``extra_latency_ms`` more.
+- ``extra_latency``: ``/generate`` sleeps ``extra_latency_ms`` more;
+- ``plugin_missing``: the plugin "did not load": no ``active.json`` is written at start.
+
+Like SGLang with the plugin installed, it writes ``<root>/active.json`` at start
+(``kernels.sglang_plugin.config.record_active``, the function the plugin's factory calls).
 
 ``startup_delay_s`` delays the bind, like a model load. Every ``/generate`` takes at least
 ``base_latency_ms`` (default 20, like a short decode) so latency ratios are not dominated by
@@ -39,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kernels.sglang_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config  # noqa: E402
+from kernels.sglang_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config, record_active  # noqa: E402
 
 VOCAB = 32000
 MODES = ("off", "bundled", "always")
@@ -54,6 +58,8 @@ class StandinState:
         self.config = load_config(env)
         self.control_path = control
         self.started_at = time.time()
+        if not self.active("plugin_missing"):
+            record_active(self.config, env, route="hook" if self.config.bundled else "stock", standin=True)
 
     @property
     def backend(self) -> str:

@@ -301,3 +301,34 @@ def test_rollback_to_a_previous_bundle_that_is_gone_fails_and_changes_nothing(st
     rc, doc = cutover("rollback", "--root", str(root), "--from", SHA_B)
     assert rc == 1 and "not unpacked" in doc["error"]
     assert (_pointer(root, "current"), (root / "verify_backend.json").read_bytes()) == before
+
+
+def test_canary_fails_when_the_service_did_not_load_the_plugin(standin, cutover):
+    """Identical outputs are not enough: the restarted service must have built the bundled backend."""
+    root = standin.root
+    make_bundle(root, SHA_A)
+    standin.control(plugin_missing="bundled")
+    standin.restart()
+    standin.wait_up()
+    cutover("baseline", "--root", str(root), "--generate-url", standin.generate_url)
+    cutover("switch", "--root", str(root), "--to", SHA_A)
+    cutover("restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url)
+    rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url)
+    assert rc == 1 and doc["outputs_identical"] is True and doc["kernel_active"] is False
+    # active.json is the one the stock start wrote: the bundled start left none of its own
+    assert any("not running the bundled kernel: active.json says stock" in r for r in doc["reasons"])
+    (root / "active.json").unlink()
+    rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url)
+    assert rc == 1 and any("no active.json" in r for r in doc["reasons"])
+
+
+def test_canary_fails_when_the_service_was_not_restarted_after_the_switch(standin, cutover):
+    root = standin.root
+    make_bundle(root, SHA_A)
+    standin.restart()
+    standin.wait_up()
+    cutover("baseline", "--root", str(root), "--generate-url", standin.generate_url)
+    cutover("switch", "--root", str(root), "--to", SHA_A)
+    rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url)
+    assert rc == 1 and doc["kernel_active"] is False
+    assert doc["active"]["verify_kernel"] == "stock"

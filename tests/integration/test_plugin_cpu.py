@@ -97,8 +97,13 @@ def test_kill_switch_env_wins_over_a_bundled_config_file(sglang_ready, tmp_path,
     assert plugin.register()  # the real config reader, read when the backend is built
     try:
         assert type(_batch().backend).__name__ == "BundledVerifyTritonBackend"
+        active = json.loads((tmp_path / "active.json").read_text())
+        assert (active["verify_kernel"], active["bundle_sha"], active["route"]) == ("bundled", "e" * 64, "hook")
+        assert active["pid"] == os.getpid()
         monkeypatch.setenv("ORCHESTRATOR_VERIFY_DISABLE", "1")
         assert type(_batch().backend) is TritonAttnBackend
+        active = json.loads((tmp_path / "active.json").read_text())
+        assert active["verify_kernel"] == "stock" and "ORCHESTRATOR_VERIFY_DISABLE" in active["reason"]
     finally:
         plugin.unregister()
 
