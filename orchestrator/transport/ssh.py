@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 CLIENT_GRACE_S = 3
 KEEPALIVE_S = 15
 DEFAULT_CONNECT_TIMEOUT_S = 10
-DEFAULT_TRANSFER_TIMEOUT_S = 120
+#: SFTP idle bound: an upload that moves no data for this long fails (put() has no timeout).
+TRANSFER_IDLE_TIMEOUT_S = 60
 
 
 class SSHHost(Protocol):
@@ -88,7 +89,7 @@ class SSHTransport:
         kh = _field(host, "known_hosts", None)
         self.known_hosts: str | None = os.path.expanduser(str(kh)) if kh else None
         self.connect_timeout_s = whole_seconds(_field(host, "connect_timeout_s"), DEFAULT_CONNECT_TIMEOUT_S)
-        self.transfer_timeout_s = whole_seconds(_field(host, "command_timeout_s"), DEFAULT_TRANSFER_TIMEOUT_S)
+        self.transfer_timeout_s = TRANSFER_IDLE_TIMEOUT_S
         self.keepalive_s = keepalive_s
         self._conn: Any = None
         self._mu = threading.RLock()
