@@ -177,6 +177,8 @@ class BundledVerify:
             else:
                 self.bundled_calls += 1
                 return True
+        if reason not in self.reasons:  # once per reason: visible in the service log, never per call
+            log.warning("target verify on SGLang's kernel instead of the bundled one: %s", reason)
         self.reasons[reason] += 1
         if self.fallback is not None:
             return bool(self.fallback(*positional, logit_cap=logit_cap,
