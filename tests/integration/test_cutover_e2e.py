@@ -292,3 +292,15 @@ def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(f
         baseline = json.loads((fleet.standins[h].root / "baseline.json").read_text())
         assert baseline["for_sha"] == sha_seen and baseline["config"].get("verify_kernel") != "bundled", \
             f"{h}: the baseline must have been recorded on the stock kernel"
+
+
+def test_a_canary_latency_regression_beyond_the_spec_bound_rolls_back(fleet):
+    fleet.standins["h1"].control(extra_latency="bundled", extra_latency_ms=60)  # ~20 ms -> ~80 ms
+    code, doc = fleet.approve_run()
+    assert code == 1
+    canary = _steps(doc)["canary"]["h1"]
+    assert canary["status"] == "failed" and canary["metrics"]["outputs_identical"] is True
+    bound = next(g for g in _phase_spec()["steps"][-1]["gates"] if g["metric"] == "latency_ratio")["value"]
+    assert canary["metrics"]["latency_ratio"] > bound
+    assert fleet.snapshot("h1")["backend"] == "stock"
+    assert _host_status(doc)["h2"] == _host_status(doc)["h3"] == "skipped"
