@@ -40,11 +40,17 @@ def graph_workspace(*, max_bs: int, tokens_per_req: int, num_heads: int, kv_indi
         return None
     api = importlib.import_module("kernels.mla_verify.api")
     tiles = importlib.import_module("kernels.mla_verify.tiles")
-    cfg = tiles.DEFAULT_CONFIG[api.device_arch(device)]
+    arch = api.device_arch(device)
+    cfg = tiles.DEFAULT_CONFIG[arch]
     sms = torch.cuda.get_device_properties(device).multi_processor_count
+    # Mirrors mla_verify_fwd's own choice; the split count only grows with kv_indices_numel, so
+    # sizing with the graph's (largest) kv_indices buffer covers every captured call. Should the
+    # kernel's rule change, a too-small workspace makes it raise ValueError and the hook falls
+    # back to SGLang's kernel (logged), never a wrong result.
+    per_sm = tiles.ctas_per_sm(cfg, arch) if hasattr(tiles, "ctas_per_sm") else None
     need = 0
     for bs in range(1, max_bs + 1):
-        splits = api.choose_num_splits(bs, tokens_per_req, num_heads, kv_indices_numel, sms, cfg)
+        splits = api.choose_num_splits(bs, tokens_per_req, num_heads, kv_indices_numel, sms, cfg, per_sm)
         need = max(need, api.workspace_numel(splits, bs * tokens_per_req, num_heads))
     return torch.empty(need, dtype=torch.float32, device=device) if need else None
 
