@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
+from kernels.sglang_plugin.config import VerifyConfig, load_config, record_active
 from kernels.sglang_plugin.verify_hook import BundledVerify
 
 log = logging.getLogger("kernels.sglang_plugin")
@@ -29,6 +30,13 @@ log = logging.getLogger("kernels.sglang_plugin")
 ROUTE_HOOK = "hook"
 ROUTE_FORWARD_EXTEND = "forward_extend"
 ROUTE_NONE = "none"  # not an MLA model: nothing to swap
+
+
+def _record_disabled(error: str) -> None:
+    """The kernel became unusable in this process: active.json must stop claiming it runs."""
+    cfg = load_config()
+    record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, f"bundled kernel disabled: {error}"),
+                  route="disabled")
 
 
 def has_verify_hook(backend: Any) -> bool:
@@ -52,6 +60,7 @@ class BundledVerifyTritonBackend(TritonAttnBackend):
             parent_verify = self.verify_splitkv_fwd
         self.bundled_verify = verify or BundledVerify()
         self.bundled_verify.fallback = parent_verify
+        self.bundled_verify.on_disabled = _record_disabled
         if route is None:
             if not getattr(self, "use_mla", False):
                 route = ROUTE_NONE

@@ -73,8 +73,10 @@ class BundledVerify:
         self,
         kernel_loader: Callable[[], Any] = load_kernel_module,
         fallback: Optional[Callable[..., bool]] = None,
+        on_disabled: Optional[Callable[[str], None]] = None,
     ) -> None:
         self._kernel_loader = kernel_loader
+        self.on_disabled = on_disabled  # told once when the kernel turns out unusable
         self._kernel: Any = None
         self._kernel_error: Optional[str] = None
         self.fallback = fallback
@@ -94,10 +96,18 @@ class BundledVerify:
                         raise AttributeError(f"kernels.mla_verify has no callable {name}")
                 self._kernel = mod
             except Exception as exc:  # any import failure means: stock path, loudly
-                self._kernel_error = f"{type(exc).__name__}: {exc}"
-                log.error("bundled verify kernel unavailable, using SGLang's Triton kernel: %s",
-                          self._kernel_error)
+                self._disable(f"{type(exc).__name__}: {exc}")
         return self._kernel
+
+    def _disable(self, error: str) -> None:
+        """From now on every call goes to SGLang's kernel; say so in the log and to the owner."""
+        self._kernel, self._kernel_error = None, error
+        log.error("bundled verify kernel unavailable, using SGLang's Triton kernel: %s", error)
+        if self.on_disabled is not None:
+            try:
+                self.on_disabled(error)
+            except Exception:  # reporting must never break the service
+                log.exception("on_disabled callback failed")
 
     @property
     def kernel_error(self) -> Optional[str]:
@@ -180,6 +190,9 @@ class BundledVerify:
                 mod.mla_verify_fwd(*positional[:13], **scalars, **extra)
             except ValueError as exc:  # the kernel's argument check: never a wrong result
                 reason = f"kernel refused: {exc}"
+            except (ImportError, OSError, RuntimeError) as exc:  # extension build/load or launch failed
+                self._disable(f"{type(exc).__name__}: {exc}")
+                reason = "kernel unavailable"
             else:
                 self.bundled_calls += 1
                 return True

@@ -369,3 +369,32 @@ def test_the_loader_without_current_leaves_sglang_stock(sglang_ready, tmp_path, 
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_ROOT", str(tmp_path))
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(tmp_path / "verify_backend.json"))
     assert loader.load() is False
+
+
+def test_a_kernel_that_fails_at_run_time_is_disabled_and_active_json_stops_claiming_it(
+        sglang_ready, tmp_path, monkeypatch):
+    import kernels.sglang_plugin as plugin
+
+    cfg = tmp_path / "verify_backend.json"
+    cfg.write_text(json.dumps({"verify_kernel": "bundled", "bundle_sha": "e" * 64}))
+    monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(cfg))
+    assert plugin.register()
+    try:
+        vb = _batch()
+        kernel = RecordingKernel()
+
+        def broken(*a, **k):
+            raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+
+        kernel.mla_verify_fwd = broken
+        sglang_kernel = _wire(vb, kernel)
+        assert json.loads((tmp_path / "active.json").read_text())["verify_kernel"] == "bundled"
+        for _ in range(2):
+            vb.backend.forward_extend(vb.q, vb.k, vb.v, vb.layer, vb.forward_batch)
+        assert len(sglang_kernel.calls) == 2, "both calls answered by SGLang's kernel"
+        assert vb.backend.bundled_verify.reasons == {"kernel unavailable": 2}
+        active = json.loads((tmp_path / "active.json").read_text())
+        assert (active["verify_kernel"], active["route"]) == ("stock", "disabled")
+        assert "no kernel image" in active["reason"]
+    finally:
+        plugin.unregister()
