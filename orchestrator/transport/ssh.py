@@ -280,10 +280,11 @@ class SSHTransport:
         self._raise_if_bad(mk, f"mkdir -p {parent}")
         tmp = posixpath.join(parent, f".{name}.part-{uuid.uuid4().hex[:12]}")
         conn = self._open()
+        sftp = None
         try:
-            sftp = conn.sftp()
-            sftp.get_channel().settimeout(self.transfer_timeout_s)  # put() has no timeout of its own
-            conn.put(str(local_path), remote=tmp, preserve_mode=True)
+            sftp = self._open_sftp(conn)
+            sftp.put(str(local_path), tmp, confirm=True)
+            sftp.chmod(tmp, local_path.stat().st_mode & 0o777)
         except OSError as exc:
             if getattr(exc, "errno", None) in (errno.EACCES, errno.ENOSPC, errno.EDQUOT):
                 self.run(["rm", "-f", "--", tmp], timeout_s=self.connect_timeout_s + 10)
@@ -295,10 +296,24 @@ class SSHTransport:
             self._drop()
             raise HostUnreachable(f"{self.host_name}: upload of {local_path.name} to {self.target} failed: "
                                   f"{type(exc).__name__}: {exc}", host=self.host_name) from None
+        finally:
+            if sftp is not None:
+                _quiet_close(sftp)
         mv = self.run(["mv", "-f", "--", tmp, remote_path], timeout_s=self.connect_timeout_s + 10)
         self._raise_if_bad(mv, f"mv {tmp} {remote_path}")
         return TransferResult(host=self.host_name, remote_path=remote_path, bytes=size,
                               detail=f"uploaded {size} bytes")
+
+    def _open_sftp(self, conn: Any) -> Any:
+        """An SFTP session whose every read and write, the version handshake included, gives
+        up after ``transfer_timeout_s`` idle seconds (Fabric's ``sftp()``/``put()`` have no
+        timeout: a wedged sftp-server would hang the run)."""
+        import paramiko
+
+        chan = conn.transport.open_session(timeout=self.connect_timeout_s)
+        chan.settimeout(self.transfer_timeout_s)
+        chan.invoke_subsystem("sftp")
+        return paramiko.SFTPClient(chan)
 
     def _raise_if_bad(self, r: CommandResult, what: str) -> None:
         if r.lost or r.timed_out:

@@ -250,3 +250,43 @@ def test_lab_teardown_also_ends_commands_orphaned_by_a_dead_listener(own_lab, tm
     assert not _is_live(cmd_pid)
     runner.join(10)
     assert not runner.is_alive()
+
+
+@pytest.mark.parametrize("when", ["handshake", "mid-write"])
+def test_an_upload_to_a_host_that_stops_answering_fails_within_the_idle_bound(own_lab, tmp_path, transports, when):
+    from lab import descendants
+
+    lab = own_lab(1)
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(96 * 1024 * 1024))
+    t = transports(make_host(lab, "h1", tmp_path))
+    t.transfer_timeout_s = 2
+    outcome: dict = {}
+
+    def upload() -> None:
+        try:
+            t.put(big, str(tmp_path / "remote" / "big.bin"))
+            outcome["done"] = True
+        except HostUnreachable as exc:
+            outcome["error"], outcome["at"] = exc, time.monotonic()
+
+    th = threading.Thread(target=upload)
+    th.start()
+    deadline = time.monotonic() + 20
+    sftp: list[int] = []
+    while not sftp:  # the host's sftp-server appears once the upload starts
+        assert time.monotonic() < deadline and th.is_alive(), outcome
+        sftp = [p for p in descendants(lab.host("h1").pid) if "sftp-server" in _cmdline(p)]
+        if when == "mid-write":  # wait until data has landed on the host
+            parts = list((tmp_path / "remote").glob(".big.bin.part-*"))
+            sftp = sftp if parts and parts[0].stat().st_size > 0 else []
+        time.sleep(0.005)
+    os.kill(sftp[0], signal.SIGSTOP)  # wedged: TCP stays open, the sftp-server answers nothing
+    frozen_at = time.monotonic()
+    try:
+        th.join(30)
+    finally:
+        os.kill(sftp[0], signal.SIGCONT)
+    assert "error" in outcome, f"the upload was not stopped: {outcome}"
+    assert "upload of big.bin" in str(outcome["error"])
+    assert outcome["at"] - frozen_at < 2 + 6
