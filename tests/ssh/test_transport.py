@@ -290,3 +290,37 @@ def test_an_upload_to_a_host_that_stops_answering_fails_within_the_idle_bound(ow
     assert "error" in outcome, f"the upload was not stopped: {outcome}"
     assert "upload of big.bin" in str(outcome["error"])
     assert outcome["at"] - frozen_at < 2 + 6
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_host_that_freezes_is_reported_within_the_step_bound(own_lab, tmp_path, transports, when):
+    from lab import descendants
+
+    lab = own_lab(1)
+    t = transports(make_host(lab, "h1", tmp_path, connect_timeout_s=2))
+    assert t.run(["true"], timeout_s=5).ok
+    host_pid = lab.host("h1").pid
+    result: dict = {}
+
+    def step() -> None:
+        result["r"] = t.run(["sh", "-c", "sleep 1; echo late"], timeout_s=2)
+
+    th = threading.Thread(target=step)
+    if when == "during":
+        th.start()
+        time.sleep(0.3)
+    frozen = descendants(host_pid) + [host_pid]
+    for p in frozen:
+        os.kill(p, signal.SIGSTOP)  # the whole host stops: nothing answers, TCP stays up
+    started = time.monotonic()
+    try:
+        if when == "before":
+            th.start()
+        th.join(30)
+        elapsed = time.monotonic() - started
+    finally:
+        for p in frozen:
+            os.kill(p, signal.SIGCONT)
+    r = result["r"]
+    assert not r.ok and (r.timed_out or r.lost) and r.exit_code is None, r
+    assert elapsed < 2 + CLIENT_GRACE_S + 3, elapsed
