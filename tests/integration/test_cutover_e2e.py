@@ -259,11 +259,10 @@ def test_orchestrator_rollback_restores_every_host(fleet):
     assert any(a["decision"] == "approved" and "rollback" in json.dumps(a) for a in fleet.audit())
 
 
-def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(fleet):
-    sha_seen = None
-    # slow restarts so the kill lands inside the rollout
+def _kill_after_host_2_switch(fleet) -> dict:
+    """Start an approved run, SIGKILL the whole orchestrator once h2's `current` exists."""
     for s in fleet.standins.values():
-        s.control(startup_delay_s=1.5)
+        s.control(startup_delay_s=1.5)  # slow restarts so the kill lands inside the rollout
     digest = fleet.digest("plan", "3")
     proc = subprocess.Popen(fleet.argv("run", "3", "--json", "--approve", digest), env=fleet.env(),
                             cwd=fleet.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -281,6 +280,11 @@ def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(f
     assert mid["h2"]["current"] is not None, "the kill was meant to land after host 2's switch"
     state = json.loads((fleet.state / "state.json").read_text())
     assert state["phases"]["3"]["hosts"]["h2"]["status"] != "completed", "state must not claim h2 is done"
+    return mid
+
+
+def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(fleet):
+    _kill_after_host_2_switch(fleet)
     code, doc = fleet.cli("run", "3", "--json", "--approve", fleet.digest("plan", "3"))
     steps = _steps(doc)
     assert code == 0, {h: (r or {}).get("reason") for h, r in steps["canary"].items()}
@@ -292,6 +296,18 @@ def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(f
         baseline = json.loads((fleet.standins[h].root / "baseline.json").read_text())
         assert baseline["for_sha"] == sha_seen and baseline["config"].get("verify_kernel") != "bundled", \
             f"{h}: the baseline must have been recorded on the stock kernel"
+
+
+def test_sigkill_mid_cutover_then_orchestrator_rollback_restores_every_host(fleet):
+    _kill_after_host_2_switch(fleet)
+    code, doc = fleet.cli("rollback", "3", "--json", "--approve", fleet.digest("rollback", "3", "--dry-run"))
+    assert code == 0, doc
+    for h in HOSTS:
+        snap = fleet.snapshot(h)
+        assert snap["current"] is None and snap["backend"] == "stock", h
+        # h3 was never switched, so rollback left it as it was (no config at all)
+        assert (snap["config"] or {}).get("verify_kernel", "stock") == "stock", h
+    assert fleet.snapshot("h3")["config"] is None
 
 
 def test_a_canary_latency_regression_beyond_the_spec_bound_rolls_back(fleet):
