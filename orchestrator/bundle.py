@@ -133,6 +133,7 @@ tar=$1 dir=$2 sha=$3
 got=$(sha256sum < "$tar"); got=${got%% *}
 [ "$got" = "$sha" ] || { echo "tarball hash on host is $got, expected $sha" >&2; exit 11; }
 tmp="$dir.unpack.$$"
+trap 'rm -rf -- "$tmp"' EXIT  # a failed or killed unpack leaves nothing half-written behind
 rm -rf -- "$tmp"
 mkdir -p -- "$tmp"
 tar -xzf "$tar" -C "$tmp" --no-same-owner

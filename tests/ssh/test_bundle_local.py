@@ -30,3 +30,17 @@ def test_local_ship_verify_and_switch(tmp_path, host):
     assert switch_current(t, host, bundle.sha256).current == bundle.sha256
     assert os.readlink(Path(host.remote_root, "current")) == f"bundles/{bundle.sha256}"
     assert read_pointers(t, host).previous is None
+
+
+def test_a_failed_unpack_leaves_no_temporary_tree(tmp_path, host):
+    import hashlib
+
+    from orchestrator.bundle import Bundle, BundleError
+
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a gzip stream")
+    bad = Bundle(sha256=hashlib.sha256(junk.read_bytes()).hexdigest(), path=junk, files=1, size_bytes=17)
+    with pytest.raises(BundleError, match="local: bundle unpack failed"):
+        ship_bundle(LocalTransport("local"), bad, host)
+    bundles = Path(host.remote_root, "bundles")
+    assert sorted(p.name for p in bundles.iterdir()) == [f"{bad.sha256}.tar.gz"], "no .unpack.* tree left"
