@@ -19,21 +19,43 @@ import sys
 import types
 
 
+#: Submodules SGLang imports inside ``try: ... except ImportError`` with its own fallback
+#: (e.g. ``get_scalar_types`` in ``layers/quantization/utils.py``): the shim refuses them so
+#: SGLang takes that documented path instead of reading attributes of a shim.
+_REFUSED = {"sgl_kernel.scalar_type"}
+
+
+class _Unavailable:
+    """A name served by the shim: raises when called; its attributes are shims too
+    (module-level code such as ``x.y.z`` in a list must import, nothing may run)."""
+
+    def __init__(self, qual: str) -> None:
+        self._qual = qual
+        self.__name__ = qual.rsplit(".", 1)[-1]
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self._qual} called, but sgl_kernel is only an import shim on this machine")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Unavailable(f"{self._qual}.{name}")
+
+    def __repr__(self) -> str:
+        return f"<sgl_kernel import shim: {self._qual}>"
+
+
 class _ShimModule(types.ModuleType):
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        qual = f"{self.__name__}.{name}"
-
-        def unavailable(*args, **kwargs):
-            raise RuntimeError(f"{qual} called, but sgl_kernel is only an import shim on this machine")
-
-        unavailable.__name__ = name
-        return unavailable
+        return _Unavailable(f"{self.__name__}.{name}")
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in _REFUSED:
+            return None
         if fullname == "sgl_kernel" or fullname.startswith("sgl_kernel."):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
