@@ -152,10 +152,12 @@ def test_cold_start_ratio_is_measured_and_printed(capsys):
 
 
 def test_readme_test_command_is_byte_identical_to_ci():
+    """.ci/run runs exactly the README's test command: the line after its marker comment."""
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text().splitlines()
-    cmd = "python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e '.[test]' && .venv/bin/python -m pytest -q"
-    assert cmd in ci
+    cmd = ci[ci.index("# README test command (keep identical):") + 1]
+    assert cmd.startswith("python3 -m venv .venv && ") and cmd.endswith("python -m pytest -q")
+    assert "torch==2.13.0" in cmd  # CI pins the CPU build that lies on local disk
     assert f"\n{cmd}\n" in readme
 
 
