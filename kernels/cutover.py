@@ -21,6 +21,8 @@ Stdlib only; never imports ``orchestrator``.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import os
 import re
@@ -32,6 +34,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,6 +55,9 @@ BASELINE_NAME = "baseline.json"
 DEFAULT_HEALTH_TIMEOUT_S = 600.0
 LOADER_DIR = Path(__file__).resolve().parent / "sglang_plugin" / "service_package"
 LOADER_DIST = "orchestrator-mla-verify-loader"
+LOADER_VERSION = "1.0.0"
+LOADER_MODULE = "mla_verify_loader"
+LOADER_ENTRY_POINT = "orchestrator_mla_verify = mla_verify_loader:load"
 PLUGIN_GROUP = "sglang.srt.plugins"
 
 #: The fixed canary prompt set: short, varied, deterministic under greedy decoding.
@@ -468,31 +474,60 @@ def _probe_script() -> str:
     )
 
 
+def build_loader_wheel(source: Path, out_dir: Path, root: Path) -> Path:
+    """Pack the loader package (``root.json`` baked in) as a py3-none-any wheel, stdlib only.
+
+    Built here rather than by pip from source so the service environment needs pip alone (no
+    setuptools/wheel, no network). Name, version and entry point are the ones its
+    pyproject.toml declares (a test keeps them equal).
+    """
+    pkg = source / LOADER_MODULE
+    if not (pkg / "__init__.py").is_file():
+        raise CheckFailed(f"{source}: no {LOADER_MODULE}/__init__.py (the plugin's service package)")
+    dist_info = f"{LOADER_DIST.replace('-', '_')}-{LOADER_VERSION}.dist-info"
+    files: dict[str, bytes] = {
+        f"{LOADER_MODULE}/__init__.py": (pkg / "__init__.py").read_bytes(),
+        f"{LOADER_MODULE}/root.json": (json.dumps({"remote_root": str(root)}, indent=2) + "\n").encode(),
+        f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: {LOADER_DIST}\nVersion: {LOADER_VERSION}\n"
+                                  "Summary: Loads the orchestrator's bundled MLA verify kernel into SGLang\n").encode(),
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kernels.cutover\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist_info}/entry_points.txt": f"[{PLUGIN_GROUP}]\n{LOADER_ENTRY_POINT}\n".encode(),
+        f"{dist_info}/top_level.txt": f"{LOADER_MODULE}\n".encode(),
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    wheel = out_dir / f"{LOADER_DIST.replace('-', '_')}-{LOADER_VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    return wheel
+
+
 def verb_stage(args: argparse.Namespace) -> dict[str, Any]:
-    """pip install --no-deps the loader package (root baked in) into the service python."""
+    """pip install --no-deps the loader wheel (root baked in) into the service python."""
     root = _root(args)
     py = args.service_python
     if shutil.which(py) is None and not os.access(py, os.X_OK):
         raise CheckFailed(f"--service-python {py}: not found or not executable")
-    source = Path(args.package_dir)
-    if not (source / "pyproject.toml").is_file():
-        raise CheckFailed(f"{source}: no pyproject.toml (the plugin's service package)")
     with tempfile.TemporaryDirectory(prefix="mla-verify-stage-") as tmp:
-        pkg = Path(tmp) / "pkg"
-        shutil.copytree(source, pkg, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        atomic_write_json(pkg / "mla_verify_loader" / "root.json", {"remote_root": str(root)})
-        cmd = [py, "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation",
-               "--force-reinstall", "--disable-pip-version-check", "--no-input", "-q"]
+        wheel = build_loader_wheel(Path(args.package_dir), Path(tmp), root)
+        cmd = [py, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
+               "--disable-pip-version-check", "--no-input", "-q"]
         if args.target:
             cmd += ["--target", args.target, "--upgrade"]
-        cmd.append(str(pkg))
+        cmd.append(str(wheel))
         try:
             proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=args.pip_timeout, check=False)
         except subprocess.TimeoutExpired:
             raise CheckFailed(f"pip install ran past {args.pip_timeout}s") from None
         if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            lines = (proc.stderr + proc.stdout).strip().splitlines()
+            tail = [ln.strip() for ln in lines if "error" in ln.lower()][-2:] or lines[-2:]
             raise CheckFailed(f"pip install into {py} failed (exit {proc.returncode}): {' | '.join(tail)}")
     env = dict(os.environ)
     if args.target:

@@ -332,3 +332,38 @@ def test_canary_fails_when_the_service_was_not_restarted_after_the_switch(standi
     rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url)
     assert rc == 1 and doc["kernel_active"] is False
     assert doc["active"]["verify_kernel"] == "stock"
+
+
+def test_stage_into_a_bare_service_venv_needs_pip_only(tmp_path, cutover):
+    """The real path (no --target): a venv without setuptools or wheel gets the loader."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "svc"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)
+    py = venv / "bin" / "python"
+    probe = subprocess.run([str(py), "-c", "import pip"], capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip("the base interpreter has no pip to lend the bare venv")
+    root = tmp_path / "root"
+    root.mkdir()
+    rc, doc = cutover("stage", "--root", str(root), "--service-python", str(py), timeout=300)
+    assert rc == 0, doc
+    out = subprocess.run([str(py), "-c", "import mla_verify_loader as m; print(m.find_root())"],
+                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == str(root)
+
+
+def test_the_built_wheel_matches_the_service_packages_pyproject():
+    import tomllib
+    from pathlib import Path
+
+    from kernels import cutover
+
+    doc = tomllib.loads((Path(cutover.LOADER_DIR) / "pyproject.toml").read_text())
+    assert doc["project"]["name"] == cutover.LOADER_DIST
+    assert doc["project"]["version"] == cutover.LOADER_VERSION
+    [(name, value)] = doc["project"]["entry-points"][cutover.PLUGIN_GROUP].items()
+    assert f"{name} = {value}" == cutover.LOADER_ENTRY_POINT
+    assert doc["tool"]["setuptools"]["packages"] == [cutover.LOADER_MODULE]
