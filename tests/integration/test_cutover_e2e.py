@@ -1,10 +1,10 @@
 """Phase 3 end to end: the orchestrator CLI, real sshd hosts (tests/ssh/lab.py) and one SGLang
 STAND-IN server per host, started by each host's inventory restart command.
 
-The phase is phases/3-integration.yaml with three test-only edits: no ``requires`` (phases 0-2
-need a GPU), no probe/stage steps (they inspect and install into the service python, here the
-shared test interpreter; the verbs are tested in test_cutover_verbs.py), a short restart health
-timeout, and waves of one host so "host 2 of 3" is its own wave.
+The phase is phases/3-integration.yaml with test-only edits: no ``requires`` (phases 0-2 need a
+GPU), no probe step (it needs sglang in the service python; tested in test_probe.py), a short
+restart health timeout, and waves of one host so "host 2 of 3" is its own wave. The real stage
+step runs: each host's service python is its own bare venv (pip only), where the loader lands.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _phase_spec() -> dict:
     spec = yaml.safe_load((REPO / "phases" / "3-integration.yaml").read_text())
     spec["requires"] = None
     spec["waves"] = [1, 1]
-    spec["steps"] = [s for s in spec["steps"] if s["id"] not in ("probe", "stage")]
+    spec["steps"] = [s for s in spec["steps"] if s["id"] != "probe"]
     for s in spec["steps"] + spec["rollback_steps"]:
         if s["id"] in ("restart", "rollback"):
             s["command"] = s["command"] + ["--health-timeout", HEALTH_TIMEOUT_S]
@@ -61,13 +61,19 @@ class Fleet:
         remote = tmp / "remote"
         doc = lab_mod.inventory_doc(lab, remote, connect_timeout_s=5)
         self.standins: dict[str, Standin] = {}
+        self.service_pythons: dict[str, Path] = {}
         for h in doc["hosts"]:
             root = Path(h["remote_root"])
             root.mkdir(parents=True)
             s = Standin(root, free_port())
             self.standins[h["name"]] = s
+            venv = tmp / "service-venvs" / h["name"]
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+                           check=True, timeout=120)
+            self.service_pythons[h["name"]] = venv / "bin" / "python"
             h["service"] = {"restart": s.restart_argv, "health_url": s.health_url,
-                            "generate_url": s.generate_url, "python": sys.executable, "health_timeout_s": 10}
+                            "generate_url": s.generate_url, "python": str(venv / "bin" / "python"),
+                            "health_timeout_s": 10}
         self.inventory = tmp / "inventory.yaml"
         self.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
         for s in self.standins.values():
@@ -178,6 +184,12 @@ def test_approved_cutover_goes_canary_first_then_the_rest(fleet):
         assert steps["canary"][h]["metrics"]["outputs_identical"] is True
         active = json.loads((fleet.standins[h].root / "active.json").read_text())
         assert (active["verify_kernel"], active["bundle_sha"], active["pid"]) == ("bundled", sha, snap["pid"])
+    for h in HOSTS:  # the stage step put the loader into each host's service python
+        assert steps["stage"][h]["status"] == "completed"
+        out = subprocess.run([str(fleet.service_pythons[h]), "-c",
+                              "import mla_verify_loader as m; print(m.find_root())"],
+                             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        assert out.stdout.strip() == str(fleet.standins[h].root), out.stderr
     # canary host first: h1's canary finished before h2 was switched; h2 before h3 (waves of 1)
     assert steps["canary"]["h1"]["finished_at"] <= steps["switch"]["h2"]["started_at"]
     assert steps["canary"]["h2"]["finished_at"] <= steps["switch"]["h3"]["started_at"]
