@@ -10,6 +10,11 @@ whose sha256 matches) and ``bundles/<sha>/`` (unpacked, with ``.sha256`` and a `
 of every file's sha256), and re-check both on the host each time they are called.
 :func:`switch_current` moves the ``current`` / ``previous`` symlinks with symlink + rename.
 Damaged trees are moved aside as ``<sha>.damaged.<pid>``, never deleted.
+
+The engine packs once per command (:func:`pack_bytes`), writes those bytes with
+:func:`write_bundle`, re-hashes the file (:func:`file_sha256`) before shipping, and calls
+:func:`ship_bundle` before a host's first step of each phase and :func:`verify_on_host` before
+every later step (plans/0001 section 9).
 """
 from __future__ import annotations
 
@@ -78,20 +83,38 @@ def pack_bytes(source_root: Path, package: str = "kernels") -> tuple[bytes, int]
     return gz.getvalue(), len(files)
 
 
-def build_bundle(source_root: Path, out_dir: Path, package: str = "kernels") -> Bundle:
-    """Pack ``source_root/package`` into ``out_dir/<sha>.tar.gz`` (atomic write) and describe it."""
-    data, count = pack_bytes(source_root, package)
+def write_bundle(data: bytes, files: int, out_dir: Path) -> Bundle:
+    """Write packed bytes (from :func:`pack_bytes`) to ``out_dir/<sha>.tar.gz`` atomically
+    (temp file, fsync, rename) unless a file with exactly these bytes is already there."""
     sha = hashlib.sha256(data).hexdigest()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{sha}.tar.gz"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    return Bundle(sha256=sha, path=path, files=count, size_bytes=len(data))
+    if not (path.is_file() and file_sha256(path) == sha):
+        tmp = out_dir / f".{sha}.tar.gz.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return Bundle(sha256=sha, path=path, files=files, size_bytes=len(data))
+
+
+def build_bundle(source_root: Path, out_dir: Path, package: str = "kernels") -> Bundle:
+    """Pack ``source_root/package`` into ``out_dir/<sha>.tar.gz`` (atomic write) and describe it."""
+    data, count = pack_bytes(source_root, package)
+    return write_bundle(data, count, out_dir)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes (the local tarball, re-checked before it is shipped)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def bundle_sha(source_root: Path, package: str = "kernels") -> str:

@@ -5,9 +5,16 @@ and an optional ``notify`` callback, and renders the returned :class:`RunReport`
 
 **Lifecycle of ``run``**: plan (no connection) -> refuse spec/inventory problems (exit 3) ->
 take the state lock (exit 6 if held) -> mark steps of a dead run ``interrupted`` -> check
-``--approve`` up front when not interactive -> per phase, in order: predecessor check, approval
-(before any step of a phase that has approval steps, so a refusal changes nothing), steps
-(persisting after every transition), rollback on hosts where a step failed -> release the lock.
+``--approve`` up front when not interactive -> per phase, in order: predecessor check, ``kernels/``
+still packs to this command's bundle (else StateConflict, exit 6), approval (before any step of a
+phase that has approval steps, so a refusal changes nothing) and the same check again, steps
+(persisting after every transition; the bundle is shipped/hash-checked on the host before each,
+see :meth:`StepRunner._bundle_dir`), rollback on hosts where a step failed -> release the lock.
+
+**One bundle per command**: ``kernels/`` is packed once (:meth:`Engine._pack`); its sha256 is
+used for the digest, the approval summary, state and the hosts, and the same bytes are written
+to ``<state_dir>/bundles/<sha>.tar.gz`` the first time a host needs them
+(:meth:`Engine.shipping_bundle`).
 
 **Placement**: ``local`` steps run once on this machine (recorded under host ``@local``; a
 failure fails the phase on every host); ``each_host`` steps run on all active hosts in parallel
@@ -32,8 +39,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from orchestrator.approval import ApprovalSummary, Approver, AuditLog, NonInteractive, check_token, evidence_lines
-from orchestrator.errors import (ApprovalError, ExitCode, Interrupted, OrchestratorError, SpecError, StepFailed,
-                                 UsageError)
+from orchestrator.errors import (ApprovalError, ExitCode, Interrupted, OrchestratorError, SpecError, StateConflict,
+                                 StepFailed, UsageError)
 from orchestrator.execution import BAD, Event, StepRunner, aggregate_status, ensure_bundle_on_host
 from orchestrator.inventory import Host, Inventory
 from orchestrator.paths import project_root
@@ -82,23 +89,70 @@ class Engine(StepRunner):
         self.transport_factory = transport_factory
         self.notify = notify or (lambda e: None)
         self.root = bundle_root or project_root()
-        self._bundle_sha: str | None = None
+        self._packed: tuple[str, bytes, int] | None = None  # (sha256, tar.gz bytes, files): packed once
         self._mu = threading.RLock()
         self._stop = threading.Event()
         self._transports: dict[str, Transport] = {}
-        self._bundle_dirs: dict[str, str] = {}
-        self._bundle_obj: Any = None
+        self._bundle_dirs: dict[tuple[str, int], str] = {}
+        self._bundle_obj: Any = None  # the Bundle written from self._packed (first time it is needed)
+        self._run_warnings: list[str] = []
         self._touched = False
         self._approved: dict[int, str] = {}
 
-    # ------------------------------------------------------------------ planning
+    # ------------------------------------------------------------------ the one bundle of this command
+    def _pack(self) -> tuple[str, bytes, int]:
+        """Pack ``kernels/`` once per command: these bytes are what the plan digest, the approval
+        summary and every host get (plans/0001 section 9, "one bundle per command")."""
+        with self._mu:
+            if self._packed is None:
+                import hashlib
+
+                from orchestrator.bundle import pack_bytes
+
+                data, files = pack_bytes(self.root)
+                self._packed = (hashlib.sha256(data).hexdigest(), data, files)
+            return self._packed
+
     @property
     def bundle_sha(self) -> str:
-        if self._bundle_sha is None:
-            from orchestrator.bundle import bundle_sha
+        """sha256 of this command's bundle (computed once; planning writes nothing)."""
+        return self._pack()[0]
 
-            self._bundle_sha = bundle_sha(self.root)
-        return self._bundle_sha
+    def shipping_bundle(self) -> Any:
+        """The :class:`~orchestrator.bundle.Bundle` that is shipped: the packed bytes of this
+        command, written once (atomically) to ``<state_dir>/bundles/<sha>.tar.gz``. The file is
+        re-hashed before every shipment; a different hash raises StateConflict (exit 6)."""
+        from orchestrator.bundle import file_sha256, write_bundle
+
+        sha, data, files = self._pack()
+        with self._mu:
+            if self._bundle_obj is None:
+                self._bundle_obj = write_bundle(data, files, self.state_dir / "bundles")
+            b = self._bundle_obj
+        try:
+            got = file_sha256(b.path)
+        except OSError as exc:
+            got = f"unreadable ({exc.strerror})"
+        if b.sha256 != sha or got != sha:
+            raise StateConflict(f"bundle changed during this run: the planned and approved bundle is {sha} but "
+                                f"{b.path} now hashes to {got if b.sha256 == sha else b.sha256}; nothing more is shipped",
+                                hint="run the command again: it packs kernels/ anew and shows a new plan and digest")
+        return b
+
+    def check_source_unchanged(self, when: str) -> None:
+        """Re-pack ``kernels/`` and compare with this command's bundle; StateConflict (exit 6,
+        naming both hashes) when it changed: local hosts run in the checkout, and a run must not
+        go on with code other than the bundle it planned and had approved."""
+        from orchestrator.bundle import bundle_sha
+
+        sha = self.bundle_sha
+        now = bundle_sha(self.root)
+        if now != sha:
+            raise StateConflict(f"kernels/ under {self.root} changed during this run ({when}): the planned and approved "
+                                f"bundle is {sha} but kernels/ now packs to {now}; nothing more is run",
+                                hint="run the command again: it packs kernels/ anew and shows a new plan and digest")
+
+    # ------------------------------------------------------------------ planning
 
     def select(self, phase_keys: list[str], all_phases: bool) -> list[LoadedPhase]:
         if all_phases:
@@ -184,6 +238,12 @@ class Engine(StepRunner):
                 report.exit_code = int(ExitCode.INTERRUPTED)
                 raise Interrupted("interrupted: in-progress steps recorded as 'interrupted'",
                                   hint="run the same command again to resume") from None
+            except StateConflict as exc:  # the bundle changed under the run: stop, record why (exit 6)
+                self._stop.set()
+                with self._mu:
+                    state.mark_interrupted(f"stopped: {exc.message}")
+                report.exit_code = int(exc.exit_code)
+                raise
             finally:
                 self._close_transports()
                 if self._touched:
@@ -192,6 +252,7 @@ class Engine(StepRunner):
                         state.last_run.exit_code = report.exit_code if report.exit_code else self._exit_for(report)
                     with self._mu:
                         self.store.save(state)
+            report.warnings += [w for w in self._run_warnings if w not in report.warnings]
             report.exit_code = self._exit_for(report)
             return report
 
@@ -232,8 +293,10 @@ class Engine(StepRunner):
                 self.notify(Event(kind="message", phase=spec.label, message="up to date (passed with this bundle and "
                                                                              "spec); --yes re-runs it"))
                 return None
+        self.check_source_unchanged(f"before phase {spec.label}")
         if spec.needs_approval:
             self._approve(lp, hosts, state, opts, approver, plan, start_digests)
+            self.check_source_unchanged(f"after the approval of phase {spec.label}")
         self.notify(Event(kind="phase_started", phase=spec.label, message=f"{spec.title} ({len(hosts)} hosts)"))
         resume = {a.host for a in pplan.actions if a.action == "resume"}
         with self._mu:
@@ -430,6 +493,7 @@ class Engine(StepRunner):
                                   command=opts.command)
             for lp in selected:
                 self._approved[lp.spec.id] = digest
+            self.check_source_unchanged("after the approval of the rollback")
             run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6] + "-rollback"
             report = RunReport(plan=plan, run_id=run_id)
             try:

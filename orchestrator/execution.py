@@ -16,12 +16,13 @@ from pydantic import BaseModel
 
 from orchestrator import facts
 from orchestrator.approval import AuditLog
-from orchestrator.errors import HostUnreachable, OrchestratorError
+from orchestrator.errors import HostUnreachable, OrchestratorError, StateConflict
 from orchestrator.inventory import Host, Inventory
 from orchestrator.outcome import interpret
-from orchestrator.planner import CONTROLLER, display_command, host_values, render_step, waves_for
+from orchestrator.planner import CONTROLLER, display_command, host_values, render_step, ship_action, waves_for
 from orchestrator.specs import LoadedPhase, Placement, Step
-from orchestrator.state import HostStepResult, PhaseRecord, RunState, StateStore, Status, StepRecord, utcnow
+from orchestrator.state import (BundleEvidence, HostPhase, HostStepResult, PhaseRecord, RunState, StateStore, Status,
+                                StepRecord, utcnow)
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory
 from orchestrator.transport.local import LocalTransport, terminate_all
@@ -45,14 +46,13 @@ class Event(BaseModel):
 
 
 def ensure_bundle_on_host(transport: Transport, bundle: Any, host: Host) -> str:
-    """The bundle hook (``orchestrator.bundle.ensure_on_host``), looked up when first needed."""
+    """Ship and verify ``bundle`` on ``host`` (``orchestrator.bundle.ship_bundle``); the remote dir.
+
+    Kept for callers outside the engine; the engine itself uses :meth:`StepRunner._bundle_dir`,
+    which also re-checks the bundle on the host before every step and records what it did."""
     from orchestrator import bundle as bundle_mod
 
-    hook = getattr(bundle_mod, "ensure_on_host", None)
-    if hook is None:
-        raise HostUnreachable(f"host {host.name}: cannot ship the bundle (orchestrator.bundle.ensure_on_host "
-                              "is not available yet)", host=host.name, hint="issue 4 adds it; --dry-run works")
-    return str(hook(transport, bundle, host))
+    return bundle_mod.ship_bundle(transport, bundle, host).remote_dir
 
 
 def aggregate_status(sr: StepRecord) -> Status:
@@ -81,8 +81,9 @@ class StepRunner:
     _mu: threading.RLock
     _stop: threading.Event
     _transports: dict[str, Transport]
-    _bundle_dirs: dict[str, str]
-    _bundle_obj: Any
+    _bundle_dirs: dict[tuple[str, int], str]  # (host, phase id) -> remote bundle dir shipped in this command
+    _run_warnings: list[str]
+    shipping_bundle: Callable[[], Any]  # Engine.shipping_bundle: the one Bundle of this command
     _approved: dict[int, str]  # phase id -> the digest approved in this run
     audit: AuditLog
 
@@ -210,28 +211,106 @@ class StepRunner:
                 self._transports[key] = t
         return t
 
-    def _bundle_dir(self, host: Host | None, transport: Transport, *, place_locally: bool = False) -> str:
-        """The step cwd / ``{bundle_dir}``: the checkout for local hosts (and the controller), the
-        shipped ``<remote_root>/bundles/<sha>`` for ssh hosts (hook called once per host per run).
+    def _bundle_dir(self, host: Host | None, transport: Transport, lp: LoadedPhase, step: Step,
+                    state: RunState) -> str:
+        """The step cwd / ``{bundle_dir}``, with the bundle hash-checked on the host before this use.
 
-        With ``place_locally`` (phases that change a service: cut-over verbs point ``current`` at
-        ``<remote_root>/bundles/<sha>``) a local host also gets the bundle unpacked there, through
-        the same hook; its commands still run in the checkout.
+        The controller and local hosts run in the checkout. An ssh host (and, in a phase that
+        changes a service, a local host too: the cut-over verbs point ``current`` at
+        ``<remote_root>/bundles/<sha>``; its commands still run in the checkout) gets:
+
+        - before its first step of each phase: ``ship_bundle`` (one host-side check; upload only
+          when the host has no tarball with this sha256; re-unpack a missing or damaged tree,
+          recorded as ``repaired`` with a warning; ends with a check that must say ``ok``);
+        - before every later step of that phase: ``verify_on_host`` (one round trip); anything but
+          ``ok`` fails the host with a BundleError naming the verdict. A rollback step instead
+          repairs the tree (recorded) so that it can still run from the approved bytes.
+
+        What happened is recorded in the phase record as ``hosts[<host>].bundle``.
         """
-        if host is None or (host.is_local and not place_locally):
+        if host is None or (host.is_local and not lp.spec.needs_approval):
             return str(self.root)
-        with self._mu:
-            known = self._bundle_dirs.get(host.name)
-        if known is None:
-            with self._mu:
-                if self._bundle_obj is None:
-                    from orchestrator.bundle import build_bundle
+        from orchestrator import bundle as bundle_mod
 
-                    self._bundle_obj = build_bundle(self.root, self.state_dir / "bundles")
-            known = ensure_bundle_on_host(transport, self._bundle_obj, host)
+        key = (host.name, lp.spec.id)
+        with self._mu:
+            known = self._bundle_dirs.get(key)
+        is_rollback = step in lp.spec.rollback_steps
+        if known is None:
+            shipped = self._ship(bundle_mod, transport, host, lp, state, fresh=True)
             with self._mu:
-                self._bundle_dirs[host.name] = known
+                self._bundle_dirs[key] = shipped
+            return str(self.root) if host.is_local else shipped
+        bundle = self.shipping_bundle()
+        try:
+            verdict = bundle_mod.verify_on_host(transport, bundle, host)
+        except OrchestratorError as exc:
+            self._record_check(lp, host, state, f"error: {exc.message}", ok=False)
+            raise
+        self._record_check(lp, host, state, verdict, ok=verdict == "ok")
+        if verdict != "ok":
+            if is_rollback:
+                self._ship(bundle_mod, transport, host, lp, state, fresh=False)
+            else:
+                raise bundle_mod.BundleError(
+                    f"{host.name}: bundle {bundle.short} failed its hash check on the host before step {step.id} "
+                    f"of phase {lp.spec.label} ({verdict}): {known} no longer matches the manifest written when "
+                    "it was unpacked (a file was edited, removed or replaced on the host); not repaired mid-phase: "
+                    f"`orchestrator run {lp.spec.id}` re-checks it and re-unpacks it from the verified tarball",
+                    host=host.name, phase=lp.spec.label)
         return str(self.root) if host.is_local else known
+
+    def _host_phase(self, lp: LoadedPhase, host: Host, state: RunState) -> HostPhase | None:
+        rec = state.phase(lp.spec.id)
+        if rec is None:
+            return None
+        return rec.hosts.setdefault(host.name, HostPhase())
+
+    def _ship(self, bundle_mod: Any, transport: Transport, host: Host, lp: LoadedPhase, state: RunState, *,
+              fresh: bool) -> str:
+        """``ship_bundle`` on ``host`` and record it (``fresh``: the first use in this phase)."""
+        bundle = self.shipping_bundle()
+        remote_dir = ship_action(host, bundle.sha256).remote_dir
+        with self._mu:
+            hp = self._host_phase(lp, host, state)
+            ev = hp.bundle if hp is not None and hp.bundle is not None and not fresh else \
+                BundleEvidence(sha256=bundle.sha256, remote_dir=remote_dir)
+            if hp is not None:
+                hp.bundle = ev
+        try:
+            shipped = bundle_mod.ship_bundle(transport, bundle, host)
+        except OrchestratorError as exc:
+            with self._mu:
+                ev.verified, ev.last_check, ev.checked_at = False, f"error: {exc.message}", utcnow()
+                ev.checks += 1
+            raise
+        repaired = shipped.found not in ("ok", "absent")
+        with self._mu:
+            ev.remote_dir = shipped.remote_dir
+            ev.uploaded = ev.uploaded or shipped.uploaded
+            ev.unpacked = ev.unpacked or shipped.unpacked
+            ev.repaired = ev.repaired or repaired
+            ev.found = shipped.found if fresh or not ev.found else ev.found
+            ev.verified, ev.last_check, ev.checked_at = shipped.verified, "ok" if shipped.verified else "failed", utcnow()
+            ev.checks += 1
+            ev.ship_duration_s = shipped.duration_s
+        if repaired:
+            msg = (f"{host.name}: bundle {bundle.short} failed its hash check on the host before phase "
+                   f"{lp.spec.label} ({shipped.found}); "
+                   + ("re-uploaded and " if shipped.uploaded else "")
+                   + f"re-unpacked from the verified tarball (the damaged tree is kept as {bundle.sha256}.damaged.<pid>)")
+            with self._mu:
+                self._run_warnings.append(msg)
+            self.notify(Event(kind="warning", phase=lp.spec.label, host=host.name, message=msg))
+        return shipped.remote_dir
+
+    def _record_check(self, lp: LoadedPhase, host: Host, state: RunState, verdict: str, *, ok: bool) -> None:
+        with self._mu:
+            hp = self._host_phase(lp, host, state)
+            if hp is None or hp.bundle is None:
+                return
+            hp.bundle.checks += 1
+            hp.bundle.verified, hp.bundle.last_check, hp.bundle.checked_at = ok, verdict, utcnow()
 
     def _audit_transition(self, lp: LoadedPhase, step: Step, host: str, decision: str, detail: str) -> None:
         """Append a step transition to the audit log when the step changes a service (a step of a
@@ -258,7 +337,7 @@ class StepRunner:
         self._audit_transition(lp, step, name, "step_started", "")
         try:
             transport = self._transport(host)
-            values["bundle_dir"] = self._bundle_dir(host, transport, place_locally=lp.spec.needs_approval)
+            values["bundle_dir"] = self._bundle_dir(host, transport, lp, step, state)
             cwd = values["bundle_dir"] or str(self.root)
             if step.builtin == "facts":
                 r.command = f"<builtin:facts> ({values['python']})"
@@ -276,6 +355,15 @@ class StepRunner:
             r.status, r.reason, r.metrics, r.gates = outcome.status, outcome.reason, outcome.metrics, outcome.gates
         except HostUnreachable as exc:
             r.status, r.reason = Status.failed, f"unreachable: {exc.message}"
+        except StateConflict as exc:  # the bundle changed under this run: record it, then stop the run (exit 6)
+            r.status, r.reason, r.finished_at = Status.failed, exc.message, utcnow()
+            self._stop.set()
+            with self._mu:
+                sr.hosts[name] = r
+                sr.status = aggregate_status(sr)
+                sr.reason = r.reason
+                self.store.save(state)
+            raise
         except OrchestratorError as exc:  # spec problems, bundle errors (BundleError) ...
             r.status, r.reason = Status.failed, exc.message
         except Exception as exc:  # noqa: BLE001 - a transport bug must not leave the step in_progress

@@ -92,6 +92,20 @@ class PlannedStep(BaseModel):
     commands: list[PlannedCommand] = Field(default_factory=list)
 
 
+class PlannedShip(BaseModel):
+    """The bundle action on one host before the phase's steps (no connection is made to plan it):
+    one host-side hash check (``orchestrator.bundle.check_argv``); the tarball is uploaded only
+    when the host has no copy with this sha256, and unpacked (``unpack_argv``) when the tree is
+    missing or differs from its manifest; the check is repeated before every later step."""
+
+    host: str
+    action: str = "ship"
+    sha256: str
+    remote_dir: str  # <remote_root>/bundles/<sha>
+    tarball: str  # <remote_root>/bundles/<sha>.tar.gz
+    display: str  # "ship <sha12> -> <remote_dir>"
+
+
 class HostAction(BaseModel):
     host: str
     action: str  # run | resume | up_to_date | refused
@@ -111,6 +125,7 @@ class PhasePlan(BaseModel):
     digest: str
     hosts: list[str]
     actions: list[HostAction]
+    bundle: list[PlannedShip] = Field(default_factory=list)  # ssh hosts (and local ones in service-changing phases)
     steps: list[PlannedStep]
     rollback_steps: list[PlannedStep]
     problems: list[str] = Field(default_factory=list)
@@ -253,6 +268,17 @@ def plan_step(step: Step, lp: LoadedPhase, hosts: list[Host], inventory: Invento
     return ps
 
 
+def ship_action(host: Host, bundle_sha: str) -> PlannedShip:
+    d = f"{host.remote_root.rstrip('/')}/bundles/{bundle_sha}"
+    return PlannedShip.model_construct(host=host.name, action="ship", sha256=bundle_sha, remote_dir=d,
+                                       tarball=d + ".tar.gz", display=f"ship {bundle_sha[:12]} -> {d}")
+
+
+def ships_bundle(lp: LoadedPhase, host: Host) -> bool:
+    """Whether ``host`` gets the bundle placed (and hash-checked) under its remote_root in this phase."""
+    return not host.is_local or lp.spec.needs_approval
+
+
 def host_action(lp: LoadedPhase, host: Host, state: RunState, catalog: PhaseCatalog, bundle_sha: str,
                 selected_ids: set[int]) -> HostAction:
     rec = state.phase(lp.spec.id)
@@ -306,6 +332,7 @@ def build_plan(catalog: PhaseCatalog, selected: list[LoadedPhase], inventory: In
             spec_sha=lp.sha256, requires=lp.spec.requires, needs_approval=lp.spec.needs_approval, undo=lp.spec.undo,
             digest=phase_digest(lp, bundle_sha, hosts, state, catalog), hosts=names,
             actions=[host_action(lp, h, state, catalog, bundle_sha, ids) for h in hosts],
+            bundle=[ship_action(h, bundle_sha) for h in hosts if ships_bundle(lp, h)],
             steps=steps, rollback_steps=rsteps, problems=pp_problems,
         ))
     last = max(lp.spec.order for lp in selected)

@@ -86,12 +86,35 @@ class StepRecord(BaseModel):
     hosts: dict[str, HostStepResult] = Field(default_factory=dict)
 
 
+class BundleEvidence(BaseModel):
+    """What the engine did with the bundle on one host in one phase (ssh hosts; local hosts in
+    phases that change a service). ``found`` is the first host-side check's verdict (``ok``,
+    ``absent``, ``tarball-mismatch <sha>``, ``unpacked-missing``, ``unpacked-mismatch``);
+    ``repaired`` means a copy was there but failed that check and was re-shipped/re-unpacked
+    (the damaged tree is kept on the host as ``<sha>.damaged.<pid>``). ``checks`` counts the
+    host-side hash checks in this phase (one before every step); ``last_check`` is the latest
+    verdict and ``verified`` whether it said ``ok``."""
+
+    sha256: str
+    remote_dir: str
+    uploaded: bool = False
+    unpacked: bool = False
+    repaired: bool = False
+    found: str = ""
+    verified: bool = False
+    checks: int = 0
+    last_check: str = ""
+    checked_at: str | None = None
+    ship_duration_s: float | None = None
+
+
 class HostPhase(BaseModel):
     status: Status = Status.pending
     reason: str | None = None
     bundle_sha: str | None = None
     spec_sha: str | None = None
     finished_at: str | None = None
+    bundle: BundleEvidence | None = None
 
 
 class PhaseRecord(BaseModel):

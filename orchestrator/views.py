@@ -98,6 +98,29 @@ def evidence_summary(results: list[Any], limit: int = 8) -> list[str]:
     return out
 
 
+def bundle_summary(rec: Any) -> str:
+    """One line about the bundle on the phase's hosts: verified where, uploaded/repaired where."""
+    evs = {h: hp.bundle for h, hp in rec.hosts.items() if getattr(hp, "bundle", None) is not None}
+    if not evs:
+        return ""
+    shas = {ev.sha256[:12] for ev in evs.values()}
+    ok = [h for h, ev in evs.items() if ev.verified]
+    bad = [f"{h} ({ev.last_check or 'not verified'})" for h, ev in evs.items() if not ev.verified]
+    up = [h for h, ev in evs.items() if ev.uploaded]
+    rep = [h for h, ev in evs.items() if ev.repaired]
+
+    def names(xs: list[str]) -> str:
+        return ", ".join(xs) if len(xs) <= 4 else f"{len(xs)} hosts"
+
+    parts = [f"bundle {'/'.join(sorted(shas))} hash-verified on {len(ok)}/{len(evs)} host(s)"]
+    parts.append(f"uploaded to {names(up)}" if up else "no upload (already on the hosts)")
+    if rep:
+        parts.append(f"repaired on {names(rep)}")
+    if bad:
+        parts.append(f"NOT verified on {names(bad)}")
+    return "; ".join(parts)
+
+
 def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> None:
     t = Table(title=f"orchestrator status ({state_path})", show_lines=False, expand=False)
     for col in ("phase", "step", "status", "prio", "hosts", "evidence", "reason"):
@@ -113,7 +136,8 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
             for hp in rec.hosts.values():
                 counts[hp.status.value] = counts.get(hp.status.value, 0) + 1
             hosts = " ".join(f"{n} {k}" for k, n in counts.items())
-        t.add_row(Text(lp.spec.label, style="bold"), "", styled(pst), "", hosts, "", (rec.reason or "") if rec else "")
+        t.add_row(Text(lp.spec.label, style="bold"), "", styled(pst), "", hosts, bundle_summary(rec) if rec else "",
+                  (rec.reason or "") if rec else "")
         for step in list(lp.spec.steps) + list(lp.spec.rollback_steps):
             sr = rec.step(step.id) if rec else None
             is_rb = step in lp.spec.rollback_steps
@@ -153,6 +177,11 @@ def render_plan(plan: "Plan", *, title: str, show_actions: bool) -> None:
                 counts[a.action] = counts.get(a.action, 0) + 1
                 sym = {"run": "+", "resume": "~", "up_to_date": "=", "refused": "!"}[a.action]
                 out.print(f"  {sym} {a.host}: {a.action}" + (f" ({a.detail})" if a.detail else ""))
+        for b in ph.bundle:
+            out.print(Text(f"  bundle [{b.host}] {b.display}", style="cyan"))
+        if ph.bundle:
+            out.print(Text("    (hash-checked on the host before every step; uploaded only if the host lacks "
+                           "this sha256, unpacked only if the tree is missing or differs)", style="dim"))
         for s in ph.steps:
             flag = " [approval]" if s.requires_approval else ""
             waves = f" waves {s.waves}" if s.waves else ""
@@ -172,15 +201,25 @@ def render_plan(plan: "Plan", *, title: str, show_actions: bool) -> None:
     out.print(Text(f"Plan digest: {plan.digest}", style="bold"))
 
 
+def host_bundle(hp: Any) -> str:
+    """``<sha12> verified (uploaded|repaired|present)`` for one host of a phase record; ``-`` if none."""
+    ev = getattr(hp, "bundle", None)
+    if ev is None:
+        return "-"
+    how = "uploaded" if ev.uploaded else "repaired" if ev.repaired else "present"
+    what = "verified" if ev.verified else f"NOT verified ({ev.last_check})"
+    return f"{ev.sha256[:12]} {what}, {how}"
+
+
 def render_report(report: "RunReport") -> None:
     t = Table(title=f"run {report.run_id}")
-    for col in ("phase", "host", "status", "reason"):
+    for col in ("phase", "host", "status", "bundle", "reason"):
         t.add_column(col.upper(), overflow="fold")
     for rec in report.phases:
         for h, hp in rec.hosts.items():
-            t.add_row(f"{rec.id}-{rec.name}", h, styled(hp.status.value), hp.reason or "")
+            t.add_row(f"{rec.id}-{rec.name}", h, styled(hp.status.value), host_bundle(hp), hp.reason or "")
     for label in report.skipped_phases:
-        t.add_row(label, "*", styled("skipped"), "up to date (passed with this bundle and spec)")
+        t.add_row(label, "*", styled("skipped"), "", "up to date (passed with this bundle and spec)")
     out.print(t)
 
 

@@ -183,7 +183,8 @@ class FakeRemote:
 
 
 def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatch):
-    """The engine calls orchestrator.bundle.ensure_on_host once per host and runs every step there."""
+    """The engine ships the bundle (orchestrator.bundle.ship_bundle) once per host and phase, hash-checks
+    it on the host (verify_on_host) before every later step, and runs every step there."""
     import orchestrator.bundle as bundle_mod
     from orchestrator.engine import Engine, RunOptions
     from orchestrator.inventory import load_inventory
@@ -195,12 +196,20 @@ def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatc
     ws.write_phase(phase(0, "a", [step("s", ["{python}", "-m", "kernels.x", "--dir", "{bundle_dir}"], metrics=["n"]),
                                   step("t", ["{python}", "-m", "kernels.y"])]))
     shipped: list[str] = []
+    checked: list[str] = []
 
-    def ensure_on_host(transport, bundle, host):
+    def ship_bundle(transport, bundle, host):
         shipped.append(host.name)
-        return f"{host.remote_root}/bundles/{bundle.sha256}"
+        d = f"{host.remote_root}/bundles/{bundle.sha256}"
+        return bundle_mod.BundleOnHost(host=host.name, sha256=bundle.sha256, remote_dir=d, tarball=d + ".tar.gz",
+                                       uploaded=True, unpacked=True, found="absent", verified=True, duration_s=0.1)
 
-    monkeypatch.setattr(bundle_mod, "ensure_on_host", ensure_on_host, raising=False)
+    def verify_on_host(transport, bundle, host):
+        checked.append(host.name)
+        return "ok"
+
+    monkeypatch.setattr(bundle_mod, "ship_bundle", ship_bundle)
+    monkeypatch.setattr(bundle_mod, "verify_on_host", verify_on_host)
     transports: dict[str, FakeRemote] = {}
 
     def factory(host):
@@ -213,6 +222,7 @@ def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatc
     report = eng.run(["0"], options=RunOptions(forks=2))
     assert report.exit_code == 0
     assert sorted(shipped) == ["g1", "g2"]  # once per host, not once per step
+    assert sorted(checked) == ["g1", "g2"]  # and hash-checked again before the second step
     want_dir = f"/srv/o/bundles/{eng.bundle_sha}"
     for name, t in transports.items():
         assert t.closed
