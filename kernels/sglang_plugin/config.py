@@ -139,6 +139,9 @@ def atomic_write_json(path: Path, doc: Any) -> None:
         pass
 
 
+DEFRAG_NOT_WIRED = "the KV defragmenter is not wired into the SGLang scheduler yet (kernels/RESULTS-defrag.md, known limits)"
+
+
 def record_active(cfg: VerifyConfig, environ: Mapping[str, str] | None = None, **extra: Any) -> Path | None:
     """Write ``active.json`` beside the config: what this service process actually built.
 
@@ -151,7 +154,11 @@ def record_active(cfg: VerifyConfig, environ: Mapping[str, str] | None = None, *
     if path is None:
         return None
     doc = {"verify_kernel": cfg.verify_kernel, "bundle_sha": cfg.bundle_sha, "reason": cfg.reason,
-           "pid": os.getpid(), "written_at": time.time(), **extra}
+           "pid": os.getpid(), "written_at": time.time(),
+           # The defragmenter (kernels.defrag) is validated and measured by phase 4, but no hook
+           # runs it inside SGLang's scheduler yet: say so, so that enabling it cannot pass a canary.
+           "defrag_requested": cfg.defrag, "defrag_applied": False,
+           "defrag_note": DEFRAG_NOT_WIRED if cfg.defrag else None, **extra}
     target = path.parent / ACTIVE_NAME
     try:
         atomic_write_json(target, doc)
