@@ -21,6 +21,7 @@ PLACEHOLDERS: frozenset[str] = frozenset(
         "health_url",
         "generate_url",
         "restart_json",
+        "health_timeout_s",
         "state_host_dir",
     }
 )

@@ -58,6 +58,7 @@ def host_values(host: Host | None, bundle_sha: str, state_dir: Path) -> dict[str
         "health_url": host.service.health_url,
         "generate_url": host.service.generate_url,
         "restart_json": host.restart_json(),
+        "health_timeout_s": f"{host.service.health_timeout_s:g}",
         "state_host_dir": str((state_dir / "hosts" / host.name).resolve()) if host.is_local else None,
     }
 
