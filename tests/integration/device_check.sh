@@ -5,6 +5,7 @@
 #   .whl         sglang 0.5.23 Python tree + small deps (the kernel engineer's set)
 #   .whl-plugin  what TritonAttnBackend and SGLang's MLA test kit import beyond that:
 #                apache-tvm-ffi compressed-tensors gguf openai uvicorn fastapi opentelemetry-api
+#                httpx2 httpcore2 truststore (openai's HTTP stack; absent from the device image)
 # sgl_kernel (373 MB) is not carried: tests/integration/sgl_kernel_import_shim.py serves its
 # import names and raises if anything calls into it. Usage: bash tests/integration/device_check.sh [quick|full]
 set -o pipefail
