@@ -43,6 +43,7 @@ from kernels.sglang_plugin.config import (
     CONFIG_NAME,
     ConfigError,
     atomic_write_json,
+    fsync_dir,
     read_config_file,
     validate,
 )
@@ -102,20 +103,7 @@ def _set_pointer(root: Path, name: str, sha: str) -> None:
         pass
     os.symlink(f"bundles/{sha}", tmp)
     os.replace(tmp, root / name)
-    _fsync_dir(root)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_dir(root)
 
 
 def _check_bundle(root: Path, sha: str) -> None:
@@ -446,7 +434,7 @@ def verb_rollback(args: argparse.Namespace) -> dict[str, Any]:
     elif prev is None and cur is not None:
         # First cut-over on this host: before it there was no ``current`` at all.
         (root / "current").unlink()
-        _fsync_dir(root)
+        fsync_dir(root)
     cfg = _read_config(root)
     if cfg.get("verify_kernel") == "bundled" and cfg.get("bundle_sha"):
         cfg["rolled_back_from"] = cfg["bundle_sha"]

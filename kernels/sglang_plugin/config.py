@@ -110,6 +110,20 @@ def load_config(environ: Mapping[str, str] | None = None) -> VerifyConfig:
     )
 
 
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it survives a crash (best effort)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write_json(path: Path, doc: Any) -> None:
     """Write ``doc`` as JSON to ``path`` via a temp file in the same folder, fsync, rename."""
     path = Path(path)
@@ -129,14 +143,7 @@ def atomic_write_json(path: Path, doc: Any) -> None:
         except FileNotFoundError:
             pass
         raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    fsync_dir(path.parent)
 
 
 DEFRAG_NOT_WIRED = "the KV defragmenter is not wired into the SGLang scheduler yet (kernels/RESULTS-defrag.md, known limits)"
