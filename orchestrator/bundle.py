@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from orchestrator.atomic import atomic_write_bytes
 from orchestrator.errors import HostUnreachable, StepFailed
 
 #: Names never packed (build outputs, caches, editor files).
@@ -90,15 +91,7 @@ def write_bundle(data: bytes, files: int, out_dir: Path) -> Bundle:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{sha}.tar.gz"
     if not (path.is_file() and file_sha256(path) == sha):
-        tmp = out_dir / f".{sha}.tar.gz.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write_bytes(path, data)
     return Bundle(sha256=sha, path=path, files=files, size_bytes=len(data))
 
 

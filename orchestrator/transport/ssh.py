@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchestrator.atomic import atomic_write_text
 from orchestrator.errors import HostUnreachable, StepFailed
 from orchestrator.transport.base import CommandResult, TransferResult
 from orchestrator.transport.remote_command import render_remote_command
@@ -353,14 +354,7 @@ def _write_log(path: Path, line: str, r: CommandResult) -> None:
     trailer = (f"[orchestrator] host={r.host} exit={r.exit_code} timed_out={r.timed_out} "
                f"lost={r.lost} duration_s={r.duration_s:.3f}")
     err = r.stderr if not r.stderr or r.stderr.endswith("\n") else r.stderr + "\n"
-    _atomic_text(path, f"$ {line}\n{err}{trailer}\n")
-    _atomic_text(path.with_suffix(".stdout"), r.stdout)
+    atomic_write_text(path, f"$ {line}\n{err}{trailer}\n")
+    atomic_write_text(path.with_suffix(".stdout"), r.stdout)
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.{threading.get_ident()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
