@@ -14,7 +14,8 @@ measured at the start of the run: copy bandwidth (device-to-device copy of 2 GiB
 written / time) and bf16 matmul rate (8192^3). Floor per shape = max(bytes / copy BW,
 FLOPs / matmul rate) with bytes = sum_b [L_b*(1152 + 8) + n_b*1152 + n_b*H*(576+512)*2] (KV rows,
 int64 slot ids, draft rows, q and o) and FLOPs = sum_b 2*H*n_b*(L_b+n_b)*(576+512).
-SOL% = floor / time. Speedups are time ratios from the same run. Shapes use chain drafts
+SOL% = floor / time. Speedups are time ratios from the same run. `new_us` is the arch's default
+tile config; `configs_us` times every other config built for the arch on the same inputs. Shapes use chain drafts
 (topk = 1) so SGLang's verify_shared_kv_fwd (chain only) applies; the mask is the FULL layout.
 Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 """
@@ -152,7 +153,7 @@ def oracle_fp32(inp, B, L, n, H):
 
 
 def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
-    from .mla_verify import mla_verify_fwd
+    from .mla_verify import api, mla_verify_fwd, tiles
 
     B, L, n, H = shape
     spec = CaseSpec(f"B{B}_L{L}_n{n}_H{H}", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=hash(shape) % 1000)
@@ -170,6 +171,21 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
     row["new_us"], row["new_timing"] = timer.time_graph_or_eager(new_fn)
     row["sol_pct"] = 100.0 * floor_us / row["new_us"]
     new_out = o_new.clone()
+    # Every other tile config built for this arch, timed the same way (same run, same inputs):
+    # the ratio of the default config to its alternatives, and their agreement with it.
+    arch = api.device_arch(o_new.device)
+    default = tiles.DEFAULT_CONFIG[arch]
+    row["tile_config"] = default.name
+    row["num_splits"] = api.choose_num_splits(B, n, H, B * L, torch.cuda.get_device_properties(o_new.device)
+                                              .multi_processor_count, default, tiles.ctas_per_sm(default, arch))
+    row["configs_us"], row["configs_rel_err_vs_default"] = {default.name: row["new_us"]}, {}
+    for cfg in tiles.ARCH_CONFIGS[arch]:
+        if cfg is default:
+            continue
+        alt_fn = lambda c=cfg.name: mla_verify_fwd(*args, sm_scale=scale, tile_config=c)  # noqa: E731
+        row["configs_us"][cfg.name], _ = timer.time_graph_or_eager(alt_fn)
+        row["configs_rel_err_vs_default"][cfg.name] = float((o_new.float() - new_out.float()).norm()
+                                                            / new_out.float().norm())
     if want_oracle:
         need = B * (L + n) * 576 * 4 * 2 + B * n * H * (L + n) * 4 * 3
         if need < 24 * 2**30:
@@ -317,7 +333,8 @@ def main(argv=None) -> int:
         rows.append(r)
         print(f"[bench] {shape} new {r['new_us']:.1f}us floor {r['floor_us']:.1f}us SOL {r['sol_pct']:.1f}% "
               f"ext {r.get('sglang_extend_us', float('nan')):.0f}us ver {r.get('sglang_verify_us', float('nan')):.0f}us "
-              f"oracle {r.get('oracle_us', float('nan')):.0f}us", file=sys.stderr)
+              f"oracle {r.get('oracle_us', float('nan')):.0f}us S={r['num_splits']} "
+              f"configs {' '.join(f'{k}={v:.1f}' for k, v in r['configs_us'].items())}", file=sys.stderr)
     bad = [r for r in rows if r.get("rel_err_vs_oracle", 0) > SANITY_REL_ERR]
     errors += [f"B{r['B']} L{r['L']}: rel_err_vs_oracle {r['rel_err_vs_oracle']:.2e}" for r in bad]
     doc = {"ok": not errors and bool(rows), "device": torch.cuda.get_device_name(0), "sm_count": props.multi_processor_count,

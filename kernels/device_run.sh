@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
-# Usage: bash kernels/device_run.sh quick|full     (writes JSON/logs/PNG under $OUT)
+# Usage: bash kernels/device_run.sh quick|full|final|dev     (writes JSON/logs/PNG under $OUT)
+#   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
 set -o pipefail
 MODE=${1:-quick}
 OUT=${OUT:-/tmp/mlav-out}; mkdir -p "$OUT"
@@ -24,13 +25,20 @@ from kernels.mla_verify._build import load
 from kernels.mla_verify.api import device_arch
 a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
 say "parity"
-if [ "$MODE" = quick ]; then PARGS="--quick --cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64"; else PARGS=""; fi
-python3 -m kernels.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
+if [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--quick --cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64"; else PARGS=""; fi
+timeout 240 python3 -m kernels.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
 say "bench"
-if [ "$MODE" = quick ]; then BARGS="--quick"; else BARGS=""; fi
+if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = dev ]; then
+  BARGS="--no-sglang --shapes 1:4096:8:16,1:16384:8:16,1:32768:8:16,1:65536:8:16,1:131072:8:16,8:32768:8:16,4:65536:4:64,1:32768:4:128,4:131072:4:16"
+else BARGS=""; fi
 # Usage modes: quick (subset), full (all + long sanitizer), final (all + short sanitizer)
 timeout 300 python3 -m kernels.bench --json --plot "$OUT/bench.png" $BARGS > "$OUT/bench.json" 2> >(tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
-if [ "$MODE" = final ]; then
+if [ "$MODE" = dev ]; then
+  say "compute-sanitizer memcheck (small case, all configs)"
+  timeout 120 compute-sanitizer --tool memcheck --kernel-name kns=mla_verify --print-limit 20 \
+    --log-file "$OUT/sanitizer.txt" python3 -m kernels.parity --cases b4_varlen_tree_h16 --json > "$OUT/san_tmp.json" 2>>"$LOG"
+  echo "memcheck rc=$?" | tee -a "$LOG"; tail -3 "$OUT/sanitizer.txt" | tee -a "$LOG"
+elif [ "$MODE" = final ]; then
   say "compute-sanitizer (short)"
   SAN="$OUT/sanitizer.txt"
   for spec in memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain racecheck:b4_prefix0_mixed_h16; do
@@ -71,5 +79,5 @@ b = next((load(f) for f in sorted(os.listdir(out)) if f.startswith("build_")), {
 p = load("parity.json"); print("parity", p.get("ok"), p.get("summary"))
 for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']} det={c['deterministic']}")
 x = load("bench.json"); print("bench", x.get("ok"), x.get("summary"), x.get("sglang"))
-for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.1f}us floor {r['floor_us']:.1f} SOL {r['sol_pct']:.1f}% ext {r.get('sglang_extend_us',0):.0f} ver {r.get('sglang_verify_us',0):.0f} orc {r.get('oracle_us',0):.0f}")
+for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.1f}us floor {r['floor_us']:.1f} SOL {r['sol_pct']:.1f}% ext {r.get('sglang_extend_us',0):.0f} ver {r.get('sglang_verify_us',0):.0f} orc {r.get('oracle_us',0):.0f} S={r.get('num_splits')} cfgs={ {k: round(v, 1) for k, v in r.get('configs_us', {}).items()} } err={r.get('configs_rel_err_vs_default')}")
 PY

@@ -2,8 +2,9 @@
 
 Usage: python -m kernels.parity [--json] [--quick] [--cases NAME,...] [--configs auto|all]
 
-Each case is run for every tile config built for the device's arch (on sm_90a both the sm90 and
-the sm120 config, so the Blackwell code path is exercised on Hopper hardware) and checks:
+Each case is run for every tile config built for the device's arch (on sm_90a the wgmma sm90wg,
+the mma.sync sm90 and the sm120 config, so the Blackwell code path is exercised on Hopper
+hardware) and checks:
 
 (a) Error vs the float64 oracle. Inputs are bf16 and the oracle upcasts the same bf16 values,
     so only the kernel's own rounding counts: P is rounded to bf16 before the PV product

@@ -8,7 +8,7 @@ from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("binding.cpp", "mla_verify.cu")
-HEADERS = ("mla_verify_kernel.cuh", "mla_verify_launch.h", "mla_verify_params.h")
+HEADERS = ("mla_verify_kernel.cuh", "mla_verify_wgmma.cuh", "mla_verify_launch.h", "mla_verify_params.h")
 _MODULES: dict = {}
 
 

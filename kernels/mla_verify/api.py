@@ -201,7 +201,7 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
 
     sm_scale defaults to 576**-0.5 (SGLang's default for Lq = 576). `workspace`: optional fp32
     CUDA tensor with >= workspace_numel(S, T, H) elements (pass one under CUDA-graph capture).
-    `num_splits` / `tile_config` ("auto", "sm90", "sm120") override the heuristics (testing).
+    `num_splits` / `tile_config` ("auto", "sm90wg", "sm90", "sm120") override the heuristics (testing).
     """
     import torch
 
@@ -214,7 +214,7 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
         cfg = tiles.DEFAULT_CONFIG[arch]
     else:
         if tile_config not in tiles.CONFIGS:
-            _fail("tile_config", f"must be auto/sm90/sm120, got {tile_config!r}")
+            _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
         cfg = tiles.CONFIGS[tile_config]
         if cfg not in tiles.ARCH_CONFIGS[arch]:
             _fail("tile_config", f"{tile_config} is not built for {arch}")

@@ -1,8 +1,11 @@
 """Tile configurations of the MLA verify kernel, mirrored from csrc/mla_verify_kernel.cuh.
 
-A config is (BM query rows per CTA, BN KV tokens per tile, STAGES cp.async stages). Shared
-memory (bytes, all dynamic) = Q tile BM*1152 + STAGES*BN*1152 (KV) + BM*BN*2 (P, bf16)
-+ 24*BM (fp32 row max and row sum per half, alpha and max per row). kernels.build parses BM/BN/STAGES from
+A config is (BM query rows per CTA, BN KV tokens per tile, STAGES cp.async stages) and its
+tensor-core engine: "mma" (mma.sync + ldmatrix, the generic template, sm_90a and sm_120a) or
+"wgmma" (warpgroup MMA from swizzled smem, sm_90a only). Shared memory (bytes, all dynamic):
+mma = Q tile BM*1152 + STAGES*BN*1152 (KV) + BM*BN*2 (P, bf16) + 24*BM (fp32 row max and row
+sum per half, alpha and max per row); wgmma = the same Q/KV/P tiles + 16*BM (row max and sum
+per warpgroup) + 1024 (slack to align the base to the 1024-byte swizzle period). kernels.build parses BM/BN/STAGES from
 the mangled kernel names and uses `smem_bytes` for the ptxas report; the GPU tests check it
 against the binding's own number.
 """
@@ -20,6 +23,7 @@ class TileConfig:
     block_m: int
     block_n: int
     stages: int
+    engine: str = "mma"
 
     @property
     def threads(self) -> int:
@@ -27,6 +31,9 @@ class TileConfig:
 
     @property
     def smem_bytes(self) -> int:
+        if self.engine == "wgmma":
+            return (self.block_m + self.stages * self.block_n) * ROW_BYTES + self.block_m * self.block_n * 2 \
+                + 16 * self.block_m + 1024
         return smem_bytes(self.block_m, self.block_n, self.stages)
 
     @property
@@ -42,7 +49,8 @@ def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
 
 SM90 = TileConfig("sm90", 0, 64, 64, 2)
 SM120 = TileConfig("sm120", 1, 32, 16, 3)
-CONFIGS = {c.name: c for c in (SM90, SM120)}
+SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma")
+CONFIGS = {c.name: c for c in (SM90WG, SM90, SM120)}
 
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
@@ -57,6 +65,7 @@ def ctas_per_sm(cfg: TileConfig, arch: str) -> int:
 
 
 # Tile configs compiled into (and used on) each arch. sm_90a also carries the sm120 config so
-# that the Blackwell code path can be proven on Hopper hardware.
-ARCH_CONFIGS = {"sm_90a": (SM90, SM120), "sm_120a": (SM120,)}
-DEFAULT_CONFIG = {"sm_90a": SM90, "sm_120a": SM120}
+# that the Blackwell code path can be proven on Hopper hardware, and the mma.sync sm90 config
+# (the measured baseline of the wgmma one).
+ARCH_CONFIGS = {"sm_90a": (SM90WG, SM90, SM120), "sm_120a": (SM120,)}
+DEFAULT_CONFIG = {"sm_90a": SM90WG, "sm_120a": SM120}

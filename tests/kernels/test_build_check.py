@@ -35,6 +35,7 @@ def test_ptxas_parser_reads_spills_registers_and_static_smem():
 def test_dynamic_smem_comes_from_the_tile_template_arguments():
     assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE") == (tiles.SM90.smem_bytes, "sm90")
     assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi32ELi16ELi3EEEvNS_6ParamsE") == (tiles.SM120.smem_bytes, "sm120")
+    assert dynamic_smem("_ZN4mlav2wg29mla_verify_split_wgmma_kernelENS_6ParamsE") == (231_424, "sm90wg")
     assert dynamic_smem("_ZN4mlav25mla_verify_combine_kernelENS_6ParamsE") == (0, None)
 
 
@@ -44,7 +45,7 @@ def run_build(arch):
     return proc.returncode, json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("arch,configs", [("sm_120a", {"sm120"}), ("sm_90a", {"sm90", "sm120"})])
+@pytest.mark.parametrize("arch,configs", [("sm_120a", {"sm120"}), ("sm_90a", {"sm90wg", "sm90", "sm120"})])
 def test_real_nvcc_build_has_no_spills_and_fits_smem(nvcc_path, arch, configs):
     code, doc = run_build(arch)
     assert code == 0 and doc["ok"], doc.get("errors")

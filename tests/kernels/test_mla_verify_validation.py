@@ -149,7 +149,7 @@ def test_launcher_gets_mask_mode_splits_config_and_log2_scale(args, fake_launch)
     mask, mask_indptr, mask_mode, v_alias, splits, cfg, max_len, scale_log2, ws = call[8:]
     assert mask_mode == 0 and mask is args["custom_mask"] and mask_indptr is args["mask_indptr"]
     assert v_alias == 0, "make_inputs gives v_extend its own storage, like SGLang's k_nope"
-    assert (splits, cfg, max_len) == (3, tiles.SM90.index, 3)
+    assert (splits, cfg, max_len) == (3, tiles.DEFAULT_CONFIG["sm_90a"].index, 3)
     assert scale_log2 == pytest.approx(0.125 * 1.4426950408889634)
     assert ws.numel() >= api.workspace_numel(3, 5, 4)
 

@@ -1,43 +1,81 @@
 // Launchers for the MLA verify kernels: one translation unit, a few template instantiations.
-// Config 0 ("sm90"): BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (230,912 B smem).
-// Config 1 ("sm120"): BM=32 rows, BN=16 tokens, 3 KV stages, 128 threads (93,952 B smem).
-// The byte counts are Smem<>::bytes; kernels/mla_verify/tiles.py mirrors the formula.
-// MLAV_BUILD_CFG90=0 leaves config 0 out (sm_120a builds: it does not fit 99 KiB).
+// Config 0 ("sm90"):   mma.sync, BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (230,912 B smem).
+// Config 1 ("sm120"):  mma.sync, BM=32 rows, BN=16 tokens, 3 KV stages, 128 threads (93,952 B smem).
+// Config 2 ("sm90wg"): wgmma,    BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (231,424 B smem).
+// The byte counts are Smem<>::bytes / wg::Smem::bytes; kernels/mla_verify/tiles.py mirrors them.
+// MLAV_BUILD_CFG90=0 leaves configs 0 and 2 out (sm_120a builds: no wgmma, and 99 KiB of smem).
 #include "mla_verify_kernel.cuh"
 #include "mla_verify_launch.h"
 
 #ifndef MLAV_BUILD_CFG90
 #define MLAV_BUILD_CFG90 1
 #endif
+#if MLAV_BUILD_CFG90
+#include "mla_verify_wgmma.cuh"
+#endif
 
 namespace mlav {
 
-template <int BM, int BN, int STAGES>
-static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream) {
-  using C = Cfg<BM, BN, STAGES>;
-  constexpr int smem = Smem<BM, BN, STAGES>::bytes;
-  auto kern = mla_verify_split_kernel<BM, BN, STAGES>;
-  static int attr_device = -1;  // set the >48 KiB opt-in once per device
+// Sets the >48 KiB dynamic smem opt-in once per (kernel, device) and launches on `stream`.
+template <typename Kernel>
+static cudaError_t launch_split(Kernel kern, int* attr_device, int smem, int threads, dim3 grid, const Params& p,
+                                cudaStream_t stream) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  if (attr_device != dev) {
+  if (*attr_device != dev) {
     e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    attr_device = dev;
+    *attr_device = dev;
   }
-  dim3 grid(m_tiles, p.S, p.B);
-  kern<<<grid, C::THREADS, smem, stream>>>(p);
+  kern<<<grid, threads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-int config_block_m(int cfg) { return cfg == 0 ? 64 : 32; }
+template <int BM, int BN, int STAGES>
+static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream) {
+  static int attr_device = -1;
+  return launch_split(mla_verify_split_kernel<BM, BN, STAGES>, &attr_device, Smem<BM, BN, STAGES>::bytes,
+                      Cfg<BM, BN, STAGES>::THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+}
+
+#if MLAV_BUILD_CFG90
+static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
+  static int attr_device = -1;
+  return launch_split(wg::mla_verify_split_wgmma_kernel, &attr_device, wg::Smem::bytes, wg::THREADS,
+                      dim3(m_tiles, p.S, p.B), p, stream);
+}
+#endif
+
+// Combine launch: programmatic dependent launch (its griddepcontrol.wait orders it after the split
+// kernel), so its launch latency overlaps the split kernel's tail; plain launch if refused.
+static cudaError_t launch_combine(const Params& p, unsigned blocks, cudaStream_t stream) {
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(blocks);
+  lc.blockDim = dim3(COMBINE_WARPS * 32);
+  lc.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&lc, mla_verify_combine_kernel, p);
+  if (e == cudaSuccess) return cudaSuccess;
+  (void)cudaGetLastError();  // clear, then fall back to a stream-ordered launch
+  mla_verify_combine_kernel<<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+int config_block_m(int cfg) { return cfg == 1 ? 32 : 64; }
 
 int config_smem_bytes(int cfg) {
+#if MLAV_BUILD_CFG90
+  if (cfg == 2) return wg::Smem::bytes;
+#endif
   return cfg == 0 ? Smem<64, 64, 2>::bytes : Smem<32, 16, 3>::bytes;
 }
 
-bool config_compiled(int cfg) { return cfg == 1 || (cfg == 0 && MLAV_BUILD_CFG90); }
+bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2) && MLAV_BUILD_CFG90); }
 
 cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t stream) {
   if (p.B <= 0 || p.T <= 0 || max_len_extend <= 0) return cudaSuccess;
@@ -45,17 +83,15 @@ cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t st
   const long long rows = (long long)max_len_extend * p.H;
   const int m_tiles = (int)((rows + bm - 1) / bm);
   cudaError_t e = cudaErrorInvalidValue;
-  if (cfg == 1) {
-    e = launch_cfg<32, 16, 3>(p, m_tiles, stream);
-  }
+  if (cfg == 1) e = launch_cfg<32, 16, 3>(p, m_tiles, stream);
 #if MLAV_BUILD_CFG90
   if (cfg == 0) e = launch_cfg<64, 64, 2>(p, m_tiles, stream);
+  if (cfg == 2) e = launch_wgmma(p, m_tiles, stream);
 #endif
   if (e != cudaSuccess || p.S == 1) return e;
-  const long long all_rows = (long long)p.T * p.H;
   if (p.S > COMBINE_MAX_SPLITS) return cudaErrorInvalidValue;
-  mla_verify_combine_kernel<<<(unsigned)((all_rows * 4 + 7) / 8), 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  const long long all_rows = (long long)p.T * p.H;
+  return launch_combine(p, (unsigned)(all_rows * 4), stream);
 }
 
 }  // namespace mlav

@@ -70,6 +70,90 @@ __device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Work of CTA (m, s, b): rows [row0, row0+BM) of request b, prefix split s (device-side only).
+struct Work {
+  int64_t qo0, kv0, grow0;  // first draft token, first kv_indices position, packed row of row0
+  int n_b, L, R, row0;      // draft tokens, prefix length, packed rows n_b*H, first tile row
+  int pb, pe, n_pre, ntiles;  // prefix range [pb, pe) of this split, its KV tiles, + draft tiles
+};
+
+__device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, int BM, int BN) {
+  Work w;
+  int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
+  qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
+  qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
+  w.qo0 = qo0;
+  w.n_b = (int)(qo1 - qo0);
+  int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
+  w.kv0 = kv0;
+  w.L = (int)(kv1 > kv0 ? kv1 - kv0 : 0);
+  w.R = w.n_b * p.H;
+  w.row0 = m * BM;
+  int chunk = (w.L + p.S - 1) / p.S;
+  chunk = (chunk + BN - 1) / BN * BN;
+  w.pb = s * chunk; if (w.pb > w.L) w.pb = w.L;
+  w.pe = w.pb + chunk; if (w.pe > w.L) w.pe = w.L;
+  w.n_pre = (w.pe - w.pb + BN - 1) / BN;
+  w.ntiles = w.n_pre + ((s == p.S - 1) ? (w.n_b + BN - 1) / BN : 0);
+  w.grow0 = qo0 * p.H + w.row0;
+  return w;
+}
+
+// Source of query row r of the tile (ok = false: padded row, zero-filled).
+__device__ __forceinline__ const __nv_bfloat16* q_src(const Params& p, const Work& w, int r, bool& ok) {
+  const int gr = w.row0 + r;
+  ok = gr < w.R;
+  return ok ? p.q + (w.qo0 + gr / p.H) * p.q_st + (int64_t)(gr % p.H) * p.q_sh : p.q;
+}
+
+// Source of token tk of KV tile j: a prefix slot of k_buffer (j < n_pre) or a k_extend row.
+// ok = false for positions past the range or bad slot ids (zero-filled, never read).
+__device__ __forceinline__ const __nv_bfloat16* kv_src(const Params& p, const Work& w, int j, int BN, int tk,
+                                                       bool& ok) {
+  if (j < w.n_pre) {
+    const int t0 = w.pb + j * BN;
+    const int64_t pos = w.kv0 + t0 + tk;
+    ok = (t0 + tk < w.pe) && pos < p.n_kv_indices;
+    const int64_t slot = ok ? p.kv_indices[pos] : 0;
+    ok = ok && slot >= 0 && slot < p.num_slots;
+    return ok ? p.kbuf + slot * p.kb_st : p.kbuf;
+  }
+  const int d = (j - w.n_pre) * BN + tk;
+  ok = d < w.n_b;
+  return ok ? p.kext + (w.qo0 + d) * p.ke_st : p.kext;
+}
+
+// Source of draft token tk's V row (v_extend) in draft tile j.
+__device__ __forceinline__ const __nv_bfloat16* v_src(const Params& p, const Work& w, int j, int BN, int tk,
+                                                      bool& ok) {
+  const int d = (j - w.n_pre) * BN + tk;
+  ok = d < w.n_b;
+  return ok ? p.vext + (w.qo0 + d) * p.ve_st : p.vext;
+}
+
+// Whether draft token i may see draft column t (t < n_b): FULL custom mask, causal, or all.
+__device__ __forceinline__ bool draft_visible(const Params& p, int64_t mask_base, const Work& w, int i, int t) {
+  if (p.mask_mode == 0) {
+    const int64_t mi = mask_base + (int64_t)i * (w.L + w.n_b) + w.L + t;
+    return mi >= 0 && mi < p.mask_numel && p.mask[mi] != 0;
+  }
+  return p.mask_mode == 1 ? t <= i : true;
+}
+
+// Writes output columns (col, col+1) of tile row r, already divided by the row sum: bf16 into o
+// when there is one split, else fp32 into split s's partial.
+__device__ __forceinline__ void store_pair(const Params& p, const Work& w, int s, int r, int col, float x0,
+                                           float x1) {
+  const int gr = w.row0 + r;
+  if (p.S == 1) {
+    __nv_bfloat16* dst = p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh + col;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x0, x1);
+  } else {
+    float* dst = p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V + col;
+    *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
+  }
+}
+
 // Byte offset of 16-byte chunk `ch` of row `row` in a 1152-byte-stride tile (XOR swizzle inside
 // each aligned group of 8 chunks, so 8 consecutive rows at one chunk hit 8 distinct bank groups).
 __device__ __forceinline__ uint32_t swz(int row, int ch) {
@@ -120,25 +204,11 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   const int g = warp % C::ROW_GROUPS, c = warp / C::ROW_GROUPS;
   const int m = blockIdx.x, s = blockIdx.y, b = blockIdx.z;
 
-  // ---- per-request ranges (device-side; the host never reads them) ----
-  int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
-  qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
-  qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
-  const int n_b = (int)(qo1 - qo0);
-  int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
-  const int L = (int)(kv1 > kv0 ? kv1 - kv0 : 0);
-  const int R = n_b * p.H;
-  const int row0 = m * BM;
-  if (row0 >= R) return;
-
-  int chunk = (L + p.S - 1) / p.S;
-  chunk = (chunk + BN - 1) / BN * BN;
-  int pb = s * chunk; if (pb > L) pb = L;
-  int pe = pb + chunk; if (pe > L) pe = L;
-  const int n_pre = (pe - pb + BN - 1) / BN;
-  const int n_dra = (s == p.S - 1) ? (n_b + BN - 1) / BN : 0;
-  const int ntiles = n_pre + n_dra;
-  const int64_t grow0 = qo0 * p.H + row0;  // global packed row index of tile row 0
+  const Work w = work_of(p, m, s, b, BM, BN);
+  if (w.row0 >= w.R) return;
+  const int n_b = w.n_b, R = w.R, row0 = w.row0, pb = w.pb, pe = w.pe, n_pre = w.n_pre;
+  const int ntiles = w.ntiles;
+  const int64_t grow0 = w.grow0;
 
   float* red_max = reinterpret_cast<float*>(smem + SM::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                              // [2][BM]
@@ -161,9 +231,8 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   static_assert(ROW_CHUNKS % TPT == 0 && ROW_CHUNKS % QTPR == 0 && V_CHUNKS % TPT == 0, "loader split");
   auto load_q = [&]() {
     const int r = tid / QTPR, sub = tid % QTPR;
-    const int gr = row0 + r;
-    const bool ok = gr < R;
-    const __nv_bfloat16* src = ok ? p.q + (qo0 + gr / p.H) * p.q_st + (int64_t)(gr % p.H) * p.q_sh : p.q;
+    bool ok;
+    const __nv_bfloat16* src = q_src(p, w, r, ok);
 #pragma unroll 6
     for (int it = 0; it < ROW_CHUNKS / QTPR; ++it) {
       const int ch = sub + it * QTPR;
@@ -173,20 +242,8 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   auto load_tile = [&](int j, int stage) {
     const uint32_t dst0 = sKV + stage * SM::KV;
     const int tk = tid / TPT, sub = tid % TPT;
-    const __nv_bfloat16* src;
     bool ok;
-    if (j < n_pre) {
-      const int t0 = pb + j * BN;
-      const int64_t pos = kv0 + t0 + tk;
-      ok = (t0 + tk < pe) && pos < p.n_kv_indices;
-      const int64_t slot = ok ? p.kv_indices[pos] : 0;
-      ok = ok && slot >= 0 && slot < p.num_slots;
-      src = ok ? p.kbuf + slot * p.kb_st : p.kbuf;
-    } else {
-      const int d = (j - n_pre) * BN + tk;
-      ok = d < n_b;
-      src = ok ? p.kext + (qo0 + d) * p.ke_st : p.kext;
-    }
+    const __nv_bfloat16* src = kv_src(p, w, j, BN, tk, ok);
 #pragma unroll 6
     for (int it = 0; it < ROW_CHUNKS / TPT; ++it) {
       const int ch = sub + it * TPT;
@@ -196,9 +253,8 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   auto load_v_draft = [&](int j, int stage) {  // overwrite dims 0..511 with v_extend rows
     const uint32_t dst0 = sKV + stage * SM::KV;
     const int tk = tid / TPT, sub = tid % TPT;
-    const int d = (j - n_pre) * BN + tk;
-    const bool ok = d < n_b;
-    const __nv_bfloat16* src = ok ? p.vext + (qo0 + d) * p.ve_st : p.vext;
+    bool ok;
+    const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
     for (int it = 0; it < V_CHUNKS / TPT; ++it) {
       const int ch = sub + it * TPT;
       cp_async16(dst0 + swz(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
@@ -293,15 +349,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
           const int col = c * C::WN + nb * 8 + 2 * (lane & 3) + (e & 1);
           const int t = t_start + col;
           bool vis = t < t_end;
-          if (draft && vis && tok_row[h2] >= 0) {
-            const int i = tok_row[h2];
-            if (p.mask_mode == 0) {
-              int64_t mi = mask_base + (int64_t)i * (L + n_b) + L + t;
-              vis = mi >= 0 && mi < p.mask_numel && p.mask[mi] != 0;
-            } else if (p.mask_mode == 1) {
-              vis = t <= i;
-            }
-          }
+          if (draft && vis && tok_row[h2] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h2], t);
           float v = vis ? sacc[nb][e] * p.scale_log2 : -INFINITY;
           sacc[nb][e] = v;
           tmax[h2] = fmaxf(tmax[h2], v);
@@ -409,78 +457,76 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
       if (gr >= R) continue;  // padded row: write nothing
       const float l = red_sum[r] + red_sum[BM + r];
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int64_t grow = grow0 + r;
-      if (p.S == 1) {
-        __nv_bfloat16* dst =
-            p.o + (qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh + pq * 128 + 2 * (lane & 3);
 #pragma unroll
-        for (int nb = 0; nb < 16; ++nb)
-          *reinterpret_cast<__nv_bfloat162*>(dst + nb * 8) =
-              __floats2bfloat162_rn(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
-      } else {
-        float* dst = p.ws_o + ((int64_t)s * p.T * p.H + grow) * D_V + pq * 128 + 2 * (lane & 3);
-#pragma unroll
-        for (int nb = 0; nb < 16; ++nb)
-          *reinterpret_cast<float2*>(dst + nb * 8) =
-              make_float2(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
-        if (pq == 0 && (lane & 3) == 0)
-          p.ws_lse[(int64_t)s * p.T * p.H + grow] = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
-      }
+      for (int nb = 0; nb < 16; ++nb)
+        store_pair(p, w, s, r, pq * 128 + nb * 8 + 2 * (lane & 3), o_acc[rb][nb][2 * h2] * inv,
+                   o_acc[rb][nb][2 * h2 + 1] * inv);
+      if (p.S > 1 && pq == 0 && (lane & 3) == 0)
+        p.ws_lse[(int64_t)s * p.T * p.H + grow0 + r] = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
     }
   }
 }
 
-// Merge the S split partials of every packed row: one warp per (row, 128-column quarter), lane =
-// 4 columns. Split weights are computed once per warp (lanes own splits lane, lane+32, ...),
-// then the partials are summed in a fixed split order (bitwise deterministic) with several
-// loads in flight. Empty splits (lse = -inf) get weight 0 and their never-written partials are
-// masked by a select, never multiplied. Rows of tokens past qo_indptr[B] are left untouched.
+// Merge the S split partials of every packed row. One block per (row, 128-column quarter): warp
+// k sums splits k, k+8, ... (lane = 4 columns, float4 loads, all of a warp's loads independent),
+// then warp 0 adds the 8 warp sums in a fixed order (bitwise deterministic). Split weights
+// 2^(lse_s - max) use the block-wide max; empty splits (lse = -inf) get weight 0 and their
+// never-written partials are masked by a select, never multiplied. Rows of tokens past
+// qo_indptr[B] are left untouched. Launched with programmatic dependent launch when available:
+// griddepcontrol.wait blocks until the split kernel's writes are visible.
 constexpr int COMBINE_MAX_SPLITS = 128;
-__global__ void __launch_bounds__(256) mla_verify_combine_kernel(const Params p) {
-  __shared__ float w_s[8][COMBINE_MAX_SPLITS];
+constexpr int COMBINE_WARPS = 8;
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
+  __shared__ float4 part[COMBINE_WARPS][32];
+  __shared__ float red[2][COMBINE_WARPS];
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t unit = (int64_t)blockIdx.x * 8 + warp;  // (row, quarter)
   const int64_t rows = (int64_t)p.T * p.H;
-  const int64_t grow = unit >> 2;
-  const int quarter = (int)(unit & 3);
+  const int64_t grow = blockIdx.x >> 2;
+  const int quarter = (int)(blockIdx.x & 3);
   if (grow >= rows) return;
-  const int64_t t_end = ld_idx(p.qo_indptr, p.qo_is64, p.B);
   const int64_t t = grow / p.H;
-  if (t >= t_end) return;
-  const int h = (int)(grow % p.H);
-  float lv[COMBINE_MAX_SPLITS / 32];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int k = 0; k < COMBINE_MAX_SPLITS / 32; ++k) {
-    const int s = lane + 32 * k;
-    lv[k] = s < p.S ? p.ws_lse[(int64_t)s * rows + grow] : -INFINITY;
-    mx = fmaxf(mx, lv[k]);
-  }
+  if (t >= ld_idx(p.qo_indptr, p.qo_is64, p.B)) return;
+  // block max and weight sum over the splits (thread i owns split i; S <= 128 < 256 threads)
+  const float lse_mine = (int)threadIdx.x < p.S ? p.ws_lse[(int64_t)threadIdx.x * rows + grow] : -INFINITY;
+  float mx = lse_mine;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float wsum = 0.f;
+  if (lane == 0) red[0][warp] = mx;
+  __syncthreads();
+  mx = red[0][0];
 #pragma unroll
-  for (int k = 0; k < COMBINE_MAX_SPLITS / 32; ++k) {
-    const float w = (lv[k] == -INFINITY) ? 0.f : exp2f(lv[k] - mx);
-    w_s[warp][lane + 32 * k] = w;
-    wsum += w;
-  }
+  for (int k = 1; k < COMBINE_WARPS; ++k) mx = fmaxf(mx, red[0][k]);
+  float wsum = lse_mine == -INFINITY ? 0.f : exp2f(lse_mine - mx);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
-  __syncwarp();
+  if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
   const int64_t split_stride4 = rows * (D_V / 4);
-#pragma unroll 8
-  for (int s = 0; s < p.S; ++s) {
-    const float w = w_s[warp][s];
+#pragma unroll 4
+  for (int s = warp; s < p.S; s += COMBINE_WARPS) {
+    const float lse = p.ws_lse[(int64_t)s * rows + grow];
+    const float w = lse == -INFINITY ? 0.f : exp2f(lse - mx);
     const float4 v = src[s * split_stride4];
     acc.x += w > 0.f ? w * v.x : 0.f;
     acc.y += w > 0.f ? w * v.y : 0.f;
     acc.z += w > 0.f ? w * v.z : 0.f;
     acc.w += w > 0.f ? w * v.w : 0.f;
   }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  part[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0) return;
+  float total = 0.f;
+  acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int k = 0; k < COMBINE_WARPS; ++k) {
+    total += red[1][k];
+    const float4 v = part[k][lane];
+    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  const int h = (int)(grow % p.H);
   __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + quarter * 128 + 4 * lane;
   __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
   __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
