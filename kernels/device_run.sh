@@ -34,6 +34,25 @@ else BARGS=""; fi
 # Usage modes: quick (subset), full (all + long sanitizer), final (all + short sanitizer)
 timeout 300 python3 -m kernels.bench --json --plot "$OUT/bench.png" $BARGS > "$OUT/bench.json" 2> >(tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
 if [ "$MODE" = dev ]; then
+  say "per-kernel device time (torch.profiler / CUPTI), B=1 n=8 H=16"
+  timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG"
+import torch
+from torch.profiler import profile, ProfilerActivity
+from kernels.verify_inputs import CaseSpec, make_inputs, kernel_args
+from kernels.mla_verify import mla_verify_fwd
+for L in (4096, 32768):
+    inp = make_inputs(CaseSpec("p", (L,), (8,), 16, tree="chain", poison=False, seed=1), "cuda")
+    args = kernel_args(inp)
+    for cfg in ("sm90wg", "sm90"):
+        for _ in range(3): mla_verify_fwd(*args, sm_scale=inp["sm_scale"], tile_config=cfg)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20): mla_verify_fwd(*args, sm_scale=inp["sm_scale"], tile_config=cfg)
+            torch.cuda.synchronize()
+        for e in prof.key_averages():
+            if "mla_verify" in e.key: print(f"L={L} {cfg}: {e.key[:60]} avg {e.device_time:.1f} us x{e.count}")
+PY
+  which ncu nsys 2>&1 | tee -a "$LOG"
   say "compute-sanitizer memcheck (small case, all configs)"
   timeout 120 compute-sanitizer --tool memcheck --kernel-name kns=mla_verify --print-limit 20 \
     --log-file "$OUT/sanitizer.txt" python3 -m kernels.parity --cases b4_varlen_tree_h16 --json > "$OUT/san_tmp.json" 2>>"$LOG"

@@ -106,16 +106,22 @@ __device__ __forceinline__ const __nv_bfloat16* q_src(const Params& p, const Wor
   return ok ? p.q + (w.qo0 + gr / p.H) * p.q_st + (int64_t)(gr % p.H) * p.q_sh : p.q;
 }
 
-// Source of token tk of KV tile j: a prefix slot of k_buffer (j < n_pre) or a k_extend row.
+// Slot id of token tk of KV tile j (-1: draft tile or past the range). One global load; callers
+// fetch it one tile ahead, so its latency hides behind the current tile instead of stalling the
+// cp.async issue of the next one.
+__device__ __forceinline__ int64_t tile_slot(const Params& p, const Work& w, int j, int BN, int tk) {
+  if (j >= w.n_pre) return -1;
+  const int t0 = w.pb + j * BN;
+  const int64_t pos = w.kv0 + t0 + tk;
+  return (t0 + tk < w.pe && pos >= 0 && pos < p.n_kv_indices) ? __ldg(p.kv_indices + pos) : -1;
+}
+
+// Source of token tk of KV tile j: prefix slot `slot` of k_buffer (j < n_pre) or a k_extend row.
 // ok = false for positions past the range or bad slot ids (zero-filled, never read).
 __device__ __forceinline__ const __nv_bfloat16* kv_src(const Params& p, const Work& w, int j, int BN, int tk,
-                                                       bool& ok) {
+                                                       int64_t slot, bool& ok) {
   if (j < w.n_pre) {
-    const int t0 = w.pb + j * BN;
-    const int64_t pos = w.kv0 + t0 + tk;
-    ok = (t0 + tk < w.pe) && pos < p.n_kv_indices;
-    const int64_t slot = ok ? p.kv_indices[pos] : 0;
-    ok = ok && slot >= 0 && slot < p.num_slots;
+    ok = slot >= 0 && slot < p.num_slots;
     return ok ? p.kbuf + slot * p.kb_st : p.kbuf;
   }
   const int d = (j - w.n_pre) * BN + tk;
@@ -239,11 +245,13 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
       cp_async16(sQ + swz(r, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
     }
   };
-  auto load_tile = [&](int j, int stage) {
+  int64_t next_slot = tile_slot(p, w, 0, BN, tid / TPT);  // slot of the next tile to load
+  auto load_tile = [&](int j, int stage) {  // tiles are loaded in order 0, 1, 2, ...
     const uint32_t dst0 = sKV + stage * SM::KV;
     const int tk = tid / TPT, sub = tid % TPT;
     bool ok;
-    const __nv_bfloat16* src = kv_src(p, w, j, BN, tk, ok);
+    const __nv_bfloat16* src = kv_src(p, w, j, BN, tk, next_slot, ok);
+    next_slot = tile_slot(p, w, j + 1, BN, tk);
 #pragma unroll 6
     for (int it = 0; it < ROW_CHUNKS / TPT; ++it) {
       const int ch = sub + it * TPT;

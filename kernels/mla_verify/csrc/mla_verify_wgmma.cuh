@@ -104,9 +104,11 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       cp_async16(sQ + tile_off(lr, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
     }
   }
-  auto load_tile = [&](int j, int stage) {
+  int64_t next_slot = tile_slot(p, w, 0, BN, lr);  // slot of the next tile to load
+  auto load_tile = [&](int j, int stage) {          // tiles are loaded in order 0, 1, 2, ...
     bool ok;
-    const __nv_bfloat16* src = kv_src(p, w, j, BN, lr, ok);
+    const __nv_bfloat16* src = kv_src(p, w, j, BN, lr, next_slot, ok);
+    next_slot = tile_slot(p, w, j + 1, BN, lr);
     const uint32_t dst = sKV + stage * TILE;
 #pragma unroll 6
     for (int it = 0; it < ROW_CHUNKS / 4; ++it) {
@@ -134,12 +136,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
-    if (j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
-    cp_async_commit();
     const uint32_t sK = sKV + (j & 1) * TILE;
     const bool draft = j >= w.n_pre;
 
-    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32) ----
+    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
     float sc[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) sc[i] = 0.f;
@@ -151,6 +151,8 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       wgmma_m64n32k16_ss(sc, make_desc(sQ + koff, 16, 1024), make_desc(sK + koff + grp * 4096, 16, 1024), 1);
     }
     wgmma_commit();
+    if (j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
+    cp_async_commit();
     wgmma_wait0();
     fence_regs<16>(sc);
 
