@@ -12,6 +12,12 @@ process builds its backend, i.e. at service start, and returns:
 It is called by the service package's entry point (group ``sglang.srt.plugins``), in every
 SGLang process, including the spawned scheduler and TP workers. Importing this package
 imports neither SGLang nor torch.
+
+When the config says ``"defrag": true`` (and the kill switch is off), ``register()`` also wraps
+``Scheduler.get_next_batch_to_run`` with the KV defragmenter hook
+(:mod:`kernels.sglang_plugin.defrag_hook`); it attaches to each scheduler at its first step and
+reports in ``active.json`` (``defrag_applied`` true only once attached to a real scheduler).
+Optional tuning: ``"defrag_options": {...}`` in the config (see ``DefragSettings``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from kernels.sglang_plugin.config import VerifyConfig, load_config, record_active
+from kernels.sglang_plugin.config import VerifyConfig, load_config, record_active, set_defrag_status
 
 log = logging.getLogger("kernels.sglang_plugin")
 
@@ -62,6 +68,28 @@ def register(config_loader: Callable[[], VerifyConfig] = load_config) -> bool:
     current = backends[BACKEND_NAME]
     stock = getattr(current, _STOCK_ATTR, current)
     backends[BACKEND_NAME] = make_factory(stock, config_loader)
+    install_defrag(config_loader)
+    return True
+
+
+def install_defrag(config_loader: Callable[[], VerifyConfig] = load_config) -> bool:
+    """Wrap SGLang's scheduler with the KV defrag hook when the config asks for it.
+
+    True when the wrapper is installed. Any failure (an SGLang without the scheduler method,
+    bad ``defrag_options``) is logged and recorded for ``active.json``; serving is unaffected.
+    """
+    cfg = config_loader()
+    if not cfg.defrag:
+        return False
+    try:
+        from kernels.sglang_plugin import defrag_hook
+
+        settings = defrag_hook.DefragSettings.from_mapping(cfg.extra.get("defrag_options"))
+        defrag_hook.install(settings)
+    except Exception as exc:  # noqa: BLE001 - the service must start without defrag
+        log.error("KV defrag hook not installed: %s", exc)
+        set_defrag_status(defrag_applied=False, defrag_note=f"defrag hook not installed: {type(exc).__name__}: {exc}")
+        return False
     return True
 
 
@@ -70,6 +98,12 @@ def unregister() -> bool:
     from sglang.srt.layers.attention import attention_registry
 
     current = attention_registry.ATTENTION_BACKENDS.get(BACKEND_NAME)
+    try:
+        from kernels.sglang_plugin.defrag_hook import uninstall
+
+        uninstall()
+    except ImportError:
+        pass
     stock = getattr(current, _STOCK_ATTR, None)
     if stock is None:
         return False

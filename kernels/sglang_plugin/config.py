@@ -146,7 +146,45 @@ def atomic_write_json(path: Path, doc: Any) -> None:
     fsync_dir(path.parent)
 
 
-DEFRAG_NOT_WIRED = "the KV defragmenter is not wired into the SGLang scheduler yet (kernels/RESULTS-defrag.md, known limits)"
+DEFRAG_NOT_WIRED = ("the KV defragmenter hook is not installed in an SGLang scheduler in this process "
+                    "(it attaches at the scheduler's first step; see kernels/sglang_plugin/defrag_hook.py)")
+
+# What the defrag hook (kernels/sglang_plugin/defrag_hook.py) reports for this process; merged
+# into every active.json this process writes. Empty until the hook attaches or fails to.
+_DEFRAG_STATUS: dict[str, Any] = {}
+# The last active.json document this process wrote through record_active (without defrag
+# fields), so that record_defrag can rewrite it with new defrag fields.
+_LAST_ACTIVE: dict[str, Any] = {}
+
+
+def set_defrag_status(**fields: Any) -> None:
+    """Replace this process's defrag status (``defrag_applied`` and details)."""
+    _DEFRAG_STATUS.clear()
+    _DEFRAG_STATUS.update(fields)
+
+
+def defrag_status() -> dict[str, Any]:
+    return dict(_DEFRAG_STATUS)
+
+
+def _defrag_fields(requested: bool) -> dict[str, Any]:
+    if not requested:
+        return {"defrag_requested": False, "defrag_applied": False, "defrag_note": None}
+    if _DEFRAG_STATUS:
+        return {"defrag_requested": True, "defrag_applied": False, "defrag_note": None, **_DEFRAG_STATUS}
+    return {"defrag_requested": True, "defrag_applied": False, "defrag_note": DEFRAG_NOT_WIRED}
+
+
+def _write_active(doc: dict[str, Any], environ: Mapping[str, str] | None) -> Path | None:
+    path = config_path(environ)
+    if path is None:
+        return None
+    target = path.parent / ACTIVE_NAME
+    try:
+        atomic_write_json(target, doc)
+    except OSError:
+        return None
+    return target
 
 
 def record_active(cfg: VerifyConfig, environ: Mapping[str, str] | None = None, **extra: Any) -> Path | None:
@@ -154,21 +192,32 @@ def record_active(cfg: VerifyConfig, environ: Mapping[str, str] | None = None, *
 
     The cut-over canary compares it with ``verify_backend.json``, so a plugin that never loaded
     (wrong attention backend, import error) cannot pass for the bundled kernel. Never raises.
+    ``defrag_applied`` is true only once the defrag hook has attached to a real scheduler in
+    this process (:func:`set_defrag_status`); otherwise ``defrag_note`` says why not.
     """
     import time
 
-    path = config_path(environ)
-    if path is None:
-        return None
-    doc = {"verify_kernel": cfg.verify_kernel, "bundle_sha": cfg.bundle_sha, "reason": cfg.reason,
-           "pid": os.getpid(), "written_at": time.time(),
-           # The defragmenter (kernels.defrag) is validated and measured by phase 4, but no hook
-           # runs it inside SGLang's scheduler yet: say so, so that enabling it cannot pass a canary.
-           "defrag_requested": cfg.defrag, "defrag_applied": False,
-           "defrag_note": DEFRAG_NOT_WIRED if cfg.defrag else None, **extra}
-    target = path.parent / ACTIVE_NAME
-    try:
-        atomic_write_json(target, doc)
-    except OSError:
-        return None
-    return target
+    base = {"verify_kernel": cfg.verify_kernel, "bundle_sha": cfg.bundle_sha, "reason": cfg.reason,
+            "pid": os.getpid(), **extra}
+    _LAST_ACTIVE.clear()
+    _LAST_ACTIVE.update(base)
+    _LAST_ACTIVE["_defrag_requested"] = cfg.defrag
+    doc = {**base, "written_at": time.time(), **_defrag_fields(cfg.defrag)}
+    return _write_active(doc, environ)
+
+
+def record_defrag(requested: bool = True, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Rewrite ``active.json`` with this process's current defrag status (after the hook
+    attached, ran, or was disabled). Keeps the verify fields this process last wrote; when it
+    wrote none (the plugin did not build the attention backend here) it says so instead of
+    claiming a kernel. Never raises."""
+    import time
+
+    if _LAST_ACTIVE:
+        base = {k: v for k, v in _LAST_ACTIVE.items() if k != "_defrag_requested"}
+        requested = bool(_LAST_ACTIVE.get("_defrag_requested", requested)) or requested
+    else:
+        base = {"verify_kernel": None, "bundle_sha": None, "route": None, "pid": os.getpid(),
+                "reason": "the attention backend was not built by the plugin in this process"}
+    doc = {**base, "pid": os.getpid(), "written_at": time.time(), **_defrag_fields(requested)}
+    return _write_active(doc, environ)
