@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   {
     bool ok;
     const __nv_bfloat16* src = q_src(p, w, lr, ok);
-#pragma unroll 6
+#pragma unroll
     for (int it = 0; it < ROW_CHUNKS / 4; ++it) {
       const int ch = lsub + 4 * it;
       cp_async16(sQ + tile_off(lr, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     const __nv_bfloat16* src = kv_src(p, w, j, BN, lr, next_slot, ok);
     next_slot = tile_slot(p, w, j + 1, BN, lr);
     const uint32_t dst = sKV + stage * TILE;
-#pragma unroll 6
+#pragma unroll
     for (int it = 0; it < ROW_CHUNKS / 4; ++it) {
       const int ch = lsub + 4 * it;
       cp_async16(dst + tile_off(lr, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
@@ -145,10 +145,13 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     for (int i = 0; i < 16; ++i) sc[i] = 0.f;
     fence_regs<16>(sc);
     wgmma_fence();
+    {
+      const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < D_QK / 16; ++kk) {
-      const uint32_t koff = (kk >> 2) * ATOM + (kk & 3) * 32;
-      wgmma_m64n32k16_ss(sc, make_desc(sQ + koff, 16, 1024), make_desc(sK + koff + grp * 4096, 16, 1024), 1);
+      for (int kk = 0; kk < D_QK / 16; ++kk) {
+        const uint64_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;  // start address field, 16 B units
+        wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, 1);
+      }
     }
     wgmma_commit();
     if (j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
@@ -211,10 +214,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       }
       l_run[h] = l_run[h] * alpha[h] + psum;
     }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {  // skip when no row max moved
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      o[4 * i] *= alpha[0]; o[4 * i + 1] *= alpha[0];
-      o[4 * i + 2] *= alpha[1]; o[4 * i + 3] *= alpha[1];
+      for (int i = 0; i < 32; ++i) {
+        o[4 * i] *= alpha[0]; o[4 * i + 1] *= alpha[0];
+        o[4 * i + 2] *= alpha[1]; o[4 * i + 3] *= alpha[1];
+      }
     }
     if (draft && !p.v_alias) cp_async_wait<0>();
     fence_proxy_async();
@@ -223,10 +228,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
     wgmma_fence();
+    {
+      const uint64_t dp = make_desc(sP, 16, 1024), dv = make_desc(sK + grp * 4 * ATOM, ATOM, 1024);
 #pragma unroll
-    for (int ks = 0; ks < BN / 16; ++ks)
-      wgmma_m64n256k16_ss_tb(o, make_desc(sP + ks * 32, 16, 1024),
-                             make_desc(sK + grp * 4 * ATOM + ks * 2048, ATOM, 1024), 1);
+      for (int ks = 0; ks < BN / 16; ++ks)
+        wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
+    }
     wgmma_commit();
     wgmma_wait0();
     fence_regs<128>(o);
