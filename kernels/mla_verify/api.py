@@ -134,7 +134,7 @@ def choose_num_splits(B: int, max_len_extend: int, H: int, prefix_tokens_total: 
     """Prefix splits per request from host-known sizes only (no device read: graph safe).
 
     Targets about one wave (num_sms * CTAs/SM) of CTAs, keeps >= 2 KV tiles per split, and caps
-    the partial traffic (S * rows * (512 * 2 + 4) B, written then read back) to the KV bytes or
+    the fp32 partial traffic (S * rows * 513 * 4 B, written then read back) to the KV bytes or
     32 MiB (L2-resident), whichever is larger. `prefix_tokens_total` may overestimate (CUDA-graph buffers).
     `ctas_per_sm` defaults to the config's residency on sm_90 (tiles.ctas_per_sm gives it per arch).
     """
@@ -148,14 +148,13 @@ def choose_num_splits(B: int, max_len_extend: int, H: int, prefix_tokens_total: 
     s = min(s, max(1, int(l_avg // (2 * cfg.block_n))))
     rows = B * max_len_extend * H
     part_cap = max(prefix_tokens_total * 1152, 32 * 2**20)
-    s = min(s, max(1, int(part_cap // (rows * 1028 * 2))))
+    s = min(s, max(1, int(part_cap // (rows * 513 * 4 * 2))))
     return int(max(1, min(s, MAX_SPLITS)))
 
 
 def workspace_numel(num_splits: int, T: int, H: int) -> int:
-    """fp32 elements of the split-K workspace: S*T*H*512 bf16 partial outputs (256 fp32 words per
-    row) + S*T*H fp32 lse values."""
-    return 0 if num_splits <= 1 else num_splits * T * H * 257
+    """fp32 elements of the split-K workspace: S*T*H*512 partial outputs + S*T*H lse values."""
+    return 0 if num_splits <= 1 else num_splits * T * H * 513
 
 
 _WS_CACHE: dict = {}

@@ -50,10 +50,10 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   if (p.S > 1) {
     TORCH_CHECK(workspace.has_value() && workspace->defined(), "workspace required when num_splits > 1");
     const int64_t rows = (int64_t)p.T * p.H;
-    TORCH_CHECK(workspace->numel() >= p.S * rows * 257, "workspace too small");
-    float* ws = workspace->data_ptr<float>();  // bf16 partials (256 fp32 words per row), then lse
-    p.ws_o = reinterpret_cast<__nv_bfloat16*>(ws);
-    p.ws_lse = ws + p.S * rows * 256;
+    TORCH_CHECK(workspace->numel() >= p.S * rows * 513, "workspace too small");
+    float* ws = workspace->data_ptr<float>();
+    p.ws_o = ws;
+    p.ws_lse = ws + p.S * rows * 512;
   }
   cudaError_t e = mlav::launch(p, (int)cfg, (int)max_len_extend, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(e == cudaSuccess, "mla_verify launch failed: ", cudaGetErrorString(e));

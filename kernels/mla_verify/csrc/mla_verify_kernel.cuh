@@ -147,8 +147,7 @@ __device__ __forceinline__ bool draft_visible(const Params& p, int64_t mask_base
 }
 
 // Writes output columns (col, col+1) of tile row r, already divided by the row sum: bf16 into o
-// when there is one split, else into split s's bf16 partial (normalized, so it carries the same
-// single rounding as the output; the merge weights stay fp32).
+// when there is one split, else fp32 into split s's partial.
 __device__ __forceinline__ void store_pair(const Params& p, const Work& w, int s, int r, int col, float x0,
                                            float x1) {
   const int gr = w.row0 + r;
@@ -156,8 +155,8 @@ __device__ __forceinline__ void store_pair(const Params& p, const Work& w, int s
     __nv_bfloat16* dst = p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh + col;
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x0, x1);
   } else {
-    __nv_bfloat16* dst = p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V + col;
-    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x0, x1);
+    float* dst = p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V + col;
+    *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
   }
 }
 
@@ -477,7 +476,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 }
 
 // Merge the S split partials of every packed row. One block per (row, 128-column quarter): warp
-// k sums splits k, k+8, ... (lane = 4 columns, one 8-byte bf16x4 load per split, all independent),
+// k sums splits k, k+8, ... (lane = 4 columns, float4 loads, all of a warp's loads independent),
 // then warp 0 adds the 8 warp sums in a fixed order (bitwise deterministic). Split weights
 // 2^(lse_s - max) use the block-wide max; empty splits (lse = -inf) get weight 0 and their
 // never-written partials are masked by a select, never multiplied. Rows of tokens past
@@ -511,16 +510,13 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const uint2* src = reinterpret_cast<const uint2*>(p.ws_o + grow * D_V + quarter * 128) + lane;
-  const int64_t split_stride = rows * (D_V / 4);  // in uint2 (4 bf16)
+  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
+  const int64_t split_stride4 = rows * (D_V / 4);
 #pragma unroll 4
   for (int s = warp; s < p.S; s += COMBINE_WARPS) {
-    const uint2 raw = src[s * split_stride];
+    const float4 v = src[s * split_stride4];
     const float lse = p.ws_lse[(int64_t)s * rows + grow];
     const float w = lse == -INFINITY ? 0.f : exp2f(lse - mx);
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    const float4 v = make_float4(lo.x, lo.y, hi.x, hi.y);
     acc.x += w > 0.f ? w * v.x : 0.f;
     acc.y += w > 0.f ? w * v.y : 0.f;
     acc.z += w > 0.f ? w * v.z : 0.f;

@@ -19,7 +19,7 @@ struct Params {
   int v_alias;     // 1: v_extend rows == first 512 dims of k_extend rows (skip V reload)
   int B, T, H, S;  // batch, tokens, heads, prefix splits
   float scale_log2;
-  __nv_bfloat16* ws_o;  // [S, T*H, 512] bf16 normalized partial outputs (S > 1 only)
+  float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
 };
 
