@@ -52,11 +52,12 @@ for L in (4096, 32768):
         for e in prof.key_averages():
             if "mla_verify" in e.key: print(f"L={L} {cfg}: {e.key[:60]} avg {e.device_time:.1f} us x{e.count}")
 PY
-  which ncu nsys 2>&1 | tee -a "$LOG"
+  SO=$(find /tmp/mlav-cache -name 'mla_verify_sm_90a_*.so' | head -1)
+  cuobjdump -sass "$SO" > "$OUT/sass.txt" 2>&1; echo "sass dump rc=$? $(wc -l < "$OUT/sass.txt") lines" | tee -a "$LOG"
   say "compute-sanitizer memcheck (small case, all configs)"
   timeout 120 compute-sanitizer --tool memcheck --kernel-name kns=mla_verify --print-limit 20 \
     --log-file "$OUT/sanitizer.txt" python3 -m kernels.parity --cases b4_varlen_tree_h16 --json > "$OUT/san_tmp.json" 2>>"$LOG"
-  echo "memcheck rc=$?" | tee -a "$LOG"; tail -3 "$OUT/sanitizer.txt" | tee -a "$LOG"
+  echo "memcheck rc=$?" | tee -a "$LOG"; tail -3 "$OUT/sanitizer.txt" | tee -a "$LOG"; rm -f "$OUT/san_tmp.json"
 elif [ "$MODE" = final ]; then
   say "compute-sanitizer (short)"
   SAN="$OUT/sanitizer.txt"

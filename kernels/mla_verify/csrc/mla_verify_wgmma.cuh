@@ -94,27 +94,29 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   uint8_t* pP = smem + Smem::off_p;
 
   // Loaders: thread -> row tid/4 of the tile, 16-byte chunks tid%4 + 4i (one slot lookup per tile).
+  // The smem and global offsets of chunk i are compile-time constants past two per-thread bases;
+  // a row that must not be read keeps its (valid) base pointer and copies 0 bytes (zero-fill).
   const int lr = tid >> 2, lsub = tid & 3;
+  const uint32_t row_even = lr * 128 + (((lsub) ^ (lr & 7)) << 4);     // chunk lsub (+8k) of row lr
+  const uint32_t row_odd = lr * 128 + (((lsub + 4) ^ (lr & 7)) << 4);  // chunk lsub+4 (+8k)
+  auto copy_row = [&](uint32_t tile, const __nv_bfloat16* src, bool ok) {
+    const int bytes = ok ? 16 : 0;
+    const __nv_bfloat16* g = src + lsub * 8;
+#pragma unroll
+    for (int it = 0; it < ROW_CHUNKS / 4; ++it)  // chunk lsub + 4 it: atom it/2, half it%2
+      cp_async16(tile + (it >> 1) * ATOM + ((it & 1) ? row_odd : row_even), g + it * 32, bytes);
+  };
   {
     bool ok;
     const __nv_bfloat16* src = q_src(p, w, lr, ok);
-#pragma unroll
-    for (int it = 0; it < ROW_CHUNKS / 4; ++it) {
-      const int ch = lsub + 4 * it;
-      cp_async16(sQ + tile_off(lr, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
-    }
+    copy_row(sQ, src, ok);
   }
   int64_t next_slot = tile_slot(p, w, 0, BN, lr);  // slot of the next tile to load
   auto load_tile = [&](int j, int stage) {          // tiles are loaded in order 0, 1, 2, ...
     bool ok;
     const __nv_bfloat16* src = kv_src(p, w, j, BN, lr, next_slot, ok);
     next_slot = tile_slot(p, w, j + 1, BN, lr);
-    const uint32_t dst = sKV + stage * TILE;
-#pragma unroll
-    for (int it = 0; it < ROW_CHUNKS / 4; ++it) {
-      const int ch = lsub + 4 * it;
-      cp_async16(dst + tile_off(lr, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
-    }
+    copy_row(sKV + stage * TILE, src, ok);
   };
   load_tile(0, 0);
   cp_async_commit();
@@ -163,17 +165,25 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     float tmax[2] = {-INFINITY, -INFINITY};
     const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
     const int t_end = draft ? w.n_b : w.pe;
+    if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+      for (int e = 0; e < 16; ++e) {
+        sc[e] *= p.scale_log2;
+        tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
+      }
+    } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
-        bool vis = t < t_end;
-        if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
-        const float v = vis ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
-        sc[4 * i + e] = v;
-        tmax[h] = fmaxf(tmax[h], v);
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
+          bool vis = t < t_end;
+          if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
+          const float v = vis ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
+          sc[4 * i + e] = v;
+          tmax[h] = fmaxf(tmax[h], v);
+        }
       }
     }
 #pragma unroll
