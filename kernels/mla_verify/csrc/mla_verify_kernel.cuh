@@ -146,18 +146,24 @@ __device__ __forceinline__ bool draft_visible(const Params& p, int64_t mask_base
   return p.mask_mode == 1 ? t <= i : true;
 }
 
-// Writes output columns (col, col+1) of tile row r, already divided by the row sum: bf16 into o
-// when there is one split, else fp32 into split s's partial.
-__device__ __forceinline__ void store_pair(const Params& p, const Work& w, int s, int r, int col, float x0,
-                                           float x1) {
-  const int gr = w.row0 + r;
-  if (p.S == 1) {
-    __nv_bfloat16* dst = p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh + col;
-    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x0, x1);
-  } else {
-    float* dst = p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V + col;
-    *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
+// Destination of tile row r's 512 output values: the bf16 output row when there is one split,
+// else split s's fp32 partial row. Built once per row; put() writes columns (col, col+1) already
+// divided by the row sum.
+struct RowOut {
+  __nv_bfloat16* o;
+  float* part;
+  __device__ __forceinline__ void put(int col, float x0, float x1) const {
+    if (o) *reinterpret_cast<__nv_bfloat162*>(o + col) = __floats2bfloat162_rn(x0, x1);
+    else *reinterpret_cast<float2*>(part + col) = make_float2(x0, x1);
   }
+};
+
+__device__ __forceinline__ RowOut row_out(const Params& p, const Work& w, int s, int r) {
+  const int gr = w.row0 + r;
+  RowOut ro;
+  ro.o = p.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh : nullptr;
+  ro.part = p.S == 1 ? nullptr : p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
+  return ro;
 }
 
 // Byte offset of 16-byte chunk `ch` of row `row` in a 1152-byte-stride tile (XOR swizzle inside
@@ -465,10 +471,10 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
       if (gr >= R) continue;  // padded row: write nothing
       const float l = red_sum[r] + red_sum[BM + r];
       const float inv = l > 0.f ? 1.f / l : 0.f;
+      const RowOut ro = row_out(p, w, s, r);
 #pragma unroll
       for (int nb = 0; nb < 16; ++nb)
-        store_pair(p, w, s, r, pq * 128 + nb * 8 + 2 * (lane & 3), o_acc[rb][nb][2 * h2] * inv,
-                   o_acc[rb][nb][2 * h2 + 1] * inv);
+        ro.put(pq * 128 + nb * 8 + 2 * (lane & 3), o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
       if (p.S > 1 && pq == 0 && (lane & 3) == 0)
         p.ws_lse[(int64_t)s * p.T * p.H + grow0 + r] = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
     }
