@@ -61,10 +61,11 @@ PY
 elif [ "$MODE" = final ]; then
   say "compute-sanitizer (short)"
   SAN="$OUT/sanitizer.txt"
-  for spec in memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain racecheck:b4_prefix0_mixed_h16; do
+  for spec in memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain racecheck:b4_prefix0_mixed_h16 \
+              racecheck:seed_b1_prefix65k_n8_h16_chain; do
     tool=${spec%%:*}; c=${spec#*:}
     echo "### $tool $c" >> "$SAN"
-    timeout 90 compute-sanitizer --tool $tool --kernel-name kns=mla_verify --print-limit 20 \
+    timeout 150 compute-sanitizer --tool $tool --kernel-name kns=mla_verify --print-limit 20 \
       --log-file "$OUT/san_tool.txt" python3 -m kernels.parity --cases $c --json > "$OUT/san_tmp.json" 2>> "$SAN"
     echo "rc=$?" >> "$SAN"
     cat "$OUT/san_tool.txt" >> "$SAN"; rm -f "$OUT/san_tool.txt"
