@@ -335,10 +335,11 @@ class _RoundPlanner:
     every slot that is not pinned (free or held by a token that is not in a good run), and
     every unpinned token gets a destination (possibly its own slot is reused by another)."""
 
-    def __init__(self, flat: _Flat, min_run: int | None, mode: str):
+    def __init__(self, flat: _Flat, min_run: int | None, mode: str, split: bool = False):
         self.flat = flat
         self.min_run = min_run
         self.mode = mode
+        self.split = split and mode == "incremental"
         n = flat.num_slots
         self.s = flat.s
         run_start, run_len, run_id = _runs(flat)
@@ -370,7 +371,8 @@ class _RoundPlanner:
             if self.mode == "incremental" and self.min_run is None and self._try_anchor(rs, unfixed):
                 continue
             for a, b in _gaps(unfixed):
-                self._place_gap(rs, a, b)
+                if not self._place_gap(rs, a, b) and self.split:
+                    self._place_split(rs, a, b)
         if not self.src:
             z = np.zeros(0, dtype=np.int64)
             return z, z
@@ -424,6 +426,41 @@ class _RoundPlanner:
             left -= take
         self._commit(seg, np.concatenate(pieces))
         return True
+
+    def _place_split(self, rs: np.ndarray, a: int, b: int) -> None:
+        """Incremental split placement of a gap [a, b) that fits no free extent whole. The gap
+        is cut into its current runs; consecutive whole runs are moved together into one free
+        extent (landing on consecutive slots), so a piece never breaks a run: a piece of k runs
+        that extends the run ending just before it (the extent starting right after the
+        previous position's new slot) saves k runs, a piece of k >= 2 runs moved into the
+        largest extent saves k - 1. A run longer than every usable extent stays where it is.
+        Every destination is free at the round start (extents only shrink), so the round stays
+        failure-atomic; the caller keeps the round only if fragmentation drops."""
+        seg = rs[a:b]
+        brk = np.ones(seg.size + 1, dtype=bool)
+        brk[1:-1] = seg[1:] != seg[:-1] + 1
+        cuts = np.flatnonzero(brk) + a  # run boundaries inside the gap, a .. b
+        ci = 0  # index into cuts of the current position i = cuts[ci]
+        last = cuts.size - 1
+        while ci < last:
+            i = int(cuts[ci])
+            start = -1
+            if i > 0:
+                e = self.ext.starting_at(int(self.new[rs[i - 1]]) + 1)
+                if e >= 0:
+                    cj = int(np.searchsorted(cuts, i + int(self.ext.length[e]), side="right")) - 1
+                    if cj > ci:
+                        start = self.ext.take_prefix(e, int(cuts[cj]) - i)
+            if start < 0:
+                big = int(self.ext.tree[1])
+                cj = int(np.searchsorted(cuts, i + big, side="right")) - 1
+                if cj - ci < 2:  # fewer than two whole runs fit: leave this run, go on
+                    ci += 1
+                    continue
+                start = self.ext.take_prefix(self.ext.first_fit(big), int(cuts[cj]) - i)
+            j = int(cuts[cj])
+            self._commit(rs[i:j], np.arange(start, start + j - i, dtype=np.int64))
+            ci = cj
 
     def _try_anchor(self, rs: np.ndarray, unfixed: np.ndarray) -> bool:
         """P=None: keep the longest unpinned run in place and attach every gap to the layout.
@@ -546,6 +583,7 @@ def plan_defrag(
     max_rounds: int = 8,
     compact: bool = True,
     max_levels: int = 64,
+    split: bool = False,
 ) -> Plan:
     """Plan the relocation of ``pool`` (see module docstring). Pure and deterministic.
 
@@ -554,6 +592,9 @@ def plan_defrag(
     compact: when incremental rounds leave requests below target, add one compaction round
         (kept only if it lowers fragmentation), followed by incremental rounds again.
     max_levels: dependency levels per round before the rest goes through staging.
+    split: incremental rounds may split a gap that fits no free extent whole into pieces over
+        several free extents (see ``_RoundPlanner._place_split``); for pools with no large
+        free extent (heavily churned, mostly full), where whole gaps never fit.
     """
     if min_run is not None and (not isinstance(min_run, (int, np.integer)) or min_run < 1):
         raise PoolError(f"min_run: must be an integer >= 1 or None, got {min_run!r}")
@@ -582,7 +623,7 @@ def plan_defrag(
     def incremental() -> str:
         frag = _frag(cur, min_run)
         for _ in range(max_rounds):
-            src, dst = _RoundPlanner(cur, min_run, "incremental").run()
+            src, dst = _RoundPlanner(cur, min_run, "incremental", split).run()
             if src.size == 0:
                 return "converged"
             trial = _frag(cur.moved(src, dst), min_run)

@@ -21,10 +21,9 @@ import time
 from array import array
 
 
-def _world(sgl, torch, slots, layers, seed, max_ctx=8192, rows=512):
+def _world(sgl, torch, slots, layers, seed, max_ctx=8192, rows=512, dev="cuda"):
     import numpy as np
 
-    dev = "cuda"
     rtp = sgl["ReqToTokenPool"](size=rows, max_context_len=max_ctx, device=dev, enable_memory_saver=False)
     pool = sgl["MLATokenToKVPool"](size=slots, page_size=1, dtype=torch.bfloat16, kv_lora_rank=512,
                                    qk_rope_head_dim=64, layer_num=layers, device=dev, enable_memory_saver=False)

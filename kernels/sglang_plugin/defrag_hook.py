@@ -78,7 +78,8 @@ class DefragSettings:
     interval_steps: int = 64          # try at most once every this many scheduler steps
     min_runs_per_row: float = 2.0     # trigger: mean runs per row (requests + tree nodes)
     min_live_tokens: int = 1024       # trigger: at least this many live row positions
-    max_tokens_per_run: int = 65536   # cap on slots moved by one run (bounds the stall)
+    max_tokens_per_run: int = 65536   # cap on slots moved by one run, all its rounds (bounds the stall)
+    max_rounds_per_run: int = 8       # incremental rounds per run (each: plan, verify, copy, swap)
     backend: str = "auto"             # executor backend: auto (Triton on CUDA), torch, triton
 
     @classmethod
@@ -92,6 +93,8 @@ class DefragSettings:
             raise ValueError("defrag_options.interval_steps must be an integer >= 1")
         if not (isinstance(s.max_tokens_per_run, int) and s.max_tokens_per_run >= 1):
             raise ValueError("defrag_options.max_tokens_per_run must be an integer >= 1")
+        if not (isinstance(s.max_rounds_per_run, int) and s.max_rounds_per_run >= 1):
+            raise ValueError("defrag_options.max_rounds_per_run must be an integer >= 1")
         if not (isinstance(s.min_live_tokens, int) and s.min_live_tokens >= 0):
             raise ValueError("defrag_options.min_live_tokens must be an integer >= 0")
         if not isinstance(s.min_runs_per_row, (int, float)) or s.min_runs_per_row < 1:
@@ -231,23 +234,29 @@ def gather(target: Target) -> _State:
     return _State(rows_a, lens_a, sub, nodes, node_vals, free, pool)
 
 
-def make_plan(state: _State, settings: DefragSettings):
-    """The run's plan (one incremental round, capped), or :class:`DefragSkip`."""
+def make_plan(state: _State, settings: DefragSettings, budget: int | None = None, first: bool = True):
+    """One round's plan (one incremental round, split over free extents where a gap fits none
+    whole, capped at ``budget`` moves, default ``max_tokens_per_run``), or :class:`DefragSkip`.
+    ``first``: the run's first round (the trigger thresholds apply only there)."""
     from dataclasses import replace
 
     from kernels.defrag.planner import Round, fragmentation, plan_defrag, schedule
 
     before = fragmentation(state.pool)
-    if before.live_tokens < settings.min_live_tokens or before.runs_per_request < settings.min_runs_per_row:
+    if first and (before.live_tokens < settings.min_live_tokens
+                  or before.runs_per_request < settings.min_runs_per_row):
         raise DefragSkip("below_threshold")
     if state.free.size == 0:
         raise DefragSkip("no_free_slot")
-    plan = plan_defrag(state.pool, min_run=None, max_rounds=1, compact=False)
+    cap = settings.max_tokens_per_run if budget is None else int(budget)
+    if cap < 1:
+        raise DefragSkip("budget_spent")
+    plan = plan_defrag(state.pool, min_run=None, max_rounds=1, compact=False, split=True)
     if not plan.rounds:
         raise DefragSkip("nothing_to_move")
     rnd = plan.rounds[0]
-    if rnd.src.size > settings.max_tokens_per_run:
-        k = settings.max_tokens_per_run
+    if rnd.src.size > cap:
+        k = cap
         src, dst = rnd.src[:k], rnd.dst[:k]
         n = plan.num_slots
         remap = np.arange(n + 1, dtype=np.int64)
@@ -373,6 +382,7 @@ class DefragHook:
     disabled: str | None = None
     steps: int = 0
     runs: int = 0
+    rounds: int = 0
     tokens_moved: int = 0
     bytes_moved: int = 0
     skips: Counter = field(default_factory=Counter)
@@ -392,6 +402,7 @@ class DefragHook:
             note = f"defrag hook disabled after an error: {self.disabled}"
         return {"defrag_applied": self.applied, "defrag_note": note,
                 "defrag_hook": f"Scheduler.{HOOK_METHOD}", "defrag_runs": self.runs,
+                "defrag_rounds": self.rounds,
                 "defrag_tokens_moved": self.tokens_moved, "defrag_bytes_moved": self.bytes_moved,
                 "defrag_steps": self.steps, "defrag_skips": dict(self.skips),
                 "defrag_last_error": self.disabled, "defrag_last_run": self.last_run,
@@ -440,20 +451,49 @@ class DefragHook:
         dev = t.req_to_token_pool.req_to_token.device
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        state = gather(t)
-        plan = make_plan(state, self.settings)
-        verify_plan(state, plan)
-        t1 = time.perf_counter()
-        res = execute(t, state, plan, self.settings)
-        t2 = time.perf_counter()
+        # Several rounds, each complete in itself: gather (re-read the live state), plan one
+        # incremental round whose destinations are all free now, verify, copy, swap. A failure
+        # in round k leaves round k's state untouched (rounds 1..k-1 stay applied, each
+        # consistent) and disables the hook. Stop on a skip (nothing to move, no gain), after
+        # max_rounds_per_run rounds or when max_tokens_per_run slots have moved.
+        s = self.settings
+        moved, nbytes, rounds, plan_s, copy_s = 0, 0, 0, 0.0, 0.0
+        runs_before = runs_after = None
+        stop, backend = f"max_rounds_per_run={s.max_rounds_per_run}", s.backend
+        while rounds < s.max_rounds_per_run:
+            if moved >= s.max_tokens_per_run:
+                stop = f"max_tokens_per_run={s.max_tokens_per_run}"
+                break
+            t0 = time.perf_counter()
+            state = gather(t)
+            try:
+                plan = make_plan(state, s, budget=s.max_tokens_per_run - moved, first=rounds == 0)
+            except DefragSkip as skip:
+                if rounds == 0:
+                    raise
+                stop = skip.args[0]
+                break
+            verify_plan(state, plan)
+            t1 = time.perf_counter()
+            res = execute(t, state, plan, s)
+            t2 = time.perf_counter()
+            rounds += 1
+            moved += res.tokens_moved
+            nbytes += res.bytes_moved
+            plan_s += t1 - t0
+            copy_s += t2 - t1
+            backend = res.backend
+            runs_before = res.runs_before if runs_before is None else runs_before
+            runs_after = res.runs_after
+            self.rounds += 1
+            self.tokens_moved += res.tokens_moved
+            self.bytes_moved += res.bytes_moved
+            self.last_run = {"step": self.steps, "rounds": rounds, "tokens_moved": moved, "bytes_moved": nbytes,
+                             "runs_before": runs_before, "runs_after": runs_after, "stop": None,
+                             "plan_ms": round(plan_s * 1e3, 3), "copy_and_swap_ms": round(copy_s * 1e3, 3),
+                             "backend": backend}
         self.runs += 1
-        self.tokens_moved += res.tokens_moved
-        self.bytes_moved += res.bytes_moved
-        self.last_run = {"step": self.steps, "tokens_moved": res.tokens_moved, "bytes_moved": res.bytes_moved,
-                         "runs_before": res.runs_before, "runs_after": res.runs_after,
-                         "plan_ms": round((t1 - t0) * 1e3, 3), "copy_and_swap_ms": round((t2 - t1) * 1e3, 3),
-                         "backend": res.backend}
+        self.last_run["stop"] = stop
         self._changed()
         return "ran"
 
