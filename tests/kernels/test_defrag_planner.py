@@ -97,9 +97,9 @@ def replay(pool: PoolIndex, plan) -> np.ndarray:
     return content
 
 
-def check_plan(pool: PoolIndex, min_run):
+def check_plan(pool: PoolIndex, min_run, **kw):
     before = {k: v.copy() for k, v in pool.__dict__.items() if isinstance(v, np.ndarray)}
-    plan = plan_defrag(pool, min_run=min_run)
+    plan = plan_defrag(pool, min_run=min_run, **kw)
     for k, v in before.items():
         assert np.array_equal(getattr(pool, k), v), f"planner modified its input {k}"
     after = apply_plan(pool, plan)
@@ -140,6 +140,48 @@ def test_plan_preserves_tokens_and_ownership_on_random_pools(pool, min_run):
 @given(churned_pools(), min_runs)
 def test_plan_preserves_tokens_and_ownership_under_churn(pool, min_run):
     check_plan(pool, min_run)
+
+
+def _assert_incremental_rounds_write_only_free_slots(pool: PoolIndex, plan) -> None:
+    """Every round is incremental and each destination is free when its round starts."""
+    isfree = np.zeros(pool.num_slots + 1, dtype=bool)
+    isfree[pool.free_slots] = True
+    for rnd in plan.rounds:
+        assert rnd.mode == "incremental" and all(st.kind == "copy" for st in rnd.steps)
+        assert isfree[rnd.dst].all(), "a destination was not free at its round's start"
+        isfree[rnd.src] = True
+        isfree[rnd.dst] = False
+
+
+@SETTINGS
+@given(st.one_of(random_pools(), churned_pools()), min_runs, st.integers(1, 12))
+def test_split_incremental_rounds_preserve_tokens_and_write_only_free_slots(pool, min_run, max_rounds):
+    plan = check_plan(pool, min_run, max_rounds=max_rounds, compact=False, split=True)
+    _assert_incremental_rounds_write_only_free_slots(pool, plan)
+    assert plan.frag_after.runs <= plan.frag_before.runs
+
+
+def _interleaved_full_pool(n_req=8, length=300, free_frac=0.34, seed=0):
+    """Requests decoded in lockstep (slot k*n_req + r belongs to request r), then a third of the
+    rows' slots freed at random: ~1.5-slot runs, free extents of a few slots, none fits a request."""
+    rng = np.random.default_rng(seed)
+    n = n_req * length
+    owner = np.arange(n) % n_req
+    drop = rng.random(n) < free_frac
+    rows = [[int(s) + 1 for s in np.flatnonzero((owner == r) & ~drop)] for r in range(n_req)]
+    return make_pool(n, rows)
+
+
+def test_split_rounds_defragment_a_full_interleaved_pool_where_whole_gaps_fit_nowhere():
+    pool = _interleaved_full_pool()
+    fb = fragmentation(pool)
+    assert fb.runs_per_request > 100 and fb.largest_free_extent < 30
+    assert plan_defrag(pool, max_rounds=8, compact=False).tokens_moved == 0  # whole gaps fit nowhere
+    plan = check_plan(pool, None, max_rounds=64, compact=False, split=True)
+    _assert_incremental_rounds_write_only_free_slots(pool, plan)
+    assert plan.frag_after.runs_per_request * 10 <= fb.runs_per_request, (fb, plan.frag_after)
+    one = plan_defrag(pool, max_rounds=1, compact=False, split=True)  # a single round already gains
+    assert 0 < one.frag_after.runs < fb.runs
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
