@@ -2,11 +2,15 @@
 # One device-tool call on the H200 that runs every GPU-only check outside the kernel's own
 # device_run.sh, in one machine start: JIT build of the bundled kernel, the SGLang plugin's
 # verify path against SGLang's extend_attention_fwd (tests/integration/device_check.sh), the
-# KV defragmenter at 1M slots (kernels/defrag/device_check.sh), the GPU-marked pytest tests,
-# and compute-sanitizer racecheck on the 65k parity case. Every stage has its own time limit
-# inside one global deadline, so the call ends inside the tool's 600 s limit and whatever ran
-# comes back as $OUT/session.tgz (the tool returns at most 8 files).
-# Run with carry [".whl", ".whl-plugin"] from the repo root.
+# live KV-defrag hook on real SGLang structures (kernels.defrag.scheduler_gpu_check), the
+# GPU-marked pytest tests, and the orchestrator itself running phases 0-2 on this host
+# (connection: local, arch sm_90a) with SGLang importable so phase 2 compares against it.
+# Every stage has its own time limit inside one global deadline, so the call ends inside the
+# tool's 600 s limit and whatever ran comes back as $OUT/session.tgz (the tool returns at most 8
+# files). Run from the repo root with carry [".whl", ".whl-plugin", ".whl-orch"]:
+#   .whl / .whl-plugin  SGLang 0.5.23 and what its backend imports (see device_check.sh)
+#   .whl-orch           the orchestrator's own dependencies (typer, rich, fabric, paramiko, ...)
+# Optional: SESSION_STAGES="jit plugin defrag_hook pytest_gpu orchestrator" (default: all).
 set -u -o pipefail
 FINAL_OUT=${OUT:-/tmp/session-out}; mkdir -p "$FINAL_OUT"
 W=/tmp/session; rm -rf "$W"; mkdir -p "$W"
@@ -24,15 +28,23 @@ run_stage() {  # run_stage NAME LIMIT_S CMD...
 }
 say "host $(nvidia-smi -L 2>&1 | head -1); commit $(git rev-parse --short HEAD 2>/dev/null)"
 SITE=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl >>"$LOG" 2>&1
+for d in .whl .whl-plugin .whl-orch; do
+  ls "$d"/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target "$SITE" "$d"/*.whl >>"$LOG" 2>&1
+done
 python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip "$SITE" >>"$LOG" 2>&1
 export PYTHONPATH=$SITE:$PWD
-run_stage jit_build 150 python3 -c "import time;t=time.time();from kernels.mla_verify._build import load;load('sm_90a');print('jit build s',round(time.time()-t,1))"
-run_stage plugin 150 bash tests/integration/device_check.sh quick
-run_stage defrag 250 bash kernels/defrag/device_check.sh
-run_stage pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels
-run_stage racecheck_65k 90 compute-sanitizer --tool racecheck --kernel-name kns=mla_verify --print-limit 20 \
-  python3 -m kernels.parity --cases seed_b1_prefix65k_n8_h16_chain --json
+STAGES=${SESSION_STAGES:-"jit plugin defrag_hook pytest_gpu orchestrator"}
+want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+want jit && run_stage jit_build 150 python3 -c "import time;t=time.time();from kernels.mla_verify._build import load;load('sm_90a');print('jit build s',round(time.time()-t,1))"
+want plugin && run_stage plugin 150 bash tests/integration/device_check.sh quick
+want defrag_hook && run_stage defrag_hook 120 python3 -m kernels.defrag.scheduler_gpu_check --json
+want pytest_gpu && run_stage pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels
+if want orchestrator; then
+  printf 'hosts:\n  - name: h200\n    connection: local\n    arch: sm_90a\n    remote_root: %s\n' "$W/orch-root" > "$W/inventory.yaml"
+  run_stage orchestrator_run 330 python3 -m orchestrator run 0 1 2 --inventory "$W/inventory.yaml" --state-dir "$W/orch-state" --json
+  run_stage orchestrator_status 30 python3 -m orchestrator status --inventory "$W/inventory.yaml" --state-dir "$W/orch-state"
+fi
 say "done"
 tar czf "$FINAL_OUT/session.tgz" -C "$W" . && cp "$LOG" "$FINAL_OUT/session.log"
-grep -hE "rc=|summary|ok |passed|failed|SUMMARY|hazard" "$LOG" "$W"/*.out 2>/dev/null | tail -40
+grep -hE "rc=|summary|ok |passed|failed|SUMMARY|tokens_moved|min_sol|completed|blocked" "$LOG" "$W"/*.out 2>/dev/null | cut -c1-300 | tail -50
