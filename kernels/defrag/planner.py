@@ -29,7 +29,11 @@ Placement (n = live positions, E = extents of the space; O(n log n + g log E) fo
    enough, else right before its right neighbour's slot, else at the lowest extent that fits
    (first fit). Incremental rounds use first fit only if the gap spans more than one run
    (so the move lowers the run count) and leave the gap otherwise; with ``P = None`` they
-   first try the longest unpinned run as an anchor that every gap attaches to. The
+   first try the longest unpinned run as an anchor that every gap attaches to. With
+   ``split=True`` an incremental round places a gap that fits nowhere whole in pieces of whole
+   runs over several free extents (extend the previous position's run, else >= 2 runs into the
+   largest extent); each piece lowers the run count and every destination is still free at
+   the round start. The
    compaction round's space is every unpinned slot (free or held by an unpinned token) and it
    places every unpinned token, spilling over the largest extents when no extent fits.
 3. A placed slot is pinned, so a slot shared by several rows moves once; the remap

@@ -17,9 +17,13 @@ wrapped so that the defragmenter may run *before* the original is called. Why th
 ``on_idle`` would be safer still but never runs on a busy server; ``process_batch_result`` runs
 while the next batch is in flight in overlap mode.
 
-What one run does (each run is one incremental round of the planner: every destination slot is
-free when the run starts, so a failure at any point leaves every live token's bytes, the index,
-the tree and the free list untouched; later runs continue where it stopped):
+What one run does: up to ``max_rounds_per_run`` rounds, each complete in itself (steps 1-4
+below, the state re-read at every round). Every destination slot of a round is free when that
+round starts, so a failure at any point of a round leaves every live token's bytes, the index,
+the tree and the free list as the previous round left them (earlier rounds stay applied; each
+is consistent) and disables the hook. The run stops when a round has nothing to move or no
+gain, after ``max_rounds_per_run`` rounds, or once ``max_tokens_per_run`` slots have moved;
+later runs continue where it stopped.
 
 1. owners of KV rows: SGLang's own ``SchedulerInvariantChecker._requests_owning_rows()``
    (last batch, running batch, the parked chunked-prefill request) plus the radix cache's
@@ -29,8 +33,11 @@ the tree and the free list untouched; later runs continue where it stopped):
    tree node (``node.value``, evictable ones included) so cached prefixes are preserved and a
    slot shared by a tree node and requests moves once; the allocator's free list
    (``free_pages`` + ``release_pages``); the union must be exactly the slot space (else skip);
-3. plan (``plan_defrag(max_rounds=1, compact=False)``), capped at ``max_tokens_per_run``
-   moves, verified independently (sources live, destinations free, remap injective, the result
+3. plan one incremental round (``plan_defrag(max_rounds=1, compact=False, split=True)``: a gap
+   that fits no free extent whole is split into pieces of whole runs over several free
+   extents, so heavily churned, mostly full pools still make progress; slots a round vacates
+   grow the free extents of the next), capped at what is left of ``max_tokens_per_run``,
+   verified independently (sources live, destinations free, remap injective, the result
    validates with the free list as the exact complement);
 4. all new index tensors are built first; then every layer of every MLA KV pool on the
    allocator's slot space (the target's and any draft model's) is relocated with the bundled
