@@ -10,7 +10,7 @@
 # files). Run from the repo root with carry [".whl", ".whl-plugin", ".whl-orch"]:
 #   .whl / .whl-plugin  SGLang 0.5.23 and what its backend imports (see device_check.sh)
 #   .whl-orch           the orchestrator's own dependencies (typer, rich, fabric, paramiko, ...)
-# Optional: SESSION_STAGES="jit plugin defrag_hook pytest_gpu orchestrator" (default: all).
+# Optional: SESSION_STAGES="jit defrag_hook plugin orchestrator pytest_gpu" (default: all, in that order).
 set -u -o pipefail
 FINAL_OUT=${OUT:-/tmp/session-out}; mkdir -p "$FINAL_OUT"
 W=/tmp/session; rm -rf "$W"; mkdir -p "$W"
@@ -34,17 +34,17 @@ for d in .whl .whl-plugin .whl-orch; do
 done
 python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip "$SITE" >>"$LOG" 2>&1
 export PYTHONPATH=$SITE:$PWD
-STAGES=${SESSION_STAGES:-"jit plugin defrag_hook pytest_gpu orchestrator"}
+STAGES=${SESSION_STAGES:-"jit defrag_hook plugin orchestrator pytest_gpu"}
 want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 want jit && run_stage jit_build 150 python3 -c "import time;t=time.time();from kernels.mla_verify._build import load;load('sm_90a');print('jit build s',round(time.time()-t,1))"
-want plugin && run_stage plugin 150 bash tests/integration/device_check.sh quick
 want defrag_hook && run_stage defrag_hook 120 python3 -m kernels.defrag.scheduler_gpu_check --json
-want pytest_gpu && run_stage pytest_gpu 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels
+want plugin && run_stage plugin 120 bash tests/integration/device_check.sh quick
 if want orchestrator; then
   printf 'hosts:\n  - name: h200\n    connection: local\n    arch: sm_90a\n    remote_root: %s\n' "$W/orch-root" > "$W/inventory.yaml"
-  run_stage orchestrator_run 330 python3 -m orchestrator run 0 1 2 --inventory "$W/inventory.yaml" --state-dir "$W/orch-state" --json
+  run_stage orchestrator_run 300 python3 -m orchestrator run 0 1 2 --inventory "$W/inventory.yaml" --state-dir "$W/orch-state" --json
   run_stage orchestrator_status 30 python3 -m orchestrator status --inventory "$W/inventory.yaml" --state-dir "$W/orch-state"
 fi
+want pytest_gpu && run_stage pytest_gpu 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels
 say "done"
 tar czf "$FINAL_OUT/session.tgz" -C "$W" . && cp "$LOG" "$FINAL_OUT/session.log"
 grep -hE "rc=|summary|ok |passed|failed|SUMMARY|tokens_moved|min_sol|completed|blocked" "$LOG" "$W"/*.out 2>/dev/null | cut -c1-300 | tail -50
