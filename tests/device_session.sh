@@ -37,12 +37,12 @@ export PYTHONPATH=$SITE:$PWD
 STAGES=${SESSION_STAGES:-"jit defrag_hook plugin orchestrator pytest_gpu"}
 want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 want jit && run_stage jit_build 150 python3 -c "import time;t=time.time();from kernels.mla_verify._build import load;load('sm_90a');print('jit build s',round(time.time()-t,1))"
-want defrag_hook && run_stage defrag_hook 120 python3 -m kernels.defrag.scheduler_gpu_check --json
+want defrag_hook && run_stage defrag_hook 150 python3 tests/integration/with_sgl_kernel_shim.py kernels.defrag.scheduler_gpu_check --json
 want plugin && run_stage plugin 120 bash tests/integration/device_check.sh quick
 if want orchestrator; then
   printf 'hosts:\n  - name: h200\n    connection: local\n    arch: sm_90a\n    remote_root: %s\n' "$W/orch-root" > "$W/inventory.yaml"
   run_stage orchestrator_run 300 python3 -m orchestrator run 0 1 2 --inventory "$W/inventory.yaml" --state-dir "$W/orch-state" --json
-  run_stage orchestrator_status 30 python3 -m orchestrator status --inventory "$W/inventory.yaml" --state-dir "$W/orch-state"
+  run_stage orchestrator_status 30 python3 -m orchestrator status --state-dir "$W/orch-state"
 fi
 want pytest_gpu && run_stage pytest_gpu 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels
 say "done"
