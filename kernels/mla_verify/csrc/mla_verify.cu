@@ -49,7 +49,10 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
 
 // Combine launch: programmatic dependent launch (its griddepcontrol.wait orders it after the split
 // kernel), so its launch latency overlaps the split kernel's tail; plain launch if refused.
-static cudaError_t launch_combine(const Params& p, unsigned blocks, cudaStream_t stream) {
+static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
+  const int wpu = combine_warps_per_unit(p.S);
+  const long long units = (long long)p.T * p.H * 4;
+  const unsigned blocks = (unsigned)((units + COMBINE_WARPS / wpu - 1) / (COMBINE_WARPS / wpu));
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(blocks);
   lc.blockDim = dim3(COMBINE_WARPS * 32);
@@ -59,10 +62,10 @@ static cudaError_t launch_combine(const Params& p, unsigned blocks, cudaStream_t
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   lc.attrs = attr;
   lc.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&lc, mla_verify_combine_kernel, p);
+  cudaError_t e = cudaLaunchKernelEx(&lc, mla_verify_combine_kernel, p, wpu);
   if (e == cudaSuccess) return cudaSuccess;
   (void)cudaGetLastError();  // clear, then fall back to a stream-ordered launch
-  mla_verify_combine_kernel<<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p);
+  mla_verify_combine_kernel<<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p, wpu);
   return cudaGetLastError();
 }
 
@@ -90,8 +93,7 @@ cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t st
 #endif
   if (e != cudaSuccess || p.S == 1) return e;
   if (p.S > COMBINE_MAX_SPLITS) return cudaErrorInvalidValue;
-  const long long all_rows = (long long)p.T * p.H;
-  return launch_combine(p, (unsigned)(all_rows * 4), stream);
+  return launch_combine(p, stream);
 }
 
 }  // namespace mlav

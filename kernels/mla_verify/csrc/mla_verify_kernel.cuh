@@ -481,62 +481,68 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   }
 }
 
-// Merge the S split partials of every packed row. One block per (row, 128-column quarter): warp
-// k sums splits k, k+8, ... (lane = 4 columns, float4 loads, all of a warp's loads independent),
-// then warp 0 adds the 8 warp sums in a fixed order (bitwise deterministic). Split weights
-// 2^(lse_s - max) use the block-wide max; empty splits (lse = -inf) get weight 0 and their
-// never-written partials are masked by a select, never multiplied. Rows of tokens past
-// qo_indptr[B] are left untouched. Launched with programmatic dependent launch when available:
-// griddepcontrol.wait blocks until the split kernel's writes are visible.
+// Merge the S split partials of every packed row. A unit = (row, 128-column quarter) gets `wpu`
+// warps (1, 2, 4 or 8; see combine_warps_per_unit) and a 256-thread block holds 8 / wpu units, so
+// small split counts do not launch idle warps. Warp k of a unit sums splits k, k + wpu, ... (lane =
+// 4 columns, float4 loads, all of a warp's loads independent); the unit's warps are then added in a
+// fixed order (bitwise deterministic). Split weights 2^(lse_s - max) use the unit's max; empty
+// splits (lse = -inf) get weight 0 and their never-written partials are masked by a select, never
+// multiplied. Rows of tokens past qo_indptr[B] are left untouched. Launched with programmatic
+// dependent launch when available: griddepcontrol.wait blocks until the split kernel's writes are
+// visible.
 constexpr int COMBINE_MAX_SPLITS = 128;
-constexpr int COMBINE_WARPS = 8;
-__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
+constexpr int COMBINE_WARPS = 8;  // warps per block
+__host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
+
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p, int wpu) {
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int k = warp % wpu, first = warp - k;  // this warp's index in its unit, the unit's first warp
   const int64_t rows = (int64_t)p.T * p.H;
-  const int64_t grow = blockIdx.x >> 2;
-  const int quarter = (int)(blockIdx.x & 3);
-  if (grow >= rows) return;
-  const int64_t t = grow / p.H;
-  if (t >= ld_idx(p.qo_indptr, p.qo_is64, p.B)) return;
-  // block max and weight sum over the splits (thread i owns split i; S <= 128 < 256 threads)
-  const float lse_mine = (int)threadIdx.x < p.S ? p.ws_lse[(int64_t)threadIdx.x * rows + grow] : -INFINITY;
+  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / wpu) + warp / wpu;
+  const int64_t grow = unit >> 2;
+  const int quarter = (int)(unit & 3);
+  const int64_t t = grow < rows ? grow / p.H : 0;
+  const bool valid = grow < rows && t < ld_idx(p.qo_indptr, p.qo_is64, p.B);  // uniform per unit
+  // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * wpu)
+  const int ti = k * 32 + lane;
+  const float lse_mine = valid && ti < p.S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
   float mx = lse_mine;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   if (lane == 0) red[0][warp] = mx;
   __syncthreads();
-  mx = red[0][0];
-#pragma unroll
-  for (int k = 1; k < COMBINE_WARPS; ++k) mx = fmaxf(mx, red[0][k]);
+  mx = red[0][first];
+  for (int j = 1; j < wpu; ++j) mx = fmaxf(mx, red[0][first + j]);
   float wsum = lse_mine == -INFINITY ? 0.f : exp2f(lse_mine - mx);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
-  const int64_t split_stride4 = rows * (D_V / 4);
+  if (valid) {
+    const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
+    const int64_t split_stride4 = rows * (D_V / 4);
 #pragma unroll 4
-  for (int s = warp; s < p.S; s += COMBINE_WARPS) {
-    const float4 v = src[s * split_stride4];
-    const float lse = p.ws_lse[(int64_t)s * rows + grow];
-    const float w = lse == -INFINITY ? 0.f : exp2f(lse - mx);
-    acc.x += w > 0.f ? w * v.x : 0.f;
-    acc.y += w > 0.f ? w * v.y : 0.f;
-    acc.z += w > 0.f ? w * v.z : 0.f;
-    acc.w += w > 0.f ? w * v.w : 0.f;
+    for (int s = k; s < p.S; s += wpu) {
+      const float4 v = src[s * split_stride4];
+      const float lse = p.ws_lse[(int64_t)s * rows + grow];
+      const float w = lse == -INFINITY ? 0.f : exp2f(lse - mx);
+      acc.x += w > 0.f ? w * v.x : 0.f;
+      acc.y += w > 0.f ? w * v.y : 0.f;
+      acc.z += w > 0.f ? w * v.z : 0.f;
+      acc.w += w > 0.f ? w * v.w : 0.f;
+    }
   }
   part[warp][lane] = acc;
   __syncthreads();
-  if (warp != 0) return;
+  if (k != 0 || !valid) return;
   float total = 0.f;
   acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-  for (int k = 0; k < COMBINE_WARPS; ++k) {
-    total += red[1][k];
-    const float4 v = part[k][lane];
+  for (int j = 0; j < wpu; ++j) {
+    total += red[1][first + j];
+    const float4 v = part[first + j][lane];
     acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
   }
   const float inv = total > 0.f ? 1.f / total : 0.f;
