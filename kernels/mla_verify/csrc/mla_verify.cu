@@ -49,10 +49,10 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
 
 // Combine launch: programmatic dependent launch (its griddepcontrol.wait orders it after the split
 // kernel), so its launch latency overlaps the split kernel's tail; plain launch if refused.
-static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
-  const int wpu = combine_warps_per_unit(p.S);
+template <int WPU>
+static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
   const long long units = (long long)p.T * p.H * 4;
-  const unsigned blocks = (unsigned)((units + COMBINE_WARPS / wpu - 1) / (COMBINE_WARPS / wpu));
+  const unsigned blocks = (unsigned)((units + COMBINE_WARPS / WPU - 1) / (COMBINE_WARPS / WPU));
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(blocks);
   lc.blockDim = dim3(COMBINE_WARPS * 32);
@@ -62,11 +62,20 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   lc.attrs = attr;
   lc.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&lc, mla_verify_combine_kernel, p, wpu);
+  cudaError_t e = cudaLaunchKernelEx(&lc, mla_verify_combine_kernel<WPU>, p);
   if (e == cudaSuccess) return cudaSuccess;
   (void)cudaGetLastError();  // clear, then fall back to a stream-ordered launch
-  mla_verify_combine_kernel<<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p, wpu);
+  mla_verify_combine_kernel<WPU><<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
+  switch (combine_warps_per_unit(p.S)) {
+    case 1: return launch_combine_wpu<1>(p, stream);
+    case 2: return launch_combine_wpu<2>(p, stream);
+    case 4: return launch_combine_wpu<4>(p, stream);
+    default: return launch_combine_wpu<8>(p, stream);
+  }
 }
 
 int config_block_m(int cfg) { return cfg == 1 ? 32 : 64; }

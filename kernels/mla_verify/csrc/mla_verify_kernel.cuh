@@ -481,8 +481,8 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   }
 }
 
-// Merge the S split partials of every packed row. A unit = (row, 128-column quarter) gets `wpu`
-// warps (1, 2, 4 or 8; see combine_warps_per_unit) and a 256-thread block holds 8 / wpu units, so
+// Merge the S split partials of every packed row. A unit = (row, 128-column quarter) gets WPU
+// warps (1, 2, 4 or 8; see combine_warps_per_unit) and a 256-thread block holds 8 / WPU units, so
 // small split counts do not launch idle warps. Warp k of a unit sums splits k, k + wpu, ... (lane =
 // 4 columns, float4 loads, all of a warp's loads independent); the unit's warps are then added in a
 // fixed order (bitwise deterministic). Split weights 2^(lse_s - max) use the unit's max; empty
@@ -494,7 +494,9 @@ constexpr int COMBINE_MAX_SPLITS = 128;
 constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
-__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p, int wpu) {
+template <int WPU>
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
+  constexpr int wpu = WPU;
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -515,6 +517,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   if (lane == 0) red[0][warp] = mx;
   __syncthreads();
   mx = red[0][first];
+#pragma unroll
   for (int j = 1; j < wpu; ++j) mx = fmaxf(mx, red[0][first + j]);
   float wsum = lse_mine == -INFINITY ? 0.f : exp2f(lse_mine - mx);
 #pragma unroll
@@ -540,6 +543,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   if (k != 0 || !valid) return;
   float total = 0.f;
   acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
   for (int j = 0; j < wpu; ++j) {
     total += red[1][first + j];
     const float4 v = part[first + j][lane];
