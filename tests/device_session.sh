@@ -10,6 +10,8 @@
 # files). Run from the repo root with carry [".whl", ".whl-plugin", ".whl-orch"]:
 #   .whl / .whl-plugin  SGLang 0.5.23 and what its backend imports (see device_check.sh)
 #   .whl-orch           the orchestrator's own dependencies (typer, rich, fabric, paramiko, ...)
+#                       (re-create: pip download --only-binary :all: --python-version 3.12 --platform
+#                       manylinux2014_x86_64 -d .whl-orch typer rich fabric==3.2.3 paramiko==5.1.0 filelock pyyaml)
 # Optional: SESSION_STAGES="jit defrag_hook plugin orchestrator pytest_gpu" (default: all, in that order).
 set -u -o pipefail
 FINAL_OUT=${OUT:-/tmp/session-out}; mkdir -p "$FINAL_OUT"
