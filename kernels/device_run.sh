@@ -8,6 +8,22 @@ OUT=${OUT:-/tmp/mlav-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS=16 ORCHESTRATOR_KERNEL_CACHE=/tmp/mlav-cache
 LOG="$OUT/log.txt"
 say() { echo "== $* ($(date +%T))" | tee -a "$LOG"; }
+# sanitize TIMEOUT_S TOOL:CASE...: parity of one case under compute-sanitizer per spec, all appended
+# to $OUT/sanitizer.txt (tool log, exit code, whether parity still passed under the tool).
+sanitize() {
+  local lim=$1 spec tool c SAN="$OUT/sanitizer.txt"; shift
+  for spec in "$@"; do
+    tool=${spec%%:*}; c=${spec#*:}
+    echo "### $tool $c" >> "$SAN"
+    timeout "$lim" compute-sanitizer --tool "$tool" --kernel-name kns=mla_verify --print-limit 20 \
+      --log-file "$OUT/san_tool.txt" python3 -m kernels.parity --cases "$c" --json > "$OUT/san_tmp.json" 2>> "$SAN"
+    echo "rc=$?" >> "$SAN"
+    cat "$OUT/san_tool.txt" >> "$SAN"; rm -f "$OUT/san_tool.txt"
+    python3 -c "import json;d=json.load(open('$OUT/san_tmp.json'));print('parity under sanitizer ok=',d['ok'])" >> "$SAN" 2>&1
+    tail -3 "$SAN" | tee -a "$LOG"
+  done
+  rm -f "$OUT/san_tmp.json"
+}
 say "host: $(nvidia-smi -L 2>&1 | head -1); mode $MODE; commit $(git rev-parse --short HEAD 2>/dev/null)"
 # SGLang 0.5.23 python tree + small pure-Python deps, carried in .whl/
 if [ -d .whl ]; then
@@ -55,39 +71,15 @@ PY
   SO=$(find /tmp/mlav-cache -name 'mla_verify_sm_90a_*.so' | head -1)
   cuobjdump -sass "$SO" > "$OUT/sass.txt" 2>&1; echo "sass dump rc=$? $(wc -l < "$OUT/sass.txt") lines" | tee -a "$LOG"
   say "compute-sanitizer memcheck (small case, all configs)"
-  timeout 120 compute-sanitizer --tool memcheck --kernel-name kns=mla_verify --print-limit 20 \
-    --log-file "$OUT/sanitizer.txt" python3 -m kernels.parity --cases b4_varlen_tree_h16 --json > "$OUT/san_tmp.json" 2>>"$LOG"
-  echo "memcheck rc=$?" | tee -a "$LOG"; tail -3 "$OUT/sanitizer.txt" | tee -a "$LOG"; rm -f "$OUT/san_tmp.json"
+  sanitize 120 memcheck:b4_varlen_tree_h16
 elif [ "$MODE" = final ]; then
   say "compute-sanitizer (short)"
-  SAN="$OUT/sanitizer.txt"
-  for spec in memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain racecheck:b4_prefix0_mixed_h16 \
-              racecheck:seed_b1_prefix65k_n8_h16_chain; do
-    tool=${spec%%:*}; c=${spec#*:}
-    echo "### $tool $c" >> "$SAN"
-    timeout 150 compute-sanitizer --tool $tool --kernel-name kns=mla_verify --print-limit 20 \
-      --log-file "$OUT/san_tool.txt" python3 -m kernels.parity --cases $c --json > "$OUT/san_tmp.json" 2>> "$SAN"
-    echo "rc=$?" >> "$SAN"
-    cat "$OUT/san_tool.txt" >> "$SAN"; rm -f "$OUT/san_tool.txt"
-    python3 -c "import json;d=json.load(open('$OUT/san_tmp.json'));print('parity under sanitizer ok=',d['ok'])" >> "$SAN" 2>&1
-    tail -3 "$SAN" | tee -a "$LOG"
-  done
-  rm -f "$OUT/san_tmp.json"
+  sanitize 150 memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain \
+    racecheck:b4_prefix0_mixed_h16 racecheck:seed_b1_prefix65k_n8_h16_chain
 elif [ "$MODE" != nosan ]; then
   say "compute-sanitizer"
-  SAN="$OUT/sanitizer.txt"
-  for tool in memcheck racecheck; do
-    for c in b4_varlen_tree_h16 seed_b1_prefix65k_n8_h16_chain; do
-      echo "### $tool $c" >> "$SAN"
-      timeout 240 compute-sanitizer --tool $tool --kernel-name kns=mla_verify --print-limit 20 \
-        --log-file "$OUT/san_tool.txt" python3 -m kernels.parity --cases $c --json > "$OUT/san_tmp.json" 2>> "$SAN"
-      echo "rc=$?" >> "$SAN"
-      cat "$OUT/san_tool.txt" >> "$SAN"; rm -f "$OUT/san_tool.txt"
-      python3 -c "import json;d=json.load(open('$OUT/san_tmp.json'));print('parity under sanitizer ok=',d['ok'])" >> "$SAN" 2>&1
-      tail -3 "$SAN" | tee -a "$LOG"
-    done
-  done
-  rm -f "$OUT/san_tmp.json"
+  sanitize 240 memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain \
+    racecheck:b4_varlen_tree_h16 racecheck:seed_b1_prefix65k_n8_h16_chain
 fi
 say "summary"
 python3 - <<'PY' 2>&1 | tee -a "$LOG"
