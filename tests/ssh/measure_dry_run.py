@@ -101,10 +101,9 @@ def main() -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = args.out.with_name(f".{args.out.name}.tmp")
-        tmp_out.write_text(text + "\n")
-        os.replace(tmp_out, args.out)
+        from orchestrator.atomic import atomic_write_text  # sys.path holds REPO by now
+
+        atomic_write_text(args.out, text + "\n")
     print(f"\ndry-run of {len(doc['plan']['phases'])} phases x {args.hosts} hosts ({commands} commands): "
           f"median {med:.3f} s wall (target < {TARGET_S} s); CLI start-up alone "
           f"{statistics.median(bases):.3f} s; planning in-process {statistics.median(plans):.3f} s", file=sys.stderr)

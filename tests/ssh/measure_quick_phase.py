@@ -29,6 +29,7 @@ sys.path[:0] = [str(HERE), str(REPO)]
 import lab as lab_mod  # noqa: E402
 
 from orchestrator import facts  # noqa: E402
+from orchestrator.atomic import atomic_write_text  # noqa: E402
 from orchestrator.bundle import build_bundle, ship_bundle, verify_on_host  # noqa: E402
 from orchestrator.transport.ssh import SSHTransport  # noqa: E402
 
@@ -136,10 +137,7 @@ def main() -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = args.out.with_name(f".{args.out.name}.tmp")
-        tmp_out.write_text(text + "\n")
-        os.replace(tmp_out, args.out)
+        atomic_write_text(args.out, text + "\n")
     print("\n" + "\n".join(summary) + f"  (serial would be {args.hosts}x); one warm `true` round trip "
           f"{warm:.3f} s", file=sys.stderr)
     return 0
