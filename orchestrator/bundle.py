@@ -1,4 +1,10 @@
-"""The kernel bundle: ``kernels/`` packed deterministically, identified by its sha256.
+"""The kernel bundle: what ``kernels/MANIFEST`` lists, packed deterministically, named by its sha256.
+
+The bundle is exactly what runs on a host: the files under ``kernels/`` that match a pattern
+of ``kernels/MANIFEST`` (code, CUDA sources, phase tools, plugin, cut-over agent), stored
+relative to ``kernels/`` so the unpacked ``bundles/<sha>/`` is the import root of the tools
+(``cd bundles/<sha> && python -m verify_tools.parity``). Docs, notebooks, results, plots and
+device scripts are outside it (``docs/``, ``tests/device/``) and never change the sha.
 
 The tarball has sorted entries, mtime 0, uid/gid 0, fixed modes and no compiled or cache
 files, so the same sources always give the same hash. That hash is what approval digests,
@@ -18,6 +24,7 @@ every later step (plans/0001 section 9).
 """
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import io
@@ -34,7 +41,10 @@ from pydantic import BaseModel
 from orchestrator.atomic import atomic_write_bytes
 from orchestrator.errors import HostUnreachable, StepFailed
 
-#: Names never packed (build outputs, caches, editor files).
+#: The folder of the checkout that holds the bundle's sources and its manifest.
+BUNDLE_DIR = "kernels"
+MANIFEST_NAME = "MANIFEST"
+#: Names never packed even when a pattern matches (build outputs, caches, editor files).
 EXCLUDED_DIRS = {"__pycache__", ".pytest_cache", "build", ".hypothesis", ".mypy_cache"}
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".swp", ".tmp")
 
@@ -52,31 +62,54 @@ class Bundle(BaseModel):
         return self.sha256[:12]
 
 
-def _members(source_root: Path, package: str) -> list[Path]:
+def manifest_patterns(source_root: Path) -> list[str]:
+    """The glob patterns of ``<source_root>/kernels/MANIFEST`` (one a line, ``#`` comments;
+    ``*`` also matches ``/``), plus the manifest itself. A missing manifest is a
+    :class:`BundleError`: without it nothing says what runs on a host."""
+    path = source_root / BUNDLE_DIR / MANIFEST_NAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read the bundle manifest ({exc.strerror or exc})") from None
+    patterns = [MANIFEST_NAME]
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            patterns.append(line)
+    return patterns
+
+
+def bundle_members(source_root: Path) -> list[Path]:
+    """Files of the bundle, relative to ``<source_root>/kernels``, sorted by posix path."""
+    base = source_root / BUNDLE_DIR
+    patterns = manifest_patterns(source_root)
     out: list[Path] = []
-    base = source_root / package
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS and not d.startswith("."))
         for f in sorted(filenames):
-            if f.endswith(EXCLUDED_SUFFIXES) or f.startswith("."):
+            if f.endswith(EXCLUDED_SUFFIXES):
                 continue
-            out.append(Path(dirpath, f).relative_to(source_root))
+            rel = Path(dirpath, f).relative_to(base)
+            if any(fnmatch.fnmatchcase(rel.as_posix(), pat) for pat in patterns):
+                out.append(rel)
     return sorted(out, key=lambda p: p.as_posix())
 
 
-def pack_bytes(source_root: Path, package: str = "kernels") -> tuple[bytes, int]:
-    """Return the deterministic ``.tar.gz`` bytes of ``source_root/package`` and its file count."""
+def pack_bytes(source_root: Path) -> tuple[bytes, int]:
+    """Return the deterministic ``.tar.gz`` bytes of the bundle under ``source_root`` and its
+    file count (entries relative to ``kernels/``; mtime 0, uid/gid 0, modes 0644/0755)."""
     raw = io.BytesIO()
-    files = _members(source_root, package)
+    base = source_root / BUNDLE_DIR
+    files = bundle_members(source_root)
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in files:
-            data = (source_root / rel).read_bytes()
+            data = (base / rel).read_bytes()
             info = tarfile.TarInfo(rel.as_posix())
             info.size = len(data)
             info.mtime = 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""
-            info.mode = 0o755 if os.access(source_root / rel, os.X_OK) else 0o644
+            info.mode = 0o755 if os.access(base / rel, os.X_OK) else 0o644
             tar.addfile(info, io.BytesIO(data))
     gz = io.BytesIO()
     with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0, compresslevel=6) as z:
@@ -95,9 +128,9 @@ def write_bundle(data: bytes, files: int, out_dir: Path) -> Bundle:
     return Bundle(sha256=sha, path=path, files=files, size_bytes=len(data))
 
 
-def build_bundle(source_root: Path, out_dir: Path, package: str = "kernels") -> Bundle:
-    """Pack ``source_root/package`` into ``out_dir/<sha>.tar.gz`` (atomic write) and describe it."""
-    data, count = pack_bytes(source_root, package)
+def build_bundle(source_root: Path, out_dir: Path) -> Bundle:
+    """Pack the bundle of ``source_root`` into ``out_dir/<sha>.tar.gz`` (atomic write) and describe it."""
+    data, count = pack_bytes(source_root)
     return write_bundle(data, count, out_dir)
 
 
@@ -110,9 +143,9 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def bundle_sha(source_root: Path, package: str = "kernels") -> str:
+def bundle_sha(source_root: Path) -> str:
     """The sha256 that :func:`build_bundle` would give, without writing anything."""
-    data, _ = pack_bytes(source_root, package)
+    data, _ = pack_bytes(source_root)
     return hashlib.sha256(data).hexdigest()
 
 

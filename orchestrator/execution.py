@@ -15,6 +15,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from orchestrator import facts
+from orchestrator.paths import bundle_source
 from orchestrator.approval import AuditLog
 from orchestrator.errors import HostUnreachable, OrchestratorError, StateConflict
 from orchestrator.inventory import Host, Inventory
@@ -229,7 +230,7 @@ class StepRunner:
         What happened is recorded in the phase record as ``hosts[<host>].bundle``.
         """
         if host is None or (host.is_local and not lp.spec.needs_approval):
-            return str(self.root)
+            return str(bundle_source(self.root))
         from orchestrator import bundle as bundle_mod
 
         key = (host.name, lp.spec.id)
@@ -240,7 +241,7 @@ class StepRunner:
             shipped = self._ship(bundle_mod, transport, host, lp, state, fresh=True)
             with self._mu:
                 self._bundle_dirs[key] = shipped
-            return str(self.root) if host.is_local else shipped
+            return str(bundle_source(self.root)) if host.is_local else shipped
         bundle = self.shipping_bundle()
         try:
             verdict = bundle_mod.verify_on_host(transport, bundle, host)
@@ -258,7 +259,7 @@ class StepRunner:
                     "it was unpacked (a file was edited, removed or replaced on the host); not repaired mid-phase: "
                     f"`orchestrator run {lp.spec.id}` re-checks it and re-unpacks it from the verified tarball",
                     host=host.name, phase=lp.spec.label)
-        return str(self.root) if host.is_local else known
+        return str(bundle_source(self.root)) if host.is_local else known
 
     def _host_phase(self, lp: LoadedPhase, host: Host, state: RunState) -> HostPhase | None:
         rec = state.phase(lp.spec.id)
@@ -338,7 +339,7 @@ class StepRunner:
         try:
             transport = self._transport(host)
             values["bundle_dir"] = self._bundle_dir(host, transport, lp, step, state)
-            cwd = values["bundle_dir"] or str(self.root)
+            cwd = values["bundle_dir"] or str(bundle_source(self.root))
             if step.builtin == "facts":
                 r.command = f"<builtin:facts> ({values['python']})"
                 result = facts.collect(transport, values["python"] or "python3", cwd=cwd,

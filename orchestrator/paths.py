@@ -11,6 +11,12 @@ def project_root() -> Path:
     return Path(env).resolve() if env else Path(__file__).resolve().parent.parent
 
 
+def bundle_source(root: Path | None = None) -> Path:
+    """``<root>/kernels``: the bundle's sources, and the working directory of every tool run
+    on a local host (the unpacked bundle is the same tree on a remote one)."""
+    return (root or project_root()) / "kernels"
+
+
 def default_state_dir() -> Path:
     """``ORCHESTRATOR_STATE_DIR`` or ``.orchestrator/`` in the working directory."""
     return Path(os.environ.get("ORCHESTRATOR_STATE_DIR") or ".orchestrator")

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator.errors import SpecError
 from orchestrator.inventory import Host, Inventory
-from orchestrator.paths import project_root
+from orchestrator.paths import bundle_source
 from orchestrator.placeholders import render
 from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement, Step
 from orchestrator.state import RunState, Status
@@ -34,16 +34,17 @@ CONTROLLER = "@local"
 
 
 def bundle_dir_for(host: Host | None, bundle_sha: str) -> str:
-    """``cwd`` of step commands: the checkout root locally, ``<remote_root>/bundles/<sha>`` over ssh."""
+    """``cwd`` of step commands: the checkout's ``kernels/`` locally, ``<remote_root>/bundles/<sha>``
+    (the same tree, unpacked) over ssh."""
     if host is None or host.is_local:
-        return str(project_root())
+        return str(bundle_source())
     return f"{host.remote_root.rstrip('/')}/bundles/{bundle_sha}"
 
 
 def host_values(host: Host | None, bundle_sha: str, state_dir: Path) -> dict[str, str | None]:
     """Placeholder values for ``host`` (None = the controller, for ``runs_on: local`` steps)."""
     if host is None:
-        return {"python": sys.executable, "bundle_dir": str(project_root()), "bundle_sha": bundle_sha,
+        return {"python": sys.executable, "bundle_dir": str(bundle_source()), "bundle_sha": bundle_sha,
                 "host": CONTROLLER, "state_host_dir": str((state_dir / "hosts" / "controller").resolve())}
     python = host.python or (sys.executable if host.is_local else "python3")
     return {
@@ -254,7 +255,7 @@ def plan_step(step: Step, lp: LoadedPhase, hosts: list[Host], inventory: Invento
         values = cache.get(key)
         if values is None:
             values = cache[key] = host_values(host, bundle_sha, state_dir)
-        cwd = values["bundle_dir"] or str(project_root())
+        cwd = values["bundle_dir"] or str(bundle_source())
         if step.builtin:
             argv = [f"<builtin:{step.builtin}>", values["python"] or "python3"]
             display = (f"(built-in {step.builtin}: nvcc --version; nvidia-smi --query-gpu=...; "

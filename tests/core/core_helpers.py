@@ -48,6 +48,7 @@ class Workspace:
         self.checkout = root / "checkout"
         (self.checkout / "kernels").mkdir(parents=True)
         (self.checkout / "kernels" / "__init__.py").write_text('"""test bundle"""\n')
+        (self.checkout / "kernels" / "MANIFEST").write_text("*.py\n")
 
     def write_phase(self, doc: dict[str, Any]) -> Path:
         path = self.phases / f"{doc['id']}-{doc['name']}.yaml"

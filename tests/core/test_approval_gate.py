@@ -174,7 +174,7 @@ def test_status_shows_approval_steps_awaiting_approval_once_the_predecessor_pass
 
 def test_rollback_that_cannot_be_rendered_is_refused_with_3_before_asking(ws):
     ws.write_phase(phase(0, "svc", [step("s", tool())],
-                         rollback_steps=[step("undo", ["{python}", "-m", "kernels.cutover", "rollback",
+                         rollback_steps=[step("undo", ["{python}", "-m", "cutover_agent", "rollback",
                                                        "--health-url", "{health_url}"])]))
     r = invoke("rollback", "0", "--json")
     assert r.exit_code == 3

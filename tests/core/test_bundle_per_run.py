@@ -132,6 +132,7 @@ def test_shipping_with_a_different_root_is_caught(ws, fake_ship, tmp_path):
     other = tmp_path / "other"
     (other / "kernels").mkdir(parents=True)
     (other / "kernels" / "__init__.py").write_text('"""another checkout"""\n')
+    (other / "kernels" / "MANIFEST").write_text("*.py\n")
     eng = _engine(ws)
     planned = eng.bundle_sha
     eng.root = other
@@ -255,7 +256,7 @@ def test_a_local_host_in_a_service_changing_phase_records_the_real_ship_and_repa
     ev = ws.state_json()["phases"]["0"]["hosts"]["local"]["bundle"]
     remote_dir = ws.root / "remote" / "local" / "bundles" / sha
     assert ev["remote_dir"] == str(remote_dir) and ev["uploaded"] is True and ev["verified"] is True
-    (remote_dir / "kernels" / "__init__.py").write_text("# edited on the host\n")
+    (remote_dir / "__init__.py").write_text("# edited on the host\n")
     r = ws.cli("run", "0", "--json", "--yes", "--approve", digest)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
@@ -263,7 +264,7 @@ def test_a_local_host_in_a_service_changing_phase_records_the_real_ship_and_repa
     assert ev["repaired"] is True and ev["uploaded"] is False and ev["found"] == "unpacked-mismatch"
     assert ev["verified"] is True
     assert any("failed its hash check" in w and "re-unpacked" in w for w in doc["warnings"])
-    assert (remote_dir / "kernels" / "__init__.py").read_text() == '"""test bundle"""\n'
+    assert (remote_dir / "__init__.py").read_text() == '"""test bundle"""\n'
     assert list(remote_dir.parent.glob(f"{sha}.damaged.*")), "the damaged tree is kept aside"
 
 

@@ -54,7 +54,7 @@ def test_dry_run_of_all_phases_on_the_example_fleet_is_one_document_and_connects
             assert sorted(c["host"] for c in s["commands"]) == sorted(hosts), (ph["label"], s["id"])
     build = plan["phases"][0]["steps"][1]["commands"][0]
     assert build["display"] == (f"cd /srv/orchestrator/bundles/{plan['bundle_sha']} && timeout -k 10 900 "
-                                "/srv/orchestrator/venv/bin/python -m kernels.build --arch sm_120a --json")
+                                "/srv/orchestrator/venv/bin/python -m verify_tools.build_check --arch sm_120a --json")
     restart = next(s for s in plan["phases"][3]["steps"] if s["id"] == "restart")["commands"][0]["display"]
     assert "'[\"sudo\", \"-n\", \"systemctl\", \"restart\", \"sglang-glm5.service\"]'" in restart
     assert plan["phases"][3]["steps"][3]["waves"][0] == ["bw-canary-01"]

@@ -41,7 +41,7 @@ def wait_healthy(url: str, timeout: float = 30) -> None:
 
 @pytest.fixture
 def service(ws):
-    for mod in ("kernels/cutover.py",):
+    for mod in ("kernels/cutover_agent/__main__.py",):
         if not (REPO / mod).exists() or not LAUNCHER.exists():
             pytest.skip(f"{mod} or the stand-in launcher is not in this checkout")
     # the bundle must hold the real cut-over tool: a frozen copy of kernels/, so edits made to the

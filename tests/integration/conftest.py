@@ -61,8 +61,8 @@ def sglang_ready() -> None:
 @pytest.fixture
 def registered(sglang_ready, monkeypatch):
     """Register the plugin with a config chosen by the test; SGLang's factory restored after."""
-    import kernels.sglang_plugin as plugin
-    from kernels.sglang_plugin.config import VerifyConfig
+    import sglang_verify_plugin as plugin
+    from sglang_verify_plugin.config import VerifyConfig
 
     state = {"config": VerifyConfig("bundled", "f" * 64, False, "test: bundled")}
     assert plugin.register(lambda: state["config"])

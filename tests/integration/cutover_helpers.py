@@ -1,7 +1,7 @@
 """Helpers for the integration tests (imported by name; never ``from conftest``).
 
 :class:`Standin` drives one SGLang STAND-IN server (tests/integration/standin_sglang.py)
-through its launcher; :func:`run_cutover` runs ``python -m kernels.cutover`` as the engine does.
+through its launcher; :func:`run_cutover` runs ``python -m cutover_agent`` as the engine does.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from tests.support.paths import KERNELS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -26,10 +27,10 @@ def free_port() -> int:
 
 
 def make_bundle(root: Path, sha: str) -> Path:
-    """An unpacked bundle dir as the engine leaves it: kernels/ and .sha256."""
+    """An unpacked bundle dir as the engine leaves it: the plugin package and .sha256."""
     d = root / "bundles" / sha
-    (d / "kernels").mkdir(parents=True, exist_ok=True)
-    (d / "kernels" / "__init__.py").write_text("")
+    (d / "sglang_verify_plugin").mkdir(parents=True, exist_ok=True)
+    (d / "sglang_verify_plugin" / "__init__.py").write_text("")
     (d / ".sha256").write_text(sha + "\n")
     return d
 
@@ -82,8 +83,8 @@ class Standin:
 
 
 def run_cutover(*args: str, timeout: float = 120.0) -> tuple[int, dict]:
-    """Run ``python -m kernels.cutover ARGS --json`` as the engine would; (exit code, document)."""
-    proc = subprocess.run([sys.executable, "-m", "kernels.cutover", *args, "--json"], cwd=REPO,
+    """Run ``python -m cutover_agent ARGS --json`` as the engine would; (exit code, document)."""
+    proc = subprocess.run([sys.executable, "-m", "cutover_agent", *args, "--json"], cwd=KERNELS,
                           capture_output=True, text=True, timeout=timeout)
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, f"expected one JSON line, got stdout={proc.stdout!r} stderr={proc.stderr[-500:]!r}"

@@ -1,6 +1,6 @@
 """GPU check: the plugin's verify path vs SGLang's own extend_attention_fwd, token-exact.
 
-Run on a CUDA machine with sglang 0.5.23 importable (tests/integration/device_check.sh sets
+Run on a CUDA machine with sglang 0.5.23 importable (tests/device/plugin_check.sh sets
 that up on the H200)::
 
     python tests/integration/plugin_gpu_check.py --json [--quick] [--out FILE]
@@ -12,7 +12,7 @@ registry's factory, SGLang's MLA mock runner, SGLang's init_forward_metadata), t
 the 0.5.23 verify hook; the call must really reach the kernel) and through SGLang's stock
 Triton ``extend_attention_fwd``. Token exactness: argmax of ``o @ W`` for the parity suite's
 fixed LM head, per (token, head) row; rows whose SGLang-output top-2 margin is a near tie are
-excluded and counted (kernels.parity.token_check). Both outputs are also compared with the
+excluded and counted (verify_tools.parity.token_check). Both outputs are also compared with the
 float64 oracle, and a CUDA-graph capture + replay of the plugin path must reproduce the eager
 output bit for bit. Exit 0 all pass, 1 a check failed, 75 blocked (no CUDA / no sglang).
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-for p in (str(REPO), str(HERE)):
+for p in (str(REPO / "kernels"), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
@@ -58,8 +58,8 @@ def _setup() -> str | None:
         from sglang.test.kits.attention_unittest.attention_methods import mla_attention  # noqa: F401
     except Exception as exc:
         return f"sglang not importable: {type(exc).__name__}: {exc}"
-    import kernels.sglang_plugin as plugin
-    from kernels.sglang_plugin.config import VerifyConfig
+    import sglang_verify_plugin as plugin
+    from sglang_verify_plugin.config import VerifyConfig
 
     if not plugin.register(lambda: VerifyConfig("bundled", None, False, "plugin_gpu_check")):
         return "could not register the plugin under 'triton'"
@@ -67,7 +67,7 @@ def _setup() -> str | None:
 
 
 def _cases(quick: bool):
-    from kernels.parity import CASES, QUICK
+    from verify_tools.parity import CASES, QUICK
 
     runnable, skipped = [], []
     for spec in CASES:
@@ -83,10 +83,10 @@ def _cases(quick: bool):
 
 
 def _visibility(spec):
-    """The draft block of the mask: the case's tree (kernels.verify_inputs), causal for chains."""
+    """The draft block of the mask: the case's tree (mla_verify.inputs), causal for chains."""
     import torch
 
-    from kernels.verify_inputs import tree_parents, tree_visibility
+    from mla_verify.inputs import tree_parents, tree_visibility
 
     n = spec.draft_lens[0]
     if spec.tree in ("chain", "causal"):
@@ -104,8 +104,8 @@ def _rel(a, b) -> float:
 def run_case(spec, w, graph: bool) -> dict:
     import torch
 
-    from kernels.oracle import mla_verify_ref
-    from kernels.parity import token_check
+    from mla_verify.reference import mla_verify_ref
+    from verify_tools.parity import token_check
     from sglang_verify_batch import build_verify_batch
 
     t0 = time.time()
@@ -182,7 +182,7 @@ def run(quick: bool) -> dict:
     import sglang
     import torch
 
-    from kernels.parity import lm_head
+    from verify_tools.parity import lm_head
 
     w = lm_head("cuda")
     runnable, skipped = _cases(quick)

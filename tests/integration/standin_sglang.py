@@ -4,7 +4,7 @@ A small ``ThreadingHTTPServer`` that answers like an SGLang HTTP server where th
 cut-over tool looks: ``GET /health`` and a deterministic greedy ``POST /generate``
 (``{"text", "sampling_params": {"max_new_tokens"}}`` -> ``{"text", "output_ids",
 "meta_info"}``). At start it reads the same ``verify_backend.json`` (and kill switch) that
-the real plugin reads, through ``kernels.sglang_plugin.config.load_config``, and reports
+the real plugin reads, through ``sglang_verify_plugin.config.load_config``, and reports
 the active verify backend in ``/health``.
 
 Failure modes come from a JSON control file (``--control``, default
@@ -20,7 +20,7 @@ value is ``"off"``, ``"bundled"`` (only while the bundled kernel is active) or `
 - ``plugin_missing``: the plugin "did not load": no ``active.json`` is written at start.
 
 Like SGLang with the plugin installed, it writes ``<root>/active.json`` at start
-(``kernels.sglang_plugin.config.record_active``, the function the plugin's factory calls).
+(``sglang_verify_plugin.config.record_active``, the function the plugin's factory calls).
 
 ``startup_delay_s`` delays the bind, like a model load. Every ``/generate`` takes at least
 ``base_latency_ms`` (default 20, like a short decode) so latency ratios are not dominated by
@@ -39,11 +39,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+if str(KERNELS) not in sys.path:
+    sys.path.insert(0, str(KERNELS))
 
-from kernels.sglang_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config, record_active  # noqa: E402
+from sglang_verify_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config, record_active  # noqa: E402
 
 VOCAB = 32000
 MODES = ("off", "bundled", "always")

@@ -1,4 +1,4 @@
-"""kernels.cutover verbs against the SGLang stand-in in a temporary remote_root."""
+"""cutover_agent verbs against the SGLang stand-in in a temporary remote_root."""
 
 from __future__ import annotations
 
@@ -263,7 +263,7 @@ def test_every_verb_prints_exactly_one_json_document_on_usage_errors(verb, cutov
 
 def test_a_switch_interrupted_between_the_two_pointers_converges_when_run_again(tmp_path, monkeypatch, capsys):
     """Crash after `previous` moved but before `current` did: a re-run finishes the same switch."""
-    from kernels import cutover
+    import cutover_agent.__main__ as cutover
 
     root = tmp_path
     make_bundle(root, SHA_A)
@@ -359,7 +359,7 @@ def test_the_built_wheel_matches_the_service_packages_pyproject():
     import tomllib
     from pathlib import Path
 
-    from kernels import cutover
+    import cutover_agent.__main__ as cutover
 
     doc = tomllib.loads((Path(cutover.LOADER_DIR) / "pyproject.toml").read_text())
     assert doc["project"]["name"] == cutover.LOADER_DIST

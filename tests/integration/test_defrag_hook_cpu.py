@@ -153,7 +153,7 @@ class World:
         return [r.kv for r in self.live]
 
     def target(self):
-        from kernels.sglang_plugin.defrag_hook import Target
+        from sglang_verify_plugin.defrag_hook import Target
 
         return Target(self.rtp, self.alloc, self.tree, [self.pool] + self.extra, owners=self.owners)
 
@@ -217,7 +217,7 @@ def _nodes(tree):
 
 
 def _settings(**kw):
-    from kernels.sglang_plugin.defrag_hook import DefragSettings
+    from sglang_verify_plugin.defrag_hook import DefragSettings
 
     base = dict(interval_steps=1, min_runs_per_row=1.0, min_live_tokens=0, max_tokens_per_run=1 << 30,
                 backend="torch")
@@ -226,7 +226,7 @@ def _settings(**kw):
 
 
 def _hook(world, **kw):
-    from kernels.sglang_plugin.defrag_hook import DefragHook
+    from sglang_verify_plugin.defrag_hook import DefragHook
 
     return DefragHook(settings=_settings(**kw), target=world.target())
 
@@ -301,7 +301,7 @@ def test_cap_per_run_moves_at_most_max_tokens_and_stays_consistent(sgl):
 
 
 class HeavyWorld(World):
-    """The shape the single whole-gap round could not touch (kernels/RESULTS-defrag.md): a dozen
+    """The shape the single whole-gap round could not touch (docs/kernels/kv-defrag-results.md): a dozen
     long requests decoded in lockstep (1-4 slots each per step, so their slots interleave),
     finished ones cached in the tree, the tree evicted whenever the pool fills, for three pool
     fills of allocations; then load drops and the tree is evicted until a third of the pool is
@@ -341,8 +341,8 @@ HEAVY_SLOTS = 12000
 
 def test_heavily_fragmented_mostly_full_pool_drops_runs_per_request_20x(sgl):
     """Several split rounds per hook run defragment a pool where one whole-gap round moved nothing."""
-    from kernels.defrag.planner import fragmentation, plan_defrag
-    from kernels.sglang_plugin.defrag_hook import gather
+    from kv_defrag.planner import fragmentation, plan_defrag
+    from sglang_verify_plugin.defrag_hook import gather
 
     world = HeavyWorld(sgl, slots=HEAVY_SLOTS, layers=2, seed=0, extra_pools=1)
     state = gather(world.target())
@@ -373,7 +373,7 @@ def test_heavily_fragmented_mostly_full_pool_drops_runs_per_request_20x(sgl):
 def test_failure_in_a_later_round_keeps_earlier_rounds_and_leaves_that_round_untouched(sgl, monkeypatch):
     """Round 3 of a run fails mid-copy: rounds 1-2 stay applied (consistent, every token
     preserved), round 3 wrote only free slots and swapped nothing; the hook is disabled."""
-    from kernels.defrag import executor
+    from kv_defrag import executor
 
     world = HeavyWorld(sgl, slots=HEAVY_SLOTS // 2, layers=2, seed=1, extra_pools=1)
     before = world.snapshot()
@@ -418,15 +418,15 @@ def _assert_identical(world, before, free_slot_bytes_too=True):
 
 @pytest.mark.parametrize("where", ["plan", "verify", "copy"])
 def test_failure_injection_leaves_sglang_structures_untouched(sgl, monkeypatch, where):
-    from kernels.defrag import executor
-    from kernels.sglang_plugin import defrag_hook
+    from kv_defrag import executor
+    from sglang_verify_plugin import defrag_hook
 
     world = World(sgl, seed=1, extra_pools=1)
     before = world.snapshot()
     if where == "plan":
         def boom(*a, **k):
             raise RuntimeError("injected planner failure")
-        monkeypatch.setattr("kernels.defrag.planner.plan_defrag", boom)
+        monkeypatch.setattr("kv_defrag.planner.plan_defrag", boom)
     elif where == "verify":
         real = defrag_hook.make_plan
 
@@ -524,7 +524,7 @@ def _scheduler_instance(sgl, world, cls):
 def test_installation_point_is_the_real_scheduler_method_of_sglang_0_5_23(sgl):
     import inspect
 
-    from kernels.sglang_plugin import defrag_hook
+    from sglang_verify_plugin import defrag_hook
 
     Scheduler = sgl.Scheduler
     original = Scheduler.__dict__.get(defrag_hook.HOOK_METHOD)
@@ -548,13 +548,13 @@ def test_installation_point_is_the_real_scheduler_method_of_sglang_0_5_23(sgl):
 
 
 def test_wrapped_scheduler_step_attaches_runs_and_reports_in_active_json(sgl, tmp_path, monkeypatch):
-    from kernels.sglang_plugin import defrag_hook
+    from sglang_verify_plugin import defrag_hook
 
     cfg = tmp_path / "verify_backend.json"
     cfg.write_text(json.dumps({"verify_kernel": "stock", "defrag": True}))
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(cfg))
-    monkeypatch.setattr("kernels.sglang_plugin.config._DEFRAG_STATUS", {})
-    monkeypatch.setattr("kernels.sglang_plugin.config._LAST_ACTIVE", {})
+    monkeypatch.setattr("sglang_verify_plugin.config._DEFRAG_STATUS", {})
+    monkeypatch.setattr("sglang_verify_plugin.config._LAST_ACTIVE", {})
     calls = []
 
     class StepScheduler(sgl.Scheduler):  # the real class below; the step itself is recorded
@@ -587,12 +587,12 @@ def test_wrapped_scheduler_step_attaches_runs_and_reports_in_active_json(sgl, tm
 
 
 def test_unsupported_structures_are_reported_not_attached(sgl, tmp_path, monkeypatch):
-    from kernels.sglang_plugin import defrag_hook
+    from sglang_verify_plugin import defrag_hook
 
     cfg = tmp_path / "verify_backend.json"
     cfg.write_text(json.dumps({"verify_kernel": "stock", "defrag": True}))
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(cfg))
-    monkeypatch.setattr("kernels.sglang_plugin.config._DEFRAG_STATUS", {})
+    monkeypatch.setattr("sglang_verify_plugin.config._DEFRAG_STATUS", {})
     world = World(sgl, seed=6)
     rtt = world.rtp.req_to_token.clone()
 
@@ -626,11 +626,11 @@ def test_unsupported_structures_are_reported_not_attached(sgl, tmp_path, monkeyp
 
 
 def test_plugin_register_installs_the_hook_only_when_defrag_is_on(sgl, tmp_path, monkeypatch):
-    import kernels.sglang_plugin as plugin
-    from kernels.sglang_plugin import defrag_hook
-    from kernels.sglang_plugin.config import DEFRAG_NOT_WIRED, VerifyConfig, record_active
+    import sglang_verify_plugin as plugin
+    from sglang_verify_plugin import defrag_hook
+    from sglang_verify_plugin.config import DEFRAG_NOT_WIRED, VerifyConfig, record_active
 
-    monkeypatch.setattr("kernels.sglang_plugin.config._DEFRAG_STATUS", {})
+    monkeypatch.setattr("sglang_verify_plugin.config._DEFRAG_STATUS", {})
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(tmp_path / "verify_backend.json"))
     off = VerifyConfig("bundled", "a" * 64, False, "test: defrag off")
     try:
@@ -661,7 +661,7 @@ def test_plugin_register_installs_the_hook_only_when_defrag_is_on(sgl, tmp_path,
     assert not defrag_hook.installed(sgl.Scheduler)
     bad = VerifyConfig("stock", None, True, "test", extra={"defrag_options": {"interval_steps": 0}})
     assert plugin.install_defrag(lambda: bad) is False
-    from kernels.sglang_plugin.config import defrag_status
+    from sglang_verify_plugin.config import defrag_status
 
     assert defrag_status()["defrag_applied"] is False and "interval_steps" in defrag_status()["defrag_note"]
     assert not defrag_hook.installed(sgl.Scheduler)

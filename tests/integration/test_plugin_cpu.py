@@ -3,7 +3,7 @@
 The backend is built by SGLang's registry with SGLang's MLA mock runner and driven through
 SGLang's own ``init_forward_metadata`` and ``forward_extend``. The GPU kernels are replaced
 by RECORDING STAND-INS (CPU tests only): :class:`RecordingKernel` for
-``kernels.mla_verify`` and :class:`RecordingSGLangKernel` for SGLang's Triton
+``mla_verify`` and :class:`RecordingSGLangKernel` for SGLang's Triton
 ``extend_attention_fwd``; they record what they receive and write a marker into ``o``.
 """
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.sglang
 
 
 class RecordingKernel:
-    """RECORDING STAND-IN for kernels.mla_verify (no CUDA here): checks nothing, records all."""
+    """RECORDING STAND-IN for mla_verify (no CUDA here): checks nothing, records all."""
 
     def __init__(self, supported: bool = True, fill: float = 0.25) -> None:
         self.supported, self.fill = supported, fill
@@ -69,7 +69,7 @@ def _wire(vb, kernel: RecordingKernel):
 def test_the_factory_under_triton_builds_the_bundled_subclass_with_the_verify_hook(registered):
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
-    from kernels.sglang_plugin.backend import BundledVerifyTritonBackend
+    from sglang_verify_plugin.backend import BundledVerifyTritonBackend
 
     vb = _batch()
     assert type(vb.backend) is BundledVerifyTritonBackend and isinstance(vb.backend, TritonAttnBackend)
@@ -78,7 +78,7 @@ def test_the_factory_under_triton_builds_the_bundled_subclass_with_the_verify_ho
 
 
 def test_config_stock_makes_the_factory_build_sglangs_own_backend(registered):
-    from kernels.sglang_plugin.config import VerifyConfig
+    from sglang_verify_plugin.config import VerifyConfig
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
     registered["config"] = VerifyConfig("stock", None, False, "test: stock")
@@ -87,7 +87,7 @@ def test_config_stock_makes_the_factory_build_sglangs_own_backend(registered):
 
 
 def test_kill_switch_env_wins_over_a_bundled_config_file(sglang_ready, tmp_path, monkeypatch):
-    import kernels.sglang_plugin as plugin
+    import sglang_verify_plugin as plugin
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
     cfg = tmp_path / "verify_backend.json"
@@ -152,7 +152,7 @@ def test_a_shape_the_kernel_does_not_support_goes_to_sglangs_kernel_with_the_sam
     assert args[6] is md.qo_indptr and args[7] is md.kv_indptr and args[8] is md.kv_indices
     assert kwargs["page_size"] == 1 and kwargs["sliding_window_size"] == -1
     assert bool((o == -1.0).all())
-    assert vb.backend.bundled_verify.reasons == {"kernels.mla_verify.supports() declined the shape": 1}
+    assert vb.backend.bundled_verify.reasons == {"mla_verify.supports() declined the shape": 1}
 
 
 def test_non_absorbed_head_dims_are_declined_before_asking_the_kernel(registered):
@@ -172,7 +172,7 @@ def test_non_absorbed_head_dims_are_declined_before_asking_the_kernel(registered
     ({"some_future_flag": True}, "unknown keyword(s) ['some_future_flag']"),
 ])
 def test_features_the_kernel_lacks_fall_back(registered, kw, reason):
-    from kernels.sglang_plugin.verify_hook import BundledVerify
+    from sglang_verify_plugin.verify_hook import BundledVerify
 
     vb = _batch()
     kernel = RecordingKernel()
@@ -187,7 +187,7 @@ def test_features_the_kernel_lacks_fall_back(registered, kw, reason):
 
 
 def test_a_kernel_that_cannot_be_imported_falls_back_and_says_why(registered):
-    from kernels.sglang_plugin.verify_hook import BundledVerify
+    from sglang_verify_plugin.verify_hook import BundledVerify
 
     def broken():
         raise ImportError("libcuda.so.1: cannot open shared object file")
@@ -299,21 +299,22 @@ def test_registration_through_sglangs_entry_point_loader(sglang_ready, tmp_path,
     import sglang.srt.plugins as plugins
     from sglang.srt.layers.attention import attention_registry
 
-    import kernels.sglang_plugin as plugin
+    import sglang_verify_plugin as plugin
 
     root = tmp_path / "root"
     sha = "d" * 64
     (root / "bundles").mkdir(parents=True)
-    # The active bundle is this checkout (it holds kernels/), as `current` would point at it.
+    # The active bundle is this checkout's kernels/ (the unpacked bundle is that tree), as
+    # `current` would point at it.
     from pathlib import Path
 
-    os.symlink(Path(plugin.__file__).resolve().parents[2], root / "bundles" / sha)
+    os.symlink(Path(plugin.__file__).resolve().parents[1], root / "bundles" / sha)
     os.symlink(f"bundles/{sha}", root / "current")
     (root / "verify_backend.json").write_text(json.dumps({"verify_kernel": "bundled", "bundle_sha": sha}))
     site = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "kernels.cutover", "stage", "--root", str(root),
+    proc = subprocess.run([sys.executable, "-m", "cutover_agent", "stage", "--root", str(root),
                            "--service-python", sys.executable, "--target", str(site), "--json"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=Path(plugin.__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delenv("ORCHESTRATOR_VERIFY_CONFIG", raising=False)
@@ -344,12 +345,12 @@ def test_the_loader_refuses_a_foreign_kernels_package(sglang_ready, tmp_path, mo
 
     spec = importlib.util.spec_from_file_location(
         "mla_verify_loader_under_test",
-        os.path.join(os.path.dirname(__file__), "..", "..", "kernels", "sglang_plugin", "service_package",
+        os.path.join(os.path.dirname(__file__), "..", "..", "kernels", "sglang_verify_plugin", "service_package",
                      "mla_verify_loader", "__init__.py"))
     loader = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loader)
     root = tmp_path / "root"
-    (root / "bundles" / ("c" * 64) / "kernels").mkdir(parents=True)
+    (root / "bundles" / ("c" * 64) / "sglang_verify_plugin").mkdir(parents=True)
     os.symlink("bundles/" + "c" * 64, root / "current")
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_ROOT", str(root))
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(root / "verify_backend.json"))
@@ -361,7 +362,7 @@ def test_the_loader_without_current_leaves_sglang_stock(sglang_ready, tmp_path, 
 
     spec = importlib.util.spec_from_file_location(
         "mla_verify_loader_under_test2",
-        os.path.join(os.path.dirname(__file__), "..", "..", "kernels", "sglang_plugin", "service_package",
+        os.path.join(os.path.dirname(__file__), "..", "..", "kernels", "sglang_verify_plugin", "service_package",
                      "mla_verify_loader", "__init__.py"))
     loader = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loader)
@@ -372,7 +373,7 @@ def test_the_loader_without_current_leaves_sglang_stock(sglang_ready, tmp_path, 
 
 def test_a_kernel_that_fails_at_run_time_is_disabled_and_active_json_stops_claiming_it(
         sglang_ready, tmp_path, monkeypatch):
-    import kernels.sglang_plugin as plugin
+    import sglang_verify_plugin as plugin
 
     cfg = tmp_path / "verify_backend.json"
     cfg.write_text(json.dumps({"verify_kernel": "bundled", "bundle_sha": "e" * 64}))

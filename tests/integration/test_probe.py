@@ -1,4 +1,4 @@
-"""kernels.sglang_probe: the installed sglang passes; a changed surface fails closed, named."""
+"""cutover_agent.probe: the installed sglang passes; a changed surface fails closed, named."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.support.paths import KERNELS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,8 +18,8 @@ def _probe(*args: str, env_path: str | None = None) -> tuple[int, dict]:
     import os
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env_path, str(REPO)]))
-    proc = subprocess.run([sys.executable, "-m", "kernels.sglang_probe", "--json", *args], cwd=REPO, env=env,
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env_path, str(KERNELS)]))
+    proc = subprocess.run([sys.executable, "-m", "cutover_agent.probe", "--json", *args], cwd=KERNELS, env=env,
                           capture_output=True, text=True, timeout=300)
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, f"one JSON document expected, got {proc.stdout!r} / {proc.stderr[-400:]!r}"
@@ -27,7 +28,7 @@ def _probe(*args: str, env_path: str | None = None) -> tuple[int, dict]:
 
 @pytest.mark.sglang
 def test_the_installed_sglang_is_compatible_and_uses_the_verify_hook(sglang_ready):
-    from kernels.sglang_probe import run_probe
+    from cutover_agent.probe import run_probe
 
     doc = run_probe()
     assert doc["mismatches"] == [] and doc["compatible"] is True and doc["ok"] is True

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from kernels.build import dynamic_smem, parse_ptxas
-from kernels.mla_verify import tiles
+from verify_tools.build_check import dynamic_smem, parse_ptxas
+from mla_verify import tiles
 
 from conftest import REPO
+from tests.support.paths import KERNELS  # noqa: E402
 
 SAMPLE = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE' for 'sm_90a'
@@ -40,7 +41,7 @@ def test_dynamic_smem_comes_from_the_tile_template_arguments():
 
 
 def run_build(arch):
-    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--arch", arch, "--json"], cwd=str(REPO),
+    proc = subprocess.run([sys.executable, "-m", "verify_tools.build_check", "--arch", arch, "--json"], cwd=str(KERNELS),
                           capture_output=True, text=True, timeout=900)
     return proc.returncode, json.loads(proc.stdout)
 
@@ -59,14 +60,14 @@ def test_real_nvcc_build_has_no_spills_and_fits_smem(nvcc_path, arch, configs):
 
 
 def test_missing_nvcc_is_blocked_with_exit_75(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--arch", "sm_90a", "--json",
-                           "--nvcc", str(tmp_path / "no-nvcc")], cwd=str(REPO), capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "verify_tools.build_check", "--arch", "sm_90a", "--json",
+                           "--nvcc", str(tmp_path / "no-nvcc")], cwd=str(KERNELS), capture_output=True, text=True,
                           timeout=120)
     doc = json.loads(proc.stdout)
     assert proc.returncode == 75 and doc["ok"] is False and "nvcc" in doc["blocked"]
 
 
 def test_unknown_arch_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--arch", "sm_80"], cwd=str(REPO),
+    proc = subprocess.run([sys.executable, "-m", "verify_tools.build_check", "--arch", "sm_80"], cwd=str(KERNELS),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--arch" in proc.stderr

@@ -1,4 +1,4 @@
-"""``python -m kernels.defrag`` follows the kernel tool contract (plans/0001 section 2):
+"""``python -m kv_defrag`` follows the kernel tool contract (plans/0001 section 2):
 one JSON document with ``ok`` and ``summary.*``; exit 0 ok, 2 usage, 75 blocked without CUDA."""
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ import sys
 
 import pytest
 import torch
+from tests.support.paths import KERNELS  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(*args: str):
-    env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run([sys.executable, "-m", "kernels.defrag", *args], cwd=REPO, env=env,
+    env = dict(os.environ, PYTHONPATH=str(KERNELS))
+    return subprocess.run([sys.executable, "-m", "kv_defrag", *args], cwd=str(KERNELS), env=env,
                           capture_output=True, text=True, timeout=120)
 
 

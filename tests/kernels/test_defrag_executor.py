@@ -19,11 +19,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels.defrag.executor import execute
-from kernels.defrag.planner import apply_plan, plan_defrag
-from kernels.defrag.pool import PoolError, make_kv_buffers
-from kernels.defrag.validate import check_index, count_bad_slots, fill_pattern, run_validate
-from kernels.defrag.workload import ChurnConfig, simulate_churn
+from kv_defrag.executor import execute
+from kv_defrag.planner import apply_plan, plan_defrag
+from kv_defrag.pool import PoolError, make_kv_buffers
+from kv_defrag.validate import check_index, count_bad_slots, fill_pattern, run_validate
+from kv_defrag.workload import ChurnConfig, simulate_churn
+from tests.support.paths import KERNELS  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -142,11 +143,11 @@ def test_triton_single_pass_kernel_in_interpreter():
     pytest.importorskip("triton", reason="triton not installed")
     code = (
         "import torch\n"
-        "from kernels.defrag.executor import execute\n"
-        "from kernels.defrag.planner import plan_defrag, apply_plan\n"
-        "from kernels.defrag.pool import make_kv_buffers\n"
-        "from kernels.defrag.validate import check_index, count_bad_slots, fill_pattern\n"
-        "from kernels.defrag.workload import ChurnConfig, simulate_churn\n"
+        "from kv_defrag.executor import execute\n"
+        "from kv_defrag.planner import plan_defrag, apply_plan\n"
+        "from kv_defrag.pool import make_kv_buffers\n"
+        "from kv_defrag.validate import check_index, count_bad_slots, fill_pattern\n"
+        "from kv_defrag.workload import ChurnConfig, simulate_churn\n"
         "import numpy as np\n"
         "pool = simulate_churn(ChurnConfig(600, seed=1))\n"
         "plan = plan_defrag(pool, max_levels=2)\n"
@@ -164,16 +165,16 @@ def test_triton_single_pass_kernel_in_interpreter():
         "    assert idx['consistent'] and not bad.any() and not count_bad_slots(kv, u, s1[first]).any()\n"
         "print('ok')\n"
     )
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(KERNELS))
+    out = subprocess.run([sys.executable, "-c", code], cwd=str(KERNELS), env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_bench_verify_inputs_and_torch_fallback_match_the_oracle_on_both_layouts():
     """The bench's fragmented and defragmented verify calls compute the same attention, and the
-    torch fallback agrees with kernels.oracle on the SGLang argument layout the bench builds."""
-    from kernels.defrag.bench import _verify_inputs, torch_verify
-    from kernels.oracle import mla_verify_ref
+    torch fallback agrees with mla_verify.reference on the SGLang argument layout the bench builds."""
+    from kv_defrag.bench import _verify_inputs, torch_verify
+    from mla_verify.reference import mla_verify_ref
 
     pool = simulate_churn(ChurnConfig(1500, seed=4))
     plan = plan_defrag(pool)
@@ -199,8 +200,8 @@ def test_bench_verify_inputs_and_torch_fallback_match_the_oracle_on_both_layouts
 def test_bench_pipeline_runs_end_to_end_on_cpu(monkeypatch):
     """Smoke test of every bench section on CPU (the CLI refuses --bench without CUDA; the numbers
     here mean nothing, the document shape and the fallbacks do)."""
-    from kernels.defrag import bench
-    from kernels.defrag.bench import run_bench
+    from kv_defrag import bench
+    from kv_defrag.bench import run_bench
 
     monkeypatch.setattr(bench, "_sglang_verify", lambda: (None, "not imported in this test (slow import)"))
 

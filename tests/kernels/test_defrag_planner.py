@@ -1,4 +1,4 @@
-"""Specification of the KV-cache defrag planner (kernels/defrag/planner.py), CPU only.
+"""Specification of the KV-cache defrag planner (kernels/kv_defrag/planner.py), CPU only.
 
 Invariants checked on random pools and on simulated churn (shared prefixes, P > 1, nearly
 full pools, empty requests):
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels.defrag.planner import apply_plan, fragmentation, plan_defrag, schedule
-from kernels.defrag.pool import PoolError, PoolIndex
-from kernels.defrag.validate import check_index
-from kernels.defrag.workload import ChurnConfig, simulate_churn
+from kv_defrag.planner import apply_plan, fragmentation, plan_defrag, schedule
+from kv_defrag.pool import PoolError, PoolIndex
+from kv_defrag.validate import check_index
+from kv_defrag.workload import ChurnConfig, simulate_churn
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

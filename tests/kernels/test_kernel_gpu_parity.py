@@ -7,10 +7,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels import parity  # noqa: E402
-from kernels.mla_verify import api, mla_verify_fwd, tiles  # noqa: E402
-from kernels.oracle import mla_verify_ref  # noqa: E402
-from kernels.verify_inputs import CaseSpec, kernel_args, make_inputs, oracle_kwargs  # noqa: E402
+from verify_tools import parity  # noqa: E402
+from mla_verify import api, mla_verify_fwd, tiles  # noqa: E402
+from mla_verify.reference import mla_verify_ref  # noqa: E402
+from mla_verify.inputs import CaseSpec, kernel_args, make_inputs, oracle_kwargs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -60,7 +60,7 @@ def test_out_of_range_slots_are_zero_filled_not_a_fault(cuda_device):
 
 
 def test_binding_smem_matches_the_python_tile_table(cuda_device):
-    from kernels.mla_verify._build import load
+    from mla_verify._build import load
 
     arch = api.device_arch(cuda_device)
     mod = load(arch)

@@ -8,23 +8,24 @@ import sys
 
 import pytest
 
-from kernels import parity
-from kernels.bench import ANCHORS, EXTRA, SWEEP, shape_bytes_flops
+from verify_tools import parity
+from verify_tools.bench import ANCHORS, EXTRA, SWEEP, shape_bytes_flops
 
 from conftest import REPO
+from tests.support.paths import KERNELS  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
 
 def run_tool(*args):
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=str(REPO), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=str(KERNELS), capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: the blocked path does not apply")
-@pytest.mark.parametrize("tool,keys", [("kernels.parity", ("cases_total", "cases_failed", "max_rel_err",
+@pytest.mark.parametrize("tool,keys", [("verify_tools.parity", ("cases_total", "cases_failed", "max_rel_err",
                                                            "token_mismatches", "deterministic")),
-                                       ("kernels.bench", ("min_speedup_vs_sglang_extend", "min_sol_pct_long_ctx",
+                                       ("verify_tools.bench", ("min_speedup_vs_sglang_extend", "min_sol_pct_long_ctx",
                                                           "geomean_speedup_vs_oracle"))])
 def test_without_cuda_the_tool_is_blocked_not_passed(tool, keys):
     code, out, _ = run_tool(tool, "--json")
@@ -34,7 +35,7 @@ def test_without_cuda_the_tool_is_blocked_not_passed(tool, keys):
 
 
 def test_unknown_parity_case_is_a_usage_error():
-    code, _, err = run_tool("kernels.parity", "--cases", "no_such_case")
+    code, _, err = run_tool("verify_tools.parity", "--cases", "no_such_case")
     assert code == 2 and "no_such_case" in err
 
 

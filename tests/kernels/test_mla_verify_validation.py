@@ -10,8 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels.mla_verify import api, mla_verify_fwd, supports, tiles  # noqa: E402
-from kernels.verify_inputs import KERNEL_ARGS, CaseSpec, kernel_args, make_inputs  # noqa: E402
+from mla_verify import api, mla_verify_fwd, supports, tiles  # noqa: E402
+from mla_verify.inputs import KERNEL_ARGS, CaseSpec, kernel_args, make_inputs  # noqa: E402
+from tests.support.paths import KERNELS  # noqa: E402
 
 
 @pytest.fixture
@@ -111,10 +112,10 @@ def test_tile_configs_fit_their_arch_limits():
     assert tiles.SM120.smem_bytes <= tiles.SMEM_LIMIT["sm_120a"], "the Blackwell config also runs on sm_90a"
 
 
-def test_importing_kernels_does_not_import_torch():
-    code = "import sys, kernels, kernels.mla_verify; print('torch' in sys.modules)"
+def test_importing_the_kernel_package_does_not_import_torch():
+    code = "import sys, mla_verify; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=str(__import__('pathlib').Path(__file__).resolve().parents[2]))
+                         cwd=str(KERNELS))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -132,7 +133,7 @@ class FakeExtension:
 @pytest.fixture
 def fake_launch(monkeypatch):
     """mla_verify_fwd on CPU tensors with the CUDA parts replaced: device info and the extension."""
-    import kernels.mla_verify._build as build
+    import mla_verify._build as build
 
     ext = FakeExtension()
     real_validate = api.validate

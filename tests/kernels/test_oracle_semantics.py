@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels.oracle import draft_visibility, mla_verify_ref  # noqa: E402
-from kernels.verify_inputs import CaseSpec, make_inputs, oracle_kwargs, tree_parents, tree_visibility  # noqa: E402
+from mla_verify.reference import draft_visibility, mla_verify_ref  # noqa: E402
+from mla_verify.inputs import CaseSpec, make_inputs, oracle_kwargs, tree_parents, tree_visibility  # noqa: E402
 
 
 def brute_force(inp):

@@ -70,4 +70,5 @@ def make_bundle(tmp: Path, marker: str = "v1") -> Bundle:
     (src / "kernels" / "hello.py").write_text(
         "import json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv[1:]}))\n")
     (src / "kernels" / "csrc" / "k.cu").write_text(f"// kernel {marker}\n__global__ void k() {{}}\n")
+    (src / "kernels" / "MANIFEST").write_text("*.py\ncsrc/*.cu\n")
     return build_bundle(src, tmp / "bundles")

@@ -19,7 +19,7 @@ from test_remote_phases import Project, host_results, quick_phase, step_results
 pytestmark = pytest.mark.ssh
 
 #: Appends a line to the shipped kernels/hello.py on the host named in argv[1] (h1 only).
-EDIT_ON_H1 = ("import json,sys,pathlib; p=pathlib.Path('kernels/hello.py'); "
+EDIT_ON_H1 = ("import json,sys,pathlib; p=pathlib.Path('hello.py'); "
               "sys.argv[1]=='h1' and p.write_text(p.read_text()+'# edited on the host\\n'); "
               "print(json.dumps(dict(ok=True)))")
 
@@ -51,7 +51,7 @@ def test_evidence_then_a_tree_edited_on_the_host_is_repaired_and_recorded_before
     assert {h: (hp["bundle"]["verified"], hp["bundle"]["uploaded"]) for h, hp in st_hosts.items()} == \
         {"h1": (True, True), "h2": (True, True)}
 
-    edited = remote / "h1" / "bundles" / sha / "kernels" / "hello.py"
+    edited = remote / "h1" / "bundles" / sha / "hello.py"
     original = edited.read_text()
     edited.write_text(original + "# edited on the host after the upload\n")
 
@@ -67,7 +67,7 @@ def test_evidence_then_a_tree_edited_on_the_host_is_repaired_and_recorded_before
                for w in nxt["warnings"]), nxt["warnings"]
     assert edited.read_text() == original, "the approved bytes are back"
     [damaged] = (remote / "h1" / "bundles").glob(f"{sha}.damaged.*")
-    assert "edited on the host" in (damaged / "kernels" / "hello.py").read_text(), "kept aside, not deleted"
+    assert "edited on the host" in (damaged / "hello.py").read_text(), "kept aside, not deleted"
     # the marker the probe read came from the repaired, verified tree
     assert step_results(nxt, "probe")["h1"]["metrics"]["marker"] == sha
 

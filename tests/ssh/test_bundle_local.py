@@ -25,7 +25,7 @@ def test_local_ship_verify_and_switch(tmp_path, host):
     assert (first.uploaded, first.unpacked, first.verified) == (True, True, True)
     again = ship_bundle(t, bundle, host)
     assert (again.uploaded, again.unpacked, again.found) == (False, False, "ok")
-    Path(first.remote_dir, "kernels", "hello.py").write_text("changed\n")
+    Path(first.remote_dir, "hello.py").write_text("changed\n")
     assert verify_on_host(t, bundle, host) == "unpacked-mismatch"
     assert switch_current(t, host, bundle.sha256).current == bundle.sha256
     assert os.readlink(Path(host.remote_root, "current")) == f"bundles/{bundle.sha256}"

@@ -25,7 +25,7 @@ def test_first_use_uploads_unpacks_and_verifies(shared_lab, tmp_path, transports
     assert (shipped.uploaded, shipped.unpacked, shipped.found, shipped.verified) == (True, True, "absent", True)
     assert shipped.remote_dir == str(d)
     assert (d / ".sha256").read_text() == bundle.sha256 + "\n"
-    assert (d / "kernels" / "csrc" / "k.cu").read_text().startswith("// kernel v1")
+    assert (d / "csrc" / "k.cu").read_text().startswith("// kernel v1")
     assert Path(shipped.tarball).read_bytes() == bundle.path.read_bytes()
     manifest = (d / ".manifest").read_text().splitlines()
     assert len(manifest) == bundle.files
@@ -46,11 +46,11 @@ def test_a_modified_unpacked_file_is_detected_and_repaired_from_the_tarball(shar
     host = make_host(shared_lab, "h1", tmp_path)
     t = transports(host)
     d = Path(ensure_on_host(t, bundle, host))
-    (d / "kernels" / "hello.py").write_text("print('tampered')\n")
+    (d / "hello.py").write_text("print('tampered')\n")
     assert verify_on_host(t, bundle, host) == "unpacked-mismatch"
     repaired = ship_bundle(t, bundle, host)
     assert (repaired.found, repaired.uploaded, repaired.unpacked) == ("unpacked-mismatch", False, True)
-    assert "tampered" not in (d / "kernels" / "hello.py").read_text()
+    assert "tampered" not in (d / "hello.py").read_text()
     assert verify_on_host(t, bundle, host) == "ok"
 
 
@@ -58,8 +58,8 @@ def test_files_added_by_a_build_do_not_invalidate_the_bundle(shared_lab, tmp_pat
     host = make_host(shared_lab, "h1", tmp_path)
     t = transports(host)
     d = Path(ensure_on_host(t, bundle, host))
-    (d / "kernels" / "__pycache__").mkdir()
-    (d / "kernels" / "__pycache__" / "x.pyc").write_bytes(b"\x00")
+    (d / "__pycache__").mkdir()
+    (d / "__pycache__" / "x.pyc").write_bytes(b"\x00")
     assert verify_on_host(t, bundle, host) == "ok"
 
 
@@ -109,7 +109,7 @@ def test_switch_current_moves_the_old_target_to_previous(shared_lab, tmp_path, t
     assert p.model_dump() == {"current": v2.sha256, "previous": bundle.sha256}
     current = Path(host.remote_root, "current")
     assert current.is_symlink() and os.readlink(current) == f"bundles/{v2.sha256}"
-    assert (current / "kernels" / "__init__.py").read_text() == 'VERSION = "v2"\n'
+    assert (current / "__init__.py").read_text() == 'VERSION = "v2"\n'
     # switching to the same bundle keeps previous as it was
     assert switch_current(t, host, v2.sha256).previous == bundle.sha256
     assert not [n for n in os.listdir(host.remote_root) if n.startswith(".")], "no temp links left"

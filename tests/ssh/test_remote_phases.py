@@ -32,7 +32,7 @@ PROBE = (
     "import json,os,sys,time,pathlib; d=pathlib.Path(sys.argv[1]); d.mkdir(parents=True,exist_ok=True); "
     "t=d/'.started'; t.write_text(str(os.getpid())); t.rename(d/'started'); time.sleep(float(sys.argv[2])); "
     "print(json.dumps(dict(ok=True, marker=open('.sha256').read().strip(), "
-    "has_kernels=os.path.isdir('kernels'), cwd=os.getcwd())))"
+    "has_kernels=os.path.isfile('MANIFEST'), cwd=os.getcwd())))"
 )
 
 
@@ -47,7 +47,7 @@ def quick_phase(sleep_s: float = 0.0, policy: dict | None = None, timeout_s: flo
             "gates": [
                 {"metric": "marker", "op": "==", "value": "{bundle_sha}",
                  "reason": "the step must run in the verified bundle directory"},
-                {"metric": "has_kernels", "op": "==", "value": True, "reason": "the bundle holds kernels/"},
+                {"metric": "has_kernels", "op": "==", "value": True, "reason": "the cwd is the unpacked bundle (it holds the MANIFEST)"},
             ],
         }],
     }

@@ -1,0 +1,111 @@
+"""SGLang backend plugin: the bundled MLA target-verify kernel inside the Triton backend.
+
+``register()`` replaces the factory under the name ``"triton"`` in SGLang's
+``ATTENTION_BACKENDS`` (so every name check against "triton" keeps working). The factory
+reads the config (``verify_backend.json`` / ``ORCHESTRATOR_VERIFY_DISABLE``) each time a
+process builds its backend, i.e. at service start, and returns:
+
+- :class:`~sglang_verify_plugin.backend.BundledVerifyTritonBackend` when the config says
+  ``"bundled"``;
+- SGLang's own backend (the stock factory) otherwise: the kill switch, without uninstalling.
+
+It is called by the service package's entry point (group ``sglang.srt.plugins``), in every
+SGLang process, including the spawned scheduler and TP workers. Importing this package
+imports neither SGLang nor torch.
+
+When the config says ``"defrag": true`` (and the kill switch is off), ``register()`` also wraps
+``Scheduler.get_next_batch_to_run`` with the KV defragmenter hook
+(:mod:`sglang_verify_plugin.defrag_hook`); it attaches to each scheduler at its first step and
+reports in ``active.json`` (``defrag_applied`` true only once attached to a real scheduler).
+Optional tuning: ``"defrag_options": {...}`` in the config (see ``DefragSettings``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from sglang_verify_plugin.config import VerifyConfig, load_config, record_active, set_defrag_status
+
+log = logging.getLogger("sglang_verify_plugin")
+
+BACKEND_NAME = "triton"
+_STOCK_ATTR = "_orchestrator_stock_factory"
+
+
+def make_factory(stock: Callable[[Any], Any], config_loader: Callable[[], VerifyConfig] = load_config) -> Callable[[Any], Any]:
+    """The factory registered under "triton": bundled subclass or stock, per the config."""
+
+    def create_triton_backend_with_bundled_verify(runner: Any) -> Any:
+        cfg = config_loader()
+        if not cfg.bundled or getattr(runner.model_config, "is_encoder_decoder", False):
+            log.info("verify kernel: stock Triton (%s)", cfg.reason)
+            backend = stock(runner)
+            record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, cfg.reason), route="stock")
+            return backend
+        from sglang_verify_plugin.backend import BundledVerifyTritonBackend
+
+        log.info("verify kernel: bundled %s (%s)", (cfg.bundle_sha or "?")[:12], cfg.reason)
+        backend = BundledVerifyTritonBackend(runner)
+        record_active(cfg, route=backend.bundled_verify_route)
+        return backend
+
+    setattr(create_triton_backend_with_bundled_verify, _STOCK_ATTR, stock)
+    return create_triton_backend_with_bundled_verify
+
+
+def register(config_loader: Callable[[], VerifyConfig] = load_config) -> bool:
+    """Install the factory under "triton" (idempotent). False when SGLang lacks the registry."""
+    try:
+        from sglang.srt.layers.attention import attention_registry
+    except ImportError as exc:
+        log.error("sglang attention registry not importable; plugin not registered: %s", exc)
+        return False
+    backends = getattr(attention_registry, "ATTENTION_BACKENDS", None)
+    if not isinstance(backends, dict) or BACKEND_NAME not in backends:
+        log.error("sglang has no ATTENTION_BACKENDS[%r]; plugin not registered", BACKEND_NAME)
+        return False
+    current = backends[BACKEND_NAME]
+    stock = getattr(current, _STOCK_ATTR, current)
+    backends[BACKEND_NAME] = make_factory(stock, config_loader)
+    install_defrag(config_loader)
+    return True
+
+
+def install_defrag(config_loader: Callable[[], VerifyConfig] = load_config) -> bool:
+    """Wrap SGLang's scheduler with the KV defrag hook when the config asks for it.
+
+    True when the wrapper is installed. Any failure (an SGLang without the scheduler method,
+    bad ``defrag_options``) is logged and recorded for ``active.json``; serving is unaffected.
+    """
+    cfg = config_loader()
+    if not cfg.defrag:
+        return False
+    try:
+        from sglang_verify_plugin import defrag_hook
+
+        settings = defrag_hook.DefragSettings.from_mapping(cfg.extra.get("defrag_options"))
+        defrag_hook.install(settings)
+    except Exception as exc:  # noqa: BLE001 - the service must start without defrag
+        log.error("KV defrag hook not installed: %s", exc)
+        set_defrag_status(defrag_applied=False, defrag_note=f"defrag hook not installed: {type(exc).__name__}: {exc}")
+        return False
+    return True
+
+
+def unregister() -> bool:
+    """Put SGLang's own "triton" factory back (tests; a live service just restarts)."""
+    from sglang.srt.layers.attention import attention_registry
+
+    current = attention_registry.ATTENTION_BACKENDS.get(BACKEND_NAME)
+    try:
+        from sglang_verify_plugin.defrag_hook import uninstall
+
+        uninstall()
+    except ImportError:
+        pass
+    stock = getattr(current, _STOCK_ATTR, None)
+    if stock is None:
+        return False
+    attention_registry.ATTENTION_BACKENDS[BACKEND_NAME] = stock
+    return True

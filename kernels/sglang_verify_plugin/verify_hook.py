@@ -1,0 +1,208 @@
+"""The callable SGLang calls for target-verify attention: bundled kernel or fall back.
+
+SGLang 0.5.23's ``TritonAttnBackend.forward_extend`` calls ``self.verify_shared_kv_fwd``
+with ``extend_attention_fwd``'s positional arguments plus ``logit_cap``,
+``sliding_window_size``, ``sinks``, ``window_kv_offsets``, ``xai_temperature_len`` and
+``max_bs``, only in target-verify mode; the KV of the draft tokens is already saved. The
+callable writes ``o_extend`` and returns True, or returns False so SGLang runs its own
+``extend_attention_fwd``. :class:`BundledVerify` is that callable.
+
+Every check here looks at Python values, shapes and dtypes only (no ``.item()``, no host
+sync), so the decision is fixed for a captured CUDA graph. Imports torch nowhere; the
+kernel (``mla_verify``) is imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections import Counter
+from typing import Any, Callable, Optional
+
+log = logging.getLogger("sglang_verify_plugin")
+
+QK_DIM = 576  # kv_lora_rank 512 + rope 64: DeepSeek-V3 / GLM MLA, absorbed
+V_DIM = 512
+
+
+def load_kernel_module() -> Any:
+    """``mla_verify`` (the bundled kernel), imported lazily."""
+    return importlib.import_module("mla_verify")
+
+
+def graph_workspace(*, max_bs: int, tokens_per_req: int, num_heads: int, kv_indices_numel: int,
+                    device: Any) -> Any:
+    """fp32 scratch big enough for every batch size a CUDA graph is captured for, or None."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    api = importlib.import_module("mla_verify.api")
+    tiles = importlib.import_module("mla_verify.tiles")
+    arch = api.device_arch(device)
+    cfg = tiles.DEFAULT_CONFIG[arch]
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    # Mirrors mla_verify_fwd's own choice; the split count only grows with kv_indices_numel, so
+    # sizing with the graph's (largest) kv_indices buffer covers every captured call. Should the
+    # kernel's rule change, a too-small workspace makes it raise ValueError and the hook falls
+    # back to SGLang's kernel (logged), never a wrong result.
+    per_sm = tiles.ctas_per_sm(cfg, arch) if hasattr(tiles, "ctas_per_sm") else None
+    need = 0
+    for bs in range(1, max_bs + 1):
+        splits = api.choose_num_splits(bs, tokens_per_req, num_heads, kv_indices_numel, sms, cfg, per_sm)
+        need = max(need, api.workspace_numel(splits, bs * tokens_per_req, num_heads))
+    return torch.empty(need, dtype=torch.float32, device=device) if need else None
+
+
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+class BundledVerify:
+    """``verify_shared_kv_fwd`` replacement that routes supported MLA verify calls to the kernel.
+
+    ``fallback`` is the verify kernel SGLang itself had enabled for this backend (None on
+    CUDA hosts, where 0.5.23 enables none); declined calls go there, else return False.
+    ``reasons`` counts why calls were declined (at capture time under CUDA graphs).
+    """
+
+    def __init__(
+        self,
+        kernel_loader: Callable[[], Any] = load_kernel_module,
+        fallback: Optional[Callable[..., bool]] = None,
+        on_disabled: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self._kernel_loader = kernel_loader
+        self.on_disabled = on_disabled  # told once when the kernel turns out unusable
+        self._kernel: Any = None
+        self._kernel_error: Optional[str] = None
+        self.fallback = fallback
+        self.workspace: Any = None
+        self.calls = 0
+        self.bundled_calls = 0
+        self.reasons: Counter[str] = Counter()
+
+    # -- kernel -------------------------------------------------------------------
+    def kernel(self) -> Any:
+        """The kernel module, or None (the import error is kept in ``kernel_error``)."""
+        if self._kernel is None and self._kernel_error is None:
+            try:
+                mod = self._kernel_loader()
+                for name in ("mla_verify_fwd", "supports"):
+                    if not callable(getattr(mod, name, None)):
+                        raise AttributeError(f"mla_verify has no callable {name}")
+                self._kernel = mod
+            except Exception as exc:  # any import failure means: stock path, loudly
+                self._disable(f"{type(exc).__name__}: {exc}")
+        return self._kernel
+
+    def _disable(self, error: str) -> None:
+        """From now on every call goes to SGLang's kernel; say so in the log and to the owner."""
+        self._kernel, self._kernel_error = None, error
+        log.error("bundled verify kernel unavailable, using SGLang's Triton kernel: %s", error)
+        if self.on_disabled is not None:
+            try:
+                self.on_disabled(error)
+            except Exception:  # reporting must never break the service
+                log.exception("on_disabled callback failed")
+
+    @property
+    def kernel_error(self) -> Optional[str]:
+        return self._kernel_error
+
+    def allocate_workspace(self, *, max_bs: int, tokens_per_req: int, num_heads: int,
+                           kv_indices_numel: int, device: Any) -> None:
+        """Allocate the kernel's split-K scratch once, before CUDA-graph capture (fixed address).
+
+        Uses the kernel's ``make_workspace(**sizes)`` when it has one; otherwise sizes it with
+        ``mla_verify.api`` (``choose_num_splits``/``workspace_numel``) for the largest
+        need over every captured batch size. Not a CUDA device: nothing to allocate.
+        """
+        sizes = dict(max_bs=max_bs, tokens_per_req=tokens_per_req, num_heads=num_heads,
+                     kv_indices_numel=kv_indices_numel, device=device)
+        mod = self.kernel()
+        if mod is None:
+            return
+        make = getattr(mod, "make_workspace", None)
+        self.workspace = make(**sizes) if callable(make) else graph_workspace(**sizes)
+
+    # -- the hook -----------------------------------------------------------------
+    def decline_reason(
+        self, q_extend: Any, k_extend: Any, v_extend: Any, o_extend: Any, k_buffer: Any,
+        is_causal: bool, logit_cap: float, sliding_window_size: Optional[int], sinks: Any,
+        window_kv_offsets: Any, xai_temperature_len: Optional[int], unknown: dict,
+    ) -> Optional[str]:
+        """Why this call is not for the bundled kernel (None: it is)."""
+        if unknown:
+            return f"unknown keyword(s) {sorted(unknown)}"
+        if not is_causal:
+            return "non-causal"
+        if sliding_window_size not in (None, -1):
+            return "sliding window"
+        if sinks is not None:
+            return "attention sinks"
+        if window_kv_offsets is not None:
+            return "window kv offsets"
+        if xai_temperature_len not in (None, -1):
+            return "xai temperature"
+        if logit_cap not in (None, 0, 0.0):
+            return "logit cap"
+        shapes = (getattr(q_extend, "shape", ()), getattr(o_extend, "shape", ()),
+                  getattr(k_extend, "shape", ()), getattr(k_buffer, "shape", ()))
+        q, o, k, kb = shapes
+        if len(q) != 3 or q[-1] != QK_DIM or len(o) != 3 or o[-1] != V_DIM or tuple(o[:2]) != tuple(q[:2]):
+            return f"not absorbed MLA 576/512 (q {tuple(q)}, o {tuple(o)})"
+        if len(k) != 3 or k[1] != 1 or len(kb) != 3 or kb[1] != 1 or kb[-1] != QK_DIM:
+            return f"not a single latent KV head (k {tuple(k)}, k_buffer {tuple(kb)})"
+        return None
+
+    def __call__(
+        self, q_extend: Any, k_extend: Any, v_extend: Any, o_extend: Any, k_buffer: Any,
+        v_buffer: Any, qo_indptr: Any, kv_indptr: Any, kv_indices: Any, custom_mask: Any,
+        is_causal: bool, mask_indptr: Any, max_len_extend: int, k_scale: float = 1.0,
+        v_scale: float = 1.0, sm_scale: Optional[float] = None, *, logit_cap: float = 0.0,
+        sliding_window_size: Optional[int] = -1, sinks: Any = None, window_kv_offsets: Any = None,
+        xai_temperature_len: Optional[int] = -1, max_bs: Optional[int] = None, **unknown: Any,
+    ) -> bool:
+        self.calls += 1
+        positional = (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
+                      kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend,
+                      k_scale, v_scale, sm_scale)
+        reason = self.decline_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, is_causal,
+                                     logit_cap, sliding_window_size, sinks, window_kv_offsets,
+                                     xai_temperature_len, unknown)
+        mod = None
+        if reason is None:
+            mod = self.kernel()
+            if mod is None:
+                reason = "kernel unavailable"
+        scalars = {"k_scale": k_scale, "v_scale": v_scale, "sm_scale": sm_scale, "logit_cap": logit_cap}
+        if reason is None and not mod.supports(*positional[:13], **scalars):
+            reason = "mla_verify.supports() declined the shape"
+        if reason is None:
+            # Under capture the graph must own a fixed-address scratch; eager calls may use
+            # the kernel's own cache (an eager batch can be larger than any captured one).
+            extra = {"workspace": self.workspace} if self.workspace is not None and _capturing() else {}
+            try:
+                mod.mla_verify_fwd(*positional[:13], **scalars, **extra)
+            except ValueError as exc:  # the kernel's argument check: never a wrong result
+                reason = f"kernel refused: {exc}"
+            except (ImportError, OSError, RuntimeError) as exc:  # extension build/load or launch failed
+                self._disable(f"{type(exc).__name__}: {exc}")
+                reason = "kernel unavailable"
+            else:
+                self.bundled_calls += 1
+                return True
+        if reason not in self.reasons:  # once per reason: visible in the service log, never per call
+            log.warning("target verify on SGLang's kernel instead of the bundled one: %s", reason)
+        self.reasons[reason] += 1
+        if self.fallback is not None:
+            return bool(self.fallback(*positional, logit_cap=logit_cap,
+                                      sliding_window_size=sliding_window_size, sinks=sinks,
+                                      window_kv_offsets=window_kv_offsets,
+                                      xai_temperature_len=xai_temperature_len, max_bs=max_bs,
+                                      **unknown))
+        return False

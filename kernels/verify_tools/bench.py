@@ -1,0 +1,374 @@
+"""Microbenchmark (phase 2): bundled MLA verify kernel vs the oracle, SGLang's Triton kernels and
+the roofline floor, all measured in one run.
+
+Usage: python -m verify_tools.bench [--json] [--plot FILE.png] [--quick] [--shapes B:L:n:H,...]
+
+Timing: every kernel (ours, the oracle, SGLang's) is captured into a CUDA graph and the replay
+is timed with CUDA events (host launch overhead excluded for all alike; a kernel whose capture
+fails is timed eagerly and the row says so); median of ITERS runs after WARMUP runs; before
+every timed run a buffer of 4x the L2 size is overwritten and then its first half (2x L2) is
+read back, so the KV cache comes from HBM and no dirty flush lines are written back inside the
+timed region.
+`new_eager_us` also reports our kernel called eagerly from Python (validation + launch). Ceilings
+measured at the start of the run: copy bandwidth (device-to-device copy of 2 GiB, bytes read +
+written / time) and bf16 matmul rate (8192^3). Floor per shape = max(bytes / copy BW,
+FLOPs / matmul rate) with bytes = sum_b [L_b*(1152 + 8) + n_b*1152 + n_b*H*(576+512)*2] (KV rows,
+int64 slot ids, draft rows, q and o) and FLOPs = sum_b 2*H*n_b*(L_b+n_b)*(576+512).
+SOL% = floor / time. Speedups are time ratios from the same run. `new_us` is the arch's default
+tile config; `configs_us` times every other config built for the arch on the same inputs. Shapes use chain drafts
+(topk = 1) so SGLang's verify_shared_kv_fwd (chain only) applies; the mask is the FULL layout.
+Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import socket
+import statistics
+import sys
+
+from mla_verify.inputs import CaseSpec, kernel_args, make_inputs
+
+EXIT_BLOCKED = 75
+WARMUP, ITERS = 3, 10
+SANITY_REL_ERR = 1e-2  # new kernel vs oracle / SGLang per shape (parity has the tight bound)
+
+SWEEP = [(1, L, 8, 16) for L in (4096, 8192, 16384, 32768, 65536, 131072)]
+ANCHORS = [(8, 32768, 8, 16), (32, 8192, 8, 16), (4, 65536, 4, 64)]
+EXTRA = [(1, 32768, 16, 16), (1, 32768, 4, 128), (4, 32768, 8, 128), (32, 32768, 8, 16), (4, 131072, 4, 16)]
+QUICK = [(1, 4096, 8, 16), (1, 32768, 8, 16), (4, 65536, 4, 64)]
+
+
+def shape_bytes_flops(B, L, n, H):
+    by = B * (L * (1152 + 8) + n * 1152 + n * H * (576 + 512) * 2)
+    fl = B * 2 * H * n * (L + n) * (576 + 512)
+    return by, fl
+
+
+def import_sglang():
+    """(extend_attention_fwd, verify_shared_kv_fwd, None) or (None, None, reason)."""
+    try:
+        from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+        from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
+        return extend_attention_fwd, verify_shared_kv_fwd, None
+    except Exception as first:  # noqa: BLE001 - any import failure is a skip reason
+        err = f"{type(first).__name__}: {first}"
+    try:  # skip sglang/__init__ (server deps) and import the kernel modules only
+        import importlib.util
+        import types
+
+        spec = importlib.util.find_spec("sglang")
+        if spec is None or not spec.submodule_search_locations:
+            return None, None, f"sglang not installed ({err})"
+        for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
+            del sys.modules[k]
+        pkg = types.ModuleType("sglang")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        sys.modules["sglang"] = pkg
+        from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+        from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
+        return extend_attention_fwd, verify_shared_kv_fwd, None
+    except Exception as second:  # noqa: BLE001
+        return None, None, f"sglang import failed: {err}; without sglang/__init__: {type(second).__name__}: {second}"
+
+
+class Timer:
+    def __init__(self, torch, l2_bytes):
+        self.torch = torch
+        self.flush_buf = torch.empty(max(4 * l2_bytes, 256 * 2**20) // 4, dtype=torch.float32, device="cuda")
+
+    def graph(self, fn):
+        """Capture fn into a CUDA graph (after 2 warm-up calls on a side stream)."""
+        t = self.torch
+        st = t.cuda.Stream()
+        st.wait_stream(t.cuda.current_stream())
+        with t.cuda.stream(st):
+            fn()
+            fn()
+        t.cuda.current_stream().wait_stream(st)
+        g = t.cuda.CUDAGraph()
+        with t.cuda.graph(g):
+            fn()
+        return g
+
+    def time_graph_or_eager(self, fn, warmup=WARMUP, iters=ITERS):
+        """(median us, mode): CUDA-graph replay (no host overhead) or eager when capture fails."""
+        try:
+            g = self.graph(fn)
+        except Exception as exc:  # noqa: BLE001 - fall back to eager, and say so
+            self.torch.cuda.synchronize()
+            return self.median_us(fn, warmup, iters), f"eager (graph capture failed: {type(exc).__name__})"
+        return self.median_us(g.replay, warmup, iters), "cuda_graph"
+
+    def median_us(self, fn, warmup=WARMUP, iters=ITERS):
+        t = self.torch
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(iters):
+            self.flush_buf.fill_(1.0)  # write 4x L2 ...
+            self.flush_buf[: self.flush_buf.numel() // 2].sum()  # ... then read 2x L2: clean lines only
+            s, e = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1e3)
+        return statistics.median(times)
+
+
+def measure_ceilings(torch, timer):
+    n = 2**30 // 2  # 1 GiB of bf16 per side
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    t_copy = timer.median_us(lambda: dst.copy_(src))
+    bw = 2 * n * 2 / (t_copy * 1e-6)
+    del src, dst
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    bmat = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    t_mm = timer.median_us(lambda: a @ bmat)
+    fl = 2 * 8192**3 / (t_mm * 1e-6)
+    del a, bmat
+    torch.cuda.empty_cache()
+    return bw, fl
+
+
+def oracle_fp32(inp, B, L, n, H):
+    """Plain PyTorch fp32 gather + matmul path for a uniform batch (the 'oracle' column)."""
+    import torch
+
+    q = inp["q_extend"].view(B, n, H, 576).float()
+    kb = inp["k_buffer"]
+    idx = inp["kv_indices"].view(B, L)
+    vis = torch.tril(torch.ones(n, n, dtype=torch.bool, device=q.device))
+
+    def run():
+        k = torch.cat([kb[idx, 0].float(), inp["k_extend"].view(B, n, 576).float()], 1)  # [B, L+n, 576]
+        logits = torch.einsum("bnhd,bkd->bnhk", q, k) * inp["sm_scale"]
+        logits[..., L:] = logits[..., L:].masked_fill(~vis[None, :, None, :], float("-inf"))
+        p = torch.softmax(logits, -1)
+        return torch.einsum("bnhk,bkd->bnhd", p, k[..., :512]).reshape(B * n, H, 512)
+    return run
+
+
+def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
+    from mla_verify import api, mla_verify_fwd, tiles
+
+    B, L, n, H = shape
+    spec = CaseSpec(f"B{B}_L{L}_n{n}_H{H}", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=hash(shape) % 1000)
+    inp = make_inputs(spec, "cuda")
+    args = kernel_args(inp)
+    scale = inp["sm_scale"]
+    by, fl = shape_bytes_flops(B, L, n, H)
+    bw, peak = ceilings
+    floor_us = max(by / bw, fl / peak) * 1e6
+    row = {"B": B, "L": L, "n": n, "H": H, "rows_per_request": n * H, "bytes": by, "flops": fl,
+           "floor_us": floor_us, "floor_bound": "memory" if by / bw >= fl / peak else "compute"}
+    o_new = inp["o_extend"]
+    new_fn = lambda: mla_verify_fwd(*args, sm_scale=scale)  # noqa: E731
+    row["new_eager_us"] = timer.median_us(new_fn)
+    row["new_us"], row["new_timing"] = timer.time_graph_or_eager(new_fn)
+    row["sol_pct"] = 100.0 * floor_us / row["new_us"]
+    new_out = o_new.clone()
+    # Every other tile config built for this arch, timed the same way (same run, same inputs):
+    # the ratio of the default config to its alternatives, and their agreement with it.
+    arch = api.device_arch(o_new.device)
+    default = tiles.DEFAULT_CONFIG[arch]
+    row["tile_config"] = default.name
+    row["num_splits"] = api.choose_num_splits(B, n, H, B * L, torch.cuda.get_device_properties(o_new.device)
+                                              .multi_processor_count, default, tiles.ctas_per_sm(default, arch))
+    row["configs_us"], row["configs_rel_err_vs_default"] = {default.name: row["new_us"]}, {}
+    for cfg in tiles.ARCH_CONFIGS[arch]:
+        if cfg is default:
+            continue
+        alt_fn = lambda c=cfg.name: mla_verify_fwd(*args, sm_scale=scale, tile_config=c)  # noqa: E731
+        row["configs_us"][cfg.name], _ = timer.time_graph_or_eager(alt_fn)
+        row["configs_rel_err_vs_default"][cfg.name] = float((o_new.float() - new_out.float()).norm()
+                                                            / new_out.float().norm())
+    if want_oracle:
+        need = B * (L + n) * 576 * 4 * 2 + B * n * H * (L + n) * 4 * 3
+        if need < 24 * 2**30:
+            run = oracle_fp32(inp, B, L, n, H)
+            ref = run()
+            row["oracle_us"], row["oracle_timing"] = timer.time_graph_or_eager(run, warmup=1, iters=5)
+            row["speedup_vs_oracle"] = row["oracle_us"] / row["new_us"]
+            row["rel_err_vs_oracle"] = float((new_out.float() - ref).norm() / ref.norm())
+            del ref
+        else:
+            row["oracle_skipped"] = f"needs ~{need / 2**30:.0f} GiB"
+    ext, ver, reason = sgl
+    if ext is None:
+        row["sglang_skipped"] = reason
+    else:
+        o_s = torch.empty_like(o_new)
+        s_args = list(args)
+        s_args[3] = o_s
+        try:
+            row["sglang_extend_us"], row["sglang_extend_timing"] = timer.time_graph_or_eager(
+                lambda: ext(*s_args, 1.0, 1.0, scale), warmup=1, iters=5)
+            row["speedup_vs_sglang_extend"] = row["sglang_extend_us"] / row["new_us"]
+            row["rel_err_vs_sglang_extend"] = float((new_out.float() - o_s.float()).norm() / o_s.float().norm())
+        except Exception as exc:  # noqa: BLE001
+            row["sglang_extend_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        try:
+            o_s.zero_()
+            ran = ver(*s_args, 1.0, 1.0, scale, max_bs=B)
+            if ran:
+                row["sglang_verify_us"], row["sglang_verify_timing"] = timer.time_graph_or_eager(
+                    lambda: ver(*s_args, 1.0, 1.0, scale, max_bs=B), 1, 5)
+                row["speedup_vs_sglang_verify"] = row["sglang_verify_us"] / row["new_us"]
+                row["rel_err_vs_sglang_verify"] = float((new_out.float() - o_s.float()).norm() / o_s.float().norm())
+            else:
+                row["sglang_verify_skipped"] = "verify_shared_kv_fwd returned False (shape not handled)"
+        except Exception as exc:  # noqa: BLE001
+            row["sglang_verify_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    del inp, args
+    torch.cuda.empty_cache()
+    return row
+
+
+def summarize(rows, ceilings):
+    def vals(key, pred=lambda r: True):
+        return [r[key] for r in rows if key in r and pred(r)]
+
+    ext = vals("speedup_vs_sglang_extend")
+    b1 = vals("speedup_vs_sglang_extend", lambda r: (r["B"], r["L"], r["n"], r["H"]) == (1, 32768, 8, 16))
+    sol_long = vals("sol_pct", lambda r: r["L"] >= 32768)
+    orc = vals("speedup_vs_oracle")
+    return {
+        "shapes": len(rows),
+        "min_speedup_vs_sglang_extend": min(ext) if ext else None,
+        "speedup_vs_sglang_extend_b1_32k": b1[0] if b1 else None,
+        "min_speedup_vs_sglang_verify": min(vals("speedup_vs_sglang_verify"), default=None),
+        "min_sol_pct_long_ctx": min(sol_long) if sol_long else None,
+        "min_sol_pct": min(vals("sol_pct"), default=None),
+        "geomean_speedup_vs_oracle": math.exp(sum(map(math.log, orc)) / len(orc)) if orc else None,
+        "max_rel_err_vs_oracle": max(vals("rel_err_vs_oracle"), default=None),
+        "copy_bw_gbs": ceilings[0] / 1e9,
+        "matmul_tflops": ceilings[1] / 1e12,
+    }
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweep = sorted([r for r in rows if (r["B"], r["n"], r["H"]) == (1, 8, 16)], key=lambda r: r["L"])
+    if not sweep:
+        sweep = sorted(rows, key=lambda r: r["L"])
+    xs = [r["L"] for r in sweep]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80)
+    for key, label in (("new_us", "bundled kernel"), ("oracle_us", "torch fp32 oracle"),
+                       ("sglang_extend_us", "SGLang extend_attention_fwd"),
+                       ("sglang_verify_us", "SGLang verify_shared_kv_fwd"), ("floor_us", "roofline floor")):
+        pts = [(r["L"], r[key]) for r in sweep if key in r]
+        if pts:
+            a1.plot(*zip(*pts), marker="o", label=label, linestyle="--" if key == "floor_us" else "-")
+            if key != "floor_us":
+                a2.plot([p[0] for p in pts], [100 * r["floor_us"] / r[key] for r in sweep if key in r],
+                        marker="o", label=label)
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prefix length L (B=1, n=8, H=16)")
+        ax.grid(alpha=0.3)
+    a1.set_yscale("log")
+    a1.set_ylabel("time (us, median, L2 flushed)")
+    a2.set_ylabel("SOL % (floor / time)")
+    a2.set_yscale("log")
+    a1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def blocked_doc(reason):
+    return {"ok": False, "blocked": reason, "device": None, "rows": [],
+            "summary": {"min_speedup_vs_sglang_extend": None, "speedup_vs_sglang_extend_b1_32k": None,
+                        "min_sol_pct_long_ctx": None, "geomean_speedup_vs_oracle": None,
+                        "copy_bw_gbs": None, "matmul_tflops": None}}
+
+
+def parse_shapes(text):
+    out = []
+    for part in text.split(","):
+        b, l, n, h = (int(x) for x in part.split(":"))
+        out.append((b, l, n, h))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m verify_tools.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plot", default=None, help="write a PNG: time and SOL% vs context")
+    ap.add_argument("--quick", action="store_true", help="three shapes only")
+    ap.add_argument("--shapes", default="", help="B:L:n:H,... instead of the built-in list")
+    ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's kernels")
+    a = ap.parse_args(argv)
+    try:
+        shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
+    except ValueError:
+        ap.error("--shapes: expected B:L:n:H[,B:L:n:H...] with integers")
+    try:
+        import torch
+    except ImportError as exc:
+        return emit(blocked_doc(f"torch not importable: {exc}"), a.json, EXIT_BLOCKED)
+    if not torch.cuda.is_available():
+        return emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a.json, EXIT_BLOCKED)
+    sgl = (None, None, "--no-sglang given") if a.no_sglang else import_sglang()
+    props = torch.cuda.get_device_properties(0)
+    timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
+    ceilings = measure_ceilings(torch, timer)
+    print(f"[bench] copy {ceilings[0] / 1e9:.0f} GB/s, bf16 matmul {ceilings[1] / 1e12:.0f} TFLOP/s; "
+          f"sglang: {'ok' if sgl[0] else sgl[2]}", file=sys.stderr)
+    rows, errors = [], []
+    for shape in shapes:
+        try:
+            r = bench_shape(torch, timer, shape, ceilings, sgl)
+        except Exception as exc:  # noqa: BLE001 - reported, fails the run
+            errors.append(f"{shape}: {type(exc).__name__}: {exc}")
+            print(f"[bench] {shape} FAILED {exc}", file=sys.stderr)
+            continue
+        rows.append(r)
+        print(f"[bench] {shape} new {r['new_us']:.1f}us floor {r['floor_us']:.1f}us SOL {r['sol_pct']:.1f}% "
+              f"ext {r.get('sglang_extend_us', float('nan')):.0f}us ver {r.get('sglang_verify_us', float('nan')):.0f}us "
+              f"oracle {r.get('oracle_us', float('nan')):.0f}us S={r['num_splits']} "
+              f"configs {' '.join(f'{k}={v:.1f}' for k, v in r['configs_us'].items())}", file=sys.stderr)
+    bad = [r for r in rows if r.get("rel_err_vs_oracle", 0) > SANITY_REL_ERR]
+    errors += [f"B{r['B']} L{r['L']}: rel_err_vs_oracle {r['rel_err_vs_oracle']:.2e}" for r in bad]
+    doc = {"ok": not errors and bool(rows), "device": torch.cuda.get_device_name(0), "sm_count": props.multi_processor_count,
+           "method": {"warmup": WARMUP, "iters": ITERS, "statistic": "median", "l2_flush_bytes": timer.flush_buf.numel() * 4},
+           "sglang": "available" if sgl[0] else sgl[2], "errors": errors, "rows": rows,
+           "summary": summarize(rows, ceilings)}
+    if a.plot and rows:
+        plot(rows, a.plot)
+        doc["plot"] = a.plot
+    return emit(doc, a.json, 0 if doc["ok"] else 1)
+
+
+def emit(doc, as_json, code):
+    if as_json:
+        print(json.dumps(doc, indent=1))
+        return code
+    if doc.get("blocked"):
+        print(f"BLOCKED: {doc['blocked']}")
+        return code
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"MLA verify bench on {doc['device']}")
+    for col in ("B", "L", "n", "H", "new us", "floor us", "SOL%", "x oracle", "x sgl extend", "x sgl verify"):
+        t.add_column(col, justify="right")
+    f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    for r in doc["rows"]:
+        t.add_row(str(r["B"]), str(r["L"]), str(r["n"]), str(r["H"]), f(r["new_us"]), f(r["floor_us"]),
+                  f(r["sol_pct"]), f(r.get("speedup_vs_oracle")), f(r.get("speedup_vs_sglang_extend")),
+                  f(r.get("speedup_vs_sglang_verify")))
+    Console().print(t)
+    print(json.dumps(doc["summary"]))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
+# Usage: bash tests/device/kernel_run.sh quick|full|final|dev     (writes JSON/logs/PNG under $OUT)
+#   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
+set -o pipefail
+MODE=${1:-quick}
+OUT=${OUT:-/tmp/mlav-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MAX_JOBS=16 ORCHESTRATOR_KERNEL_CACHE=/tmp/mlav-cache
+export PYTHONPATH=$PWD/kernels${PYTHONPATH:+:$PYTHONPATH}  # the host tools import from kernels/ (the bundle root)
+LOG="$OUT/log.txt"
+say() { echo "== $* ($(date +%T))" | tee -a "$LOG"; }
+# sanitize TIMEOUT_S TOOL:CASE...: parity of one case under compute-sanitizer per spec, all appended
+# to $OUT/sanitizer.txt (tool log, exit code, whether parity still passed under the tool).
+sanitize() {
+  local lim=$1 spec tool c SAN="$OUT/sanitizer.txt"; shift
+  for spec in "$@"; do
+    tool=${spec%%:*}; c=${spec#*:}
+    echo "### $tool $c" >> "$SAN"
+    timeout "$lim" compute-sanitizer --tool "$tool" --kernel-name kns=mla_verify --print-limit 20 \
+      --log-file "$OUT/san_tool.txt" python3 -m verify_tools.parity --cases "$c" --json > "$OUT/san_tmp.json" 2>> "$SAN"
+    echo "rc=$?" >> "$SAN"
+    cat "$OUT/san_tool.txt" >> "$SAN"; rm -f "$OUT/san_tool.txt"
+    python3 -c "import json;d=json.load(open('$OUT/san_tmp.json'));print('parity under sanitizer ok=',d['ok'])" >> "$SAN" 2>&1
+    tail -3 "$SAN" | tee -a "$LOG"
+  done
+  rm -f "$OUT/san_tmp.json"
+}
+say "host: $(nvidia-smi -L 2>&1 | head -1); mode $MODE; commit $(git rev-parse --short HEAD 2>/dev/null)"
+# SGLang 0.5.23 python tree + small pure-Python deps, carried in .whl/
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
+  python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip /tmp/site >>"$LOG" 2>&1
+  export PYTHONPATH=/tmp/site:$PWD/kernels:$PWD
+fi
+ARCH=$(python3 -c "import torch; from mla_verify._build import arch_for_capability as f; print(f(*torch.cuda.get_device_capability()))")
+say "build check $ARCH (nvcc)"
+python3 -m verify_tools.build_check --arch "$ARCH" --json > "$OUT/build_${ARCH/_/}.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"
+say "JIT build of the extension"
+python3 -c "
+import time, torch; t=time.time()
+from mla_verify._build import load
+from mla_verify.api import device_arch
+a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
+say "parity"
+if [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--quick --cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64"; else PARGS=""; fi
+timeout 240 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
+say "bench"
+if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = dev ]; then
+  BARGS="--no-sglang --shapes 1:4096:8:16,1:32768:8:16,1:131072:8:16,32:8192:8:16,8:32768:8:16,4:32768:8:128,4:131072:4:16"
+else BARGS=""; fi
+# Usage modes: quick (subset), full (all + long sanitizer), final (all + short sanitizer)
+timeout 300 python3 -m verify_tools.bench --json --plot "$OUT/bench.png" $BARGS > "$OUT/bench.json" 2> >(tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
+if [ "$MODE" = dev ]; then
+  say "per-kernel device time (torch.profiler / CUPTI), n=8 H=16"
+  timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG"
+import torch
+from torch.profiler import profile, ProfilerActivity
+from mla_verify.inputs import CaseSpec, make_inputs, kernel_args
+from mla_verify import mla_verify_fwd
+for B, L in ((1, 4096), (1, 32768), (32, 8192)):
+    inp = make_inputs(CaseSpec("p", (L,) * B, (8,) * B, 16, tree="chain", poison=False, seed=1), "cuda")
+    args = kernel_args(inp)
+    for cfg in ("sm90wg", "sm90"):
+        for _ in range(3): mla_verify_fwd(*args, sm_scale=inp["sm_scale"], tile_config=cfg)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20): mla_verify_fwd(*args, sm_scale=inp["sm_scale"], tile_config=cfg)
+            torch.cuda.synchronize()
+        for e in prof.key_averages():
+            if "mla_verify" in e.key: print(f"B={B} L={L} {cfg}: {e.key[:60]} avg {e.device_time:.1f} us x{e.count}")
+PY
+  SO=$(find /tmp/mlav-cache -name 'mla_verify_sm_90a_*.so' | head -1)
+  cuobjdump -sass "$SO" > "$OUT/sass.txt" 2>&1; echo "sass dump rc=$? $(wc -l < "$OUT/sass.txt") lines" | tee -a "$LOG"
+  say "compute-sanitizer memcheck (small case, all configs)"
+  sanitize 120 memcheck:b4_varlen_tree_h16
+elif [ "$MODE" = final ]; then
+  say "compute-sanitizer (short)"
+  sanitize 150 memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain \
+    racecheck:b4_prefix0_mixed_h16 racecheck:seed_b1_prefix65k_n8_h16_chain
+elif [ "$MODE" != nosan ]; then
+  say "compute-sanitizer"
+  sanitize 240 memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain \
+    racecheck:b4_varlen_tree_h16 racecheck:seed_b1_prefix65k_n8_h16_chain
+fi
+say "summary"
+python3 - <<'PY' 2>&1 | tee -a "$LOG"
+import json, os
+out = os.environ.get("OUT", "/tmp/mlav-out")
+def load(n):
+    try: return json.load(open(os.path.join(out, n)))
+    except Exception as e: return {"error": str(e)}
+b = next((load(f) for f in sorted(os.listdir(out)) if f.startswith("build_")), {}); print("build", b.get("ok"), b.get("summary"))
+p = load("parity.json"); print("parity", p.get("ok"), p.get("summary"))
+for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']} det={c['deterministic']}")
+x = load("bench.json"); print("bench", x.get("ok"), x.get("summary"), x.get("sglang"))
+for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.1f}us floor {r['floor_us']:.1f} SOL {r['sol_pct']:.1f}% ext {r.get('sglang_extend_us',0):.0f} ver {r.get('sglang_verify_us',0):.0f} orc {r.get('oracle_us',0):.0f} S={r.get('num_splits')} cfgs={ {k: round(v, 1) for k, v in r.get('configs_us', {}).items()} } err={r.get('configs_rel_err_vs_default')}")
+PY

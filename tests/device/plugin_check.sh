@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On the H200 (device tool), from the repo root: the SGLang plugin's verify path against SGLang's
+# own extend_attention_fwd on the parity cases, on SGLang-built metadata (plugin_gpu_check.py).
+# Writes $OUT/plugin_gpu.json (+ plugin_gpu.log). Run with carry [".whl", ".whl-plugin"]:
+#   .whl         sglang 0.5.23 Python tree + small deps (the kernel engineer's set)
+#   .whl-plugin  what TritonAttnBackend and SGLang's MLA test kit import beyond that:
+#                apache-tvm-ffi compressed-tensors gguf openai uvicorn fastapi opentelemetry-api
+#                httpx2 httpcore2 truststore (openai's HTTP stack; absent from the device image)
+# sgl_kernel (373 MB) is not carried: tests/integration/sgl_kernel_import_shim.py serves its
+# import names and raises if anything calls into it. Usage: bash tests/device/plugin_check.sh [quick|full]
+set -o pipefail
+MODE=${1:-full}
+OUT=${OUT:-/tmp/plugin-gpu-out}; mkdir -p "$OUT"
+LOG="$OUT/plugin_gpu.log"
+export PYTHONUNBUFFERED=1 ORCHESTRATOR_KERNEL_CACHE=${ORCHESTRATOR_KERNEL_CACHE:-/tmp/mlav-cache}
+SITE=/tmp/site-plugin
+mkdir -p "$SITE"
+for d in .whl .whl-plugin; do
+  if ls "$d"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$d"/*.whl >>"$LOG" 2>&1 \
+      || echo "pip install of $d failed (see log)" | tee -a "$LOG"
+  fi
+done
+if [ -f .whl/sglang-0.5.23-pyonly.zip ]; then python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip "$SITE" >>"$LOG" 2>&1; fi
+export PYTHONPATH="$SITE:$PWD/kernels:$PWD:$PWD/tests/integration"
+echo "== $(nvidia-smi -L 2>&1 | head -1); commit $(git rev-parse --short HEAD 2>/dev/null); mode $MODE" | tee -a "$LOG"
+ARGS="--json --out $OUT/plugin_gpu.json"
+[ "$MODE" = quick ] && ARGS="$ARGS --quick"
+timeout 540 python3 tests/integration/plugin_gpu_check.py $ARGS > "$OUT/plugin_gpu.stdout" 2>>"$LOG"
+rc=$?
+echo "plugin_gpu_check rc=$rc" | tee -a "$LOG"
+python3 - "$OUT/plugin_gpu.json" <<'PY' 2>&1 | tee -a "$LOG"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("no JSON:", e); sys.exit(0)
+print("ok", d.get("ok"), "blocked", d.get("blocked"), d.get("device"), "sglang", d.get("sglang_version"))
+print("summary", d.get("summary"))
+for c in d.get("cases", []):
+    if "error" in c:
+        print(f"  {c['name']:<36} ERROR {c['error']}")
+    else:
+        print(f"  {c['name']:<36} ok={c['ok']} bundled={c['ran_bundled_kernel']} tok={c['token_mismatches_vs_sglang']}"
+              f" ties={c['near_ties_vs_sglang']} rel(p,s)={c['rel_err_plugin_vs_sglang']:.2e}"
+              f" rel(p,o)={c['rel_err_plugin_vs_oracle']:.2e} rel(s,o)={c['rel_err_sglang_vs_oracle']:.2e}"
+              f" graph={c.get('graph_replay_equal', '-')} {c['seconds']}s")
+for s in d.get("skipped", []):
+    print(f"  skipped {s['name']}: {s['reason']}")
+PY
+exit $rc
