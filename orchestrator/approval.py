@@ -9,12 +9,14 @@ appended to ``<state_dir>/audit.jsonl`` (one JSON object per line, fsynced), and
 transition (start, end with its status) of a step that changes a service: the steps of a phase
 that needs approval, and every rollback step.
 """
+
 from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -81,12 +83,32 @@ class AuditLog:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / "audit.jsonl"
 
-    def append(self, *, decision: str, digest: str, phase: str, hosts: list[str], via: str,
-               command: str = "", detail: str = "", step: str | None = None) -> None:
+    def append(
+        self,
+        *,
+        decision: str,
+        digest: str,
+        phase: str,
+        hosts: list[str],
+        via: str,
+        command: str = "",
+        detail: str = "",
+        step: str | None = None,
+    ) -> None:
         """One record. ``decision``: planned | approved | refused for approvals; ``step_started`` /
         ``step_<status>`` for the transitions of service-changing steps (``step`` names it)."""
-        rec = {"time": utcnow(), "user": current_user(), "host": socket.gethostname(), "decision": decision,
-               "digest": digest, "phase": phase, "hosts": hosts, "via": via, "command": command, "detail": detail}
+        rec = {
+            "time": utcnow(),
+            "user": current_user(),
+            "host": socket.gethostname(),
+            "decision": decision,
+            "digest": digest,
+            "phase": phase,
+            "hosts": hosts,
+            "via": via,
+            "command": command,
+            "detail": detail,
+        }
         if step is not None:
             rec["step"] = step
         append_line(self.path, json.dumps(rec, sort_keys=True))
@@ -108,8 +130,9 @@ class AuditLog:
         return {r.get("digest", "") for r in self.records()}
 
 
-def check_token(token: str | None, *, accepted: Iterable[str], older: Iterable[str], phase: str,
-                changed_reason: str | None = None) -> None:
+def check_token(
+    token: str | None, *, accepted: Iterable[str], older: Iterable[str], phase: str, changed_reason: str | None = None
+) -> None:
     """Raise unless ``token`` is one of ``accepted`` digests.
 
     No token -> ApprovalError (5). A token that belonged to an older plan (``older``: digests seen
@@ -119,13 +142,17 @@ def check_token(token: str | None, *, accepted: Iterable[str], older: Iterable[s
     acc = set(accepted)
     hint = f"review it with `orchestrator plan {phase}` and pass --approve <digest>"
     if not token:
-        raise ApprovalError(f"phase {phase} changes a live service and needs approval (no TTY: --approve DIGEST)",
-                            hint=hint, phase=phase)
+        raise ApprovalError(
+            f"phase {phase} changes a live service and needs approval (no TTY: --approve DIGEST)",
+            hint=hint,
+            phase=phase,
+        )
     t = token.strip().lower()
     if t in acc:
         return
     if t in set(older):
         why = changed_reason or "it belongs to an older plan"
         raise StateConflict(f"--approve {t[:12]}... is stale for phase {phase}: {why}", hint=hint, phase=phase)
-    raise ApprovalError(f"--approve {t[:12]}... does not match the plan digest of phase {phase}", hint=hint,
-                        phase=phase)
+    raise ApprovalError(
+        f"--approve {t[:12]}... does not match the plan digest of phase {phase}", hint=hint, phase=phase
+    )

@@ -1,4 +1,5 @@
 """Crash-safe file writes: a temp file in the same directory, fsync, rename, fsync the directory."""
+
 from __future__ import annotations
 
 import os

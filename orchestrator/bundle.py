@@ -22,6 +22,7 @@ The engine packs once per command (:func:`pack_bytes`), writes those bytes with
 :func:`ship_bundle` before a host's first step of each phase and :func:`verify_on_host` before
 every later step (plans/0001 section 9).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -290,10 +291,10 @@ def _run(transport: Any, host: Any, argv: list[str], what: str):
     r = transport.run(argv, timeout_s=BUNDLE_STEP_TIMEOUT_S)
     if r.lost or r.timed_out:
         raise HostUnreachable(
-            f"{host.name}: host {'lost' if r.lost else 'timed out'} during bundle {what}", host=host.name)
+            f"{host.name}: host {'lost' if r.lost else 'timed out'} during bundle {what}", host=host.name
+        )
     if r.exit_code != 0:
-        raise BundleError(f"{host.name}: bundle {what} failed (exit {r.exit_code}): {r.stderr_tail(3)}",
-                          host=host.name)
+        raise BundleError(f"{host.name}: bundle {what} failed (exit {r.exit_code}): {r.stderr_tail(3)}", host=host.name)
     return r
 
 
@@ -323,13 +324,26 @@ def ship_bundle(transport: Any, bundle: Bundle, host: Any) -> BundleOnHost:
         unpacked = True
         final = (r.stdout.strip().splitlines() or ["no answer"])[-1]  # the appended check's verdict
         if final != "ok":
-            raise BundleError(f"{host.name}: bundle {bundle.short} does not verify on the host after "
-                              f"upload ({final})", host=host.name)
-    _log.info("bundle %s on %s: %s", bundle.short, host.name,
-              "uploaded" if uploaded else "re-unpacked" if unpacked else "present, hash verified")
-    return BundleOnHost(host=host.name, sha256=bundle.sha256, remote_dir=remote_dir, tarball=tarball,
-                        uploaded=uploaded, unpacked=unpacked, found=found, verified=True,
-                        duration_s=round(time.monotonic() - started, 3))
+            raise BundleError(
+                f"{host.name}: bundle {bundle.short} does not verify on the host after upload ({final})", host=host.name
+            )
+    _log.info(
+        "bundle %s on %s: %s",
+        bundle.short,
+        host.name,
+        "uploaded" if uploaded else "re-unpacked" if unpacked else "present, hash verified",
+    )
+    return BundleOnHost(
+        host=host.name,
+        sha256=bundle.sha256,
+        remote_dir=remote_dir,
+        tarball=tarball,
+        uploaded=uploaded,
+        unpacked=unpacked,
+        found=found,
+        verified=True,
+        duration_s=round(time.monotonic() - started, 3),
+    )
 
 
 def ensure_on_host(transport: Any, bundle: Bundle, host: Any) -> str:

@@ -5,14 +5,16 @@ line on stderr (or the JSON envelope on stdout with ``--json``) and its exit cod
 is "internal error (bug)" with exit 1, the traceback only with ``--debug``/``ORCHESTRATOR_DEBUG=1``.
 Heavy modules (rich views, engine) are imported inside the commands that need them.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -29,21 +31,32 @@ app = typer.Typer(
 inventory_app = typer.Typer(help="Inventory commands.", no_args_is_help=True)
 app.add_typer(inventory_app, name="inventory")
 
-StateDirOpt = Annotated[Optional[Path], typer.Option("--state-dir", envvar="ORCHESTRATOR_STATE_DIR",
-                                                     help="State folder (default .orchestrator/).")]
-InventoryOpt = Annotated[Optional[Path], typer.Option("--inventory", "-i", envvar="ORCHESTRATOR_INVENTORY",
-                                                      help="Inventory YAML (default inventory/local.yaml).")]
-PhasesDirOpt = Annotated[Optional[Path], typer.Option("--phases-dir", envvar="ORCHESTRATOR_PHASES_DIR",
-                                                      help="Folder of phase specs (default phases/).")]
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option("--state-dir", envvar="ORCHESTRATOR_STATE_DIR", help="State folder (default .orchestrator/)."),
+]
+InventoryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--inventory", "-i", envvar="ORCHESTRATOR_INVENTORY", help="Inventory YAML (default inventory/local.yaml)."
+    ),
+]
+PhasesDirOpt = Annotated[
+    Path | None,
+    typer.Option("--phases-dir", envvar="ORCHESTRATOR_PHASES_DIR", help="Folder of phase specs (default phases/)."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document on stdout; never prompt.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", envvar="ORCHESTRATOR_DEBUG", help="Show tracebacks.")]
-LimitOpt = Annotated[Optional[str], typer.Option("--limit", "-l", help="Comma-separated host or group names.")]
-PhasesArg = Annotated[Optional[list[str]], typer.Argument(help="Phase ids (0-4) or names.", show_default=False)]
+LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Comma-separated host or group names.")]
+PhasesArg = Annotated[list[str] | None, typer.Argument(help="Phase ids (0-4) or names.", show_default=False)]
 AllOpt = Annotated[bool, typer.Option("--all", help="All phases in order.")]
-ApproveOpt = Annotated[Optional[str], typer.Option("--approve", metavar="DIGEST",
-                                                   help="Approve the plan with this digest (no TTY / --json).")]
-InteractiveOpt = Annotated[Optional[bool], typer.Option(
-    "--interactive/--no-interactive", help="Prompt for approval on stdin (default: only on a TTY).")]
+ApproveOpt = Annotated[
+    str | None, typer.Option("--approve", metavar="DIGEST", help="Approve the plan with this digest (no TTY / --json).")
+]
+InteractiveOpt = Annotated[
+    bool | None,
+    typer.Option("--interactive/--no-interactive", help="Prompt for approval on stdin (default: only on a TTY)."),
+]
 
 
 def _cmdline() -> str:
@@ -85,8 +98,14 @@ def _guard(command: str, as_json: bool, debug: bool, fn: Callable[[], Envelope])
         if debug:
             traceback.print_exc()
         if as_json:
-            _emit_json(Envelope(command=command, ok=False, exit_code=1,
-                                errors=[{"code": "INTERNAL", "exit_code": 1, "message": msg, "hint": "rerun with --debug"}]))
+            _emit_json(
+                Envelope(
+                    command=command,
+                    ok=False,
+                    exit_code=1,
+                    errors=[{"code": "INTERNAL", "exit_code": 1, "message": msg, "hint": "rerun with --debug"}],
+                )
+            )
         else:
             sys.stderr.write(f"Error: {msg}\nhint: rerun with --debug for the traceback\n")
         raise typer.Exit(1) from None
@@ -141,13 +160,14 @@ def _plan_dict(plan: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------- status
 @app.command()
-def status(state_dir: StateDirOpt = None, phases_dir: PhasesDirOpt = None, as_json: JsonOpt = False,
-           debug: DebugOpt = False) -> None:
+def status(
+    state_dir: StateDirOpt = None, phases_dir: PhasesDirOpt = None, as_json: JsonOpt = False, debug: DebugOpt = False
+) -> None:
     """Show the persisted todo list: every phase and step, per-host results and gate evidence."""
 
     def go() -> Envelope:
-        from orchestrator.specs import load_catalog
         from orchestrator.paths import default_state_dir
+        from orchestrator.specs import load_catalog
         from orchestrator.state import StateStore
 
         sd = state_dir or default_state_dir()
@@ -165,11 +185,18 @@ def status(state_dir: StateDirOpt = None, phases_dir: PhasesDirOpt = None, as_js
                 err.print(f"a run is in progress: {holder.describe()}")
             if stale:
                 err.print(f"Warning: stale lock info from a run that is gone: {stale} (the next run takes over)")
-        results = {"state_path": str(store.path), "lock_held": held, "lock_holder": holder, "stale_lock": stale,
-                   "phases_dir": str(catalog.directory),
-                   "phases": [{"id": lp.spec.id, "label": lp.spec.label,
-                               "steps": [s.id for s in lp.spec.steps]} for lp in catalog.phases],
-                   "state": state.model_dump(mode="json")}
+        results = {
+            "state_path": str(store.path),
+            "lock_held": held,
+            "lock_holder": holder,
+            "stale_lock": stale,
+            "phases_dir": str(catalog.directory),
+            "phases": [
+                {"id": lp.spec.id, "label": lp.spec.label, "steps": [s.id for s in lp.spec.steps]}
+                for lp in catalog.phases
+            ],
+            "state": state.model_dump(mode="json"),
+        }
         return Envelope(command="status", ok=True, exit_code=0, results=results)
 
     _guard("status", as_json, debug, go)
@@ -182,10 +209,19 @@ def run(
     all_phases: AllOpt = False,
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Connect to nothing; print every command and the digest.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Connect to nothing; print every command and the digest.")
+    ] = False,
     as_json: JsonOpt = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Skip non-critical confirmations (re-running a passed "
-                                      "phase). Never approves a step that changes a live service.")] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Skip non-critical confirmations (re-running a passed "
+            "phase). Never approves a step that changes a live service.",
+        ),
+    ] = False,
     approve: ApproveOpt = None,
     forks: Annotated[int, typer.Option("--forks", min=1, max=256, help="Hosts in parallel.")] = 10,
     interactive: InteractiveOpt = None,
@@ -209,14 +245,16 @@ def run(
                 from orchestrator.views import error_line
 
                 error_line(plan.problems[0], f"{len(plan.problems)} problem(s); fix the inventory or phase spec")
-            return Envelope(command="run", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(plan),
-                            errors=errors)
+            return Envelope(
+                command="run", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(plan), errors=errors
+            )
         from orchestrator.engine import RunOptions
 
         opts = RunOptions(forks=forks, approve=approve, rerun=yes, command=_cmdline())
         try:
-            report = eng.run(phases or [], all_phases=all_phases, limit=limit, options=opts,
-                             approver=_approver(as_json, interactive))
+            report = eng.run(
+                phases or [], all_phases=all_phases, limit=limit, options=opts, approver=_approver(as_json, interactive)
+            )
         except OrchestratorError as exc:
             if as_json:
                 try:
@@ -232,18 +270,31 @@ def run(
         for rec in report.phases:
             for h, hp in rec.hosts.items():
                 if hp.status.value in ("failed", "blocked", "interrupted"):
-                    errors.append({"code": hp.status.value.upper(), "exit_code": report.exit_code,
-                                   "message": hp.reason, "host": h, "phase": f"{rec.id}-{rec.name}",
-                                   "hint": f"orchestrator status; logs under {eng.state_dir}/runs/{report.run_id}/"})
+                    errors.append(
+                        {
+                            "code": hp.status.value.upper(),
+                            "exit_code": report.exit_code,
+                            "message": hp.reason,
+                            "host": h,
+                            "phase": f"{rec.id}-{rec.name}",
+                            "hint": f"orchestrator status; logs under {eng.state_dir}/runs/{report.run_id}/",
+                        }
+                    )
         if errors and not as_json:
             from orchestrator.views import error_line
 
             e = errors[0]
             error_line(f"phase {e['phase']} {e['code'].lower()} on {e['host']}: {e['message']}", e["hint"])
-        return Envelope(command="run", ok=report.exit_code == 0, exit_code=report.exit_code, run_id=report.run_id,
-                        plan=_plan_dict(report.plan),
-                        results={"phases": report.phases, "skipped_phases": report.skipped_phases},
-                        errors=errors, warnings=report.warnings)
+        return Envelope(
+            command="run",
+            ok=report.exit_code == 0,
+            exit_code=report.exit_code,
+            run_id=report.run_id,
+            plan=_plan_dict(report.plan),
+            results={"phases": report.phases, "skipped_phases": report.skipped_phases},
+            errors=errors,
+            warnings=report.warnings,
+        )
 
     _guard("run", as_json, debug, go)
 
@@ -272,16 +323,17 @@ def plan(
             if p.needs_approval:
                 from orchestrator.views import out
 
-                out.print(f"To run exactly this plan without a TTY: orchestrator run "
-                          f"{' '.join(phases or []) or '--all'} --approve {p.digest}")
+                out.print(
+                    f"To run exactly this plan without a TTY: orchestrator run "
+                    f"{' '.join(phases or []) or '--all'} --approve {p.digest}"
+                )
         errors = [{"code": "INVALID_SPEC", "exit_code": 3, "message": m} for m in p.problems]
         code = int(ExitCode.INVALID_SPEC) if errors else 0
         if errors and not as_json:
             from orchestrator.views import error_line
 
             error_line(p.problems[0], f"{len(p.problems)} problem(s); fix the inventory or phase spec")
-        return Envelope(command="plan", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(p),
-                        errors=errors)
+        return Envelope(command="plan", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(p), errors=errors)
 
     _guard("plan", as_json, debug, go)
 
@@ -315,22 +367,36 @@ def rollback(
                         for c in s.commands:
                             out.print(f"    [{c.host}] {c.display}")
                 out.print(f"Rollback digest: {digest}")
-            eng.audit.append(decision="planned", digest=digest, phase=",".join(lp.spec.label for lp in selected),
-                             hosts=p.hosts, via="plan", command=_cmdline())
+            eng.audit.append(
+                decision="planned",
+                digest=digest,
+                phase=",".join(lp.spec.label for lp in selected),
+                hosts=p.hosts,
+                via="plan",
+                command=_cmdline(),
+            )
             pd = p.model_dump(mode="json")
             pd["rollback_digest"] = digest
             return Envelope(command="rollback", ok=True, exit_code=0, dry_run=True, plan=pd)
         from orchestrator.engine import RunOptions
 
-        report = eng.rollback(phases or [], limit=limit,
-                              options=RunOptions(forks=forks, approve=approve, command=_cmdline()),
-                              approver=_approver(as_json, interactive))
+        report = eng.rollback(
+            phases or [],
+            limit=limit,
+            options=RunOptions(forks=forks, approve=approve, command=_cmdline()),
+            approver=_approver(as_json, interactive),
+        )
         if not as_json:
             from orchestrator.views import render_report
 
             render_report(report)
-        return Envelope(command="rollback", ok=report.exit_code == 0, exit_code=report.exit_code,
-                        run_id=report.run_id, results={"phases": [r.model_dump(mode="json") for r in report.phases]})
+        return Envelope(
+            command="rollback",
+            ok=report.exit_code == 0,
+            exit_code=report.exit_code,
+            run_id=report.run_id,
+            results={"phases": [r.model_dump(mode="json") for r in report.phases]},
+        )
 
     _guard("rollback", as_json, debug, go)
 
@@ -338,7 +404,7 @@ def rollback(
 # ---------------------------------------------------------------------------------------- phases
 @app.command()
 def phases(
-    phase: Annotated[Optional[str], typer.Argument(help="Show one phase (id or name).")] = None,
+    phase: Annotated[str | None, typer.Argument(help="Show one phase (id or name).")] = None,
     as_json: JsonOpt = False,
     phases_dir: PhasesDirOpt = None,
     debug: DebugOpt = False,
@@ -363,8 +429,10 @@ def phases(
                     for st in list(s.steps) + list(s.rollback_steps):
                         kind = "rollback" if st in s.rollback_steps else st.runs_on.value
                         cmd = " ".join(st.command) if st.command else f"<builtin:{st.builtin}>"
-                        out.print(f"  - {st.id} [{kind}, {st.priority.value}, {st.timeout_s:g}s]"
-                                  f"{' [approval]' if st.requires_approval else ''}: {st.title}")
+                        out.print(
+                            f"  - {st.id} [{kind}, {st.priority.value}, {st.timeout_s:g}s]"
+                            f"{' [approval]' if st.requires_approval else ''}: {st.title}"
+                        )
                         out.print(f"      $ {cmd}")
                         for g in st.gates:
                             out.print(f"      gate {g.describe()}  ({g.reason})")
@@ -378,8 +446,12 @@ def phases(
 def inventory_check(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    with_facts: Annotated[bool, typer.Option("--facts", help="Also connect and collect toolchain facts "
-                                             "(nvcc, GPU, driver, torch, sglang); read-only.")] = False,
+    with_facts: Annotated[
+        bool,
+        typer.Option(
+            "--facts", help="Also connect and collect toolchain facts (nvcc, GPU, driver, torch, sglang); read-only."
+        ),
+    ] = False,
     forks: Annotated[int, typer.Option("--forks", min=1, max=256)] = 10,
     as_json: JsonOpt = False,
     debug: DebugOpt = False,
@@ -404,8 +476,16 @@ def inventory_check(
                 t.add_column(col.upper(), overflow="fold")
             for h in hosts:
                 svc = "restart+health" if h.service.restart and h.service.health_url else "-"
-                t.add_row(h.name, h.connection, f"{h.address}:{h.port}" if not h.is_local else h.address,
-                          h.user or "-", h.arch, h.remote_root, ",".join(h.groups) or "-", svc)
+                t.add_row(
+                    h.name,
+                    h.connection,
+                    f"{h.address}:{h.port}" if not h.is_local else h.address,
+                    h.user or "-",
+                    h.arch,
+                    h.remote_root,
+                    ",".join(h.groups) or "-",
+                    svc,
+                )
             out.print(t)
         found: dict[str, Any] | None = None
         code = 0
@@ -422,11 +502,29 @@ def inventory_check(
                 from orchestrator.views import render_facts
 
                 render_facts(found)
-        errors = [{"code": "UNREACHABLE" if f.get("unreachable") else "FAILED", "exit_code": code, "host": h,
-                   "message": f.get("error")} for h, f in (found or {}).items() if not f.get("ok")]
-        return Envelope(command="inventory check", ok=code == 0, exit_code=code, errors=errors,
-                        results={"path": str(inv.path), "canary": canary, "groups": inv.groups(),
-                                 "hosts": [h.model_dump(mode="json") for h in hosts], "facts": found})
+        errors = [
+            {
+                "code": "UNREACHABLE" if f.get("unreachable") else "FAILED",
+                "exit_code": code,
+                "host": h,
+                "message": f.get("error"),
+            }
+            for h, f in (found or {}).items()
+            if not f.get("ok")
+        ]
+        return Envelope(
+            command="inventory check",
+            ok=code == 0,
+            exit_code=code,
+            errors=errors,
+            results={
+                "path": str(inv.path),
+                "canary": canary,
+                "groups": inv.groups(),
+                "hosts": [h.model_dump(mode="json") for h in hosts],
+                "facts": found,
+            },
+        )
 
     _guard("inventory check", as_json, debug, go)
 
@@ -468,12 +566,23 @@ def main(argv: list[str] | None = None) -> None:
     except typer.TyperException as exc:  # click usage errors: bad flag, bad value, missing argument
         code = int(getattr(exc, "exit_code", ExitCode.USAGE))
         msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        _emit_json(Envelope(command=command, ok=False, exit_code=code,
-                            errors=[{"code": "USAGE", "exit_code": code, "message": msg,
-                                     "hint": f"orchestrator {command} --help"}]))
+        _emit_json(
+            Envelope(
+                command=command,
+                ok=False,
+                exit_code=code,
+                errors=[{"code": "USAGE", "exit_code": code, "message": msg, "hint": f"orchestrator {command} --help"}],
+            )
+        )
         sys.exit(code)
     except typer.Abort:
-        _emit_json(Envelope(command=command, ok=False, exit_code=130,
-                            errors=[{"code": "INTERRUPTED", "exit_code": 130, "message": "aborted"}]))
+        _emit_json(
+            Envelope(
+                command=command,
+                ok=False,
+                exit_code=130,
+                errors=[{"code": "INTERRUPTED", "exit_code": 130, "message": "aborted"}],
+            )
+        )
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -26,6 +26,7 @@ most ``max_failed_hosts`` failed (None: no limit). **Rollback**: when a step fai
 the rollback steps named by that step and by the steps that completed before it on that host
 run there, in the order ``rollback_steps`` lists them.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,22 +34,41 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from orchestrator.approval import ApprovalSummary, Approver, AuditLog, NonInteractive, check_token, evidence_lines
-from orchestrator.errors import (ApprovalError, ExitCode, Interrupted, OrchestratorError, SpecError, StateConflict,
-                                 StepFailed, UsageError)
+from orchestrator.errors import (
+    ApprovalError,
+    ExitCode,
+    Interrupted,
+    OrchestratorError,
+    SpecError,
+    StateConflict,
+    StepFailed,
+    UsageError,
+)
 from orchestrator.execution import BAD, Event, StepRunner, aggregate_status, ensure_bundle_on_host
 from orchestrator.inventory import Host, Inventory
 from orchestrator.paths import project_root
-from orchestrator.planner import (CONTROLLER, Plan, build_plan, compute_digest, evidence_before, phase_digest,
-                                  waves_for)
+from orchestrator.planner import CONTROLLER, Plan, build_plan, compute_digest, evidence_before, phase_digest, waves_for
 from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement
-from orchestrator.state import (HostPhase, PhaseRecord, RunInfo, RunLock, RunState, StateStore, Status, StepRecord,
-                                command_line, current_user, utcnow)
+from orchestrator.state import (
+    HostPhase,
+    PhaseRecord,
+    RunInfo,
+    RunLock,
+    RunState,
+    StateStore,
+    Status,
+    StepRecord,
+    command_line,
+    current_user,
+    utcnow,
+)
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory, make_transport
 from orchestrator.transport.local import terminate_all
@@ -78,9 +98,16 @@ class RunReport(BaseModel):
 class Engine(StepRunner):
     """Runs phases of one catalog on hosts of one inventory, recording state in ``state_dir``."""
 
-    def __init__(self, *, catalog: PhaseCatalog, inventory: Inventory, state_dir: Path,
-                 transport_factory: TransportFactory = make_transport,
-                 notify: Callable[[Event], None] | None = None, bundle_root: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        catalog: PhaseCatalog,
+        inventory: Inventory,
+        state_dir: Path,
+        transport_factory: TransportFactory = make_transport,
+        notify: Callable[[Event], None] | None = None,
+        bundle_root: Path | None = None,
+    ) -> None:
         self.catalog = catalog
         self.inventory = inventory
         self.state_dir = state_dir
@@ -134,9 +161,11 @@ class Engine(StepRunner):
         except OSError as exc:
             got = f"unreadable ({exc.strerror})"
         if b.sha256 != sha or got != sha:
-            raise StateConflict(f"bundle changed during this run: the planned and approved bundle is {sha} but "
-                                f"{b.path} now hashes to {got if b.sha256 == sha else b.sha256}; nothing more is shipped",
-                                hint="run the command again: it packs kernels/ anew and shows a new plan and digest")
+            raise StateConflict(
+                f"bundle changed during this run: the planned and approved bundle is {sha} but "
+                f"{b.path} now hashes to {got if b.sha256 == sha else b.sha256}; nothing more is shipped",
+                hint="run the command again: it packs kernels/ anew and shows a new plan and digest",
+            )
         return b
 
     def check_source_unchanged(self, when: str) -> None:
@@ -148,9 +177,11 @@ class Engine(StepRunner):
         sha = self.bundle_sha
         now = bundle_sha(self.root)
         if now != sha:
-            raise StateConflict(f"kernels/ under {self.root} changed during this run ({when}): the planned and approved "
-                                f"bundle is {sha} but kernels/ now packs to {now}; nothing more is run",
-                                hint="run the command again: it packs kernels/ anew and shows a new plan and digest")
+            raise StateConflict(
+                f"kernels/ under {self.root} changed during this run ({when}): the planned and approved "
+                f"bundle is {sha} but kernels/ now packs to {now}; nothing more is run",
+                hint="run the command again: it packs kernels/ anew and shows a new plan and digest",
+            )
 
     # ------------------------------------------------------------------ planning
 
@@ -166,8 +197,14 @@ class Engine(StepRunner):
                 out.append(lp)
         return sorted(out, key=lambda lp: lp.spec.order)
 
-    def plan(self, phase_keys: list[str], *, all_phases: bool = False, limit: str | None = None,
-             state: RunState | None = None) -> Plan:
+    def plan(
+        self,
+        phase_keys: list[str],
+        *,
+        all_phases: bool = False,
+        limit: str | None = None,
+        state: RunState | None = None,
+    ) -> Plan:
         """The plan (commands per host, actions, digest) without connecting or locking anything."""
         selected = self.select(phase_keys, all_phases)
         hosts = self.inventory.select(limit)
@@ -178,18 +215,33 @@ class Engine(StepRunner):
 
     def record_planned(self, plan: Plan, command: str) -> None:
         """Remember a shown digest in the audit log so a later stale ``--approve`` exits 6, not 5."""
-        self.audit.append(decision="planned", digest=plan.digest, phase=",".join(p.label for p in plan.phases),
-                          hosts=plan.hosts, via="plan", command=command)
+        self.audit.append(
+            decision="planned",
+            digest=plan.digest,
+            phase=",".join(p.label for p in plan.phases),
+            hosts=plan.hosts,
+            via="plan",
+            command=command,
+        )
 
     # ------------------------------------------------------------------ running
-    def run(self, phase_keys: list[str], *, all_phases: bool = False, limit: str | None = None,
-            options: RunOptions | None = None, approver: Approver | None = None) -> RunReport:
+    def run(
+        self,
+        phase_keys: list[str],
+        *,
+        all_phases: bool = False,
+        limit: str | None = None,
+        options: RunOptions | None = None,
+        approver: Approver | None = None,
+    ) -> RunReport:
         opts = options or RunOptions()
         approver = approver or NonInteractive()
         plan = self.plan(phase_keys, all_phases=all_phases, limit=limit)
         if plan.problems:
-            raise SpecError(plan.problems[0] + (f" (+{len(plan.problems) - 1} more)" if len(plan.problems) > 1 else ""),
-                            hint="fix the inventory or the phase spec; `orchestrator plan` lists every problem")
+            raise SpecError(
+                plan.problems[0] + (f" (+{len(plan.problems) - 1} more)" if len(plan.problems) > 1 else ""),
+                hint="fix the inventory or the phase spec; `orchestrator plan` lists every problem",
+            )
         selected = self.select(phase_keys, all_phases)
         hosts = self.inventory.select(limit)
         with RunLock(self.state_dir, opts.command or command_line()) as lock:
@@ -198,7 +250,8 @@ class Engine(StepRunner):
                 report.warnings.append(f"stale lock info from a dead run taken over: {lock.stale.describe()}")
             state = self.store.load()
             n = state.mark_interrupted(
-                f"interrupted: run {state.last_run.run_id if state.last_run else '?'} ended while this was running")
+                f"interrupted: run {state.last_run.run_id if state.last_run else '?'} ended while this was running"
+            )
             if n:
                 report.warnings.append(f"{n} step result(s) left in_progress by a dead run are now 'interrupted'")
                 self.store.save(state)
@@ -211,17 +264,36 @@ class Engine(StepRunner):
                 first = next(p for p in plan.phases if p.needs_approval)
                 accepted = {plan.digest} | {p.digest for p in plan.phases if p.needs_approval}
                 try:
-                    check_token(opts.approve, accepted=accepted,
-                                older=self.audit.known_digests() | self._recorded_digests(state), phase=first.label)
+                    check_token(
+                        opts.approve,
+                        accepted=accepted,
+                        older=self.audit.known_digests() | self._recorded_digests(state),
+                        phase=first.label,
+                    )
                 except OrchestratorError as exc:
-                    self.audit.append(decision="refused", digest=(opts.approve or ""), phase=first.label,
-                                      hosts=plan.hosts, via="flag", command=opts.command, detail=exc.message)
+                    self.audit.append(
+                        decision="refused",
+                        digest=(opts.approve or ""),
+                        phase=first.label,
+                        hosts=plan.hosts,
+                        via="flag",
+                        command=opts.command,
+                        detail=exc.message,
+                    )
                     raise
             run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
             report.run_id = run_id
-            state.last_run = RunInfo(run_id=run_id, command=opts.command or command_line(), pid=os.getpid(),
-                                     hostname=socket.gethostname(), user=current_user(), started_at=utcnow(),
-                                     phases=[lp.spec.id for lp in selected], hosts=plan.hosts, plan_digest=plan.digest)
+            state.last_run = RunInfo(
+                run_id=run_id,
+                command=opts.command or command_line(),
+                pid=os.getpid(),
+                hostname=socket.gethostname(),
+                user=current_user(),
+                started_at=utcnow(),
+                phases=[lp.spec.id for lp in selected],
+                hosts=plan.hosts,
+                plan_digest=plan.digest,
+            )
             state.inventory = str(self.inventory.path)
             state.bundle_sha = self.bundle_sha
             self._touched = False  # nothing is written until a phase really starts (refusal changes nothing)
@@ -236,8 +308,10 @@ class Engine(StepRunner):
             except KeyboardInterrupt:
                 self._interrupt(state)
                 report.exit_code = int(ExitCode.INTERRUPTED)
-                raise Interrupted("interrupted: in-progress steps recorded as 'interrupted'",
-                                  hint="run the same command again to resume") from None
+                raise Interrupted(
+                    "interrupted: in-progress steps recorded as 'interrupted'",
+                    hint="run the same command again to resume",
+                ) from None
             except StateConflict as exc:  # the bundle changed under the run: stop, record why (exit 6)
                 self._stop.set()
                 with self._mu:
@@ -278,20 +352,36 @@ class Engine(StepRunner):
                 self.store.save(state)
 
     # ------------------------------------------------------------------ one phase
-    def _run_phase(self, lp: LoadedPhase, hosts: list[Host], state: RunState, run_id: str, opts: RunOptions,
-                   approver: Approver, plan: Plan, start_digests: dict[int, str], report: RunReport) -> PhaseRecord | None:
+    def _run_phase(
+        self,
+        lp: LoadedPhase,
+        hosts: list[Host],
+        state: RunState,
+        run_id: str,
+        opts: RunOptions,
+        approver: Approver,
+        plan: Plan,
+        start_digests: dict[int, str],
+        report: RunReport,
+    ) -> PhaseRecord | None:
         spec = lp.spec
         pplan = build_plan(self.catalog, [lp], self.inventory, hosts, state, self.bundle_sha, self.state_dir).phases[0]
         refused = [a for a in pplan.actions if a.action == "refused"]
         if refused:
-            raise StepFailed(refused[0].detail, phase=spec.label, host=refused[0].host,
-                             hint=f"orchestrator run {spec.requires}")
+            raise StepFailed(
+                refused[0].detail, phase=spec.label, host=refused[0].host, hint=f"orchestrator run {spec.requires}"
+            )
         if all(a.action == "up_to_date" for a in pplan.actions) and not opts.rerun:
             q = f"phase {spec.label} already passed on {', '.join(h.name for h in hosts)} with this bundle; run it again?"
             if not (approver.interactive and approver.confirm(q)):
                 report.skipped_phases.append(spec.label)
-                self.notify(Event(kind="message", phase=spec.label, message="up to date (passed with this bundle and "
-                                                                             "spec); --yes re-runs it"))
+                self.notify(
+                    Event(
+                        kind="message",
+                        phase=spec.label,
+                        message="up to date (passed with this bundle and spec); --yes re-runs it",
+                    )
+                )
                 return None
         self.check_source_unchanged(f"before phase {spec.label}")
         if spec.needs_approval:
@@ -334,28 +424,49 @@ class Engine(StepRunner):
         limit = spec.failure_policy.max_failed_hosts
         return limit is not None and len(failed) > limit
 
-    def _approve(self, lp: LoadedPhase, hosts: list[Host], state: RunState, opts: RunOptions, approver: Approver,
-                 plan: Plan, start_digests: dict[int, str]) -> None:
+    def _approve(
+        self,
+        lp: LoadedPhase,
+        hosts: list[Host],
+        state: RunState,
+        opts: RunOptions,
+        approver: Approver,
+        plan: Plan,
+        start_digests: dict[int, str],
+    ) -> None:
         spec = lp.spec
         digest = phase_digest(lp, self.bundle_sha, hosts, state, self.catalog)
         names = [h.name for h in hosts]
         ev = evidence_before(state, self.catalog, spec.order, names)
         summary = ApprovalSummary(
-            action=f"run phase {spec.label}", phase=spec.label, hosts=names, bundle_sha=self.bundle_sha,
-            evidence=evidence_lines(ev), changes=[f"{s.id}: {s.changes or s.title}" for s in spec.steps
-                                                  if s.requires_approval],
-            undo=spec.undo or f"orchestrator rollback {spec.id}", digest=digest, plan_digest=plan.digest,
+            action=f"run phase {spec.label}",
+            phase=spec.label,
+            hosts=names,
+            bundle_sha=self.bundle_sha,
+            evidence=evidence_lines(ev),
+            changes=[f"{s.id}: {s.changes or s.title}" for s in spec.steps if s.requires_approval],
+            undo=spec.undo or f"orchestrator rollback {spec.id}",
+            digest=digest,
+            plan_digest=plan.digest,
             waves=[[h.name for h in w] for w in waves_for(hosts, self.inventory, spec.waves)]
-            if any(s.runs_on == Placement.canary_then_rest for s in spec.steps) else [],
+            if any(s.runs_on == Placement.canary_then_rest for s in spec.steps)
+            else [],
             warnings=[] if ev else [f"no gate evidence recorded for phases before {spec.label}"],
         )
         if approver.interactive:
             ok = approver.approve(summary)
-            self.audit.append(decision="approved" if ok else "refused", digest=digest, phase=spec.label, hosts=names,
-                              via="prompt", command=opts.command)
+            self.audit.append(
+                decision="approved" if ok else "refused",
+                digest=digest,
+                phase=spec.label,
+                hosts=names,
+                via="prompt",
+                command=opts.command,
+            )
             if not ok:
-                raise ApprovalError(f"phase {spec.label} not approved (only 'yes' approves); nothing changed",
-                                    phase=spec.label)
+                raise ApprovalError(
+                    f"phase {spec.label} not approved (only 'yes' approves); nothing changed", phase=spec.label
+                )
             self._approved[spec.id] = digest
             return
         unchanged = start_digests.get(spec.id) == digest
@@ -364,18 +475,38 @@ class Engine(StepRunner):
         if not unchanged:
             older.add(plan.digest)
         try:
-            check_token(opts.approve, accepted=accepted, older=older, phase=spec.label,
-                        changed_reason=None if unchanged else "gate evidence changed during this run")
+            check_token(
+                opts.approve,
+                accepted=accepted,
+                older=older,
+                phase=spec.label,
+                changed_reason=None if unchanged else "gate evidence changed during this run",
+            )
         except OrchestratorError as exc:
-            self.audit.append(decision="refused", digest=opts.approve or "", phase=spec.label, hosts=names, via="flag",
-                              command=opts.command, detail=exc.message)
+            self.audit.append(
+                decision="refused",
+                digest=opts.approve or "",
+                phase=spec.label,
+                hosts=names,
+                via="flag",
+                command=opts.command,
+                detail=exc.message,
+            )
             raise
-        self.audit.append(decision="approved", digest=digest, phase=spec.label, hosts=names, via="flag",
-                          command=opts.command, detail=f"--approve {opts.approve}")
+        self.audit.append(
+            decision="approved",
+            digest=digest,
+            phase=spec.label,
+            hosts=names,
+            via="flag",
+            command=opts.command,
+            detail=f"--approve {opts.approve}",
+        )
         self._approved[spec.id] = digest
 
-    def _prepare_record(self, lp: LoadedPhase, hosts: list[Host], state: RunState, run_id: str,
-                        resume: set[str]) -> PhaseRecord:
+    def _prepare_record(
+        self, lp: LoadedPhase, hosts: list[Host], state: RunState, run_id: str, resume: set[str]
+    ) -> PhaseRecord:
         spec = lp.spec
         old = state.phase(spec.id)
         fresh = old is None or old.bundle_sha != self.bundle_sha or old.spec_sha != lp.sha256
@@ -390,8 +521,12 @@ class Engine(StepRunner):
             sr = by_id.get(step.id) or StepRecord(id=step.id, content=step.title)
             sr.content, sr.priority, sr.rollback = step.title, step.priority.value, step in spec.rollback_steps
             for h in hosts:
-                keep = h.name in resume and sr.hosts.get(h.name) and sr.hosts[h.name].status == Status.completed \
+                keep = (
+                    h.name in resume
+                    and sr.hosts.get(h.name)
+                    and sr.hosts[h.name].status == Status.completed
                     and not sr.rollback
+                )
                 if not keep:
                     sr.hosts.pop(h.name, None)
             if step.runs_on == Placement.local and not any(h in resume for h in (x.name for x in hosts)):
@@ -416,8 +551,13 @@ class Engine(StepRunner):
             bad = [(s, r) for s, r in results if r is not None and r.status in BAD]
             if h.name in failed:
                 why = failed[h.name]
-                hp.status = Status.blocked if why.startswith("blocked") else \
-                    Status.skipped if why.startswith("skipped") else Status.failed
+                hp.status = (
+                    Status.blocked
+                    if why.startswith("blocked")
+                    else Status.skipped
+                    if why.startswith("skipped")
+                    else Status.failed
+                )
                 hp.reason = why
             elif bad:
                 s, r = bad[0]
@@ -434,22 +574,27 @@ class Engine(StepRunner):
         if all(s == Status.completed for s in sts):
             rec.status, rec.reason = Status.completed, None
         else:
-            worst = next((s for s in (Status.failed, Status.interrupted, Status.blocked, Status.skipped) if s in sts),
-                         Status.failed)
+            worst = next(
+                (s for s in (Status.failed, Status.interrupted, Status.blocked, Status.skipped) if s in sts),
+                Status.failed,
+            )
             rec.status = worst
             first = next(h for h in hosts if rec.hosts[h.name].status == worst)
             rec.reason = f"{first.name}: {rec.hosts[first.name].reason}"
         rec.finished_at = utcnow()
-        self.notify(Event(kind="phase_finished", phase=lp.spec.label, status=rec.status.value,
-                          message=rec.reason or ""))
+        self.notify(
+            Event(kind="phase_finished", phase=lp.spec.label, status=rec.status.value, message=rec.reason or "")
+        )
 
     # ------------------------------------------------------------------ rollback command
     def rollback_plan(self, phase_keys: list[str], *, limit: str | None = None) -> tuple[list[LoadedPhase], Plan, str]:
         selected = [lp for lp in (self.select(phase_keys, not phase_keys)) if lp.spec.rollback_steps]
         if not selected:
-            raise SpecError("no selected phase declares rollback_steps",
-                            hint="phases with rollback: " + ", ".join(lp.spec.label for lp in self.catalog.phases
-                                                                     if lp.spec.rollback_steps))
+            raise SpecError(
+                "no selected phase declares rollback_steps",
+                hint="phases with rollback: "
+                + ", ".join(lp.spec.label for lp in self.catalog.phases if lp.spec.rollback_steps),
+            )
         plan = self.plan([lp.spec.label for lp in selected], limit=limit)
         rb_ids = {s.id for lp in selected for s in lp.spec.rollback_steps}
         problems = [p for p in plan.problems if any(f" step {rid} (" in p for rid in rb_ids)]
@@ -459,8 +604,14 @@ class Engine(StepRunner):
         digest = compute_digest(self.bundle_sha, hosts, selected, {"rollback": True, "plan": plan.digest})
         return selected, plan, digest
 
-    def rollback(self, phase_keys: list[str], *, limit: str | None = None, options: RunOptions | None = None,
-                 approver: Approver | None = None) -> RunReport:
+    def rollback(
+        self,
+        phase_keys: list[str],
+        *,
+        limit: str | None = None,
+        options: RunOptions | None = None,
+        approver: Approver | None = None,
+    ) -> RunReport:
         """Run each selected phase's rollback steps on the selected hosts (latest phase first), after approval."""
         opts = options or RunOptions()
         approver = approver or NonInteractive()
@@ -471,26 +622,47 @@ class Engine(StepRunner):
         with RunLock(self.state_dir, opts.command or command_line()):
             state = self.store.load()
             summary = ApprovalSummary(
-                action=f"roll back {label}", phase=label, hosts=names, bundle_sha=self.bundle_sha,
-                changes=[f"{lp.spec.label} {s.id}: {s.changes or s.title}" for lp in reversed(selected)
-                         for s in lp.spec.rollback_steps],
+                action=f"roll back {label}",
+                phase=label,
+                hosts=names,
+                bundle_sha=self.bundle_sha,
+                changes=[
+                    f"{lp.spec.label} {s.id}: {s.changes or s.title}"
+                    for lp in reversed(selected)
+                    for s in lp.spec.rollback_steps
+                ],
                 undo="re-run the phase: orchestrator run " + " ".join(str(lp.spec.id) for lp in selected),
-                digest=digest)
+                digest=digest,
+            )
             if approver.interactive:
                 ok = approver.approve(summary)
-                self.audit.append(decision="approved" if ok else "refused", digest=digest, phase=label, hosts=names,
-                                  via="prompt", command=opts.command)
+                self.audit.append(
+                    decision="approved" if ok else "refused",
+                    digest=digest,
+                    phase=label,
+                    hosts=names,
+                    via="prompt",
+                    command=opts.command,
+                )
                 if not ok:
                     raise ApprovalError(f"rollback of {label} not approved; nothing changed", phase=label)
             else:
                 try:
                     check_token(opts.approve, accepted={digest}, older=self.audit.known_digests(), phase=label)
                 except OrchestratorError as exc:
-                    self.audit.append(decision="refused", digest=opts.approve or "", phase=label, hosts=names,
-                                      via="flag", command=opts.command, detail=exc.message)
+                    self.audit.append(
+                        decision="refused",
+                        digest=opts.approve or "",
+                        phase=label,
+                        hosts=names,
+                        via="flag",
+                        command=opts.command,
+                        detail=exc.message,
+                    )
                     raise
-                self.audit.append(decision="approved", digest=digest, phase=label, hosts=names, via="flag",
-                                  command=opts.command)
+                self.audit.append(
+                    decision="approved", digest=digest, phase=label, hosts=names, via="flag", command=opts.command
+                )
             for lp in selected:
                 self._approved[lp.spec.id] = digest
             self.check_source_unchanged("after the approval of the rollback")
@@ -503,11 +675,13 @@ class Engine(StepRunner):
                     for rstep in lp.spec.rollback_steps:
                         sr = rec.step(rstep.id)
                         if sr is None:
-                            sr = StepRecord(id=rstep.id, content=rstep.title, priority=rstep.priority.value,
-                                            rollback=True)
+                            sr = StepRecord(
+                                id=rstep.id, content=rstep.title, priority=rstep.priority.value, rollback=True
+                            )
                             rec.steps.append(sr)
-                        results = self._pool_map(lambda h, s=rstep, r=sr: self._execute(lp, s, h, r, state, run_id),
-                                                 hosts, opts.forks)
+                        results = self._pool_map(
+                            lambda h, s=rstep, r=sr: self._execute(lp, s, h, r, state, run_id), hosts, opts.forks
+                        )
                         for h in hosts:
                             res = results[h.name]
                             hp = rec.hosts.setdefault(h.name, HostPhase())

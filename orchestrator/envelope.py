@@ -5,6 +5,7 @@
 "message", "hint", "host", "phase", "log"}], "warnings": [...]}``. Keys may be added, never
 renamed without bumping ``schema_version``.
 """
+
 from __future__ import annotations
 
 from typing import Any

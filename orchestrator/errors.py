@@ -4,6 +4,7 @@ The engine raises these; only ``orchestrator.cli`` converts them into process ex
 Every error names where it happened (file:field, host, phase) and may carry a hint: the
 exact next command a user should run.
 """
+
 from __future__ import annotations
 
 from enum import IntEnum

@@ -4,26 +4,37 @@
 transition of a host's step result is recorded under ``self._mu`` and persisted at once
 (``store.save``), so a run killed at any point leaves state that tells the truth.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel
 
 from orchestrator import facts
-from orchestrator.paths import bundle_source
 from orchestrator.approval import AuditLog
 from orchestrator.errors import HostUnreachable, OrchestratorError, StateConflict
 from orchestrator.inventory import Host, Inventory
 from orchestrator.outcome import interpret
+from orchestrator.paths import bundle_source
 from orchestrator.planner import CONTROLLER, display_command, host_values, render_step, ship_action, waves_for
 from orchestrator.specs import LoadedPhase, Placement, Step
-from orchestrator.state import (BundleEvidence, HostPhase, HostStepResult, PhaseRecord, RunState, StateStore, Status,
-                                StepRecord, utcnow)
+from orchestrator.state import (
+    BundleEvidence,
+    HostPhase,
+    HostStepResult,
+    PhaseRecord,
+    RunState,
+    StateStore,
+    Status,
+    StepRecord,
+    utcnow,
+)
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory
 from orchestrator.transport.local import LocalTransport, terminate_all
@@ -95,6 +106,7 @@ class StepRunner:
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
         self._transports.clear()
+
     def _pool_map(self, fn: Callable[[Host], Any], hosts: list[Host], forks: int) -> dict[str, Any]:
         """Run ``fn`` per host on a thread pool; the main thread waits in short slices so that a
         KeyboardInterrupt (SIGINT, or SIGTERM turned into one by the CLI) is handled at once."""
@@ -117,8 +129,17 @@ class StepRunner:
         ex.shutdown(wait=True)
         return out
 
-    def _run_step(self, lp: LoadedPhase, step: Step, active: list[Host], rec: PhaseRecord, state: RunState,
-                  run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
+    def _run_step(
+        self,
+        lp: LoadedPhase,
+        step: Step,
+        active: list[Host],
+        rec: PhaseRecord,
+        state: RunState,
+        run_id: str,
+        opts: RunOptions,
+        failed: dict[str, str],
+    ) -> list[Host]:
         sr = rec.step(step.id)
         assert sr is not None
         if step.runs_on == Placement.local:
@@ -155,8 +176,17 @@ class StepRunner:
                 still.append(h)
         return still
 
-    def _run_waves(self, lp: LoadedPhase, block: list[Step], active: list[Host], rec: PhaseRecord, state: RunState,
-                   run_id: str, opts: RunOptions, failed: dict[str, str]) -> list[Host]:
+    def _run_waves(
+        self,
+        lp: LoadedPhase,
+        block: list[Step],
+        active: list[Host],
+        rec: PhaseRecord,
+        state: RunState,
+        run_id: str,
+        opts: RunOptions,
+        failed: dict[str, str],
+    ) -> list[Host]:
         waves = waves_for(active, self.inventory, lp.spec.waves)
         done: list[Host] = []
         for wi, wave in enumerate(waves):
@@ -181,7 +211,7 @@ class StepRunner:
             bad = [h for h in wave if results[h.name] is not None]
             done += [h for h in wave if results[h.name] is None]
             if bad:
-                rest = [h for w in waves[wi + 1:] for h in w]
+                rest = [h for w in waves[wi + 1 :] for h in w]
                 for h in rest:
                     for step in block:
                         sr = rec.step(step.id)
@@ -212,8 +242,7 @@ class StepRunner:
                 self._transports[key] = t
         return t
 
-    def _bundle_dir(self, host: Host | None, transport: Transport, lp: LoadedPhase, step: Step,
-                    state: RunState) -> str:
+    def _bundle_dir(self, host: Host | None, transport: Transport, lp: LoadedPhase, step: Step, state: RunState) -> str:
         """The step cwd / ``{bundle_dir}``, with the bundle hash-checked on the host before this use.
 
         The controller and local hosts run in the checkout. An ssh host (and, in a phase that
@@ -258,7 +287,9 @@ class StepRunner:
                     f"of phase {lp.spec.label} ({verdict}): {known} no longer matches the manifest written when "
                     "it was unpacked (a file was edited, removed or replaced on the host); not repaired mid-phase: "
                     f"`orchestrator run {lp.spec.id}` re-checks it and re-unpacks it from the verified tarball",
-                    host=host.name, phase=lp.spec.label)
+                    host=host.name,
+                    phase=lp.spec.label,
+                )
         return str(bundle_source(self.root)) if host.is_local else known
 
     def _host_phase(self, lp: LoadedPhase, host: Host, state: RunState) -> HostPhase | None:
@@ -267,15 +298,19 @@ class StepRunner:
             return None
         return rec.hosts.setdefault(host.name, HostPhase())
 
-    def _ship(self, bundle_mod: Any, transport: Transport, host: Host, lp: LoadedPhase, state: RunState, *,
-              fresh: bool) -> str:
+    def _ship(
+        self, bundle_mod: Any, transport: Transport, host: Host, lp: LoadedPhase, state: RunState, *, fresh: bool
+    ) -> str:
         """``ship_bundle`` on ``host`` and record it (``fresh``: the first use in this phase)."""
         bundle = self.shipping_bundle()
         remote_dir = ship_action(host, bundle.sha256).remote_dir
         with self._mu:
             hp = self._host_phase(lp, host, state)
-            ev = hp.bundle if hp is not None and hp.bundle is not None and not fresh else \
-                BundleEvidence(sha256=bundle.sha256, remote_dir=remote_dir)
+            ev = (
+                hp.bundle
+                if hp is not None and hp.bundle is not None and not fresh
+                else BundleEvidence(sha256=bundle.sha256, remote_dir=remote_dir)
+            )
             if hp is not None:
                 hp.bundle = ev
         try:
@@ -292,14 +327,20 @@ class StepRunner:
             ev.unpacked = ev.unpacked or shipped.unpacked
             ev.repaired = ev.repaired or repaired
             ev.found = shipped.found if fresh or not ev.found else ev.found
-            ev.verified, ev.last_check, ev.checked_at = shipped.verified, "ok" if shipped.verified else "failed", utcnow()
+            ev.verified, ev.last_check, ev.checked_at = (
+                shipped.verified,
+                "ok" if shipped.verified else "failed",
+                utcnow(),
+            )
             ev.checks += 1
             ev.ship_duration_s = shipped.duration_s
         if repaired:
-            msg = (f"{host.name}: bundle {bundle.short} failed its hash check on the host before phase "
-                   f"{lp.spec.label} ({shipped.found}); "
-                   + ("re-uploaded and " if shipped.uploaded else "")
-                   + f"re-unpacked from the verified tarball (the damaged tree is kept as {bundle.sha256}.damaged.<pid>)")
+            msg = (
+                f"{host.name}: bundle {bundle.short} failed its hash check on the host before phase "
+                f"{lp.spec.label} ({shipped.found}); "
+                + ("re-uploaded and " if shipped.uploaded else "")
+                + f"re-unpacked from the verified tarball (the damaged tree is kept as {bundle.sha256}.damaged.<pid>)"
+            )
             with self._mu:
                 self._run_warnings.append(msg)
             self.notify(Event(kind="warning", phase=lp.spec.label, host=host.name, message=msg))
@@ -318,11 +359,19 @@ class StepRunner:
         phase that needs approval, or any rollback step); ``digest`` is the approved one."""
         if not (lp.spec.needs_approval or step in lp.spec.rollback_steps):
             return
-        self.audit.append(decision=decision, digest=self._approved.get(lp.spec.id, ""), phase=lp.spec.label,
-                          hosts=[host], via="engine", step=step.id, detail=detail)
+        self.audit.append(
+            decision=decision,
+            digest=self._approved.get(lp.spec.id, ""),
+            phase=lp.spec.label,
+            hosts=[host],
+            via="engine",
+            step=step.id,
+            detail=detail,
+        )
 
-    def _execute(self, lp: LoadedPhase, step: Step, host: Host | None, sr: StepRecord, state: RunState,
-                 run_id: str) -> HostStepResult:
+    def _execute(
+        self, lp: LoadedPhase, step: Step, host: Host | None, sr: StepRecord, state: RunState, run_id: str
+    ) -> HostStepResult:
         """Run one step on one host (None = this machine), record every transition, return the result."""
         name = host.name if host else CONTROLLER
         log_dir = self.state_dir / "runs" / run_id / (name if host else "_controller")
@@ -342,9 +391,14 @@ class StepRunner:
             cwd = values["bundle_dir"] or str(bundle_source(self.root))
             if step.builtin == "facts":
                 r.command = f"<builtin:facts> ({values['python']})"
-                result = facts.collect(transport, values["python"] or "python3", cwd=cwd,
-                                       timeout_s=step.timeout_s, log_path=log_path,
-                                       service_python=values.get("service_python"))
+                result = facts.collect(
+                    transport,
+                    values["python"] or "python3",
+                    cwd=cwd,
+                    timeout_s=step.timeout_s,
+                    log_path=log_path,
+                    service_python=values.get("service_python"),
+                )
             else:
                 argv = render_step(step, host, values, inventory_path=self.inventory.path, phase_label=lp.spec.label)
                 r.command = display_command(host, argv, cwd, step.timeout_s)
@@ -380,13 +434,23 @@ class StepRunner:
             if sr.status in (Status.completed, Status.failed, Status.blocked):
                 sr.finished_at = utcnow()
             self.store.save(state)
-        self.notify(Event(kind="step_finished", phase=lp.spec.label, step=step.id, host=name,
-                          status=r.status.value, message=r.reason or "", log_path=r.log_path))
+        self.notify(
+            Event(
+                kind="step_finished",
+                phase=lp.spec.label,
+                step=step.id,
+                host=name,
+                status=r.status.value,
+                message=r.reason or "",
+                log_path=r.log_path,
+            )
+        )
         self._audit_transition(lp, step, name, f"step_{r.status.value}", r.reason or "")
         return r
 
-    def _rollback_host(self, lp: LoadedPhase, failed_step: Step, host: Host, rec: PhaseRecord, state: RunState,
-                       run_id: str) -> None:
+    def _rollback_host(
+        self, lp: LoadedPhase, failed_step: Step, host: Host, rec: PhaseRecord, state: RunState, run_id: str
+    ) -> None:
         wanted: set[str] = set()
         for step in lp.spec.steps:
             sr = rec.step(step.id)
@@ -401,6 +465,13 @@ class StepRunner:
                 continue
             sr = rec.step(rstep.id)
             assert sr is not None
-            self.notify(Event(kind="rollback", phase=lp.spec.label, step=rstep.id, host=host.name,
-                              message=f"rolling back after {failed_step.id} failed"))
+            self.notify(
+                Event(
+                    kind="rollback",
+                    phase=lp.spec.label,
+                    step=rstep.id,
+                    host=host.name,
+                    message=f"rolling back after {failed_step.id} failed",
+                )
+            )
             self._execute(lp, rstep, host, sr, state, run_id)

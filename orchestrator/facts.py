@@ -6,6 +6,7 @@ interpreter printing torch's version, its CUDA version and whether a device is v
 service interpreter (or the host one) printing the installed sglang version.
 A missing tool is a fact (``found: false``), not a failure; the document is always ``ok``.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,15 @@ def parse_sglang(r: CommandResult) -> dict[str, Any]:
     return {"found": bool(version), "version": version or None}
 
 
-def collect(transport: Transport, python: str, *, cwd: str | None, timeout_s: float,
-            log_path: Path | None, service_python: str | None = None) -> CommandResult:
+def collect(
+    transport: Transport,
+    python: str,
+    *,
+    cwd: str | None,
+    timeout_s: float,
+    log_path: Path | None,
+    service_python: str | None = None,
+) -> CommandResult:
     """Run the probes and return a synthetic CommandResult whose stdout is the facts document."""
     cmds = probe_commands(python, service_python)
     results: dict[str, CommandResult] = {}
@@ -97,8 +105,14 @@ def collect(transport: Transport, python: str, *, cwd: str | None, timeout_s: fl
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(text + "\n")
-    return CommandResult(host=transport.host_name, argv=["<builtin:facts>"], exit_code=0, stdout=text,
-                         duration_s=duration, log_path=str(log_path) if log_path else None)
+    return CommandResult(
+        host=transport.host_name,
+        argv=["<builtin:facts>"],
+        exit_code=0,
+        stdout=text,
+        duration_s=duration,
+        log_path=str(log_path) if log_path else None,
+    )
 
 
 def gather(hosts: list[Any], factory: Any, *, forks: int = 10, timeout_s: float = 120) -> dict[str, dict[str, Any]]:
@@ -117,8 +131,9 @@ def gather(hosts: list[Any], factory: Any, *, forks: int = 10, timeout_s: float 
         try:
             transport = factory(host)
             python = host.python or (sys.executable if host.is_local else "python3")
-            r = collect(transport, python, cwd=None, timeout_s=timeout_s, log_path=None,
-                        service_python=host.service.python)
+            r = collect(
+                transport, python, cwd=None, timeout_s=timeout_s, log_path=None, service_python=host.service.python
+            )
             return json.loads(r.stdout)
         except OrchestratorError as exc:
             return {"ok": False, "unreachable": exc.code == "UNREACHABLE", "error": exc.message}

@@ -4,11 +4,13 @@ Rules: ``==``/``!=`` compare JSON scalars by type (``true`` never equals ``1``);
 operators need numbers on both sides (booleans are not numbers); a missing metric, a NaN or a
 type mismatch fails the gate with the reason in ``detail``.
 """
+
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from orchestrator.placeholders import render
 from orchestrator.specs import Gate, GateOp
@@ -64,22 +66,42 @@ def evaluate(gate: Gate, doc: Any, values: dict[str, str | None] | None = None) 
         equal = _same_kind(actual, expected) and actual == expected
         ok = equal if gate.op == GateOp.eq else not equal
         detail = "" if ok else f"{gate.metric} is {actual!r}, expected {gate.op.value} {expected!r}"
-        return GateOutcome(metric=gate.metric, op=gate.op.value, expected=expected, actual=actual,
-                           passed=ok, reason=gate.reason, detail=detail)
+        return GateOutcome(
+            metric=gate.metric,
+            op=gate.op.value,
+            expected=expected,
+            actual=actual,
+            passed=ok,
+            reason=gate.reason,
+            detail=detail,
+        )
     if not (_is_number(actual) and _is_number(expected)):
         return _fail(gate, expected, actual, f"{gate.metric} is {actual!r}: {gate.op.value} needs numbers")
     if isinstance(actual, float) and math.isnan(actual):
         return _fail(gate, expected, actual, f"{gate.metric} is NaN")
     ok = _ORDER[gate.op](actual, expected)
     detail = "" if ok else f"{gate.metric} = {actual!r}, needs {gate.op.value} {expected!r}"
-    return GateOutcome(metric=gate.metric, op=gate.op.value, expected=expected, actual=actual,
-                       passed=ok, reason=gate.reason, detail=detail)
+    return GateOutcome(
+        metric=gate.metric,
+        op=gate.op.value,
+        expected=expected,
+        actual=actual,
+        passed=ok,
+        reason=gate.reason,
+        detail=detail,
+    )
 
 
 def _fail(gate: Gate, expected: Any, actual: Any, detail: str) -> GateOutcome:
-    return GateOutcome(metric=gate.metric, op=gate.op.value, expected=expected,
-                       actual=None if actual is MISSING else actual, passed=False,
-                       reason=gate.reason, detail=detail)
+    return GateOutcome(
+        metric=gate.metric,
+        op=gate.op.value,
+        expected=expected,
+        actual=None if actual is MISSING else actual,
+        passed=False,
+        reason=gate.reason,
+        detail=detail,
+    )
 
 
 def extract_metrics(doc: Any, paths: list[str]) -> dict[str, Any]:

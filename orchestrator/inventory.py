@@ -3,6 +3,7 @@
 A value that could not be used safely on a command line or in a path (spaces, newlines, NULs,
 ``..`` in ``remote_root``, a name starting with ``-``) is rejected with ``file:field`` and exit 3.
 """
+
 from __future__ import annotations
 
 import json
@@ -153,7 +154,7 @@ class InventoryFile(BaseModel):
     groups: dict[str, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check(self) -> "InventoryFile":
+    def _check(self) -> InventoryFile:
         names = [h.name for h in self.hosts]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -246,6 +247,7 @@ def _resolve(path: Path, doc: InventoryFile, data: dict[str, Any]) -> Inventory:
             member_of.setdefault(m, []).append(g)
     hosts = []
     for i, e in enumerate(doc.hosts):
+
         def pick(field: str) -> Any:
             v = getattr(e, field)
             return getattr(d, field) if v is None else v
@@ -257,10 +259,23 @@ def _resolve(path: Path, doc: InventoryFile, data: dict[str, Any]) -> Inventory:
         service = pick("service") or Service()
         groups = tuple(dict.fromkeys(list(e.groups) + member_of.get(e.name, [])))
         fields: dict[str, Any] = dict(
-            name=e.name, address=address, connection=connection, groups=groups, service=service,
+            name=e.name,
+            address=address,
+            connection=connection,
+            groups=groups,
+            service=service,
         )
-        for f in ("port", "user", "ssh_key", "known_hosts", "remote_root", "python", "arch",
-                  "connect_timeout_s", "command_timeout_s"):
+        for f in (
+            "port",
+            "user",
+            "ssh_key",
+            "known_hosts",
+            "remote_root",
+            "python",
+            "arch",
+            "connect_timeout_s",
+            "command_timeout_s",
+        ):
             v = pick(f)
             if v is not None:
                 fields[f] = v

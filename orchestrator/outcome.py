@@ -5,6 +5,7 @@ means the step cannot run here (never ``completed``); exit 0 when ok, 1 when a c
 A ``python -m kernels.X`` whose module is absent from the bundle is ``blocked`` too
 ("tool kernels.X is not in the bundle"): a reason outside the step's own code.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,13 +67,16 @@ def interpret(step: Step, result: CommandResult, values: dict[str, str | None]) 
             return StepOutcome(status=Status.blocked, reason=f"tool {module} is not in the bundle ({m.group(0)})")
     if doc is None:
         tail = result.stderr_tail(3).replace("\n", " | ")
-        return StepOutcome(status=Status.failed,
-                           reason=f"exit {result.exit_code}; {why}" + (f"; stderr: {tail}" if tail else ""))
+        return StepOutcome(
+            status=Status.failed, reason=f"exit {result.exit_code}; {why}" + (f"; stderr: {tail}" if tail else "")
+        )
     if not isinstance(doc, dict) or not isinstance(doc.get("ok"), bool):
         return StepOutcome(status=Status.failed, document=doc, reason='JSON document has no boolean "ok"')
     metrics = extract_metrics(doc, step.metrics)
     if result.exit_code == EXIT_BLOCKED or doc.get("blocked"):
-        reason = doc.get("blocked") if isinstance(doc.get("blocked"), str) else f"exit {result.exit_code}, no reason given"
+        reason = (
+            doc.get("blocked") if isinstance(doc.get("blocked"), str) else f"exit {result.exit_code}, no reason given"
+        )
         return StepOutcome(status=Status.blocked, reason=reason, document=doc, metrics=metrics)
     gates = [evaluate(g, doc, values) for g in step.gates]
     failed = [g for g in gates if not g.passed]
@@ -83,6 +87,11 @@ def interpret(step: Step, result: CommandResult, values: dict[str, str | None]) 
             reason += f"; gate failed: {failed[0].detail}"
         return StepOutcome(status=Status.failed, reason=reason, document=doc, metrics=metrics, gates=gates)
     if failed:
-        return StepOutcome(status=Status.failed, reason=f"gate failed: {failed[0].detail} ({failed[0].reason})",
-                           document=doc, metrics=metrics, gates=gates)
+        return StepOutcome(
+            status=Status.failed,
+            reason=f"gate failed: {failed[0].detail} ({failed[0].reason})",
+            document=doc,
+            metrics=metrics,
+            gates=gates,
+        )
     return StepOutcome(status=Status.completed, document=doc, metrics=metrics, gates=gates)

@@ -1,4 +1,5 @@
 """Where things live: the checkout root (holds ``kernels/``, ``phases/``, ``inventory/``)."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 Only names from :data:`PLACEHOLDERS` exist; ``{{`` and ``}}`` are literal braces. Rendering
 is plain string substitution per argv element: no format-spec, no attribute access, no eval.
 """
+
 from __future__ import annotations
 
 import re

@@ -9,6 +9,7 @@ phase specs' contents, the gate evidence recorded in state by phases that come e
 the last selected phase). A *phase digest* is the same over one phase and the evidence of
 the phases before it. Same inputs, same digest; any change in them changes it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,13 @@ def bundle_dir_for(host: Host | None, bundle_sha: str) -> str:
 def host_values(host: Host | None, bundle_sha: str, state_dir: Path) -> dict[str, str | None]:
     """Placeholder values for ``host`` (None = the controller, for ``runs_on: local`` steps)."""
     if host is None:
-        return {"python": sys.executable, "bundle_dir": str(bundle_source()), "bundle_sha": bundle_sha,
-                "host": CONTROLLER, "state_host_dir": str((state_dir / "hosts" / "controller").resolve())}
+        return {
+            "python": sys.executable,
+            "bundle_dir": str(bundle_source()),
+            "bundle_sha": bundle_sha,
+            "host": CONTROLLER,
+            "state_host_dir": str((state_dir / "hosts" / "controller").resolve()),
+        }
     python = host.python or (sys.executable if host.is_local else "python3")
     return {
         "python": python,
@@ -148,9 +154,17 @@ class Plan(BaseModel):
 
 
 def _host_identity(h: Host) -> dict[str, Any]:
-    return {"name": h.name, "address": h.address, "port": h.port, "user": h.user, "connection": h.connection,
-            "arch": h.arch, "remote_root": h.remote_root, "python": h.python,
-            "service": h.service.model_dump(mode="json")}
+    return {
+        "name": h.name,
+        "address": h.address,
+        "port": h.port,
+        "user": h.user,
+        "connection": h.connection,
+        "arch": h.arch,
+        "remote_root": h.remote_root,
+        "python": h.python,
+        "service": h.service.model_dump(mode="json"),
+    }
 
 
 def evidence_before(state: RunState, catalog: PhaseCatalog, order: int, hosts: list[str]) -> dict[str, Any]:
@@ -171,8 +185,10 @@ def evidence_before(state: RunState, catalog: PhaseCatalog, order: int, hosts: l
                 per_host.setdefault(h, {})[s.id] = {
                     "status": r.status.value,
                     "metrics": r.metrics,
-                    "gates": [{"gate": f"{g.metric} {g.op} {json.dumps(g.expected)}", "actual": g.actual,
-                               "passed": g.passed} for g in r.gates],
+                    "gates": [
+                        {"gate": f"{g.metric} {g.op} {json.dumps(g.expected)}", "actual": g.actual, "passed": g.passed}
+                        for g in r.gates
+                    ],
                 }
         if per_host:
             out[lp.spec.label] = {"bundle_sha": rec.bundle_sha, "hosts": per_host}
@@ -194,8 +210,9 @@ def phase_digest(lp: LoadedPhase, bundle_sha: str, hosts: list[Host], state: Run
     return compute_digest(bundle_sha, hosts, [lp], ev)
 
 
-def render_step(step: Step, host: Host | None, values: dict[str, str | None], *, inventory_path: Path,
-                phase_label: str) -> list[str]:
+def render_step(
+    step: Step, host: Host | None, values: dict[str, str | None], *, inventory_path: Path, phase_label: str
+) -> list[str]:
     """Fill the step's argv for one host; a placeholder without a value is a SpecError naming the field."""
     out = []
     for arg in step.command or []:
@@ -203,10 +220,16 @@ def render_step(step: Step, host: Host | None, values: dict[str, str | None], *,
             out.append(render(arg, values))
         except KeyError as exc:
             name = exc.args[0]
-            where = f"{inventory_path}:hosts({host.name}).{_PLACEHOLDER_FIELD.get(name, name)}" if host else \
-                f"phase {phase_label} step {step.id}"
-            raise SpecError(f"{where}: needed by phase {phase_label} step {step.id} ({{{name}}}) but not set",
-                            host=host.name if host else None, phase=phase_label) from None
+            where = (
+                f"{inventory_path}:hosts({host.name}).{_PLACEHOLDER_FIELD.get(name, name)}"
+                if host
+                else f"phase {phase_label} step {step.id}"
+            )
+            raise SpecError(
+                f"{where}: needed by phase {phase_label} step {step.id} ({{{name}}}) but not set",
+                host=host.name if host else None,
+                phase=phase_label,
+            ) from None
     return out
 
 
@@ -230,17 +253,30 @@ def waves_for(hosts: list[Host], inventory: Inventory, waves: list[int | str]) -
         if i >= len(rest):
             break
         n = w if isinstance(w, int) else max(1, math.ceil(len(hosts) * int(w[:-1]) / 100))
-        out.append(rest[i:i + n])
+        out.append(rest[i : i + n])
         i += n
     if i < len(rest):
         out.append(rest[i:])
     return out
 
 
-def plan_step(step: Step, lp: LoadedPhase, hosts: list[Host], inventory: Inventory, bundle_sha: str,
-              state_dir: Path, cache: dict[str, dict[str, str | None]] | None = None) -> PlannedStep:
-    ps = PlannedStep(id=step.id, title=step.title, runs_on=step.runs_on.value,
-                     requires_approval=step.requires_approval, rollback=step.rollback, changes=step.changes)
+def plan_step(
+    step: Step,
+    lp: LoadedPhase,
+    hosts: list[Host],
+    inventory: Inventory,
+    bundle_sha: str,
+    state_dir: Path,
+    cache: dict[str, dict[str, str | None]] | None = None,
+) -> PlannedStep:
+    ps = PlannedStep(
+        id=step.id,
+        title=step.title,
+        runs_on=step.runs_on.value,
+        requires_approval=step.requires_approval,
+        rollback=step.rollback,
+        changes=step.changes,
+    )
     if step.runs_on == Placement.local:
         targets: list[tuple[Host | None, int | None]] = [(None, None)]
     elif step.runs_on == Placement.canary_then_rest:
@@ -258,22 +294,33 @@ def plan_step(step: Step, lp: LoadedPhase, hosts: list[Host], inventory: Invento
         cwd = values["bundle_dir"] or str(bundle_source())
         if step.builtin:
             argv = [f"<builtin:{step.builtin}>", values["python"] or "python3"]
-            display = (f"(built-in {step.builtin}: nvcc --version; nvidia-smi --query-gpu=...; "
-                       f"{values['python']} -c <torch probe>; {values.get('service_python') or values['python']} "
-                       "-c <sglang version probe>)")
+            display = (
+                f"(built-in {step.builtin}: nvcc --version; nvidia-smi --query-gpu=...; "
+                f"{values['python']} -c <torch probe>; {values.get('service_python') or values['python']} "
+                "-c <sglang version probe>)"
+            )
         else:
             argv = render_step(step, host, values, inventory_path=inventory.path, phase_label=lp.spec.label)
             display = display_command(host, argv, cwd, step.timeout_s)
         # built from already-validated values: skip re-validation (1500 commands for 100 hosts)
-        ps.commands.append(PlannedCommand.model_construct(host=key, argv=argv, display=display, cwd=cwd,
-                                                          timeout_s=step.timeout_s, wave=wave))
+        ps.commands.append(
+            PlannedCommand.model_construct(
+                host=key, argv=argv, display=display, cwd=cwd, timeout_s=step.timeout_s, wave=wave
+            )
+        )
     return ps
 
 
 def ship_action(host: Host, bundle_sha: str) -> PlannedShip:
     d = f"{host.remote_root.rstrip('/')}/bundles/{bundle_sha}"
-    return PlannedShip.model_construct(host=host.name, action="ship", sha256=bundle_sha, remote_dir=d,
-                                       tarball=d + ".tar.gz", display=f"ship {bundle_sha[:12]} -> {d}")
+    return PlannedShip.model_construct(
+        host=host.name,
+        action="ship",
+        sha256=bundle_sha,
+        remote_dir=d,
+        tarball=d + ".tar.gz",
+        display=f"ship {bundle_sha[:12]} -> {d}",
+    )
 
 
 def ships_bundle(lp: LoadedPhase, host: Host) -> bool:
@@ -281,8 +328,9 @@ def ships_bundle(lp: LoadedPhase, host: Host) -> bool:
     return not host.is_local or lp.spec.needs_approval
 
 
-def host_action(lp: LoadedPhase, host: Host, state: RunState, catalog: PhaseCatalog, bundle_sha: str,
-                selected_ids: set[int]) -> HostAction:
+def host_action(
+    lp: LoadedPhase, host: Host, state: RunState, catalog: PhaseCatalog, bundle_sha: str, selected_ids: set[int]
+) -> HostAction:
     rec = state.phase(lp.spec.id)
     hp = rec.hosts.get(host.name) if rec else None
     req = lp.spec.requires
@@ -291,22 +339,38 @@ def host_action(lp: LoadedPhase, host: Host, state: RunState, catalog: PhaseCata
         prev_host = prev.hosts.get(host.name) if prev else None
         if prev_host is None or prev_host.status != Status.completed or prev_host.bundle_sha != bundle_sha:
             label = catalog.by_id(req).spec.label if catalog.by_id(req) else str(req)
-            why = "has not passed" if prev_host is None or prev_host.status != Status.completed else \
-                f"passed with another bundle ({(prev_host.bundle_sha or '')[:12]})"
-            return HostAction(host=host.name, action="refused",
-                              detail=f"phase {label} {why} on {host.name}; run `orchestrator run {req}` first")
+            why = (
+                "has not passed"
+                if prev_host is None or prev_host.status != Status.completed
+                else f"passed with another bundle ({(prev_host.bundle_sha or '')[:12]})"
+            )
+            return HostAction(
+                host=host.name,
+                action="refused",
+                detail=f"phase {label} {why} on {host.name}; run `orchestrator run {req}` first",
+            )
     if hp is not None and hp.bundle_sha == bundle_sha and hp.spec_sha == lp.sha256:
         if hp.status == Status.completed:
             return HostAction(host=host.name, action="up_to_date", detail="passed with this bundle and spec")
-        done = [s.id for s in rec.steps if not s.rollback and s.hosts.get(host.name)
-                and s.hosts[host.name].status == Status.completed]
+        done = [
+            s.id
+            for s in rec.steps
+            if not s.rollback and s.hosts.get(host.name) and s.hosts[host.name].status == Status.completed
+        ]
         if done and hp.status in (Status.interrupted, Status.in_progress, Status.failed, Status.blocked):
             return HostAction(host=host.name, action="resume", detail=f"{hp.status.value}; keeps {', '.join(done)}")
     return HostAction(host=host.name, action="run")
 
 
-def build_plan(catalog: PhaseCatalog, selected: list[LoadedPhase], inventory: Inventory, hosts: list[Host],
-               state: RunState, bundle_sha: str, state_dir: Path) -> Plan:
+def build_plan(
+    catalog: PhaseCatalog,
+    selected: list[LoadedPhase],
+    inventory: Inventory,
+    hosts: list[Host],
+    state: RunState,
+    bundle_sha: str,
+    state_dir: Path,
+) -> Plan:
     """Plan ``selected`` phases (catalog order) on ``hosts``; never connects anywhere."""
     selected = sorted(selected, key=lambda lp: lp.spec.order)
     ids = {lp.spec.id for lp in selected}
@@ -329,15 +393,34 @@ def build_plan(catalog: PhaseCatalog, selected: list[LoadedPhase], inventory: In
             except SpecError as exc:
                 pp_problems.append(exc.message)
         problems += pp_problems
-        phases.append(PhasePlan(
-            id=lp.spec.id, name=lp.spec.name, label=lp.spec.label, title=lp.spec.title, spec_path=str(lp.path),
-            spec_sha=lp.sha256, requires=lp.spec.requires, needs_approval=lp.spec.needs_approval, undo=lp.spec.undo,
-            digest=phase_digest(lp, bundle_sha, hosts, state, catalog), hosts=names,
-            actions=[host_action(lp, h, state, catalog, bundle_sha, ids) for h in hosts],
-            bundle=[ship_action(h, bundle_sha) for h in hosts if ships_bundle(lp, h)],
-            steps=steps, rollback_steps=rsteps, problems=pp_problems,
-        ))
+        phases.append(
+            PhasePlan(
+                id=lp.spec.id,
+                name=lp.spec.name,
+                label=lp.spec.label,
+                title=lp.spec.title,
+                spec_path=str(lp.path),
+                spec_sha=lp.sha256,
+                requires=lp.spec.requires,
+                needs_approval=lp.spec.needs_approval,
+                undo=lp.spec.undo,
+                digest=phase_digest(lp, bundle_sha, hosts, state, catalog),
+                hosts=names,
+                actions=[host_action(lp, h, state, catalog, bundle_sha, ids) for h in hosts],
+                bundle=[ship_action(h, bundle_sha) for h in hosts if ships_bundle(lp, h)],
+                steps=steps,
+                rollback_steps=rsteps,
+                problems=pp_problems,
+            )
+        )
     last = max(lp.spec.order for lp in selected)
     evidence = evidence_before(state, catalog, last, names)
-    return Plan(digest=compute_digest(bundle_sha, hosts, selected, evidence), bundle_sha=bundle_sha,
-                inventory=str(inventory.path), hosts=names, phases=phases, evidence=evidence, problems=problems)
+    return Plan(
+        digest=compute_digest(bundle_sha, hosts, selected, evidence),
+        bundle_sha=bundle_sha,
+        inventory=str(inventory.path),
+        hosts=names,
+        phases=phases,
+        evidence=evidence,
+        problems=problems,
+    )

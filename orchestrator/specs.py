@@ -7,6 +7,7 @@ document the command prints (plans/0001 §2), records the ``metrics`` (dotted pa
 document) and checks typed ``gates`` over them. ``rollback_steps`` are only run to undo
 (automatically on a host where a later step failed, or by ``orchestrator rollback``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -138,7 +139,7 @@ class Step(Strict):
         return v
 
     @model_validator(mode="after")
-    def _shape(self) -> "Step":
+    def _shape(self) -> Step:
         if (self.command is None) == (self.builtin is None):
             raise ValueError("a step needs exactly one of command or builtin")
         for g in self.gates:
@@ -204,7 +205,7 @@ class PhaseSpec(Strict):
         return v
 
     @model_validator(mode="after")
-    def _refs(self) -> "PhaseSpec":
+    def _refs(self) -> PhaseSpec:
         ids = [s.id for s in self.steps] + [s.id for s in self.rollback_steps]
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:

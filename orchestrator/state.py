@@ -10,6 +10,7 @@ called after every step transition, so a run killed at any point leaves a file t
 A step found ``in_progress`` while nobody holds the lock was left by a dead run: it is shown
 (and, under the lock, recorded) as ``interrupted`` and runs again on resume.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -244,7 +245,7 @@ class RunLock:
         except (OSError, ValidationError, ValueError):
             return None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         from filelock import Timeout
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -259,11 +260,17 @@ class RunLock:
                 hint="wait for that run to finish, or use another --state-dir",
             ) from None
         previous = self.read_holder()
-        if previous is not None and not (previous.hostname == socket.gethostname() and pid_alive(previous.pid)
-                                         and previous.pid != os.getpid()):
+        if previous is not None and not (
+            previous.hostname == socket.gethostname() and pid_alive(previous.pid) and previous.pid != os.getpid()
+        ):
             self.stale = previous
-        me = LockHolder(pid=os.getpid(), hostname=socket.gethostname(), user=current_user(),
-                        started_at=utcnow(), command=self.command)
+        me = LockHolder(
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+            user=current_user(),
+            started_at=utcnow(),
+            command=self.command,
+        )
         atomic_write_text(self.info_path, me.model_dump_json(indent=2))
         return self
 
@@ -274,7 +281,7 @@ class RunLock:
             pass
         self._lock.release()
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

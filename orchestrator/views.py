@@ -2,6 +2,7 @@
 
 Results go to stdout; progress, warnings, errors and prompts go to stderr.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # the engine is not imported by `status`
 CONTROLLER = "@local"  # orchestrator.planner.CONTROLLER, repeated to keep `status` lean
 APPROVE_WORD = "yes"  # orchestrator.approval.APPROVE_WORD
 
+
 def _console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     wide = None if stream.isatty() else 160  # pipes and CI logs: no 80-column wrapping
@@ -34,8 +36,14 @@ out = _console(False)
 err = _console(True)
 
 STYLE = {
-    "completed": "green", "failed": "red", "blocked": "yellow", "interrupted": "magenta",
-    "in_progress": "cyan", "awaiting_approval": "bold yellow", "skipped": "dim", "pending": "white",
+    "completed": "green",
+    "failed": "red",
+    "blocked": "yellow",
+    "interrupted": "magenta",
+    "in_progress": "cyan",
+    "awaiting_approval": "bold yellow",
+    "skipped": "dim",
+    "pending": "white",
 }
 MARK = {"completed": "✓", "failed": "⨯", "blocked": "!", "interrupted": "↯", "skipped": "-", "in_progress": "…"}
 
@@ -50,7 +58,7 @@ def error_line(message: str, hint: str | None) -> None:
         err.print(Text("hint: ", style="dim") + Text(hint))
 
 
-def on_event(e: "Event") -> None:
+def on_event(e: Event) -> None:
     if e.kind == "phase_started":
         err.print(Text(f"--> Phase {e.phase}: {e.message}", style="bold"))
     elif e.kind == "step_finished":
@@ -87,7 +95,7 @@ def evidence_summary(results: list[Any], limit: int = 8) -> list[str]:
             values.setdefault(k, []).append(v)
     out = []
     for k, vs in list(values.items())[:limit]:
-        short = k[len("summary."):] if k.startswith("summary.") else k
+        short = k[len("summary.") :] if k.startswith("summary.") else k
         distinct = {json.dumps(v, sort_keys=True) for v in vs}
         if len(distinct) == 1:
             out.append(f"{short}={_fmt_metric(vs[0])}")
@@ -136,8 +144,15 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
             for hp in rec.hosts.values():
                 counts[hp.status.value] = counts.get(hp.status.value, 0) + 1
             hosts = " ".join(f"{n} {k}" for k, n in counts.items())
-        t.add_row(Text(lp.spec.label, style="bold"), "", styled(pst), "", hosts, bundle_summary(rec) if rec else "",
-                  (rec.reason or "") if rec else "")
+        t.add_row(
+            Text(lp.spec.label, style="bold"),
+            "",
+            styled(pst),
+            "",
+            hosts,
+            bundle_summary(rec) if rec else "",
+            (rec.reason or "") if rec else "",
+        )
         for step in list(lp.spec.steps) + list(lp.spec.rollback_steps):
             sr = rec.step(step.id) if rec else None
             is_rb = step in lp.spec.rollback_steps
@@ -146,11 +161,16 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
             st = sr.status.value if sr else "pending"
             prev = state.phase(lp.spec.requires) if lp.spec.requires is not None else None
             ready = prev is not None and prev.status.value == "completed"
-            if step.requires_approval and st == "pending" and ready and (rec is None or rec.status.value != "completed"):
+            if (
+                step.requires_approval
+                and st == "pending"
+                and ready
+                and (rec is None or rec.status.value != "completed")
+            ):
                 st = "awaiting_approval"  # shown, not stored: the predecessor passed, this needs `yes`
             counts: dict[str, int] = {}
             reasons: list[str] = []
-            for h, r in (sr.hosts.items() if sr else []):
+            for h, r in sr.hosts.items() if sr else []:
                 counts[r.status.value] = counts.get(r.status.value, 0) + 1
                 if r.reason and len(reasons) < 2:
                     reasons.append(r.reason if len(sr.hosts) == 1 else f"{h}: {r.reason}")
@@ -161,17 +181,29 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
     out.print(t)
     if state.last_run:
         lr = state.last_run
-        out.print(Text(f"last run {lr.run_id} by {lr.user}@{lr.hostname} started {lr.started_at} "
-                       f"exit {lr.exit_code if lr.exit_code is not None else '?'}", style="dim"))
+        out.print(
+            Text(
+                f"last run {lr.run_id} by {lr.user}@{lr.hostname} started {lr.started_at} "
+                f"exit {lr.exit_code if lr.exit_code is not None else '?'}",
+                style="dim",
+            )
+        )
 
 
-def render_plan(plan: "Plan", *, title: str, show_actions: bool) -> None:
-    out.print(Text(f"{title}: bundle {plan.bundle_sha[:12]}  inventory {plan.inventory}  "
-                   f"hosts {len(plan.hosts)}", style="bold"))
+def render_plan(plan: Plan, *, title: str, show_actions: bool) -> None:
+    out.print(
+        Text(
+            f"{title}: bundle {plan.bundle_sha[:12]}  inventory {plan.inventory}  hosts {len(plan.hosts)}", style="bold"
+        )
+    )
     counts: dict[str, int] = {}
     for ph in plan.phases:
-        out.print(Text(f"\n# phase {ph.label}: {ph.title}" + ("  [requires approval]" if ph.needs_approval else ""),
-                       style="bold"))
+        out.print(
+            Text(
+                f"\n# phase {ph.label}: {ph.title}" + ("  [requires approval]" if ph.needs_approval else ""),
+                style="bold",
+            )
+        )
         if show_actions:
             for a in ph.actions:
                 counts[a.action] = counts.get(a.action, 0) + 1
@@ -180,8 +212,13 @@ def render_plan(plan: "Plan", *, title: str, show_actions: bool) -> None:
         for b in ph.bundle:
             out.print(Text(f"  bundle [{b.host}] {b.display}", style="cyan"))
         if ph.bundle:
-            out.print(Text("    (hash-checked on the host before every step; uploaded only if the host lacks "
-                           "this sha256, unpacked only if the tree is missing or differs)", style="dim"))
+            out.print(
+                Text(
+                    "    (hash-checked on the host before every step; uploaded only if the host lacks "
+                    "this sha256, unpacked only if the tree is missing or differs)",
+                    style="dim",
+                )
+            )
         for s in ph.steps:
             flag = " [approval]" if s.requires_approval else ""
             waves = f" waves {s.waves}" if s.waves else ""
@@ -211,7 +248,7 @@ def host_bundle(hp: Any) -> str:
     return f"{ev.sha256[:12]} {what}, {how}"
 
 
-def render_report(report: "RunReport") -> None:
+def render_report(report: RunReport) -> None:
     t = Table(title=f"run {report.run_id}")
     for col in ("phase", "host", "status", "bundle", "reason"):
         t.add_column(col.upper(), overflow="fold")
@@ -228,7 +265,7 @@ class InteractiveApprover:
 
     interactive = True
 
-    def approve(self, s: "ApprovalSummary") -> bool:
+    def approve(self, s: ApprovalSummary) -> bool:
         err.print(Text(f"\nApproval required: {s.action}", style="bold yellow"))
         err.print(f"  target hosts ({len(s.hosts)}): {', '.join(s.hosts)}")
         err.print(f"  bundle sha256: {s.bundle_sha}")
@@ -257,20 +294,34 @@ class InteractiveApprover:
         return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-
 def render_facts(found: dict[str, Any]) -> None:
     t = Table(title="toolchain facts")
     for col in ("host", "nvcc", "gpu", "cc", "driver", "torch", "cuda device", "sglang"):
         t.add_column(col.upper(), overflow="fold")
     for host, f in found.items():
         if not f.get("ok"):
-            t.add_row(host, Text(f"unreachable: {f.get('error')}" if f.get("unreachable") else str(f.get("error")),
-                                 style="red"), "", "", "", "", "", "")
+            t.add_row(
+                host,
+                Text(f"unreachable: {f.get('error')}" if f.get("unreachable") else str(f.get("error")), style="red"),
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+            )
             continue
         gpus = f.get("gpu", {}).get("gpus") or []
         g0 = gpus[0] if gpus else {}
         torch = f.get("torch", {})
-        t.add_row(host, f.get("nvcc", {}).get("version") or "-", (f"{len(gpus)}x {g0.get('name')}" if gpus else "-"),
-                  g0.get("compute_capability") or "-", g0.get("driver") or "-", torch.get("version") or "-",
-                  "yes" if torch.get("cuda_available") else "no", f.get("sglang", {}).get("version") or "-")
+        t.add_row(
+            host,
+            f.get("nvcc", {}).get("version") or "-",
+            (f"{len(gpus)}x {g0.get('name')}" if gpus else "-"),
+            g0.get("compute_capability") or "-",
+            g0.get("driver") or "-",
+            torch.get("version") or "-",
+            "yes" if torch.get("cuda_available") else "no",
+            f.get("sglang", {}).get("version") or "-",
+        )
     out.print(t)

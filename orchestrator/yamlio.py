@@ -1,8 +1,10 @@
 """Load YAML files safely and turn pydantic errors into one ``file:field: message`` line."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -56,6 +58,6 @@ def validation_error_line(path: Path, exc: ValidationError, data: Any) -> str:
     loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     msg = first["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{path}:{loc_to_field(loc, data)}: {msg}{more}"

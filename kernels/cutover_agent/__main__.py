@@ -35,8 +35,9 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sglang_verify_plugin.config import (
     ACTIVE_NAME,
@@ -148,10 +149,16 @@ def check_health(url: str, timeout_s: float) -> dict[str, Any]:
     try:
         status, raw = _http(url, None, timeout_s)
     except (OSError, ValueError) as exc:
-        return {"healthy": False, "error": f"{type(exc).__name__}: {exc}",
-                "elapsed_s": round(time.monotonic() - started, 3)}
-    out: dict[str, Any] = {"healthy": status == 200, "status": status,
-                           "elapsed_s": round(time.monotonic() - started, 3)}
+        return {
+            "healthy": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "elapsed_s": round(time.monotonic() - started, 3),
+        }
+    out: dict[str, Any] = {
+        "healthy": status == 200,
+        "status": status,
+        "elapsed_s": round(time.monotonic() - started, 3),
+    }
     try:
         body = json.loads(raw.decode() or "null")
         if isinstance(body, dict):
@@ -176,8 +183,7 @@ def wait_healthy(url: str, timeout_s: float, poll_s: float = 0.5) -> dict[str, A
         if last["healthy"]:
             break
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
-    return {**last, "attempts": attempts, "waited_s": round(time.monotonic() - started, 3),
-            "timeout_s": timeout_s}
+    return {**last, "attempts": attempts, "waited_s": round(time.monotonic() - started, 3), "timeout_s": timeout_s}
 
 
 def generate(url: str, prompt: str, max_new_tokens: int, timeout_s: float) -> dict[str, Any]:
@@ -198,10 +204,13 @@ def generate(url: str, prompt: str, max_new_tokens: int, timeout_s: float) -> di
     if isinstance(doc, list) and doc:
         doc = doc[0]
     if not isinstance(doc, dict) or ("output_ids" not in doc and "text" not in doc):
-        return {"prompt": prompt, "error": "response has neither output_ids nor text",
-                "latency_s": round(latency, 4)}
-    return {"prompt": prompt, "output_ids": doc.get("output_ids"), "text": doc.get("text"),
-            "latency_s": round(latency, 6)}
+        return {"prompt": prompt, "error": "response has neither output_ids nor text", "latency_s": round(latency, 4)}
+    return {
+        "prompt": prompt,
+        "output_ids": doc.get("output_ids"),
+        "text": doc.get("text"),
+        "latency_s": round(latency, 6),
+    }
 
 
 def _same_output(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -230,8 +239,7 @@ def verb_switch(args: argparse.Namespace) -> dict[str, Any]:
     cfg.setdefault("defrag", False)
     cfg.pop("rolled_back_from", None)
     atomic_write_json(root / CONFIG_NAME, validate(cfg))
-    return {"ok": True, "changed": changed, "current": sha, "previous": _pointer(root, "previous"),
-            "config": cfg}
+    return {"ok": True, "changed": changed, "current": sha, "previous": _pointer(root, "previous"), "config": cfg}
 
 
 def verb_set_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -281,14 +289,18 @@ def _parse_restart(raw: str) -> list[str]:
 def _restart(argv: list[str], timeout_s: float) -> dict[str, Any]:
     started = time.monotonic()
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except FileNotFoundError:
         return {"restart_rc": None, "restart_error": f"{argv[0]}: not found"}
     except subprocess.TimeoutExpired:
         return {"restart_rc": None, "restart_error": f"restart command ran past {timeout_s}s"}
-    return {"restart_rc": proc.returncode, "restart_s": round(time.monotonic() - started, 3),
-            "restart_stderr_tail": proc.stderr[-400:]}
+    return {
+        "restart_rc": proc.returncode,
+        "restart_s": round(time.monotonic() - started, 3),
+        "restart_stderr_tail": proc.stderr[-400:],
+    }
 
 
 def verb_restart(args: argparse.Namespace) -> dict[str, Any]:
@@ -321,25 +333,39 @@ def verb_baseline(args: argparse.Namespace) -> dict[str, Any]:
             # Already switched (a resumed run): a baseline now would measure the new kernel.
             existing = _load_baseline(path) if path.exists() else None
             if existing and existing.get("for_sha") == args.for_sha:
-                return {"ok": True, "reused": True, "prompts": len(existing["outputs"]),
-                        "path": str(path)}
-            raise CheckFailed(f"current already points at {args.for_sha[:12]} and no baseline was "
-                              "recorded before the switch; roll back first")
+                return {"ok": True, "reused": True, "prompts": len(existing["outputs"]), "path": str(path)}
+            raise CheckFailed(
+                f"current already points at {args.for_sha[:12]} and no baseline was "
+                "recorded before the switch; roll back first"
+            )
     health = check_health(args.health_url, args.request_timeout) if args.health_url else None
     if health is not None and not health["healthy"]:
         raise CheckFailed(f"service is not healthy before the cut-over: {health.get('error') or health.get('status')}")
     outputs = _run_prompts(args.generate_url, list(CANARY_PROMPTS), args.max_new_tokens, args.request_timeout)
     errors = [o for o in outputs if "error" in o]
-    doc = {"schema": 1, "recorded_at": time.time(), "for_sha": args.for_sha,
-           "generate_url": args.generate_url, "max_new_tokens": args.max_new_tokens,
-           "config": _read_config(root), "health": health, "outputs": outputs,
-           "latency_s_median": _median_latency(outputs)}
+    doc = {
+        "schema": 1,
+        "recorded_at": time.time(),
+        "for_sha": args.for_sha,
+        "generate_url": args.generate_url,
+        "max_new_tokens": args.max_new_tokens,
+        "config": _read_config(root),
+        "health": health,
+        "outputs": outputs,
+        "latency_s_median": _median_latency(outputs),
+    }
     if errors:
         raise CheckFailed(f"{len(errors)} of {len(outputs)} baseline prompts failed: {errors[0]['error']}")
     atomic_write_json(path, doc)
-    return {"ok": True, "reused": False, "prompts": len(outputs), "errors": 0,
-            "latency_s_median": doc["latency_s_median"], "healthy": health["healthy"] if health else None,
-            "path": str(path)}
+    return {
+        "ok": True,
+        "reused": False,
+        "prompts": len(outputs),
+        "errors": 0,
+        "latency_s_median": doc["latency_s_median"],
+        "healthy": health["healthy"] if health else None,
+        "path": str(path),
+    }
 
 
 def _load_baseline(path: Path) -> dict[str, Any]:
@@ -362,8 +388,7 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
     max_new = int(base.get("max_new_tokens") or args.max_new_tokens)
     outputs = _run_prompts(args.generate_url, prompts, max_new, args.request_timeout)
     errors = sum(1 for o in outputs if "error" in o)
-    mismatched = [b["prompt"] for b, c in zip(base["outputs"], outputs)
-                  if "error" not in c and not _same_output(b, c)]
+    mismatched = [b["prompt"] for b, c in zip(base["outputs"], outputs) if "error" not in c and not _same_output(b, c)]
     identical = errors == 0 and not mismatched
     b_med, c_med = base.get("latency_s_median"), _median_latency(outputs)
     ratio = round(c_med / b_med, 4) if b_med and c_med is not None else None
@@ -380,12 +405,21 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
     kernel_active, active, why = _kernel_active(root)
     if kernel_active is False:
         reasons.append(f"the service is not running the bundled kernel: {why}")
-    return {"ok": not reasons, "kernel_active": kernel_active, "active": active,
-            "outputs_identical": identical, "mismatched_prompts": mismatched,
-            "errors": errors, "prompts": len(prompts), "latency_ratio": ratio,
-            "latency_s_baseline_median": b_med, "latency_s_canary_median": c_med,
-            "healthy": None if health is None else health["healthy"],
-            "service": None if health is None else health.get("body"), "reasons": reasons}
+    return {
+        "ok": not reasons,
+        "kernel_active": kernel_active,
+        "active": active,
+        "outputs_identical": identical,
+        "mismatched_prompts": mismatched,
+        "errors": errors,
+        "prompts": len(prompts),
+        "latency_ratio": ratio,
+        "latency_s_baseline_median": b_med,
+        "latency_s_canary_median": c_med,
+        "healthy": None if health is None else health["healthy"],
+        "service": None if health is None else health.get("body"),
+        "reasons": reasons,
+    }
 
 
 def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
@@ -402,15 +436,27 @@ def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
     try:
         active = json.loads((root / ACTIVE_NAME).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return False, None, f"no {ACTIVE_NAME}: the plugin did not build the backend (not loaded, or not the triton backend)"
+        return (
+            False,
+            None,
+            f"no {ACTIVE_NAME}: the plugin did not build the backend (not loaded, or not the triton backend)",
+        )
     except (OSError, json.JSONDecodeError) as exc:
         return False, None, f"{ACTIVE_NAME} unreadable ({exc})"
     if not isinstance(active, dict):
         return False, None, f"{ACTIVE_NAME} is not a JSON object"
     if active.get("verify_kernel") != "bundled" or active.get("route") not in ("hook", "forward_extend"):
-        return False, active, f"{ACTIVE_NAME} says {active.get('verify_kernel')} (route {active.get('route')}): {active.get('reason')}"
+        return (
+            False,
+            active,
+            f"{ACTIVE_NAME} says {active.get('verify_kernel')} (route {active.get('route')}): {active.get('reason')}",
+        )
     if active.get("bundle_sha") != cfg.get("bundle_sha"):
-        return False, active, f"{ACTIVE_NAME} names bundle {str(active.get('bundle_sha'))[:12]}, config {str(cfg.get('bundle_sha'))[:12]}"
+        return (
+            False,
+            active,
+            f"{ACTIVE_NAME} names bundle {str(active.get('bundle_sha'))[:12]}, config {str(cfg.get('bundle_sha'))[:12]}",
+        )
     if float(active.get("written_at") or 0) < cfg_path.stat().st_mtime:
         return False, active, f"{ACTIVE_NAME} is older than the switch: the service was not restarted"
     return True, active, "ok"
@@ -422,8 +468,13 @@ def verb_rollback(args: argparse.Namespace) -> dict[str, Any]:
     cur, prev = _pointer(root, "current"), _pointer(root, "previous")
     if args.from_sha and cur != args.from_sha and _read_config(root).get("bundle_sha") != args.from_sha:
         # This host was never switched to that bundle (a halted rollout): nothing to undo.
-        out = {"ok": True, "rolled_back": False, "current": cur, "previous": prev,
-               "reason": f"not switched to {args.from_sha[:12]}; left as it is"}
+        out = {
+            "ok": True,
+            "rolled_back": False,
+            "current": cur,
+            "previous": prev,
+            "reason": f"not switched to {args.from_sha[:12]}; left as it is",
+        }
         if args.health_url:
             res = check_health(args.health_url, min(args.health_timeout, 10.0))
             out.update(ok=res["healthy"], healthy=res["healthy"])
@@ -441,8 +492,13 @@ def verb_rollback(args: argparse.Namespace) -> dict[str, Any]:
     cfg.update({"verify_kernel": "stock", "bundle_sha": prev})
     cfg.setdefault("defrag", False)
     atomic_write_json(root / CONFIG_NAME, validate(cfg))
-    out: dict[str, Any] = {"rolled_back": True, "current": _pointer(root, "current"),
-                           "previous": prev, "from": cur, "config": cfg}
+    out: dict[str, Any] = {
+        "rolled_back": True,
+        "current": _pointer(root, "current"),
+        "previous": prev,
+        "from": cur,
+        "config": cfg,
+    }
     if not args.restart_json:
         return {"ok": True, "restarted": False, **out}
     if not args.health_url:
@@ -476,8 +532,10 @@ def build_loader_wheel(source: Path, out_dir: Path, root: Path) -> Path:
     files: dict[str, bytes] = {
         f"{LOADER_MODULE}/__init__.py": (pkg / "__init__.py").read_bytes(),
         f"{LOADER_MODULE}/root.json": (json.dumps({"remote_root": str(root)}, indent=2) + "\n").encode(),
-        f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: {LOADER_DIST}\nVersion: {LOADER_VERSION}\n"
-                                  "Summary: Loads the orchestrator's bundled MLA verify kernel into SGLang\n").encode(),
+        f"{dist_info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {LOADER_DIST}\nVersion: {LOADER_VERSION}\n"
+            "Summary: Loads the orchestrator's bundled MLA verify kernel into SGLang\n"
+        ).encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: cutover_agent\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{dist_info}/entry_points.txt": f"[{PLUGIN_GROUP}]\n{LOADER_ENTRY_POINT}\n".encode(),
         f"{dist_info}/top_level.txt": f"{LOADER_MODULE}\n".encode(),
@@ -503,14 +561,25 @@ def verb_stage(args: argparse.Namespace) -> dict[str, Any]:
         raise CheckFailed(f"--service-python {py}: not found or not executable")
     with tempfile.TemporaryDirectory(prefix="mla-verify-stage-") as tmp:
         wheel = build_loader_wheel(Path(args.package_dir), Path(tmp), root)
-        cmd = [py, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
-               "--disable-pip-version-check", "--no-input", "-q"]
+        cmd = [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--force-reinstall",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-q",
+        ]
         if args.target:
             cmd += ["--target", args.target, "--upgrade"]
         cmd.append(str(wheel))
         try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=args.pip_timeout, check=False)
+            proc = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=args.pip_timeout, check=False
+            )
         except subprocess.TimeoutExpired:
             raise CheckFailed(f"pip install ran past {args.pip_timeout}s") from None
         if proc.returncode != 0:
@@ -520,16 +589,22 @@ def verb_stage(args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ)
     if args.target:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.target, env.get("PYTHONPATH")]))
-    check = subprocess.run([py, "-c", _probe_script()], stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=60, env=env, check=False)
+    check = subprocess.run(
+        [py, "-c", _probe_script()],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
     try:
         eps = json.loads(check.stdout.strip().splitlines()[-1]) if check.returncode == 0 else []
     except (json.JSONDecodeError, IndexError):
         eps = []
     if not eps:
         raise CheckFailed(f"after install, {py} lists no {PLUGIN_GROUP} entry point of {LOADER_DIST}")
-    return {"ok": True, "service_python": py, "target": args.target, "entry_points": eps,
-            "remote_root": str(root)}
+    return {"ok": True, "service_python": py, "target": args.target, "entry_points": eps, "remote_root": str(root)}
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -558,8 +633,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def health_opts(sp: argparse.ArgumentParser, required: bool) -> None:
         sp.add_argument("--health-url", required=required)
-        sp.add_argument("--health-timeout", type=float, default=DEFAULT_HEALTH_TIMEOUT_S,
-                        help="seconds to wait for health (a large model loads for minutes)")
+        sp.add_argument(
+            "--health-timeout",
+            type=float,
+            default=DEFAULT_HEALTH_TIMEOUT_S,
+            help="seconds to wait for health (a large model loads for minutes)",
+        )
         sp.add_argument("--poll", type=float, default=0.5, help="seconds between health polls")
 
     def restart_opts(sp: argparse.ArgumentParser, required: bool) -> None:
@@ -595,12 +674,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = verb("canary", verb_canary, "compare greedy outputs with the baseline")
     gen_opts(sp)
     sp.add_argument("--health-url")
-    sp.add_argument("--max-latency-ratio", type=float, default=None,
-                    help="fail when canary/baseline median latency exceeds this")
+    sp.add_argument(
+        "--max-latency-ratio", type=float, default=None, help="fail when canary/baseline median latency exceeds this"
+    )
 
     sp = verb("rollback", verb_rollback, "previous current, config stock, restart, health")
-    sp.add_argument("--from", dest="from_sha",
-                    help="the bundle being rolled back; a host not switched to it is left alone")
+    sp.add_argument(
+        "--from", dest="from_sha", help="the bundle being rolled back; a host not switched to it is left alone"
+    )
     restart_opts(sp, False)
     health_opts(sp, False)
 
@@ -627,8 +708,16 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         if exc.code and "--json" in argv:
-            print(json.dumps({"ok": False, "usage": True, "verb": argv[0] if argv else None,
-                              "error": "invalid arguments (argparse's message is on stderr)"}))
+            print(
+                json.dumps(
+                    {
+                        "ok": False,
+                        "usage": True,
+                        "verb": argv[0] if argv else None,
+                        "error": "invalid arguments (argparse's message is on stderr)",
+                    }
+                )
+            )
         return EXIT_USAGE if exc.code else EXIT_OK
     as_json = bool(getattr(args, "json", False))
     try:

@@ -18,16 +18,32 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCKED = 0, 1, 2, 75
 TESTED_VERSIONS = ("0.5.23",)
-EXTEND_ARGS = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr",
-               "kv_indptr", "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend")
+EXTEND_ARGS = (
+    "q_extend",
+    "k_extend",
+    "v_extend",
+    "o_extend",
+    "k_buffer",
+    "v_buffer",
+    "qo_indptr",
+    "kv_indptr",
+    "kv_indices",
+    "custom_mask",
+    "is_causal",
+    "mask_indptr",
+    "max_len_extend",
+)
 EXTEND_KWARGS = ("k_scale", "v_scale", "sm_scale", "logit_cap")
-EXTEND_MODULES = ("sglang.kernels.ops.attention.extend_attention",
-                  "sglang.srt.layers.attention.triton_ops.extend_attention")
+EXTEND_MODULES = (
+    "sglang.kernels.ops.attention.extend_attention",
+    "sglang.srt.layers.attention.triton_ops.extend_attention",
+)
 METADATA_FIELDS = ("qo_indptr", "kv_indptr", "kv_indices", "custom_mask", "mask_indptr", "max_extend_len")
 HOOK_NAMES = ("use_verify_shared_kv", "use_verify_splitkv", "verify_shared_kv_fwd")
 LOADER_DIST = "orchestrator-mla-verify-loader"
@@ -76,14 +92,19 @@ def run_probe() -> dict[str, Any]:
     try:
         sglang = importlib.import_module("sglang")
     except ImportError as exc:
-        return {"ok": False, "blocked": f"sglang is not installed here ({exc})", "compatible": False,
-                "sglang_version": None, "mismatches": ["sglang: not importable"]}
+        return {
+            "ok": False,
+            "blocked": f"sglang is not installed here ({exc})",
+            "compatible": False,
+            "sglang_version": None,
+            "mismatches": ["sglang: not importable"],
+        }
     p = Probe()
     version = _sglang_version(sglang)
 
     def registry() -> None:
         mod = importlib.import_module("sglang.srt.layers.attention.attention_registry")
-        backends = getattr(mod, "ATTENTION_BACKENDS")
+        backends = mod.ATTENTION_BACKENDS
         _require(isinstance(backends, dict), "ATTENTION_BACKENDS is not a dict")
         _require("triton" in backends, "no 'triton' entry in ATTENTION_BACKENDS")
 
@@ -95,22 +116,31 @@ def run_probe() -> dict[str, Any]:
 
     def backend_class() -> Any:
         mod = importlib.import_module("sglang.srt.layers.attention.triton_backend")
-        return getattr(mod, "TritonAttnBackend")
+        return mod.TritonAttnBackend
 
     p.check("attention_registry.ATTENTION_BACKENDS['triton']", registry)
     p.check("plugins.load_plugins", plugins)
     cls = p.check("triton_backend.TritonAttnBackend", backend_class)
     route = None
     if cls is not None:
-        p.check("TritonAttnBackend.forward_extend(q, k, v, layer, forward_batch, save_kv_cache)",
-                lambda: _require(_params(cls.forward_extend)[:7] ==
-                                 ["self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache"],
-                                 f"parameters are {_params(cls.forward_extend)[:7]}"))
-        p.check("TritonAttnBackend.init_cuda_graph_state(max_bs, max_num_tokens)",
-                lambda: _require(_params(cls.init_cuda_graph_state)[:3] == ["self", "max_bs", "max_num_tokens"],
-                                 f"parameters are {_params(cls.init_cuda_graph_state)[:3]}"))
-        p.check("TritonAttnBackend.init_forward_metadata",
-                lambda: _require(callable(getattr(cls, "init_forward_metadata", None)), "missing"))
+        p.check(
+            "TritonAttnBackend.forward_extend(q, k, v, layer, forward_batch, save_kv_cache)",
+            lambda: _require(
+                _params(cls.forward_extend)[:7] == ["self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache"],
+                f"parameters are {_params(cls.forward_extend)[:7]}",
+            ),
+        )
+        p.check(
+            "TritonAttnBackend.init_cuda_graph_state(max_bs, max_num_tokens)",
+            lambda: _require(
+                _params(cls.init_cuda_graph_state)[:3] == ["self", "max_bs", "max_num_tokens"],
+                f"parameters are {_params(cls.init_cuda_graph_state)[:3]}",
+            ),
+        )
+        p.check(
+            "TritonAttnBackend.init_forward_metadata",
+            lambda: _require(callable(getattr(cls, "init_forward_metadata", None)), "missing"),
+        )
         try:
             init_src = inspect.getsource(cls.__init__)
             fe_src = inspect.getsource(cls.forward_extend)
@@ -121,21 +151,23 @@ def run_probe() -> dict[str, Any]:
 
     def forward_metadata() -> None:
         mod = importlib.import_module("sglang.srt.layers.attention.triton_backend")
-        fields = {f.name for f in dataclasses.fields(getattr(mod, "ForwardMetadata"))}
+        fields = {f.name for f in dataclasses.fields(mod.ForwardMetadata)}
         missing = [f for f in METADATA_FIELDS if f not in fields]
         _require(not missing, f"fields missing: {missing}")
 
     def forward_mode() -> None:
         mod = importlib.import_module("sglang.srt.model_executor.forward_batch_info")
-        fm = getattr(mod, "ForwardMode")
-        _require(hasattr(fm, "TARGET_VERIFY") and callable(getattr(fm, "is_target_verify", None)),
-                 "no TARGET_VERIFY / is_target_verify")
+        fm = mod.ForwardMode
+        _require(
+            hasattr(fm, "TARGET_VERIFY") and callable(getattr(fm, "is_target_verify", None)),
+            "no TARGET_VERIFY / is_target_verify",
+        )
 
     def extend_signature() -> str:
         errors = []
         for name in EXTEND_MODULES:
             try:
-                fn = getattr(importlib.import_module(name), "extend_attention_fwd")
+                fn = importlib.import_module(name).extend_attention_fwd
             except (ImportError, AttributeError) as exc:
                 errors.append(f"{name}: {exc}")
                 continue
@@ -151,8 +183,11 @@ def run_probe() -> dict[str, Any]:
     extend_module = p.check("extend_attention_fwd signature", extend_signature)
 
     try:
-        eps = [e for e in importlib.metadata.entry_points(group="sglang.srt.plugins")
-               if e.dist is not None and e.dist.name == LOADER_DIST]
+        eps = [
+            e
+            for e in importlib.metadata.entry_points(group="sglang.srt.plugins")
+            if e.dist is not None and e.dist.name == LOADER_DIST
+        ]
     except Exception:  # informational only
         eps = []
     compatible = not p.mismatches
@@ -177,23 +212,42 @@ def probe_in(service_python: str, timeout_s: float) -> tuple[dict[str, Any], int
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [bundle_root, env.get("PYTHONPATH")]))
     try:
-        proc = subprocess.run([service_python, "-m", "cutover_agent.probe", "--json"], cwd=bundle_root,
-                              env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            [service_python, "-m", "cutover_agent.probe", "--json"],
+            cwd=bundle_root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
     except FileNotFoundError:
-        return {"ok": False, "compatible": False, "sglang_version": None,
-                "mismatches": [f"service python {service_python}: not found"]}, EXIT_FAILED
+        return {
+            "ok": False,
+            "compatible": False,
+            "sglang_version": None,
+            "mismatches": [f"service python {service_python}: not found"],
+        }, EXIT_FAILED
     except subprocess.TimeoutExpired:
-        return {"ok": False, "compatible": False, "sglang_version": None,
-                "mismatches": [f"probe in {service_python} ran past {timeout_s}s"]}, EXIT_FAILED
+        return {
+            "ok": False,
+            "compatible": False,
+            "sglang_version": None,
+            "mismatches": [f"probe in {service_python} ran past {timeout_s}s"],
+        }, EXIT_FAILED
     lines = proc.stdout.strip().splitlines()
     try:
         doc = json.loads(lines[-1])
         return doc, proc.returncode
     except (IndexError, json.JSONDecodeError):
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        return {"ok": False, "compatible": False, "sglang_version": None,
-                "mismatches": [f"probe in {service_python} failed (exit {proc.returncode}): {tail[0]}"]}, EXIT_FAILED
+        return {
+            "ok": False,
+            "compatible": False,
+            "sglang_version": None,
+            "mismatches": [f"probe in {service_python} failed (exit {proc.returncode}): {tail[0]}"],
+        }, EXIT_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:

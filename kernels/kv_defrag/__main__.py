@@ -30,16 +30,24 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto", help="copy-step backend")
-    ap.add_argument("--kernel", choices=("rows", "segments"), default="rows",
-                    help="validate: Triton copy kernel variant (bench times both)")
+    ap.add_argument(
+        "--kernel",
+        choices=("rows", "segments"),
+        default="rows",
+        help="validate: Triton copy kernel variant (bench times both)",
+    )
     ap.add_argument("--block-m", type=int, default=8, help="validate: rows (or segments) per Triton program")
     ap.add_argument("--planner-sizes", default="1000,10000,100000,1000000", help="bench: pool sizes for planner time")
     ap.add_argument("--batch", type=int, default=16, help="bench: requests in the verify batch (longest first)")
     ap.add_argument("--draft", type=int, default=8, help="bench: draft tokens per request")
     ap.add_argument("--heads", type=int, default=16, help="bench: query heads")
     ap.add_argument("--reps", type=int, default=10, help="bench: timed repetitions")
-    ap.add_argument("--verify", choices=("auto", "torch"), default="auto",
-                    help="bench: verify kernel; auto = bundled mla_verify, else the torch gather fallback")
+    ap.add_argument(
+        "--verify",
+        choices=("auto", "torch"),
+        default="auto",
+        help="bench: verify kernel; auto = bundled mla_verify, else the torch gather fallback",
+    )
     return ap
 
 
@@ -81,7 +89,9 @@ def main(argv=None) -> int:
     try:
         sizes = [int(x) for x in args.planner_sizes.split(",") if x]
     except ValueError:
-        return _usage_error(f"--planner-sizes: comma-separated integers expected, got {args.planner_sizes!r}", args.json)
+        return _usage_error(
+            f"--planner-sizes: comma-separated integers expected, got {args.planner_sizes!r}", args.json
+        )
 
     try:
         import torch
@@ -113,15 +123,20 @@ def main(argv=None) -> int:
                 slots = budget // (576 * elem) - 1  # a live server holds most memory: shrink the pool
                 log(f"only {free / 2**30:.1f} GiB free: pool shrunk to {slots} slots")
             if budget < (slots + 1) * 576 * elem or slots < 16:
-                doc = {"ok": False, "summary": {},
-                       "blocked": f"not enough free device memory: {free / 2**30:.1f} GiB free, --mem-frac {args.mem_frac}"}
+                doc = {
+                    "ok": False,
+                    "summary": {},
+                    "blocked": f"not enough free device memory: {free / 2**30:.1f} GiB free, --mem-frac {args.mem_frac}",
+                }
                 _emit(doc, args.json)
                 return EXIT_BLOCKED
             layers = int(max(1, min(MAX_LAYERS, budget // ((slots + 1) * 576 * elem))))
         else:
             layers = CPU_DEFAULT_LAYERS
-    log(f"device={device} slots={slots} layers={layers} dtype={args.dtype} "
-        f"kv_bytes={layers * (slots + 1) * 576 * elem / 2**30:.1f} GiB")
+    log(
+        f"device={device} slots={slots} layers={layers} dtype={args.dtype} "
+        f"kv_bytes={layers * (slots + 1) * 576 * elem / 2**30:.1f} GiB"
+    )
 
     from .pool import PoolError
 
@@ -129,13 +144,36 @@ def main(argv=None) -> int:
         if args.validate:
             from .validate import run_validate
 
-            doc = run_validate(slots, layers, args.dtype, device, args.min_run, args.seed, args.backend, log,
-                               kernel_kind=args.kernel, block_m=args.block_m)
+            doc = run_validate(
+                slots,
+                layers,
+                args.dtype,
+                device,
+                args.min_run,
+                args.seed,
+                args.backend,
+                log,
+                kernel_kind=args.kernel,
+                block_m=args.block_m,
+            )
         else:
             from .bench import run_bench
 
-            doc = run_bench(slots, layers, args.dtype, args.min_run, args.seed, args.backend, sizes,
-                            args.batch, args.draft, args.heads, args.reps, log, use_bundled=args.verify == "auto")
+            doc = run_bench(
+                slots,
+                layers,
+                args.dtype,
+                args.min_run,
+                args.seed,
+                args.backend,
+                sizes,
+                args.batch,
+                args.draft,
+                args.heads,
+                args.reps,
+                log,
+                use_bundled=args.verify == "auto",
+            )
     except PoolError as e:
         return _usage_error(str(e), args.json)
     except Exception as e:  # noqa: BLE001 - a crash is a failed check, reported as one document

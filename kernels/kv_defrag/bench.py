@@ -64,7 +64,7 @@ def copy_bandwidth(nbytes: int, reps: int = 10, device: str = "cuda") -> float:
     a.random_(0, 255)
     b = torch.empty_like(a)
     t = _time(lambda: b.copy_(a), reps, device=device)
-    del a, b
+    a = b = None
     return 2 * nbytes / t
 
 
@@ -76,18 +76,25 @@ def planner_scaling(sizes, min_run, seed: int) -> list[dict]:
         t0 = time.perf_counter()
         plan = plan_defrag(pool, min_run=min_run)
         ms = (time.perf_counter() - t0) * 1e3
-        rows.append({"slots": int(n), "live_tokens": plan.frag_before.live_tokens, "planner_ms": round(ms, 2),
-                     "tokens_moved": plan.tokens_moved,
-                     "runs_per_request_before": round(plan.frag_before.runs_per_request, 3),
-                     "runs_per_request_after": round(plan.frag_after.runs_per_request, 3)})
+        rows.append(
+            {
+                "slots": int(n),
+                "live_tokens": plan.frag_before.live_tokens,
+                "planner_ms": round(ms, 2),
+                "tokens_moved": plan.tokens_moved,
+                "runs_per_request_before": round(plan.frag_before.runs_per_request, 3),
+                "runs_per_request_after": round(plan.frag_after.runs_per_request, 3),
+            }
+        )
     return rows
 
 
 # --------------------------------------------------------------------------- verify kernels
 
 
-def _verify_inputs(rtt: np.ndarray, seq_lens: np.ndarray, rows: np.ndarray, n_draft: int, heads: int, seed: int,
-                   dev: str = "cuda"):
+def _verify_inputs(
+    rtt: np.ndarray, seq_lens: np.ndarray, rows: np.ndarray, n_draft: int, heads: int, seed: int, dev: str = "cuda"
+):
     """SGLang extend_attention_fwd arguments (page_size=1 target verify) except the buffers:
     q [T, H, 576], k_ext [T, 1, 576], v_ext [T, 1, 512] bf16 (T = bs * n_draft); o [T, H, 512];
     int32 qo_indptr / kv_indptr, int64 kv_indices (prefix slots from ``rtt``), uint8 FULL-layout
@@ -114,13 +121,24 @@ def _verify_inputs(rtt: np.ndarray, seq_lens: np.ndarray, rows: np.ndarray, n_dr
     tri = np.tril(np.ones((n_draft, n_draft), dtype=np.uint8))
     for L in lens:
         m = np.ones((n_draft, int(L) + n_draft), dtype=np.uint8)
-        m[:, int(L):] = tri
+        m[:, int(L) :] = tri
         parts.append(m.reshape(-1))
     mask = torch.as_tensor(np.concatenate(parts), device=dev)
-    sm_scale = 192 ** -0.5 * 1.3689 ** 2
-    return dict(q=q, k_ext=k_ext, v_ext=v_ext, o=o, qo_indptr=qo_indptr, kv_indptr=kv_indptr,
-                kv_indices=kv_indices, mask=mask, mask_indptr=mask_indptr, n_draft=n_draft, sm_scale=sm_scale,
-                lens=lens)
+    sm_scale = 192**-0.5 * 1.3689**2
+    return dict(
+        q=q,
+        k_ext=k_ext,
+        v_ext=v_ext,
+        o=o,
+        qo_indptr=qo_indptr,
+        kv_indptr=kv_indptr,
+        kv_indices=kv_indices,
+        mask=mask,
+        mask_indptr=mask_indptr,
+        n_draft=n_draft,
+        sm_scale=sm_scale,
+        lens=lens,
+    )
 
 
 def torch_verify(a: dict, k_buffer) -> None:
@@ -156,8 +174,10 @@ def _sglang_verify():
     import importlib
 
     reasons = []
-    for mod in ("sglang.kernels.ops.attention.extend_attention",
-                "sglang.srt.layers.attention.triton_ops.extend_attention"):
+    for mod in (
+        "sglang.kernels.ops.attention.extend_attention",
+        "sglang.srt.layers.attention.triton_ops.extend_attention",
+    ):
         try:
             return importlib.import_module(mod).extend_attention_fwd, None
         except Exception as e:  # noqa: BLE001
@@ -174,8 +194,22 @@ def _call_extend_like(fn, a: dict, k_buffer) -> None:
     kw = {"sm_scale": a["sm_scale"]}
     if "k_scale" in params:
         kw.update(k_scale=1.0, v_scale=1.0)
-    fn(a["q"], a["k_ext"], a["v_ext"], a["o"], k_buffer, k_buffer[..., :512], a["qo_indptr"], a["kv_indptr"],
-       a["kv_indices"], a["mask"], True, a["mask_indptr"], a["n_draft"], **kw)
+    fn(
+        a["q"],
+        a["k_ext"],
+        a["v_ext"],
+        a["o"],
+        k_buffer,
+        k_buffer[..., :512],
+        a["qo_indptr"],
+        a["kv_indptr"],
+        a["kv_indices"],
+        a["mask"],
+        True,
+        a["mask_indptr"],
+        a["n_draft"],
+        **kw,
+    )
 
 
 def _gain(run_frag, run_defrag, reps: int, device: str) -> dict:
@@ -189,12 +223,21 @@ def _gain(run_frag, run_defrag, reps: int, device: str) -> dict:
         tf.append(_time(run_frag, 1, warmup=0, device=device))
         td.append(_time(run_defrag, 1, warmup=0, device=device))
     f, d = statistics.median(tf), statistics.median(td)
-    return {"t_frag_us": round(f * 1e6, 2), "t_defrag_us": round(d * 1e6, 2),
-            "gain_pct": round((f - d) / f * 100, 3)}
+    return {"t_frag_us": round(f * 1e6, 2), "t_defrag_us": round(d * 1e6, 2), "gain_pct": round((f - d) / f * 100, 3)}
 
 
-def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, heads: int, reps: int,
-                seed: int, use_bundled: bool = True, device: str = "cuda") -> dict:
+def verify_gain(
+    pool,
+    plan,
+    after_rtt: np.ndarray,
+    batch: int,
+    n_draft: int,
+    heads: int,
+    reps: int,
+    seed: int,
+    use_bundled: bool = True,
+    device: str = "cuda",
+) -> dict:
     """Verify-kernel time on the fragmented vs defragmented layout of the same data (layer 0)."""
     import torch
 
@@ -203,16 +246,17 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
     rows = np.sort(rows)
     kb_frag = torch.zeros((pool.num_slots + 1, 1, 576), dtype=torch.bfloat16, device=device)
     live = torch.as_tensor(pool.live_slots(), device=device)
-    kb_frag[live] = (torch.randn((live.numel(), 1, 576), device=device,
-                                 generator=torch.Generator(device=device).manual_seed(seed)) * 0.5).to(torch.bfloat16)
+    kb_frag[live] = (
+        torch.randn((live.numel(), 1, 576), device=device, generator=torch.Generator(device=device).manual_seed(seed))
+        * 0.5
+    ).to(torch.bfloat16)
     kb_defrag = torch.zeros_like(kb_frag)
     kb_defrag[torch.as_tensor(plan.remap, device=device)[live]] = kb_frag[live]
     a_frag = _verify_inputs(pool.req_to_token, pool.seq_lens, rows, n_draft, heads, seed, device)
     a_def = dict(a_frag)
     a_def["kv_indices"] = _verify_inputs(after_rtt, pool.seq_lens, rows, n_draft, heads, seed, device)["kv_indices"]
     a_def["o"] = torch.empty_like(a_frag["o"])
-    out = {"batch": int(rows.size), "n_draft": n_draft, "heads": heads,
-           "prefix_tokens": int(a_frag["lens"].sum())}
+    out = {"batch": int(rows.size), "n_draft": n_draft, "heads": heads, "prefix_tokens": int(a_frag["lens"].sum())}
     impls = []
     fn, why = _bundled_verify() if use_bundled else (None, "bundled kernel not used (--verify torch)")
     if fn is not None:
@@ -232,8 +276,12 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
         out["sglang_skipped"] = sg_why
     for name, f in impls:
         try:
-            g = _gain(lambda: f(a_frag, kb_frag), lambda: f(a_def, kb_defrag),
-                      reps if name != "sglang_extend" else max(3, reps // 4), device)
+            g = _gain(
+                lambda: f(a_frag, kb_frag),
+                lambda: f(a_def, kb_defrag),
+                reps if name != "sglang_extend" else max(3, reps // 4),
+                device,
+            )
             f(a_frag, kb_frag)
             f(a_def, kb_defrag)
             _sync(device)
@@ -245,9 +293,22 @@ def verify_gain(pool, plan, after_rtt: np.ndarray, batch: int, n_draft: int, hea
     return out
 
 
-def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, seed: int, backend: str,
-              planner_sizes, batch: int, n_draft: int, heads: int, reps: int, log=lambda *_: None,
-              use_bundled: bool = True, device: str = "cuda") -> dict:
+def run_bench(
+    slots: int,
+    layers: int,
+    dtype_name: str,
+    min_run: int | None,
+    seed: int,
+    backend: str,
+    planner_sizes,
+    batch: int,
+    n_draft: int,
+    heads: int,
+    reps: int,
+    log=lambda *_: None,
+    use_bundled: bool = True,
+    device: str = "cuda",
+) -> dict:
     """The whole benchmark; returns the JSON document. The CLI runs it on CUDA only; ``device``
     "cpu" exists for the smoke test. A failing section is reported under ``errors`` (ok=false)
     and the others still run."""
@@ -275,21 +336,32 @@ def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, see
         steps = device_steps(plan, kv.device)
         variants = [("rows", 8), ("rows", 16), ("rows", 32), ("segments", 64), ("segments", 128), ("segments", 256)]
         for be in backends:
-            for kind, block_m in (variants if be != "torch" else [("rows", 8)]):
+            for kind, block_m in variants if be != "torch" else [("rows", 8)]:
                 used = {}
-                t = _time(lambda: used.update(zip(("backend", "launches", "note"),
-                                                  run_copies(plan, kv, be, block_m=block_m, steps=steps,
-                                                             kernel_kind=kind))),
-                          reps, warmup=1, device=device)
+                t = _time(
+                    lambda: used.update(
+                        zip(
+                            ("backend", "launches", "note"),
+                            run_copies(plan, kv, be, block_m=block_m, steps=steps, kernel_kind=kind),
+                        )
+                    ),
+                    reps,
+                    warmup=1,
+                    device=device,
+                )
                 bw = 2 * moved_bytes / t
                 name = used["backend"] + (f"_{kind}_block_m{block_m}" if used["backend"] == "triton" else "")
-                reloc[name] = {"seconds": round(t, 6), "bw_gbs": round(bw / 1e9, 2),
-                               "ratio_vs_copy": round(bw / bw_copy, 4), "launches": used["launches"],
-                               "note": used["note"]}
+                reloc[name] = {
+                    "seconds": round(t, 6),
+                    "bw_gbs": round(bw / 1e9, 2),
+                    "ratio_vs_copy": round(bw / bw_copy, 4),
+                    "launches": used["launches"],
+                    "note": used["note"],
+                }
                 log(f"relocation [{name}]: {bw / 1e9:.0f} GB/s = {bw / bw_copy:.2%} of copy")
                 if used["backend"] != "triton":
                     break  # no Triton here (or it fell back): one torch measurement is enough
-        del kv
+        kv = None  # free the pool before the next size
     except Exception as e:  # noqa: BLE001 - keep one JSON document; the error is the result
         errors["relocation"] = f"{type(e).__name__}: {e}"
         log(f"relocation failed: {errors['relocation']}")
@@ -340,8 +412,22 @@ def run_bench(slots: int, layers: int, dtype_name: str, min_run: int | None, see
         if isinstance(v, dict) and "error" in v:
             errors[f"verify.{k}"] = v["error"]
     ok = not errors and gain is not None and best is not None
-    return {"ok": bool(ok), "tool": "kv_defrag", "mode": "bench", "summary": summary, "errors": errors,
-            "relocation": reloc, "verify": vg, "planner_scaling": scaling,
-            "config": {"slots": slots, "layers": layers, "dtype": dtype_name, "min_run": min_run, "seed": seed,
-                       "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
-                       "torch": torch.__version__}}
+    return {
+        "ok": bool(ok),
+        "tool": "kv_defrag",
+        "mode": "bench",
+        "summary": summary,
+        "errors": errors,
+        "relocation": reloc,
+        "verify": vg,
+        "planner_scaling": scaling,
+        "config": {
+            "slots": slots,
+            "layers": layers,
+            "dtype": dtype_name,
+            "min_run": min_run,
+            "seed": seed,
+            "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
+            "torch": torch.__version__,
+        },
+    }

@@ -64,8 +64,7 @@ def _triton_kernel(kind: str):
     import triton.language as tl
 
     @triton.jit
-    def copy_rows(buf, src, dst, n_moves, layer_stride, W: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_D: tl.constexpr):
+    def copy_rows(buf, src, dst, n_moves, layer_stride, W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
         pid = tl.program_id(0)
         layer = tl.program_id(1).to(tl.int64)
         rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -80,8 +79,9 @@ def _triton_kernel(kind: str):
         tl.store(base + d[:, None] * W + cols[None, :], vals, mask=m)
 
     @triton.jit
-    def copy_segments(buf, src, dst, n_moves, layer_stride, W: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_D: tl.constexpr):  # BLOCK_D = W // 9 (segment words)
+    def copy_segments(
+        buf, src, dst, n_moves, layer_stride, W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr
+    ):  # BLOCK_D = W // 9 (segment words)
         pid = tl.program_id(0)
         layer = tl.program_id(1).to(tl.int64)
         v = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -147,8 +147,11 @@ def device_steps(plan: Plan, device) -> list:
     """The plan's schedule as (kind, src, dst) with int64 tensors on ``device`` (upload once)."""
     import torch
 
-    return [(st.kind, torch.as_tensor(st.src, device=device), torch.as_tensor(st.dst, device=device))
-            for rnd in plan.rounds for st in rnd.steps]
+    return [
+        (st.kind, torch.as_tensor(st.src, device=device), torch.as_tensor(st.dst, device=device))
+        for rnd in plan.rounds
+        for st in rnd.steps
+    ]
 
 
 def _auto_chunk(kv, steps, backend: str, budget_bytes: int) -> int | None:
@@ -165,9 +168,16 @@ def _auto_chunk(kv, steps, backend: str, budget_bytes: int) -> int | None:
     return max(1, min(kv.shape[0], budget_bytes // per_layer))
 
 
-def run_copies(plan: Plan, kv, backend: str = "auto", layers_per_launch: int | None = None,
-               block_m: int = 8, steps: list | None = None,
-               staging_budget_bytes: int = 2 << 30, kernel_kind: str = "rows") -> tuple[str, int, str | None]:
+def run_copies(
+    plan: Plan,
+    kv,
+    backend: str = "auto",
+    layers_per_launch: int | None = None,
+    block_m: int = 8,
+    steps: list | None = None,
+    staging_budget_bytes: int = 2 << 30,
+    kernel_kind: str = "rows",
+) -> tuple[str, int, str | None]:
     """Execute every step of every round on ``kv`` (no index update, no sync).
 
     kernel_kind / block_m: the Triton copy kernel ("rows": block_m rows per program;
@@ -247,8 +257,11 @@ def _check_index_args(req_to_token, seq_lens) -> None:
     import torch
 
     is_t = isinstance(req_to_token, torch.Tensor)
-    if not (is_t or isinstance(req_to_token, np.ndarray)) or req_to_token.ndim != 2 or (
-            req_to_token.dtype != (torch.int32 if is_t else np.int32)):
+    if (
+        not (is_t or isinstance(req_to_token, np.ndarray))
+        or req_to_token.ndim != 2
+        or (req_to_token.dtype != (torch.int32 if is_t else np.int32))
+    ):
         raise PoolError("req_to_token: must be an int32 [requests + 1, max_context] tensor or array")
     lens = np.asarray(seq_lens)
     if lens.shape != (req_to_token.shape[0],) or lens.dtype.kind not in "iu":
@@ -265,8 +278,16 @@ def _sync(kv) -> None:
         torch.cuda.synchronize(first.device)
 
 
-def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "auto",
-            layers_per_launch: int | None = None, kernel_kind: str = "rows", block_m: int = 8) -> ExecResult:
+def execute(
+    plan: Plan,
+    kv,
+    req_to_token=None,
+    seq_lens=None,
+    backend: str = "auto",
+    layers_per_launch: int | None = None,
+    kernel_kind: str = "rows",
+    block_m: int = 8,
+) -> ExecResult:
     """Copy every moved token in every layer, synchronise, then update ``req_to_token`` (if
     given) and return the new free list (``plan.free_after``)."""
     import torch
@@ -276,8 +297,7 @@ def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "au
     if req_to_token is not None:
         _check_index_args(req_to_token, seq_lens)  # before any copy: bad input changes nothing
     t0 = time.perf_counter()
-    used, launches, note = run_copies(plan, kv, backend, layers_per_launch, block_m=block_m,
-                                      kernel_kind=kernel_kind)
+    used, launches, note = run_copies(plan, kv, backend, layers_per_launch, block_m=block_m, kernel_kind=kernel_kind)
     _sync(kv)
     t1 = time.perf_counter()
     if req_to_token is not None:
@@ -287,5 +307,13 @@ def execute(plan: Plan, kv, req_to_token=None, seq_lens=None, backend: str = "au
     t2 = time.perf_counter()
     layers = kv.shape[0] if isinstance(kv, torch.Tensor) else len(kv)
     elem = (kv if isinstance(kv, torch.Tensor) else kv[0]).element_size()
-    return ExecResult(used, launches, t1 - t0, t2 - t1, plan.tokens_moved,
-                      plan.bytes_moved(layers, elem), plan.free_after.copy(), note)
+    return ExecResult(
+        used,
+        launches,
+        t1 - t0,
+        t2 - t1,
+        plan.tokens_moved,
+        plan.bytes_moved(layers, elem),
+        plan.free_after.copy(),
+        note,
+    )

@@ -160,12 +160,12 @@ class _Flat:
     free: np.ndarray
 
     @staticmethod
-    def of(pool: PoolIndex) -> "_Flat":
+    def of(pool: PoolIndex) -> _Flat:
         r, _p, s = pool.live_positions()
         reqs = pool.live_requests()
         return _Flat(pool.num_slots, reqs, pool.seq_lens[reqs].astype(np.int64), r, s, pool.free_slots)
 
-    def moved(self, src: np.ndarray, dst: np.ndarray) -> "_Flat":
+    def moved(self, src: np.ndarray, dst: np.ndarray) -> _Flat:
         """State after moving every ``src[i] -> dst[i]`` at once."""
         remap = np.arange(self.num_slots + 1, dtype=np.int64)
         remap[src] = dst

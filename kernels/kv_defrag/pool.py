@@ -102,9 +102,7 @@ def validate_pool(pool: PoolIndex) -> None:
     r, p, s = pool.live_positions()
     if s.size and (s.min() < 1 or s.max() > n):
         i = int(np.flatnonzero((s < 1) | (s > n))[0])
-        raise PoolError(
-            f"req_to_token: request {int(r[i])} position {int(p[i])} holds slot {int(s[i])} outside 1..{n}"
-        )
+        raise PoolError(f"req_to_token: request {int(r[i])} position {int(p[i])} holds slot {int(s[i])} outside 1..{n}")
     # A slot may be shared across requests, but not appear twice within one request.
     key = np.sort(r * (n + 1) + s)
     if key.size > 1 and np.any(key[1:] == key[:-1]):
@@ -115,9 +113,7 @@ def validate_pool(pool: PoolIndex) -> None:
         slot = int(free[np.flatnonzero(used[free])[0]])
         raise PoolError(f"free_slots: slot {slot} is both free and live")
     if int(used[1:].sum()) + free.size != n:
-        raise PoolError(
-            f"free_slots: {free.size} free + {int(used[1:].sum())} live != num_slots {n} (leaked slots)"
-        )
+        raise PoolError(f"free_slots: {free.size} free + {int(used[1:].sum())} live != num_slots {n} (leaked slots)")
 
 
 def make_kv_buffers(num_slots: int, layers: int, dtype, device="cpu"):
@@ -130,4 +126,3 @@ def make_kv_buffers(num_slots: int, layers: int, dtype, device="cpu"):
     if dtype not in (torch.bfloat16, torch.uint8):
         raise PoolError(f"dtype: must be torch.bfloat16 or torch.uint8 (fp8 storage), got {dtype}")
     return torch.zeros((layers, num_slots + 1, 1, KV_DIM), dtype=dtype, device=device)
-

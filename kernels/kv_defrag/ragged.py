@@ -33,17 +33,17 @@ class RaggedPoolIndex(PoolIndex):
         lens = self.seq_lens[reqs].astype(np.int64)
         n = int(lens.sum())
         if self.slots is None or self.slots.shape != (n,):
-            raise PoolError(f"slots: expected {n} concatenated live slots, got "
-                            f"{None if self.slots is None else self.slots.shape}")
+            raise PoolError(
+                f"slots: expected {n} concatenated live slots, got {None if self.slots is None else self.slots.shape}"
+            )
         r = np.repeat(reqs, lens)
         starts = np.repeat(np.cumsum(lens) - lens, lens)
         p = np.arange(n, dtype=np.int64) - starts
         return r, p, self.slots
 
-    def remapped(self, remap: np.ndarray, free_after: np.ndarray) -> "RaggedPoolIndex":
+    def remapped(self, remap: np.ndarray, free_after: np.ndarray) -> RaggedPoolIndex:
         """The index after moving every slot ``s`` to ``remap[s]`` (pure)."""
-        return RaggedPoolIndex(self.num_slots, self.req_to_token, self.seq_lens, free_after,
-                               slots=remap[self.slots])
+        return RaggedPoolIndex(self.num_slots, self.req_to_token, self.seq_lens, free_after, slots=remap[self.slots])
 
 
 def ragged_pool(num_slots: int, rows: list[np.ndarray], free_slots: np.ndarray) -> RaggedPoolIndex:
@@ -52,6 +52,5 @@ def ragged_pool(num_slots: int, rows: list[np.ndarray], free_slots: np.ndarray) 
     width = max(1, int(lens.max()) if lens.size else 1)
     base = np.zeros(1, dtype=np.int32)
     rtt = np.lib.stride_tricks.as_strided(base, shape=(len(rows) + 1, width), strides=(0, 0), writeable=False)
-    slots = (np.concatenate([np.asarray(r, dtype=np.int64) for r in rows]) if rows
-             else np.zeros(0, dtype=np.int64))
+    slots = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows]) if rows else np.zeros(0, dtype=np.int64)
     return RaggedPoolIndex(int(num_slots), rtt, lens, np.asarray(free_slots, dtype=np.int64), slots=slots)

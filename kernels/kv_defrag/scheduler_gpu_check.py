@@ -28,11 +28,20 @@ def _world(sgl, torch, slots, layers, seed, max_ctx=8192, rows=512, dev="cuda"):
     import numpy as np
 
     rtp = sgl["ReqToTokenPool"](size=rows, max_context_len=max_ctx, device=dev, enable_memory_saver=False)
-    pool = sgl["MLATokenToKVPool"](size=slots, page_size=1, dtype=torch.bfloat16, kv_lora_rank=512,
-                                   qk_rope_head_dim=64, layer_num=layers, device=dev, enable_memory_saver=False)
+    pool = sgl["MLATokenToKVPool"](
+        size=slots,
+        page_size=1,
+        dtype=torch.bfloat16,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        layer_num=layers,
+        device=dev,
+        enable_memory_saver=False,
+    )
     alloc = sgl["TokenToKVPoolAllocator"](size=slots, dtype=torch.bfloat16, device=dev, kvcache=pool, need_sort=True)
-    tree = sgl["RadixCache"](sgl["CacheInitParams"](disable=False, req_to_token_pool=rtp,
-                                                    token_to_kv_pool_allocator=alloc, page_size=1))
+    tree = sgl["RadixCache"](
+        sgl["CacheInitParams"](disable=False, req_to_token_pool=rtp, token_to_kv_pool_allocator=alloc, page_size=1)
+    )
     g = torch.Generator(device=dev).manual_seed(seed)
     for buf in pool.kv_buffer:
         u = buf.view(torch.uint8)
@@ -68,10 +77,10 @@ def _world(sgl, torch, slots, layers, seed, max_ctx=8192, rows=512, dev="cuda"):
         idx = torch.tensor(req["slots"], dtype=torch.int64, device=dev)
         if cache:
             res = tree.insert(sgl["InsertParams"](key=sgl["RadixKey"](req["tokens"][:n]), value=idx.clone()))
-            alloc.free(idx[req["kv"].cache_protected_len: res.prefix_len])
+            alloc.free(idx[req["kv"].cache_protected_len : res.prefix_len])
             keys.append(array("q", req["tokens"][:n]))
         else:
-            alloc.free(idx[req["kv"].cache_protected_len:])
+            alloc.free(idx[req["kv"].cache_protected_len :])
         if req["node"] is not None:
             tree.dec_lock_ref(req["node"])
         rtp.free_rows([req["kv"].req_pool_idx])
@@ -91,7 +100,7 @@ def _world(sgl, torch, slots, layers, seed, max_ctx=8192, rows=512, dev="cuda"):
         allocated += len(loc)
         o = 0
         for r, k in zip(list(live), need):
-            r["slots"].extend(loc[o:o + k])
+            r["slots"].extend(loc[o : o + k])
             o += k
         for r in list(live):
             if len(r["slots"]) >= len(r["tokens"]) or rng.random() < 0.002:
@@ -137,12 +146,8 @@ def run(args) -> dict:
         except ImportError:
             pass
     try:
-        from sglang.srt.managers.schedule_batch import ReqKvInfo
-        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-        from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool, ReqToTokenPool
-        from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
     except Exception as exc:  # noqa: BLE001
         return {"ok": False, "skipped": f"sglang 0.5.23 not importable: {type(exc).__name__}: {exc}"}
     sgl = dict(locals())
@@ -169,10 +174,17 @@ def run(args) -> dict:
     kv0 = [b.clone() for b in pool.kv_buffer]
     rpr0 = runs_per_req(rows0)
     free0 = alloc.available_size()
-    hook = DefragHook(settings=DefragSettings(interval_steps=1, min_runs_per_row=1.0, min_live_tokens=0,
-                                              max_tokens_per_run=args.max_tokens_per_run,
-                                              max_rounds_per_run=args.max_rounds_per_run, backend="auto"),
-                      target=Target(rtp, alloc, tree, [pool], owners=lambda: [r["kv"] for r in live]))
+    hook = DefragHook(
+        settings=DefragSettings(
+            interval_steps=1,
+            min_runs_per_row=1.0,
+            min_live_tokens=0,
+            max_tokens_per_run=args.max_tokens_per_run,
+            max_rounds_per_run=args.max_rounds_per_run,
+            backend="auto",
+        ),
+        target=Target(rtp, alloc, tree, [pool], owners=lambda: [r["kv"] for r in live]),
+    )
     results = []
     t1 = time.perf_counter()
     for _ in range(args.runs):
@@ -213,26 +225,50 @@ def run(args) -> dict:
     from sglang_verify_plugin.defrag_hook import _tree_nodes
 
     live_slots = torch.unique(torch.cat(rows1 + [n.value for n in _tree_nodes(tree)]))
-    if torch.unique(free).numel() != free.numel() or torch.isin(free, live_slots).any() or \
-            live_slots.numel() + free.numel() != args.slots:
+    if (
+        torch.unique(free).numel() != free.numel()
+        or torch.isin(free, live_slots).any()
+        or live_slots.numel() + free.numel() != args.slots
+    ):
         errors.append("free list is not the exact complement of the live slots")
     rpr1 = runs_per_req(rows1)
-    summary = {"slots": args.slots, "layers": args.layers, "live_requests": len(live), "cached_keys": len(keys),
-               "free_fraction_before": round(int(free0) / args.slots, 4),
-               "hook_results": results, "runs": hook.runs, "tokens_moved": hook.tokens_moved,
-               "bytes_moved": hook.bytes_moved, "skips": dict(hook.skips), "disabled": hook.disabled,
-               "last_skip_detail": hook.last_skip_detail, "last_run": hook.last_run,
-               "runs_per_request_before": rpr0, "runs_per_request_after": rpr1,
-               "lost_tokens": lost, "errors": errors, "build_s": round(build_s, 3), "hook_s": round(hook_s, 3),
-               "rounds": hook.rounds,
-               "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (smoke)"}
+    summary = {
+        "slots": args.slots,
+        "layers": args.layers,
+        "live_requests": len(live),
+        "cached_keys": len(keys),
+        "free_fraction_before": round(int(free0) / args.slots, 4),
+        "hook_results": results,
+        "runs": hook.runs,
+        "tokens_moved": hook.tokens_moved,
+        "bytes_moved": hook.bytes_moved,
+        "skips": dict(hook.skips),
+        "disabled": hook.disabled,
+        "last_skip_detail": hook.last_skip_detail,
+        "last_run": hook.last_run,
+        "runs_per_request_before": rpr0,
+        "runs_per_request_after": rpr1,
+        "lost_tokens": lost,
+        "errors": errors,
+        "build_s": round(build_s, 3),
+        "hook_s": round(hook_s, 3),
+        "rounds": hook.rounds,
+        "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (smoke)",
+    }
     consistent = not errors
-    ok = (lost == 0 and consistent and hook.disabled is None and hook.runs >= 1 and hook.tokens_moved > 0
-          and rpr1 < rpr0)
-    return {"ok": ok, "tokens_moved": hook.tokens_moved, "runs_per_request_before": round(rpr0, 3),
-            "runs_per_request_after": round(rpr1, 3), "lost_tokens": lost, "consistent": consistent,
-            "seconds": round(time.perf_counter() - t0, 3), "hook_seconds": round(hook_s, 3),
-            "device": summary["device"], "summary": summary}
+    ok = lost == 0 and consistent and hook.disabled is None and hook.runs >= 1 and hook.tokens_moved > 0 and rpr1 < rpr0
+    return {
+        "ok": ok,
+        "tokens_moved": hook.tokens_moved,
+        "runs_per_request_before": round(rpr0, 3),
+        "runs_per_request_after": round(rpr1, 3),
+        "lost_tokens": lost,
+        "consistent": consistent,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "hook_seconds": round(hook_s, 3),
+        "device": summary["device"],
+        "summary": summary,
+    }
 
 
 def main(argv=None) -> int:
@@ -243,8 +279,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=16)
     ap.add_argument("--max-tokens-per-run", type=int, default=65536)
     ap.add_argument("--max-rounds-per-run", type=int, default=8)
-    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                    help="cpu: smoke run only (SGLang structures on CPU, torch executor); use small --slots")
+    ap.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: smoke run only (SGLang structures on CPU, torch executor); use small --slots",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     try:

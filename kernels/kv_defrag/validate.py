@@ -104,9 +104,18 @@ def check_index(before: PoolIndex, rtt_after: np.ndarray, free_after: np.ndarray
     }
 
 
-def run_validate(slots: int, layers: int, dtype_name: str, device: str, min_run: int | None,
-                 seed: int, backend: str = "auto", log=lambda *_: None, kernel_kind: str = "rows",
-                 block_m: int = 8) -> dict:
+def run_validate(
+    slots: int,
+    layers: int,
+    dtype_name: str,
+    device: str,
+    min_run: int | None,
+    seed: int,
+    backend: str = "auto",
+    log=lambda *_: None,
+    kernel_kind: str = "rows",
+    block_m: int = 8,
+) -> dict:
     """Build a churned pool, plan, execute on real buffers, check. Returns the JSON document."""
     import torch
 
@@ -121,8 +130,9 @@ def run_validate(slots: int, layers: int, dtype_name: str, device: str, min_run:
     kv = make_kv_buffers(slots, layers, dtype, device)
     fill_pattern(kv)
     rtt = torch.as_tensor(pool.req_to_token.copy(), device=device)
-    res = execute(plan, kv, req_to_token=rtt, seq_lens=pool.seq_lens, backend=backend, kernel_kind=kernel_kind,
-                  block_m=block_m)
+    res = execute(
+        plan, kv, req_to_token=rtt, seq_lens=pool.seq_lens, backend=backend, kernel_kind=kernel_kind, block_m=block_m
+    )
     log(f"execute: {res.backend}, {res.launches} launches, copy {res.copy_s:.3f}s index {res.index_s:.3f}s")
     idx = check_index(pool, rtt.cpu().numpy(), res.free_slots)
     s0, s1, bad_idx = idx.pop("_pairs")
@@ -156,11 +166,19 @@ def run_validate(slots: int, layers: int, dtype_name: str, device: str, min_run:
         "mode": "validate",
         "summary": summary,
         "checks": idx,
-        "config": {"slots": slots, "layers": layers, "dtype": dtype_name, "device": str(device),
-                   "min_run": min_run, "seed": seed, "backend": res.backend, "backend_note": res.note,
-                   "triton_kernel": f"{kernel_kind}/block_m={block_m}" if res.backend == "triton" else None,
-                   "pool_bytes": int(kv.numel() * kv.element_size()),
-                   "workload_s": round(t1 - t0, 3), "total_s": round(t3 - t0, 3)},
-        "plan": {"stop_reason": plan.stop_reason, "notes": plan.notes,
-                 "round_modes": [r.mode for r in plan.rounds]},
+        "config": {
+            "slots": slots,
+            "layers": layers,
+            "dtype": dtype_name,
+            "device": str(device),
+            "min_run": min_run,
+            "seed": seed,
+            "backend": res.backend,
+            "backend_note": res.note,
+            "triton_kernel": f"{kernel_kind}/block_m={block_m}" if res.backend == "triton" else None,
+            "pool_bytes": int(kv.numel() * kv.element_size()),
+            "workload_s": round(t1 - t0, 3),
+            "total_s": round(t3 - t0, 3),
+        },
+        "plan": {"stop_reason": plan.stop_reason, "notes": plan.notes, "round_modes": [r.mode for r in plan.rounds]},
     }

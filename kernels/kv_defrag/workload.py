@@ -47,8 +47,9 @@ def _derive(cfg: ChurnConfig) -> ChurnConfig:
     median = cfg.median_prompt or max(8, min(2048, max_context // 16))
     mean_out = cfg.mean_output or max(8, median // 2)
     max_req = cfg.max_requests or int(max(4, min(512, 2 * n // max(1, median + mean_out))))
-    return ChurnConfig(n, cfg.seed, max_req, max_context, median, mean_out, cfg.share_frac,
-                       cfg.max_accept, cfg.fill, cfg.churn)
+    return ChurnConfig(
+        n, cfg.seed, max_req, max_context, median, mean_out, cfg.share_frac, cfg.max_accept, cfg.fill, cfg.churn
+    )
 
 
 def _check(cfg: ChurnConfig) -> None:

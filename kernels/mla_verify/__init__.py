@@ -3,6 +3,7 @@
 `mla_verify_fwd` and `supports` take SGLang's extend_attention_fwd arguments in order; see
 kernels/mla_verify/api.py for shapes and layouts. Importing this package does not import torch.
 """
+
 from __future__ import annotations
 
 

@@ -1,5 +1,6 @@
 """JIT build of the torch extension: compiled on first use, cached by a hash of the sources
 and flags under $ORCHESTRATOR_KERNEL_CACHE or ~/.cache/orchestrator-kernels/<hash>/."""
+
 from __future__ import annotations
 
 import hashlib

@@ -12,6 +12,7 @@ Every tensor must sit on one CUDA device, last dim contiguous, 16-byte aligned r
 Values (indptr contents, slots) are not read on the host (CUDA-graph safe); out-of-range slots
 or positions are zero-filled on the device instead of faulting.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,9 +70,27 @@ def _check_index(t, name: str, dtypes: tuple, numel=None) -> None:
         _fail(name, f"must have {numel} elements, got {t.numel()}")
 
 
-def validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-             custom_mask, is_causal, mask_indptr, max_len_extend, k_scale=1.0, v_scale=1.0, sm_scale=None,
-             logit_cap=0.0, *, require_cuda: bool = True) -> dict:
+def validate(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    is_causal,
+    mask_indptr,
+    max_len_extend,
+    k_scale=1.0,
+    v_scale=1.0,
+    sm_scale=None,
+    logit_cap=0.0,
+    *,
+    require_cuda: bool = True,
+) -> dict:
     """Check every argument (ValueError naming it); returns derived host-side sizes."""
     import torch
 
@@ -80,16 +99,23 @@ def validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indp
     T, H = int(q_extend.shape[0]), int(q_extend.shape[1])
     if not 1 <= H <= 128:
         _fail("q_extend", f"head count must be in [1, 128], got {H}")
-    for name, t, tail, shape0 in (("k_extend", k_extend, (1, D_QK), T), ("v_extend", v_extend, (1, D_V), T),
-                                  ("o_extend", o_extend, (H, D_V), T), ("k_buffer", k_buffer, (1, D_QK), None),
-                                  ("v_buffer", v_buffer, (1, D_V), None)):
+    for name, t, tail, shape0 in (
+        ("k_extend", k_extend, (1, D_QK), T),
+        ("v_extend", v_extend, (1, D_V), T),
+        ("o_extend", o_extend, (H, D_V), T),
+        ("k_buffer", k_buffer, (1, D_QK), None),
+        ("v_buffer", v_buffer, (1, D_V), None),
+    ):
         _check_rows(t, name, tail, bf16)
         if shape0 is not None and t.shape[0] != shape0:
             _fail(name, f"dim 0 must equal q_extend's T={T}, got {t.shape[0]}")
     if k_buffer.shape[0] < 1:
         _fail("k_buffer", "needs at least one slot")
-    if not (v_buffer.data_ptr() == k_buffer.data_ptr() and v_buffer.stride(0) == k_buffer.stride(0)
-            and v_buffer.shape[0] == k_buffer.shape[0]):
+    if not (
+        v_buffer.data_ptr() == k_buffer.data_ptr()
+        and v_buffer.stride(0) == k_buffer.stride(0)
+        and v_buffer.shape[0] == k_buffer.shape[0]
+    ):
         _fail("v_buffer", "must be the view k_buffer[..., :512] (MLA stores V inside the latent row)")
     _check_index(qo_indptr, "qo_indptr", (i32, i64))
     B = qo_indptr.numel() - 1
@@ -117,8 +143,16 @@ def validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indp
     if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0):
         _fail("sm_scale", f"must be a finite positive float, got {sm_scale!r}")
     dev = q_extend.device
-    named = (("q_extend", q_extend), ("k_extend", k_extend), ("v_extend", v_extend), ("o_extend", o_extend),
-             ("k_buffer", k_buffer), ("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices))
+    named = (
+        ("q_extend", q_extend),
+        ("k_extend", k_extend),
+        ("v_extend", v_extend),
+        ("o_extend", o_extend),
+        ("k_buffer", k_buffer),
+        ("qo_indptr", qo_indptr),
+        ("kv_indptr", kv_indptr),
+        ("kv_indices", kv_indices),
+    )
     if custom_mask is not None:
         named += (("custom_mask", custom_mask), ("mask_indptr", mask_indptr))
     for name, t in named:
@@ -129,8 +163,15 @@ def validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indp
     return {"B": B, "T": T, "H": H}
 
 
-def choose_num_splits(B: int, max_len_extend: int, H: int, prefix_tokens_total: int, num_sms: int,
-                      cfg: tiles.TileConfig, ctas_per_sm: int | None = None) -> int:
+def choose_num_splits(
+    B: int,
+    max_len_extend: int,
+    H: int,
+    prefix_tokens_total: int,
+    num_sms: int,
+    cfg: tiles.TileConfig,
+    ctas_per_sm: int | None = None,
+) -> int:
     """Prefix splits per request from host-known sizes only (no device read: graph safe).
 
     Targets about one wave (num_sms * CTAs/SM) of CTAs, keeps >= 2 KV tiles per split, and caps
@@ -194,9 +235,29 @@ def device_arch(device) -> str:
     return _device_info(device)[0]
 
 
-def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                   kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend, k_scale=1.0, v_scale=1.0,
-                   sm_scale=None, logit_cap=0.0, *, workspace=None, num_splits=None, tile_config="auto"):
+def mla_verify_fwd(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    is_causal,
+    mask_indptr,
+    max_len_extend,
+    k_scale=1.0,
+    v_scale=1.0,
+    sm_scale=None,
+    logit_cap=0.0,
+    *,
+    workspace=None,
+    num_splits=None,
+    tile_config="auto",
+):
     """MLA verify attention; writes o_extend [T, H, 512] in place and returns it.
 
     sm_scale defaults to 576**-0.5 (SGLang's default for Lq = 576). `workspace`: optional fp32
@@ -205,9 +266,25 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
     """
     import torch
 
-    sizes = validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                     kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend, k_scale, v_scale,
-                     sm_scale, logit_cap)
+    sizes = validate(
+        q_extend,
+        k_extend,
+        v_extend,
+        o_extend,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        is_causal,
+        mask_indptr,
+        max_len_extend,
+        k_scale,
+        v_scale,
+        sm_scale,
+        logit_cap,
+    )
     B, T, H = sizes["B"], sizes["T"], sizes["H"]
     arch, sms = _device_info(q_extend.device)
     if tile_config == "auto":
@@ -219,8 +296,7 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
         if cfg not in tiles.ARCH_CONFIGS[arch]:
             _fail("tile_config", f"{tile_config} is not built for {arch}")
     if num_splits is None:
-        num_splits = choose_num_splits(B, max_len_extend, H, kv_indices.numel(), sms, cfg,
-                                       tiles.ctas_per_sm(cfg, arch))
+        num_splits = choose_num_splits(B, max_len_extend, H, kv_indices.numel(), sms, cfg, tiles.ctas_per_sm(cfg, arch))
     if not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
     need = workspace_numel(num_splits, T, H)
@@ -228,12 +304,16 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
         if workspace is None:
             workspace = _workspace(q_extend.device, need)
         else:
-            if not (_is_tensor(workspace) and workspace.dtype == torch.float32 and workspace.is_contiguous()
-                    and workspace.device == q_extend.device):
+            if not (
+                _is_tensor(workspace)
+                and workspace.dtype == torch.float32
+                and workspace.is_contiguous()
+                and workspace.device == q_extend.device
+            ):
                 _fail("workspace", "must be a contiguous fp32 tensor on q_extend's device")
             if workspace.numel() < need:
                 _fail("workspace", f"needs {need} fp32 elements, got {workspace.numel()}")
-    scale = float(sm_scale) if sm_scale is not None else D_QK ** -0.5
+    scale = float(sm_scale) if sm_scale is not None else D_QK**-0.5
     if custom_mask is not None:
         mask_mode = 0
         mask_u8 = custom_mask.view(torch.uint8) if custom_mask.dtype == torch.bool else custom_mask
@@ -243,9 +323,25 @@ def mla_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, q
     from ._build import load
 
     mod = load(arch)
-    mod.fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, qo_indptr, kv_indptr, kv_indices, mask_u8,
-            mask_indptr if custom_mask is not None else None, mask_mode, v_alias, num_splits, cfg.index,
-            max_len_extend, scale * LOG2E, workspace if need else None)
+    mod.fwd(
+        q_extend,
+        k_extend,
+        v_extend,
+        o_extend,
+        k_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        mask_u8,
+        mask_indptr if custom_mask is not None else None,
+        mask_mode,
+        v_alias,
+        num_splits,
+        cfg.index,
+        max_len_extend,
+        scale * LOG2E,
+        workspace if need else None,
+    )
     return o_extend
 
 

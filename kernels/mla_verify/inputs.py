@@ -6,11 +6,12 @@ requests like a radix-cache prefix) and n_b draft tokens whose tree is a chain o
 with branching (topk > 1). Unused pool slots can be NaN-poisoned so any stray gather shows.
 The FULL-layout mask gets random prefix columns: only the draft columns may be read.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEEPSEEK_SM_SCALE = 192 ** -0.5 * 1.3689 ** 2  # 0.1352: qk_head_dim 192, YaRN mscale^2
+DEEPSEEK_SM_SCALE = 192**-0.5 * 1.3689**2  # 0.1352: qk_head_dim 192, YaRN mscale^2
 
 
 @dataclass(frozen=True)
@@ -19,11 +20,11 @@ class CaseSpec:
     prefix_lens: tuple
     draft_lens: tuple
     heads: int
-    tree: str = "tree"          # "tree" (random, topk > 1), "chain", "causal" (no mask), "full" (no mask)
-    shared_prefix: int = 0      # leading prefix slots shared by all requests
-    poison: bool = True         # NaN in unused pool slots
-    v_alias: bool = False       # v_extend = k_extend[..., :512] view (else a separate copy)
-    index64: bool = False       # int64 qo/kv indptr (CUDA-graph style), bool mask
+    tree: str = "tree"  # "tree" (random, topk > 1), "chain", "causal" (no mask), "full" (no mask)
+    shared_prefix: int = 0  # leading prefix slots shared by all requests
+    poison: bool = True  # NaN in unused pool slots
+    v_alias: bool = False  # v_extend = k_extend[..., :512] view (else a separate copy)
+    index64: bool = False  # int64 qo/kv indptr (CUDA-graph style), bool mask
     sm_scale: float = DEEPSEEK_SM_SCALE
     seed: int = 0
     notes: str = ""
@@ -80,10 +81,10 @@ def make_inputs(spec: CaseSpec, device="cpu") -> dict:
     pos = shared
     kv_chunks = []
     for l in L:
-        own = perm[pos:pos + l - shared]
+        own = perm[pos : pos + l - shared]
         pos += l - shared
         kv_chunks.append(torch.cat([shared_slots, own]))
-    draft_slots = perm[pos:pos + T]
+    draft_slots = perm[pos : pos + T]
     kv_indices = torch.cat(kv_chunks) if kv_chunks else torch.zeros(0, dtype=torch.long)
     k_buffer = torch.randn(pool, 1, 576, generator=gen).to(torch.bfloat16)
     q = torch.randn(T, H, 576, generator=gen).to(torch.bfloat16)
@@ -102,7 +103,7 @@ def make_inputs(spec: CaseSpec, device="cpu") -> dict:
         par = tree_parents(n[b], spec.tree, gen)
         parents.append(par)
         full = torch.randint(0, 2, (n[b], L[b] + n[b]), generator=gen).to(torch.bool)  # prefix cols: noise
-        full[:, L[b]:] = tree_visibility(par)
+        full[:, L[b] :] = tree_visibility(par)
         mask_parts.append(full.flatten())
         mask_starts.append(mask_starts[-1] + n[b] * (L[b] + n[b]))
     if spec.tree in ("causal", "full"):
@@ -115,10 +116,15 @@ def make_inputs(spec: CaseSpec, device="cpu") -> dict:
     k_extend = k_extend.to(dev)
     v_extend = k_extend[..., :512] if spec.v_alias else k_extend[..., :512].contiguous()
     out = dict(
-        q_extend=q.to(dev), k_extend=k_extend, v_extend=v_extend,
+        q_extend=q.to(dev),
+        k_extend=k_extend,
+        v_extend=v_extend,
         o_extend=torch.empty(T, H, 512, dtype=torch.bfloat16, device=dev),
-        k_buffer=k_buffer, v_buffer=k_buffer[..., :512],
-        qo_indptr=qo_indptr.to(dev), kv_indptr=kv_indptr.to(dev), kv_indices=kv_indices.to(dev),
+        k_buffer=k_buffer,
+        v_buffer=k_buffer[..., :512],
+        qo_indptr=qo_indptr.to(dev),
+        kv_indptr=kv_indptr.to(dev),
+        kv_indices=kv_indices.to(dev),
         custom_mask=None if custom_mask is None else custom_mask.to(dev),
         is_causal=spec.tree != "full",
         mask_indptr=None if mask_indptr is None else mask_indptr.to(dev),
@@ -130,8 +136,21 @@ def make_inputs(spec: CaseSpec, device="cpu") -> dict:
     return out
 
 
-KERNEL_ARGS = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr",
-               "kv_indptr", "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend")
+KERNEL_ARGS = (
+    "q_extend",
+    "k_extend",
+    "v_extend",
+    "o_extend",
+    "k_buffer",
+    "v_buffer",
+    "qo_indptr",
+    "kv_indptr",
+    "kv_indices",
+    "custom_mask",
+    "is_causal",
+    "mask_indptr",
+    "max_len_extend",
+)
 
 
 def kernel_args(inp: dict) -> tuple:
@@ -140,6 +159,18 @@ def kernel_args(inp: dict) -> tuple:
 
 
 def oracle_kwargs(inp: dict) -> dict:
-    keys = ("q_extend", "k_extend", "v_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr",
-            "kv_indices", "custom_mask", "is_causal", "mask_indptr", "sm_scale")
+    keys = (
+        "q_extend",
+        "k_extend",
+        "v_extend",
+        "k_buffer",
+        "v_buffer",
+        "qo_indptr",
+        "kv_indptr",
+        "kv_indices",
+        "custom_mask",
+        "is_causal",
+        "mask_indptr",
+        "sm_scale",
+    )
     return {k: inp[k] for k in keys}

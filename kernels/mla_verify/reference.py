@@ -10,6 +10,7 @@ is nonzero (FULL layout; the prefix columns are never read). Without a mask: j <
 is_causal, else every draft key. Exact softmax of sm_scale * q.k (sm_scale default 576**-0.5).
 Returns o [T, H, 512] in `dtype`.
 """
+
 from __future__ import annotations
 
 
@@ -19,22 +20,35 @@ def draft_visibility(custom_mask, mask_indptr, b: int, L: int, n: int, is_causal
 
     if custom_mask is not None:
         start = int(mask_indptr[b])
-        block = custom_mask[start:start + n * (L + n)].reshape(n, L + n)
+        block = custom_mask[start : start + n * (L + n)].reshape(n, L + n)
         return block[:, L:].to(torch.bool).to(device)
     if is_causal:
         return torch.tril(torch.ones(n, n, dtype=torch.bool, device=device))
     return torch.ones(n, n, dtype=torch.bool, device=device)
 
 
-def mla_verify_ref(q_extend, k_extend, v_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-                   custom_mask, is_causal, mask_indptr, sm_scale=None, dtype=None):
+def mla_verify_ref(
+    q_extend,
+    k_extend,
+    v_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    is_causal,
+    mask_indptr,
+    sm_scale=None,
+    dtype=None,
+):
     """Reference output [T, H, 512] (float64 by default) for the inputs above."""
     import torch
 
     dtype = dtype or torch.float64
     T, H, dqk = q_extend.shape
     dv = v_buffer.shape[-1]
-    scale = float(sm_scale) if sm_scale is not None else dqk ** -0.5
+    scale = float(sm_scale) if sm_scale is not None else dqk**-0.5
     out = torch.zeros(T, H, dv, dtype=dtype, device=q_extend.device)
     qo = [int(x) for x in qo_indptr.tolist()]
     kv = [int(x) for x in kv_indptr.tolist()]
@@ -43,12 +57,12 @@ def mla_verify_ref(q_extend, k_extend, v_extend, k_buffer, v_buffer, qo_indptr, 
         n = q1 - q0
         if n <= 0:
             continue
-        slots = kv_indices[kv[b]:kv[b + 1]].long()
+        slots = kv_indices[kv[b] : kv[b + 1]].long()
         L = slots.numel()
         k = torch.cat([k_buffer[slots, 0, :].to(dtype), k_extend[q0:q1, 0, :].to(dtype)], 0)  # [L+n, 576]
         v = torch.cat([v_buffer[slots, 0, :].to(dtype), v_extend[q0:q1, 0, :].to(dtype)], 0)  # [L+n, 512]
-        q = q_extend[q0:q1].to(dtype)                                                          # [n, H, 576]
-        logits = torch.einsum("nhd,kd->nhk", q, k) * scale                                     # [n, H, L+n]
+        q = q_extend[q0:q1].to(dtype)  # [n, H, 576]
+        logits = torch.einsum("nhd,kd->nhk", q, k) * scale  # [n, H, L+n]
         vis = draft_visibility(custom_mask, mask_indptr, b, L, n, is_causal, device=logits.device)
         full = torch.ones(n, L + n, dtype=torch.bool, device=logits.device)
         full[:, L:] = vis

@@ -9,6 +9,7 @@ per warpgroup) + 1024 (slack to align the base to the 1024-byte swizzle period).
 the mangled kernel names and uses `smem_bytes` for the ptxas report; the GPU tests check it
 against the binding's own number.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +33,12 @@ class TileConfig:
     @property
     def smem_bytes(self) -> int:
         if self.engine == "wgmma":
-            return (self.block_m + self.stages * self.block_n) * ROW_BYTES + self.block_m * self.block_n * 2 \
-                + 16 * self.block_m + 1024
+            return (
+                (self.block_m + self.stages * self.block_n) * ROW_BYTES
+                + self.block_m * self.block_n * 2
+                + 16 * self.block_m
+                + 1024
+            )
         return smem_bytes(self.block_m, self.block_n, self.stages)
 
     @property

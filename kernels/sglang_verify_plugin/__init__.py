@@ -23,7 +23,8 @@ Optional tuning: ``"defrag_options": {...}`` in the config (see ``DefragSettings
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sglang_verify_plugin.config import VerifyConfig, load_config, record_active, set_defrag_status
 
@@ -33,7 +34,9 @@ BACKEND_NAME = "triton"
 _STOCK_ATTR = "_orchestrator_stock_factory"
 
 
-def make_factory(stock: Callable[[Any], Any], config_loader: Callable[[], VerifyConfig] = load_config) -> Callable[[Any], Any]:
+def make_factory(
+    stock: Callable[[Any], Any], config_loader: Callable[[], VerifyConfig] = load_config
+) -> Callable[[Any], Any]:
     """The factory registered under "triton": bundled subclass or stock, per the config."""
 
     def create_triton_backend_with_bundled_verify(runner: Any) -> Any:

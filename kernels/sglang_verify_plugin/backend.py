@@ -35,8 +35,9 @@ ROUTE_NONE = "none"  # not an MLA model: nothing to swap
 def _record_disabled(error: str) -> None:
     """The kernel became unusable in this process: active.json must stop claiming it runs."""
     cfg = load_config()
-    record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, f"bundled kernel disabled: {error}"),
-                  route="disabled")
+    record_active(
+        VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, f"bundled kernel disabled: {error}"), route="disabled"
+    )
 
 
 def has_verify_hook(backend: Any) -> bool:
@@ -80,17 +81,25 @@ class BundledVerifyTritonBackend(TritonAttnBackend):
         if self.bundled_verify_route != ROUTE_NONE:
             kv_indices = getattr(self, "cuda_graph_kv_indices", None)
             self.bundled_verify.allocate_workspace(
-                max_bs=max_bs, tokens_per_req=max(1, max_num_tokens // max(1, max_bs)),
-                num_heads=self.num_head, device=self.device,
-                kv_indices_numel=kv_indices.numel() if kv_indices is not None else max_num_tokens * self.max_context_len)
+                max_bs=max_bs,
+                tokens_per_req=max(1, max_num_tokens // max(1, max_bs)),
+                num_heads=self.num_head,
+                device=self.device,
+                kv_indices_numel=kv_indices.numel()
+                if kv_indices is not None
+                else max_num_tokens * self.max_context_len,
+            )
 
     # -- route B: releases without the verify hook ----------------------------------
-    def _route_b_applies(self, k: Any, v: Any, layer: Any, forward_batch: Any, save_kv_cache: bool,
-                         extra: dict) -> bool:
+    def _route_b_applies(
+        self, k: Any, v: Any, layer: Any, forward_batch: Any, save_kv_cache: bool, extra: dict
+    ) -> bool:
         return (
             self.bundled_verify_route == ROUTE_FORWARD_EXTEND
             and forward_batch.forward_mode.is_target_verify()
-            and k is not None and v is not None and save_kv_cache
+            and k is not None
+            and v is not None
+            and save_kv_cache
             and not any(extra.get(n) is not None for n in ("sinks", "score_mod", "aux_tensors"))
             and getattr(self, "dcp_size", 1) == 1
             and not getattr(self, "enable_deterministic", False)
@@ -99,8 +108,17 @@ class BundledVerifyTritonBackend(TritonAttnBackend):
             and getattr(forward_batch, "_attn_output", None) is None
         )
 
-    def forward_extend(self, q: Any, k: Any, v: Any, layer: Any, forward_batch: Any,
-                       save_kv_cache: bool = True, *args: Any, **kwargs: Any) -> Any:
+    def forward_extend(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        layer: Any,
+        forward_batch: Any,
+        save_kv_cache: bool = True,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         names = ("sinks", "score_mod", "aux_tensors")
         extra = {**dict(zip(names, args)), **kwargs}
         if not self._route_b_applies(k, v, layer, forward_batch, save_kv_cache, extra):
@@ -109,12 +127,22 @@ class BundledVerifyTritonBackend(TritonAttnBackend):
         self.token_to_kv_pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k, v)
         o = q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim))
         ran = self.bundled_verify(
-            q.view(-1, layer.tp_q_head_num, layer.qk_head_dim), k.contiguous(), v.contiguous(),
+            q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
+            k.contiguous(),
+            v.contiguous(),
             o.view(-1, layer.tp_q_head_num, layer.v_head_dim),
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),
             self.token_to_kv_pool.get_value_buffer(layer.layer_id),
-            md.qo_indptr, md.kv_indptr, md.kv_indices, md.custom_mask, True, md.mask_indptr,
-            md.max_extend_len, 1.0, 1.0, layer.scaling,
+            md.qo_indptr,
+            md.kv_indptr,
+            md.kv_indices,
+            md.custom_mask,
+            True,
+            md.mask_indptr,
+            md.max_extend_len,
+            1.0,
+            1.0,
+            layer.scaling,
             logit_cap=getattr(layer, "logit_cap", 0.0) or 0.0,
         )
         if ran:

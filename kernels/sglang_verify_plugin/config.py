@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 CONFIG_ENV = "ORCHESTRATOR_VERIFY_CONFIG"
 DISABLE_ENV = "ORCHESTRATOR_VERIFY_DISABLE"
@@ -146,8 +147,10 @@ def atomic_write_json(path: Path, doc: Any) -> None:
     fsync_dir(path.parent)
 
 
-DEFRAG_NOT_WIRED = ("the KV defragmenter hook is not installed in an SGLang scheduler in this process "
-                    "(it attaches at the scheduler's first step; see kernels/sglang_verify_plugin/defrag_hook.py)")
+DEFRAG_NOT_WIRED = (
+    "the KV defragmenter hook is not installed in an SGLang scheduler in this process "
+    "(it attaches at the scheduler's first step; see kernels/sglang_verify_plugin/defrag_hook.py)"
+)
 
 # What the defrag hook (kernels/sglang_verify_plugin/defrag_hook.py) reports for this process; merged
 # into every active.json this process writes. Empty until the hook attaches or fails to.
@@ -197,8 +200,13 @@ def record_active(cfg: VerifyConfig, environ: Mapping[str, str] | None = None, *
     """
     import time
 
-    base = {"verify_kernel": cfg.verify_kernel, "bundle_sha": cfg.bundle_sha, "reason": cfg.reason,
-            "pid": os.getpid(), **extra}
+    base = {
+        "verify_kernel": cfg.verify_kernel,
+        "bundle_sha": cfg.bundle_sha,
+        "reason": cfg.reason,
+        "pid": os.getpid(),
+        **extra,
+    }
     _LAST_ACTIVE.clear()
     _LAST_ACTIVE.update(base)
     _LAST_ACTIVE["_defrag_requested"] = cfg.defrag
@@ -217,7 +225,12 @@ def record_defrag(requested: bool = True, environ: Mapping[str, str] | None = No
         base = {k: v for k, v in _LAST_ACTIVE.items() if k != "_defrag_requested"}
         requested = bool(_LAST_ACTIVE.get("_defrag_requested", requested)) or requested
     else:
-        base = {"verify_kernel": None, "bundle_sha": None, "route": None, "pid": os.getpid(),
-                "reason": "the attention backend was not built by the plugin in this process"}
+        base = {
+            "verify_kernel": None,
+            "bundle_sha": None,
+            "route": None,
+            "pid": os.getpid(),
+            "reason": "the attention backend was not built by the plugin in this process",
+        }
     doc = {**base, "pid": os.getpid(), "written_at": time.time(), **_defrag_fields(requested)}
     return _write_active(doc, environ)

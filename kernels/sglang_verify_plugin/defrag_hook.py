@@ -58,8 +58,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -82,15 +83,15 @@ class DefragSkip(Exception):
 
 @dataclass(frozen=True)
 class DefragSettings:
-    interval_steps: int = 64          # try at most once every this many scheduler steps
-    min_runs_per_row: float = 2.0     # trigger: mean runs per row (requests + tree nodes)
-    min_live_tokens: int = 1024       # trigger: at least this many live row positions
-    max_tokens_per_run: int = 65536   # cap on slots moved by one run, all its rounds (bounds the stall)
-    max_rounds_per_run: int = 8       # incremental rounds per run (each: plan, verify, copy, swap)
-    backend: str = "auto"             # executor backend: auto (Triton on CUDA), torch, triton
+    interval_steps: int = 64  # try at most once every this many scheduler steps
+    min_runs_per_row: float = 2.0  # trigger: mean runs per row (requests + tree nodes)
+    min_live_tokens: int = 1024  # trigger: at least this many live row positions
+    max_tokens_per_run: int = 65536  # cap on slots moved by one run, all its rounds (bounds the stall)
+    max_rounds_per_run: int = 8  # incremental rounds per run (each: plan, verify, copy, swap)
+    backend: str = "auto"  # executor backend: auto (Triton on CUDA), torch, triton
 
     @classmethod
-    def from_mapping(cls, doc: Mapping[str, Any] | None) -> "DefragSettings":
+    def from_mapping(cls, doc: Mapping[str, Any] | None) -> DefragSettings:
         doc = dict(doc or {})
         unknown = set(doc) - set(cls.__dataclass_fields__)
         if unknown:
@@ -122,7 +123,7 @@ class Target:
     allocator: Any
     tree_cache: Any
     kv_pools: list
-    owners: Callable[[], list]          # -> ReqKvInfo-like records (req_pool_idx, kv_allocated_len)
+    owners: Callable[[], list]  # -> ReqKvInfo-like records (req_pool_idx, kv_allocated_len)
     in_flight: Callable[[], str | None] = lambda: None  # -> reason to skip, or None
 
 
@@ -136,8 +137,10 @@ def check_structures(req_to_token_pool: Any, allocator: Any, tree_cache: Any, kv
     import torch
 
     if not _exact(allocator, "sglang.srt.mem_cache.allocator.token", "TokenToKVPoolAllocator"):
-        raise DefragUnsupported(f"allocator is {type(allocator).__name__}, not TokenToKVPoolAllocator "
-                                "(paged, hybrid/SWA or unified allocators are not supported)")
+        raise DefragUnsupported(
+            f"allocator is {type(allocator).__name__}, not TokenToKVPoolAllocator "
+            "(paged, hybrid/SWA or unified allocators are not supported)"
+        )
     if getattr(allocator, "page_size", None) != 1:
         raise DefragUnsupported(f"page_size is {getattr(allocator, 'page_size', None)}, only 1 is supported")
     if not _exact(req_to_token_pool, "sglang.srt.mem_cache.memory_pool", "ReqToTokenPool"):
@@ -165,10 +168,15 @@ def check_structures(req_to_token_pool: Any, allocator: Any, tree_cache: Any, kv
         if pool.size != allocator.size:
             raise DefragUnsupported(f"{name} has {pool.size} slots, the allocator {allocator.size}")
         for i, t in enumerate(pool.kv_buffer):
-            if (t.dtype not in (torch.bfloat16, torch.uint8) or tuple(t.shape) != (pool.size + 1, 1, KV_DIM)
-                    or not t.is_contiguous()):
-                raise DefragUnsupported(f"{name}.kv_buffer[{i}] is {t.dtype} {tuple(t.shape)}; expected a contiguous "
-                                        f"bf16/uint8 [{pool.size + 1}, 1, {KV_DIM}]")
+            if (
+                t.dtype not in (torch.bfloat16, torch.uint8)
+                or tuple(t.shape) != (pool.size + 1, 1, KV_DIM)
+                or not t.is_contiguous()
+            ):
+                raise DefragUnsupported(
+                    f"{name}.kv_buffer[{i}] is {t.dtype} {tuple(t.shape)}; expected a contiguous "
+                    f"bf16/uint8 [{pool.size + 1}, 1, {KV_DIM}]"
+                )
 
 
 # --------------------------------------------------------------------------- one run
@@ -176,13 +184,13 @@ def check_structures(req_to_token_pool: Any, allocator: Any, tree_cache: Any, kv
 
 @dataclass
 class _State:
-    rows: np.ndarray           # req_to_token row ids of the owners (int64)
-    lens: np.ndarray           # their kv_allocated_len
-    sub: np.ndarray            # req_to_token[rows, :W] on the host (int32)
-    nodes: list                # radix tree nodes with a value (root excluded)
-    node_vals: list            # their values on the host (int64)
-    free: np.ndarray           # sorted free slots (int64)
-    pool: Any                  # RaggedPoolIndex over owner rows then node rows
+    rows: np.ndarray  # req_to_token row ids of the owners (int64)
+    lens: np.ndarray  # their kv_allocated_len
+    sub: np.ndarray  # req_to_token[rows, :W] on the host (int32)
+    nodes: list  # radix tree nodes with a value (root excluded)
+    node_vals: list  # their values on the host (int64)
+    free: np.ndarray  # sorted free slots (int64)
+    pool: Any  # RaggedPoolIndex over owner rows then node rows
 
 
 def _tree_nodes(tree_cache: Any) -> list:
@@ -250,8 +258,7 @@ def make_plan(state: _State, settings: DefragSettings, budget: int | None = None
     from kv_defrag.planner import Round, fragmentation, plan_defrag, schedule
 
     before = fragmentation(state.pool)
-    if first and (before.live_tokens < settings.min_live_tokens
-                  or before.runs_per_request < settings.min_runs_per_row):
+    if first and (before.live_tokens < settings.min_live_tokens or before.runs_per_request < settings.min_runs_per_row):
         raise DefragSkip("below_threshold")
     if state.free.size == 0:
         raise DefragSkip("no_free_slot")
@@ -274,9 +281,15 @@ def make_plan(state: _State, settings: DefragSettings, budget: int | None = None
         isfree[dst] = False
         free_after = np.flatnonzero(isfree[1:]).astype(np.int64) + 1
         after = fragmentation(state.pool.remapped(remap, free_after))
-        plan = replace(plan, rounds=(Round("incremental", src, dst, schedule(src, dst, n)),), remap=remap,
-                       free_after=free_after, tokens_moved=int(k), frag_after=after,
-                       notes=plan.notes + [f"capped at max_tokens_per_run={k}"])
+        plan = replace(
+            plan,
+            rounds=(Round("incremental", src, dst, schedule(src, dst, n)),),
+            remap=remap,
+            free_after=free_after,
+            tokens_moved=int(k),
+            frag_after=after,
+            notes=plan.notes + [f"capped at max_tokens_per_run={k}"],
+        )
     if plan.frag_after.runs >= before.runs:
         raise DefragSkip("no_gain")
     return plan
@@ -343,8 +356,7 @@ def execute(target: Target, state: _State, plan, settings: DefragSettings) -> Ru
         new_sub[live] = remap[state.sub[live].astype(np.int64)].astype(np.int32)
         changed = np.any(new_sub != state.sub, axis=1)
         if changed.any():
-            new_rows = (torch.as_tensor(state.rows[changed], device=dev),
-                        torch.as_tensor(new_sub[changed], device=dev))
+            new_rows = (torch.as_tensor(state.rows[changed], device=dev), torch.as_tensor(new_sub[changed], device=dev))
     new_vals = []
     for node, vals in zip(state.nodes, state.node_vals):
         nv = remap[vals]
@@ -372,8 +384,9 @@ def execute(target: Target, state: _State, plan, settings: DefragSettings) -> Ru
     alloc.release_pages = new_release
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-    return RunResult(plan.tokens_moved, plan.tokens_moved * layers * KV_DIM * elem,
-                     plan.frag_before.runs, plan.frag_after.runs, used)
+    return RunResult(
+        plan.tokens_moved, plan.tokens_moved * layers * KV_DIM * elem, plan.frag_before.runs, plan.frag_after.runs, used
+    )
 
 
 # --------------------------------------------------------------------------- the hook
@@ -395,7 +408,7 @@ class DefragHook:
     skips: Counter = field(default_factory=Counter)
     last_skip_detail: str | None = None
     last_run: dict | None = None
-    on_change: Callable[["DefragHook"], None] | None = None
+    on_change: Callable[[DefragHook], None] | None = None
 
     @property
     def applied(self) -> bool:
@@ -407,13 +420,20 @@ class DefragHook:
             note = f"defrag hook not attached: {self.unsupported}"
         elif self.disabled:
             note = f"defrag hook disabled after an error: {self.disabled}"
-        return {"defrag_applied": self.applied, "defrag_note": note,
-                "defrag_hook": f"Scheduler.{HOOK_METHOD}", "defrag_runs": self.runs,
-                "defrag_rounds": self.rounds,
-                "defrag_tokens_moved": self.tokens_moved, "defrag_bytes_moved": self.bytes_moved,
-                "defrag_steps": self.steps, "defrag_skips": dict(self.skips),
-                "defrag_last_error": self.disabled, "defrag_last_run": self.last_run,
-                "defrag_settings": dict(self.settings.__dict__)}
+        return {
+            "defrag_applied": self.applied,
+            "defrag_note": note,
+            "defrag_hook": f"Scheduler.{HOOK_METHOD}",
+            "defrag_runs": self.runs,
+            "defrag_rounds": self.rounds,
+            "defrag_tokens_moved": self.tokens_moved,
+            "defrag_bytes_moved": self.bytes_moved,
+            "defrag_steps": self.steps,
+            "defrag_skips": dict(self.skips),
+            "defrag_last_error": self.disabled,
+            "defrag_last_run": self.last_run,
+            "defrag_settings": dict(self.settings.__dict__),
+        }
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -495,10 +515,18 @@ class DefragHook:
             self.rounds += 1
             self.tokens_moved += res.tokens_moved
             self.bytes_moved += res.bytes_moved
-            self.last_run = {"step": self.steps, "rounds": rounds, "tokens_moved": moved, "bytes_moved": nbytes,
-                             "runs_before": runs_before, "runs_after": runs_after, "stop": None,
-                             "plan_ms": round(plan_s * 1e3, 3), "copy_and_swap_ms": round(copy_s * 1e3, 3),
-                             "backend": backend}
+            self.last_run = {
+                "step": self.steps,
+                "rounds": rounds,
+                "tokens_moved": moved,
+                "bytes_moved": nbytes,
+                "runs_before": runs_before,
+                "runs_after": runs_after,
+                "stop": None,
+                "plan_ms": round(plan_s * 1e3, 3),
+                "copy_and_swap_ms": round(copy_s * 1e3, 3),
+                "backend": backend,
+            }
         self.runs += 1
         self.last_run["stop"] = stop
         self._changed()
@@ -521,8 +549,15 @@ def _runners(root: Any, max_depth: int = 3, limit: int = 5000) -> list:
     import torch
 
     found, seen, frontier = [], set(), [root]
-    names = ("model_runner", "draft_runner", "draft_model_runner", "target_worker", "draft_worker",
-             "draft_runner_list", "worker")
+    names = (
+        "model_runner",
+        "draft_runner",
+        "draft_model_runner",
+        "target_worker",
+        "draft_worker",
+        "draft_runner_list",
+        "worker",
+    )
     for _ in range(max_depth + 1):
         nxt = []
         for obj in frontier:
@@ -622,8 +657,14 @@ def target_of(sched: Any) -> Target:
     alloc = sched.token_to_kv_pool_allocator
     pools = kv_pools_of(sched, alloc)
     check_structures(sched.req_to_token_pool, alloc, sched.tree_cache, pools)
-    return Target(sched.req_to_token_pool, alloc, sched.tree_cache, pools,
-                  owners=lambda: owners_of(sched), in_flight=lambda: _in_flight(sched))
+    return Target(
+        sched.req_to_token_pool,
+        alloc,
+        sched.tree_cache,
+        pools,
+        owners=lambda: owners_of(sched),
+        in_flight=lambda: _in_flight(sched),
+    )
 
 
 def _report(hook: DefragHook) -> None:
@@ -641,8 +682,11 @@ def attach(sched: Any, settings: DefragSettings, report: Callable[[DefragHook], 
     hook = DefragHook(settings=settings, on_change=report)
     try:
         hook.target = target_of(sched)
-        log.info("KV defrag hook attached (%d KV pool(s), every %d steps)", len(hook.target.kv_pools),
-                 settings.interval_steps)
+        log.info(
+            "KV defrag hook attached (%d KV pool(s), every %d steps)",
+            len(hook.target.kv_pools),
+            settings.interval_steps,
+        )
     except DefragUnsupported as exc:
         hook.unsupported = str(exc)
         log.warning("KV defrag hook not attached: %s", exc)
@@ -654,8 +698,9 @@ def attach(sched: Any, settings: DefragSettings, report: Callable[[DefragHook], 
     return hook
 
 
-def wrap(original: Callable, settings: DefragSettings,
-         report: Callable[[DefragHook], None] | None = _report) -> Callable:
+def wrap(
+    original: Callable, settings: DefragSettings, report: Callable[[DefragHook], None] | None = _report
+) -> Callable:
     @functools.wraps(original)
     def get_next_batch_to_run(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -669,8 +714,11 @@ def wrap(original: Callable, settings: DefragSettings,
     return get_next_batch_to_run
 
 
-def install(settings: DefragSettings | None = None, scheduler_cls: Any = None,
-            report: Callable[[DefragHook], None] | None = _report) -> Any:
+def install(
+    settings: DefragSettings | None = None,
+    scheduler_cls: Any = None,
+    report: Callable[[DefragHook], None] | None = _report,
+) -> Any:
     """Wrap ``scheduler_cls.get_next_batch_to_run`` (SGLang's ``Scheduler`` by default).
     Idempotent; raises AttributeError loudly when the method does not exist (an SGLang
     release that renamed it). Returns the class."""
@@ -680,8 +728,10 @@ def install(settings: DefragSettings | None = None, scheduler_cls: Any = None,
         scheduler_cls = importlib.import_module(SCHEDULER_MODULE).Scheduler
     current = scheduler_cls.__dict__.get(HOOK_METHOD)
     if current is None:
-        raise AttributeError(f"{scheduler_cls.__module__}.{scheduler_cls.__name__} has no method {HOOK_METHOD!r}: "
-                             "the defrag hook's installation point is gone (SGLang changed)")
+        raise AttributeError(
+            f"{scheduler_cls.__module__}.{scheduler_cls.__name__} has no method {HOOK_METHOD!r}: "
+            "the defrag hook's installation point is gone (SGLang changed)"
+        )
     if getattr(current, _MARK, False):
         return scheduler_cls
     setattr(scheduler_cls, HOOK_METHOD, wrap(current, settings or DefragSettings(), report))

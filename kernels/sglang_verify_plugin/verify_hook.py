@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib
 import logging
 from collections import Counter
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("sglang_verify_plugin")
 
@@ -30,8 +31,7 @@ def load_kernel_module() -> Any:
     return importlib.import_module("mla_verify")
 
 
-def graph_workspace(*, max_bs: int, tokens_per_req: int, num_heads: int, kv_indices_numel: int,
-                    device: Any) -> Any:
+def graph_workspace(*, max_bs: int, tokens_per_req: int, num_heads: int, kv_indices_numel: int, device: Any) -> Any:
     """fp32 scratch big enough for every batch size a CUDA graph is captured for, or None."""
     import torch
 
@@ -72,13 +72,13 @@ class BundledVerify:
     def __init__(
         self,
         kernel_loader: Callable[[], Any] = load_kernel_module,
-        fallback: Optional[Callable[..., bool]] = None,
-        on_disabled: Optional[Callable[[str], None]] = None,
+        fallback: Callable[..., bool] | None = None,
+        on_disabled: Callable[[str], None] | None = None,
     ) -> None:
         self._kernel_loader = kernel_loader
         self.on_disabled = on_disabled  # told once when the kernel turns out unusable
         self._kernel: Any = None
-        self._kernel_error: Optional[str] = None
+        self._kernel_error: str | None = None
         self.fallback = fallback
         self.workspace: Any = None
         self.calls = 0
@@ -110,19 +110,25 @@ class BundledVerify:
                 log.exception("on_disabled callback failed")
 
     @property
-    def kernel_error(self) -> Optional[str]:
+    def kernel_error(self) -> str | None:
         return self._kernel_error
 
-    def allocate_workspace(self, *, max_bs: int, tokens_per_req: int, num_heads: int,
-                           kv_indices_numel: int, device: Any) -> None:
+    def allocate_workspace(
+        self, *, max_bs: int, tokens_per_req: int, num_heads: int, kv_indices_numel: int, device: Any
+    ) -> None:
         """Allocate the kernel's split-K scratch once, before CUDA-graph capture (fixed address).
 
         Uses the kernel's ``make_workspace(**sizes)`` when it has one; otherwise sizes it with
         ``mla_verify.api`` (``choose_num_splits``/``workspace_numel``) for the largest
         need over every captured batch size. Not a CUDA device: nothing to allocate.
         """
-        sizes = dict(max_bs=max_bs, tokens_per_req=tokens_per_req, num_heads=num_heads,
-                     kv_indices_numel=kv_indices_numel, device=device)
+        sizes = dict(
+            max_bs=max_bs,
+            tokens_per_req=tokens_per_req,
+            num_heads=num_heads,
+            kv_indices_numel=kv_indices_numel,
+            device=device,
+        )
         mod = self.kernel()
         if mod is None:
             return
@@ -131,10 +137,20 @@ class BundledVerify:
 
     # -- the hook -----------------------------------------------------------------
     def decline_reason(
-        self, q_extend: Any, k_extend: Any, v_extend: Any, o_extend: Any, k_buffer: Any,
-        is_causal: bool, logit_cap: float, sliding_window_size: Optional[int], sinks: Any,
-        window_kv_offsets: Any, xai_temperature_len: Optional[int], unknown: dict,
-    ) -> Optional[str]:
+        self,
+        q_extend: Any,
+        k_extend: Any,
+        v_extend: Any,
+        o_extend: Any,
+        k_buffer: Any,
+        is_causal: bool,
+        logit_cap: float,
+        sliding_window_size: int | None,
+        sinks: Any,
+        window_kv_offsets: Any,
+        xai_temperature_len: int | None,
+        unknown: dict,
+    ) -> str | None:
         """Why this call is not for the bundled kernel (None: it is)."""
         if unknown:
             return f"unknown keyword(s) {sorted(unknown)}"
@@ -150,8 +166,12 @@ class BundledVerify:
             return "xai temperature"
         if logit_cap not in (None, 0, 0.0):
             return "logit cap"
-        shapes = (getattr(q_extend, "shape", ()), getattr(o_extend, "shape", ()),
-                  getattr(k_extend, "shape", ()), getattr(k_buffer, "shape", ()))
+        shapes = (
+            getattr(q_extend, "shape", ()),
+            getattr(o_extend, "shape", ()),
+            getattr(k_extend, "shape", ()),
+            getattr(k_buffer, "shape", ()),
+        )
         q, o, k, kb = shapes
         if len(q) != 3 or q[-1] != QK_DIM or len(o) != 3 or o[-1] != V_DIM or tuple(o[:2]) != tuple(q[:2]):
             return f"not absorbed MLA 576/512 (q {tuple(q)}, o {tuple(o)})"
@@ -160,20 +180,65 @@ class BundledVerify:
         return None
 
     def __call__(
-        self, q_extend: Any, k_extend: Any, v_extend: Any, o_extend: Any, k_buffer: Any,
-        v_buffer: Any, qo_indptr: Any, kv_indptr: Any, kv_indices: Any, custom_mask: Any,
-        is_causal: bool, mask_indptr: Any, max_len_extend: int, k_scale: float = 1.0,
-        v_scale: float = 1.0, sm_scale: Optional[float] = None, *, logit_cap: float = 0.0,
-        sliding_window_size: Optional[int] = -1, sinks: Any = None, window_kv_offsets: Any = None,
-        xai_temperature_len: Optional[int] = -1, max_bs: Optional[int] = None, **unknown: Any,
+        self,
+        q_extend: Any,
+        k_extend: Any,
+        v_extend: Any,
+        o_extend: Any,
+        k_buffer: Any,
+        v_buffer: Any,
+        qo_indptr: Any,
+        kv_indptr: Any,
+        kv_indices: Any,
+        custom_mask: Any,
+        is_causal: bool,
+        mask_indptr: Any,
+        max_len_extend: int,
+        k_scale: float = 1.0,
+        v_scale: float = 1.0,
+        sm_scale: float | None = None,
+        *,
+        logit_cap: float = 0.0,
+        sliding_window_size: int | None = -1,
+        sinks: Any = None,
+        window_kv_offsets: Any = None,
+        xai_temperature_len: int | None = -1,
+        max_bs: int | None = None,
+        **unknown: Any,
     ) -> bool:
         self.calls += 1
-        positional = (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
-                      kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend,
-                      k_scale, v_scale, sm_scale)
-        reason = self.decline_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, is_causal,
-                                     logit_cap, sliding_window_size, sinks, window_kv_offsets,
-                                     xai_temperature_len, unknown)
+        positional = (
+            q_extend,
+            k_extend,
+            v_extend,
+            o_extend,
+            k_buffer,
+            v_buffer,
+            qo_indptr,
+            kv_indptr,
+            kv_indices,
+            custom_mask,
+            is_causal,
+            mask_indptr,
+            max_len_extend,
+            k_scale,
+            v_scale,
+            sm_scale,
+        )
+        reason = self.decline_reason(
+            q_extend,
+            k_extend,
+            v_extend,
+            o_extend,
+            k_buffer,
+            is_causal,
+            logit_cap,
+            sliding_window_size,
+            sinks,
+            window_kv_offsets,
+            xai_temperature_len,
+            unknown,
+        )
         mod = None
         if reason is None:
             mod = self.kernel()
@@ -200,9 +265,16 @@ class BundledVerify:
             log.warning("target verify on SGLang's kernel instead of the bundled one: %s", reason)
         self.reasons[reason] += 1
         if self.fallback is not None:
-            return bool(self.fallback(*positional, logit_cap=logit_cap,
-                                      sliding_window_size=sliding_window_size, sinks=sinks,
-                                      window_kv_offsets=window_kv_offsets,
-                                      xai_temperature_len=xai_temperature_len, max_bs=max_bs,
-                                      **unknown))
+            return bool(
+                self.fallback(
+                    *positional,
+                    logit_cap=logit_cap,
+                    sliding_window_size=sliding_window_size,
+                    sinks=sinks,
+                    window_kv_offsets=window_kv_offsets,
+                    xai_temperature_len=xai_temperature_len,
+                    max_bs=max_bs,
+                    **unknown,
+                )
+            )
         return False

@@ -19,6 +19,7 @@ tile config; `configs_us` times every other config built for the arch on the sam
 (topk = 1) so SGLang's verify_shared_kv_fwd (chain only) applies; the mask is the FULL layout.
 Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,6 +52,7 @@ def import_sglang():
     try:
         from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
         from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
+
         return extend_attention_fwd, verify_shared_kv_fwd, None
     except Exception as first:  # noqa: BLE001 - any import failure is a skip reason
         err = f"{type(first).__name__}: {first}"
@@ -68,6 +70,7 @@ def import_sglang():
         sys.modules["sglang"] = pkg
         from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
         from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
+
         return extend_attention_fwd, verify_shared_kv_fwd, None
     except Exception as second:  # noqa: BLE001
         return None, None, f"sglang import failed: {err}; without sglang/__init__: {type(second).__name__}: {second}"
@@ -124,12 +127,12 @@ def measure_ceilings(torch, timer):
     dst = torch.empty_like(src)
     t_copy = timer.median_us(lambda: dst.copy_(src))
     bw = 2 * n * 2 / (t_copy * 1e-6)
-    del src, dst
+    src = dst = None  # free the GiB buffers before the matmul ones
     a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     bmat = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     t_mm = timer.median_us(lambda: a @ bmat)
     fl = 2 * 8192**3 / (t_mm * 1e-6)
-    del a, bmat
+    a = bmat = None
     torch.cuda.empty_cache()
     return bw, fl
 
@@ -149,6 +152,7 @@ def oracle_fp32(inp, B, L, n, H):
         logits[..., L:] = logits[..., L:].masked_fill(~vis[None, :, None, :], float("-inf"))
         p = torch.softmax(logits, -1)
         return torch.einsum("bnhk,bkd->bnhd", p, k[..., :512]).reshape(B * n, H, 512)
+
     return run
 
 
@@ -163,8 +167,17 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
     by, fl = shape_bytes_flops(B, L, n, H)
     bw, peak = ceilings
     floor_us = max(by / bw, fl / peak) * 1e6
-    row = {"B": B, "L": L, "n": n, "H": H, "rows_per_request": n * H, "bytes": by, "flops": fl,
-           "floor_us": floor_us, "floor_bound": "memory" if by / bw >= fl / peak else "compute"}
+    row = {
+        "B": B,
+        "L": L,
+        "n": n,
+        "H": H,
+        "rows_per_request": n * H,
+        "bytes": by,
+        "flops": fl,
+        "floor_us": floor_us,
+        "floor_bound": "memory" if by / bw >= fl / peak else "compute",
+    }
     o_new = inp["o_extend"]
     new_fn = lambda: mla_verify_fwd(*args, sm_scale=scale)  # noqa: E731
     row["new_eager_us"] = timer.median_us(new_fn)
@@ -176,16 +189,24 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
     arch = api.device_arch(o_new.device)
     default = tiles.DEFAULT_CONFIG[arch]
     row["tile_config"] = default.name
-    row["num_splits"] = api.choose_num_splits(B, n, H, B * L, torch.cuda.get_device_properties(o_new.device)
-                                              .multi_processor_count, default, tiles.ctas_per_sm(default, arch))
+    row["num_splits"] = api.choose_num_splits(
+        B,
+        n,
+        H,
+        B * L,
+        torch.cuda.get_device_properties(o_new.device).multi_processor_count,
+        default,
+        tiles.ctas_per_sm(default, arch),
+    )
     row["configs_us"], row["configs_rel_err_vs_default"] = {default.name: row["new_us"]}, {}
     for cfg in tiles.ARCH_CONFIGS[arch]:
         if cfg is default:
             continue
         alt_fn = lambda c=cfg.name: mla_verify_fwd(*args, sm_scale=scale, tile_config=c)  # noqa: E731
         row["configs_us"][cfg.name], _ = timer.time_graph_or_eager(alt_fn)
-        row["configs_rel_err_vs_default"][cfg.name] = float((o_new.float() - new_out.float()).norm()
-                                                            / new_out.float().norm())
+        row["configs_rel_err_vs_default"][cfg.name] = float(
+            (o_new.float() - new_out.float()).norm() / new_out.float().norm()
+        )
     if want_oracle:
         need = B * (L + n) * 576 * 4 * 2 + B * n * H * (L + n) * 4 * 3
         if need < 24 * 2**30:
@@ -206,7 +227,8 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
         s_args[3] = o_s
         try:
             row["sglang_extend_us"], row["sglang_extend_timing"] = timer.time_graph_or_eager(
-                lambda: ext(*s_args, 1.0, 1.0, scale), warmup=1, iters=5)
+                lambda: ext(*s_args, 1.0, 1.0, scale), warmup=1, iters=5
+            )
             row["speedup_vs_sglang_extend"] = row["sglang_extend_us"] / row["new_us"]
             row["rel_err_vs_sglang_extend"] = float((new_out.float() - o_s.float()).norm() / o_s.float().norm())
         except Exception as exc:  # noqa: BLE001
@@ -216,14 +238,15 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
             ran = ver(*s_args, 1.0, 1.0, scale, max_bs=B)
             if ran:
                 row["sglang_verify_us"], row["sglang_verify_timing"] = timer.time_graph_or_eager(
-                    lambda: ver(*s_args, 1.0, 1.0, scale, max_bs=B), 1, 5)
+                    lambda: ver(*s_args, 1.0, 1.0, scale, max_bs=B), 1, 5
+                )
                 row["speedup_vs_sglang_verify"] = row["sglang_verify_us"] / row["new_us"]
                 row["rel_err_vs_sglang_verify"] = float((new_out.float() - o_s.float()).norm() / o_s.float().norm())
             else:
                 row["sglang_verify_skipped"] = "verify_shared_kv_fwd returned False (shape not handled)"
         except Exception as exc:  # noqa: BLE001
             row["sglang_verify_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    del inp, args
+    inp = args = None  # free this shape's inputs before the next one
     torch.cuda.empty_cache()
     return row
 
@@ -259,17 +282,25 @@ def plot(rows, path):
     sweep = sorted([r for r in rows if (r["B"], r["n"], r["H"]) == (1, 8, 16)], key=lambda r: r["L"])
     if not sweep:
         sweep = sorted(rows, key=lambda r: r["L"])
-    xs = [r["L"] for r in sweep]
+
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80)
-    for key, label in (("new_us", "bundled kernel"), ("oracle_us", "torch fp32 oracle"),
-                       ("sglang_extend_us", "SGLang extend_attention_fwd"),
-                       ("sglang_verify_us", "SGLang verify_shared_kv_fwd"), ("floor_us", "roofline floor")):
+    for key, label in (
+        ("new_us", "bundled kernel"),
+        ("oracle_us", "torch fp32 oracle"),
+        ("sglang_extend_us", "SGLang extend_attention_fwd"),
+        ("sglang_verify_us", "SGLang verify_shared_kv_fwd"),
+        ("floor_us", "roofline floor"),
+    ):
         pts = [(r["L"], r[key]) for r in sweep if key in r]
         if pts:
             a1.plot(*zip(*pts), marker="o", label=label, linestyle="--" if key == "floor_us" else "-")
             if key != "floor_us":
-                a2.plot([p[0] for p in pts], [100 * r["floor_us"] / r[key] for r in sweep if key in r],
-                        marker="o", label=label)
+                a2.plot(
+                    [p[0] for p in pts],
+                    [100 * r["floor_us"] / r[key] for r in sweep if key in r],
+                    marker="o",
+                    label=label,
+                )
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("prefix length L (B=1, n=8, H=16)")
@@ -284,10 +315,20 @@ def plot(rows, path):
 
 
 def blocked_doc(reason):
-    return {"ok": False, "blocked": reason, "device": None, "rows": [],
-            "summary": {"min_speedup_vs_sglang_extend": None, "speedup_vs_sglang_extend_b1_32k": None,
-                        "min_sol_pct_long_ctx": None, "geomean_speedup_vs_oracle": None,
-                        "copy_bw_gbs": None, "matmul_tflops": None}}
+    return {
+        "ok": False,
+        "blocked": reason,
+        "device": None,
+        "rows": [],
+        "summary": {
+            "min_speedup_vs_sglang_extend": None,
+            "speedup_vs_sglang_extend_b1_32k": None,
+            "min_sol_pct_long_ctx": None,
+            "geomean_speedup_vs_oracle": None,
+            "copy_bw_gbs": None,
+            "matmul_tflops": None,
+        },
+    }
 
 
 def parse_shapes(text):
@@ -320,8 +361,11 @@ def main(argv=None) -> int:
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
     ceilings = measure_ceilings(torch, timer)
-    print(f"[bench] copy {ceilings[0] / 1e9:.0f} GB/s, bf16 matmul {ceilings[1] / 1e12:.0f} TFLOP/s; "
-          f"sglang: {'ok' if sgl[0] else sgl[2]}", file=sys.stderr)
+    print(
+        f"[bench] copy {ceilings[0] / 1e9:.0f} GB/s, bf16 matmul {ceilings[1] / 1e12:.0f} TFLOP/s; "
+        f"sglang: {'ok' if sgl[0] else sgl[2]}",
+        file=sys.stderr,
+    )
     rows, errors = [], []
     for shape in shapes:
         try:
@@ -331,16 +375,30 @@ def main(argv=None) -> int:
             print(f"[bench] {shape} FAILED {exc}", file=sys.stderr)
             continue
         rows.append(r)
-        print(f"[bench] {shape} new {r['new_us']:.1f}us floor {r['floor_us']:.1f}us SOL {r['sol_pct']:.1f}% "
-              f"ext {r.get('sglang_extend_us', float('nan')):.0f}us ver {r.get('sglang_verify_us', float('nan')):.0f}us "
-              f"oracle {r.get('oracle_us', float('nan')):.0f}us S={r['num_splits']} "
-              f"configs {' '.join(f'{k}={v:.1f}' for k, v in r['configs_us'].items())}", file=sys.stderr)
+        print(
+            f"[bench] {shape} new {r['new_us']:.1f}us floor {r['floor_us']:.1f}us SOL {r['sol_pct']:.1f}% "
+            f"ext {r.get('sglang_extend_us', float('nan')):.0f}us ver {r.get('sglang_verify_us', float('nan')):.0f}us "
+            f"oracle {r.get('oracle_us', float('nan')):.0f}us S={r['num_splits']} "
+            f"configs {' '.join(f'{k}={v:.1f}' for k, v in r['configs_us'].items())}",
+            file=sys.stderr,
+        )
     bad = [r for r in rows if r.get("rel_err_vs_oracle", 0) > SANITY_REL_ERR]
     errors += [f"B{r['B']} L{r['L']}: rel_err_vs_oracle {r['rel_err_vs_oracle']:.2e}" for r in bad]
-    doc = {"ok": not errors and bool(rows), "device": torch.cuda.get_device_name(0), "sm_count": props.multi_processor_count,
-           "method": {"warmup": WARMUP, "iters": ITERS, "statistic": "median", "l2_flush_bytes": timer.flush_buf.numel() * 4},
-           "sglang": "available" if sgl[0] else sgl[2], "errors": errors, "rows": rows,
-           "summary": summarize(rows, ceilings)}
+    doc = {
+        "ok": not errors and bool(rows),
+        "device": torch.cuda.get_device_name(0),
+        "sm_count": props.multi_processor_count,
+        "method": {
+            "warmup": WARMUP,
+            "iters": ITERS,
+            "statistic": "median",
+            "l2_flush_bytes": timer.flush_buf.numel() * 4,
+        },
+        "sglang": "available" if sgl[0] else sgl[2],
+        "errors": errors,
+        "rows": rows,
+        "summary": summarize(rows, ceilings),
+    }
     if a.plot and rows:
         plot(rows, a.plot)
         doc["plot"] = a.plot
@@ -362,9 +420,18 @@ def emit(doc, as_json, code):
         t.add_column(col, justify="right")
     f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     for r in doc["rows"]:
-        t.add_row(str(r["B"]), str(r["L"]), str(r["n"]), str(r["H"]), f(r["new_us"]), f(r["floor_us"]),
-                  f(r["sol_pct"]), f(r.get("speedup_vs_oracle")), f(r.get("speedup_vs_sglang_extend")),
-                  f(r.get("speedup_vs_sglang_verify")))
+        t.add_row(
+            str(r["B"]),
+            str(r["L"]),
+            str(r["n"]),
+            str(r["H"]),
+            f(r["new_us"]),
+            f(r["floor_us"]),
+            f(r["sol_pct"]),
+            f(r.get("speedup_vs_oracle")),
+            f(r.get("speedup_vs_sglang_extend")),
+            f(r.get("speedup_vs_sglang_verify")),
+        )
     Console().print(t)
     print(json.dumps(doc["summary"]))
     return code

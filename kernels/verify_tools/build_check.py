@@ -10,6 +10,7 @@ name; the wgmma kernel is matched by name). ok requires 0 spill bytes and smem_b
 (227 KiB sm_90a, 99 KiB sm_120a) for every kernel. Exit 0 ok, 1 a check failed, 2 usage,
 75 nvcc missing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,15 @@ def parse_ptxas(text: str) -> list[dict]:
     for line in text.splitlines():
         m = _ENTRY.search(line)
         if m:
-            cur = {"name": m.group(1), "arch": m.group(2), "registers": None, "spill_store_bytes": 0,
-                   "spill_load_bytes": 0, "stack_bytes": 0, "static_smem_bytes": 0}
+            cur = {
+                "name": m.group(1),
+                "arch": m.group(2),
+                "registers": None,
+                "spill_store_bytes": 0,
+                "spill_load_bytes": 0,
+                "stack_bytes": 0,
+                "static_smem_bytes": 0,
+            }
             kernels.append(cur)
             continue
         if cur is None:
@@ -69,8 +77,14 @@ def dynamic_smem(name: str) -> tuple[int, str | None]:
     if not m:
         return 0, None
     bm, bn, st = map(int, m.groups())
-    cfg = next((c.name for c in tiles.CONFIGS.values()
-                if c.engine == "mma" and (c.block_m, c.block_n, c.stages) == (bm, bn, st)), None)
+    cfg = next(
+        (
+            c.name
+            for c in tiles.CONFIGS.values()
+            if c.engine == "mma" and (c.block_m, c.block_n, c.stages) == (bm, bn, st)
+        ),
+        None,
+    )
     return tiles.smem_bytes(bm, bn, st), cfg
 
 
@@ -83,8 +97,18 @@ def nvcc_version(nvcc: str) -> str:
 def build(arch: str, nvcc: str) -> dict:
     limit = tiles.SMEM_LIMIT[arch]
     with tempfile.TemporaryDirectory(prefix="mlav-build-") as tmp:
-        cmd = [nvcc, *nvcc_flags(arch), "-Xptxas", "-v", "-cubin", "-I", str(CSRC),
-               str(CSRC / "mla_verify.cu"), "-o", os.path.join(tmp, "mla_verify.cubin")]
+        cmd = [
+            nvcc,
+            *nvcc_flags(arch),
+            "-Xptxas",
+            "-v",
+            "-cubin",
+            "-I",
+            str(CSRC),
+            str(CSRC / "mla_verify.cu"),
+            "-o",
+            os.path.join(tmp, "mla_verify.cubin"),
+        ]
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         secs = round(time.time() - t0, 2)
@@ -111,12 +135,22 @@ def build(arch: str, nvcc: str) -> dict:
     if not smem_ok:
         errors.append(f"smem above the {limit} B per-block limit of {arch}")
     return {
-        "ok": ok, "arch": arch, "nvcc_version": nvcc_version(nvcc), "command": cmd, "compile_seconds": secs,
-        "kernels": kernels, "errors": errors,
-        "summary": {"arch": arch, "kernels": len(kernels), "spill_bytes": spill,
-                    "max_registers": max((k["registers"] or 0 for k in kernels), default=0),
-                    "max_smem_bytes": max((k["smem_bytes"] for k in kernels), default=0),
-                    "smem_limit_bytes": limit, "stack_bytes": max((k["stack_bytes"] for k in kernels), default=0)},
+        "ok": ok,
+        "arch": arch,
+        "nvcc_version": nvcc_version(nvcc),
+        "command": cmd,
+        "compile_seconds": secs,
+        "kernels": kernels,
+        "errors": errors,
+        "summary": {
+            "arch": arch,
+            "kernels": len(kernels),
+            "spill_bytes": spill,
+            "max_registers": max((k["registers"] or 0 for k in kernels), default=0),
+            "max_smem_bytes": max((k["smem_bytes"] for k in kernels), default=0),
+            "smem_limit_bytes": limit,
+            "stack_bytes": max((k["stack_bytes"] for k in kernels), default=0),
+        },
     }
 
 
@@ -126,12 +160,25 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--nvcc", default=None, help="nvcc path (default: $CUDA_HOME/bin/nvcc or PATH)")
     a = ap.parse_args(argv)
-    nvcc = a.nvcc or shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
-                                             if os.environ.get("CUDA_HOME") else None)
+    nvcc = (
+        a.nvcc
+        or shutil.which("nvcc")
+        or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if os.environ.get("CUDA_HOME") else None)
+    )
     if not nvcc or not Path(nvcc).exists():
-        doc = {"ok": False, "blocked": "nvcc not found (PATH, CUDA_HOME)", "arch": a.arch, "kernels": [],
-               "summary": {"arch": a.arch, "kernels": 0, "spill_bytes": None, "max_registers": None,
-                           "max_smem_bytes": None}}
+        doc = {
+            "ok": False,
+            "blocked": "nvcc not found (PATH, CUDA_HOME)",
+            "arch": a.arch,
+            "kernels": [],
+            "summary": {
+                "arch": a.arch,
+                "kernels": 0,
+                "spill_bytes": None,
+                "max_registers": None,
+                "max_smem_bytes": None,
+            },
+        }
         code = EXIT_BLOCKED
     else:
         doc = build(a.arch, nvcc)
@@ -142,8 +189,10 @@ def main(argv=None) -> int:
         if doc.get("blocked"):
             print(f"BLOCKED: {doc['blocked']}")
         for k in doc["kernels"]:
-            print(f"{k['name'][:60]:<60} cfg={k['tile_config'] or '-':<6} regs={k['registers']:>3} "
-                  f"spill={k['spill_bytes']} stack={k['stack_bytes']} smem={k['smem_bytes']}")
+            print(
+                f"{k['name'][:60]:<60} cfg={k['tile_config'] or '-':<6} regs={k['registers']:>3} "
+                f"spill={k['spill_bytes']} stack={k['stack_bytes']} smem={k['smem_bytes']}"
+            )
         for e in doc.get("errors", []):
             print("ERROR:", e)
         print(("OK" if doc["ok"] else "FAILED"), json.dumps(doc["summary"]))

@@ -21,6 +21,7 @@ hardware) and checks:
 (c) Determinism: REPEATS runs give bitwise identical outputs.
 Prints one JSON document with --json. Exit 0 all pass, 1 a check failed, 75 no CUDA device.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ import time
 
 from mla_verify.inputs import CaseSpec, kernel_args, make_inputs, oracle_kwargs
 
-U_BF16 = 2.0 ** -9
+U_BF16 = 2.0**-9
 REL_FRO_BOUND = 4 * U_BF16
 MAX_ABS_BOUND = 8 * U_BF16
 NEAR_TIE_EPS = 0.01
@@ -40,23 +41,58 @@ REPEATS = 3
 EXIT_BLOCKED = 75
 
 CASES = (
-    CaseSpec("seed_b1_prefix65k_n8_h16_chain", (65536,), (8,), 16, tree="chain", seed=1,
-             notes="the seed problem: 65k-token prefix, chain of 8 drafts"),
+    CaseSpec(
+        "seed_b1_prefix65k_n8_h16_chain",
+        (65536,),
+        (8,),
+        16,
+        tree="chain",
+        seed=1,
+        notes="the seed problem: 65k-token prefix, chain of 8 drafts",
+    ),
     CaseSpec("b1_prefix0_n4_h16_tree", (0,), (4,), 16, seed=2, notes="prefix length 0"),
     CaseSpec("b1_n1_h128_prefix4k", (4096,), (1,), 128, tree="chain", seed=3, notes="n=1, H=128"),
     CaseSpec("b2_n16_h128_tree_prefix3k", (3000, 2500), (16, 16), 128, seed=4, notes="n=16, H=128, R=2048 rows"),
-    CaseSpec("b4_varlen_tree_h16", (5000, 0, 17, 33000), (4, 8, 1, 16), 16, seed=5,
-             notes="varlen prefixes and draft counts in one batch"),
-    CaseSpec("b32_chain_n8_h16_prefix1k", tuple(1024 + 37 * i for i in range(32)), (8,) * 32, 16, tree="chain",
-             seed=6, notes="B=32"),
-    CaseSpec("b8_shared_prefix_tree_h16", (6000,) * 4 + (7000,) * 4, (8,) * 8, 16, shared_prefix=5000, seed=7,
-             notes="first 5000 slots shared by all requests (radix-cache prefix)"),
-    CaseSpec("b3_tree_n32_h16_valias_idx64", (9000, 1234, 20000), (32, 32, 32), 16, v_alias=True, index64=True,
-             seed=8, notes="n=32 random tree; v_extend aliases k_extend; int64 indptr; bool mask"),
-    CaseSpec("b2_causal_nomask_h64", (4096, 100), (6, 6), 64, tree="causal", seed=9,
-             notes="custom_mask None, is_causal=True"),
-    CaseSpec("b1_full_nomask_h16", (777,), (5,), 16, tree="full", seed=10,
-             notes="custom_mask None, is_causal=False"),
+    CaseSpec(
+        "b4_varlen_tree_h16",
+        (5000, 0, 17, 33000),
+        (4, 8, 1, 16),
+        16,
+        seed=5,
+        notes="varlen prefixes and draft counts in one batch",
+    ),
+    CaseSpec(
+        "b32_chain_n8_h16_prefix1k",
+        tuple(1024 + 37 * i for i in range(32)),
+        (8,) * 32,
+        16,
+        tree="chain",
+        seed=6,
+        notes="B=32",
+    ),
+    CaseSpec(
+        "b8_shared_prefix_tree_h16",
+        (6000,) * 4 + (7000,) * 4,
+        (8,) * 8,
+        16,
+        shared_prefix=5000,
+        seed=7,
+        notes="first 5000 slots shared by all requests (radix-cache prefix)",
+    ),
+    CaseSpec(
+        "b3_tree_n32_h16_valias_idx64",
+        (9000, 1234, 20000),
+        (32, 32, 32),
+        16,
+        v_alias=True,
+        index64=True,
+        seed=8,
+        notes="n=32 random tree; v_extend aliases k_extend; int64 indptr; bool mask",
+    ),
+    CaseSpec(
+        "b2_causal_nomask_h64", (4096, 100), (6, 6), 64, tree="causal", seed=9, notes="custom_mask None, is_causal=True"
+    ),
+    CaseSpec("b1_full_nomask_h16", (777,), (5,), 16, tree="full", seed=10, notes="custom_mask None, is_causal=False"),
     CaseSpec("b4_prefix0_mixed_h16", (0, 0, 300, 0), (3, 7, 2, 1), 16, seed=11, notes="several empty prefixes"),
 )
 QUICK = ("b1_prefix0_n4_h16_tree", "b4_varlen_tree_h16", "b2_causal_nomask_h64")
@@ -66,7 +102,7 @@ def lm_head(device, seed: int = 1234):
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(512, VOCAB, generator=g, dtype=torch.float64) / 512 ** 0.5).to(device)
+    return (torch.randn(512, VOCAB, generator=g, dtype=torch.float64) / 512**0.5).to(device)
 
 
 def token_check(out, ref, w) -> dict:
@@ -79,8 +115,12 @@ def token_check(out, ref, w) -> dict:
     margin = top2[:, 0] - top2[:, 1]
     tie = margin < NEAR_TIE_EPS * lr.std(dim=-1)
     diff = lo.argmax(-1) != lr.argmax(-1)
-    return {"rows": int(lr.shape[0]), "near_ties": int(tie.sum()), "token_mismatches": int((diff & ~tie).sum()),
-            "mismatches_in_near_ties": int((diff & tie).sum())}
+    return {
+        "rows": int(lr.shape[0]),
+        "near_ties": int(tie.sum()),
+        "token_mismatches": int((diff & ~tie).sum()),
+        "mismatches_in_near_ties": int((diff & tie).sum()),
+    }
 
 
 def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
@@ -106,20 +146,49 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
     rel_fro = float(diff.norm() / ref.norm().clamp_min(1e-300)) if finite else float("inf")
     max_abs_rel = float(diff.abs().max() / ref.abs().max().clamp_min(1e-300)) if finite else float("inf")
     tok = token_check(out, ref, w) if finite else {"rows": 0, "near_ties": 0, "token_mismatches": -1}
-    ok = finite and rel_fro <= REL_FRO_BOUND and max_abs_rel <= MAX_ABS_BOUND and tok["token_mismatches"] == 0 \
+    ok = (
+        finite
+        and rel_fro <= REL_FRO_BOUND
+        and max_abs_rel <= MAX_ABS_BOUND
+        and tok["token_mismatches"] == 0
         and deterministic
-    return {"name": spec.name, "tile_config": tile_config, "ok": ok, "B": spec.batch, "H": spec.heads,
-            "prefix_lens": list(spec.prefix_lens) if spec.batch <= 8 else f"{min(spec.prefix_lens)}..{max(spec.prefix_lens)}",
-            "draft_lens": list(spec.draft_lens) if spec.batch <= 8 else f"{min(spec.draft_lens)}..{max(spec.draft_lens)}",
-            "tree": spec.tree, "notes": spec.notes, "finite": finite, "rel_err": rel_fro,
-            "max_abs_err_rel": max_abs_rel, **tok, "deterministic": deterministic,
-            "seconds": round(time.time() - t0, 2)}
+    )
+    return {
+        "name": spec.name,
+        "tile_config": tile_config,
+        "ok": ok,
+        "B": spec.batch,
+        "H": spec.heads,
+        "prefix_lens": list(spec.prefix_lens)
+        if spec.batch <= 8
+        else f"{min(spec.prefix_lens)}..{max(spec.prefix_lens)}",
+        "draft_lens": list(spec.draft_lens) if spec.batch <= 8 else f"{min(spec.draft_lens)}..{max(spec.draft_lens)}",
+        "tree": spec.tree,
+        "notes": spec.notes,
+        "finite": finite,
+        "rel_err": rel_fro,
+        "max_abs_err_rel": max_abs_rel,
+        **tok,
+        "deterministic": deterministic,
+        "seconds": round(time.time() - t0, 2),
+    }
 
 
 def blocked_doc(reason: str) -> dict:
-    return {"ok": False, "blocked": reason, "device": None, "cases": [],
-            "summary": {"cases_total": 0, "cases_failed": 0, "max_rel_err": None, "token_mismatches": None,
-                        "near_ties": None, "deterministic": None}}
+    return {
+        "ok": False,
+        "blocked": reason,
+        "device": None,
+        "cases": [],
+        "summary": {
+            "cases_total": 0,
+            "cases_failed": 0,
+            "max_rel_err": None,
+            "token_mismatches": None,
+            "near_ties": None,
+            "deterministic": None,
+        },
+    }
 
 
 def main(argv=None) -> int:
@@ -127,8 +196,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     ap.add_argument("--cases", default="", help="comma-separated case names")
-    ap.add_argument("--configs", choices=("auto", "all"), default="all",
-                    help="all: every tile config built for this arch; auto: the default one")
+    ap.add_argument(
+        "--configs",
+        choices=("auto", "all"),
+        default="all",
+        help="all: every tile config built for this arch; auto: the default one",
+    )
     a = ap.parse_args(argv)
     names = {c.name for c in CASES}
     if a.cases:
@@ -159,22 +232,36 @@ def main(argv=None) -> int:
         for cfg in cfgs:
             r = run_case(spec, cfg, w, dev)
             results.append(r)
-            print(f"[parity] {r['name']:<36} {cfg:<6} ok={r['ok']} rel={r['rel_err']:.2e} "
-                  f"tok_mis={r['token_mismatches']} ties={r['near_ties']} det={r['deterministic']} "
-                  f"({r['seconds']}s)", file=sys.stderr)
+            print(
+                f"[parity] {r['name']:<36} {cfg:<6} ok={r['ok']} rel={r['rel_err']:.2e} "
+                f"tok_mis={r['token_mismatches']} ties={r['near_ties']} det={r['deterministic']} "
+                f"({r['seconds']}s)",
+                file=sys.stderr,
+            )
             torch.cuda.empty_cache()
     failed = [r for r in results if not r["ok"]]
     doc = {
-        "ok": not failed, "device": torch.cuda.get_device_name(dev), "arch": arch, "tile_configs": cfgs,
-        "bounds": {"rel_err": REL_FRO_BOUND, "max_abs_err_rel": MAX_ABS_BOUND, "near_tie_eps_x_std": NEAR_TIE_EPS,
-                   "vocab": VOCAB, "repeats": REPEATS},
+        "ok": not failed,
+        "device": torch.cuda.get_device_name(dev),
+        "arch": arch,
+        "tile_configs": cfgs,
+        "bounds": {
+            "rel_err": REL_FRO_BOUND,
+            "max_abs_err_rel": MAX_ABS_BOUND,
+            "near_tie_eps_x_std": NEAR_TIE_EPS,
+            "vocab": VOCAB,
+            "repeats": REPEATS,
+        },
         "cases": results,
-        "summary": {"cases_total": len(results), "cases_failed": len(failed),
-                    "max_rel_err": max((r["rel_err"] for r in results), default=None),
-                    "token_mismatches": sum(max(r["token_mismatches"], 0) for r in results)
-                    + sum(1 for r in results if r["token_mismatches"] < 0),
-                    "near_ties": sum(r["near_ties"] for r in results),
-                    "deterministic": all(r["deterministic"] for r in results)},
+        "summary": {
+            "cases_total": len(results),
+            "cases_failed": len(failed),
+            "max_rel_err": max((r["rel_err"] for r in results), default=None),
+            "token_mismatches": sum(max(r["token_mismatches"], 0) for r in results)
+            + sum(1 for r in results if r["token_mismatches"] < 0),
+            "near_ties": sum(r["near_ties"] for r in results),
+            "deterministic": all(r["deterministic"] for r in results),
+        },
     }
     return _emit(doc, a.json, 0 if doc["ok"] else 1)
 
@@ -186,9 +273,11 @@ def _emit(doc: dict, as_json: bool, code: int) -> int:
         if doc.get("blocked"):
             print(f"BLOCKED: {doc['blocked']}")
         for r in doc["cases"]:
-            print(f"{'PASS' if r['ok'] else 'FAIL'} {r['name']:<36} {r['tile_config']:<6} rel_err={r['rel_err']:.2e} "
-                  f"max_abs={r['max_abs_err_rel']:.2e} token_mismatches={r['token_mismatches']} "
-                  f"near_ties={r['near_ties']} deterministic={r['deterministic']}")
+            print(
+                f"{'PASS' if r['ok'] else 'FAIL'} {r['name']:<36} {r['tile_config']:<6} rel_err={r['rel_err']:.2e} "
+                f"max_abs={r['max_abs_err_rel']:.2e} token_mismatches={r['token_mismatches']} "
+                f"near_ties={r['near_ties']} deterministic={r['deterministic']}"
+            )
         print("summary:", json.dumps(doc["summary"]))
     return code
 

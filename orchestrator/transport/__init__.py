@@ -4,6 +4,7 @@ The engine depends only on :class:`~orchestrator.transport.base.Transport`; the 
 implementation (Fabric) is imported lazily so that ``orchestrator status`` never imports
 fabric or paramiko.
 """
+
 from orchestrator.transport.base import CommandResult, Transport
 
 __all__ = ["CommandResult", "Transport"]

@@ -6,6 +6,7 @@ raises :class:`orchestrator.errors.HostUnreachable` only when it cannot reach th
 at all (connect, host key, auth). A host lost mid-command is reported as a result with
 ``lost=True`` (Fabric's ``exited == -1``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -77,5 +78,4 @@ class Transport(Protocol):
         """Copy one file to the host (creating parent directories)."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...

@@ -4,9 +4,10 @@
 runs a command, so ``status``, ``plan`` and ``--dry-run`` never import fabric or paramiko.
 Tests inject their own factory (any callable ``Host -> Transport``) into the engine.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from orchestrator.errors import HostUnreachable
 from orchestrator.inventory import Host

@@ -6,6 +6,7 @@ while the command runs, stdout into ``log_path`` with suffix ``.stdout``; both a
 returned in the :class:`CommandResult`. Never raises for a non-zero exit; a missing executable
 is exit 127 with the reason on stderr.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,14 +76,26 @@ class LocalTransport:
         timed_out = False
         try:
             try:
-                proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-                                        stdout=out_fh, stderr=err_fh, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=full_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_fh,
+                    stderr=err_fh,
+                    start_new_session=True,
+                )
             except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
                 msg = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
                 err_fh.write((msg + "\n").encode())
-                return CommandResult(host=self.host_name, argv=argv, exit_code=127, stderr=msg,
-                                     duration_s=time.monotonic() - start,
-                                     log_path=str(log_path) if log_path else None)
+                return CommandResult(
+                    host=self.host_name,
+                    argv=argv,
+                    exit_code=127,
+                    stderr=msg,
+                    duration_s=time.monotonic() - start,
+                    log_path=str(log_path) if log_path else None,
+                )
             with _live_lock:
                 _live.add(proc)
             try:
@@ -101,9 +114,16 @@ class LocalTransport:
             code = None if timed_out else proc.returncode
             if log_path is not None:
                 err_fh.write(f"\n[orchestrator] exit={code} timed_out={timed_out} duration_s={duration:.3f}\n".encode())
-            return CommandResult(host=self.host_name, argv=argv, exit_code=code, stdout=stdout, stderr=stderr,
-                                 duration_s=duration, timed_out=timed_out,
-                                 log_path=str(log_path) if log_path else None)
+            return CommandResult(
+                host=self.host_name,
+                argv=argv,
+                exit_code=code,
+                stdout=stdout,
+                stderr=stderr,
+                duration_s=duration,
+                timed_out=timed_out,
+                log_path=str(log_path) if log_path else None,
+            )
         finally:
             out_fh.close()
             err_fh.close()

@@ -16,6 +16,7 @@ every Connection here is built the same way:
 Connect, host-key and auth failures raise :class:`HostUnreachable` naming the host and the
 cause. Keys and ``connect_kwargs`` are never logged.
 """
+
 from __future__ import annotations
 
 import errno
@@ -119,8 +120,13 @@ class SSHTransport:
         if self.ssh_key:
             connect_kwargs.update(key_filename=[self.ssh_key], allow_agent=False, look_for_keys=False)
         conn = Connection(
-            self.address, user=self.user, port=self.port, config=config,
-            connect_timeout=t, connect_kwargs=connect_kwargs, inline_ssh_env=True,
+            self.address,
+            user=self.user,
+            port=self.port,
+            config=config,
+            connect_timeout=t,
+            connect_kwargs=connect_kwargs,
+            inline_ssh_env=True,
         )
         client = conn.client
         if self.known_hosts:
@@ -168,8 +174,10 @@ class SSHTransport:
 
         where = f"{self.host_name}: "
         if isinstance(exc, paramiko.BadHostKeyException):
-            return (f"{where}host key for {self.target} does not match known_hosts "
-                    f"{self._known_hosts_label()} (refusing to connect)")
+            return (
+                f"{where}host key for {self.target} does not match known_hosts "
+                f"{self._known_hosts_label()} (refusing to connect)"
+            )
         if isinstance(exc, paramiko.PasswordRequiredException):
             return f"{where}key {self.ssh_key} is encrypted; use an unencrypted deploy key or an agent"
         if isinstance(exc, paramiko.AuthenticationException):
@@ -184,11 +192,15 @@ class SSHTransport:
         if isinstance(exc, paramiko.SSHException):
             text = str(exc)
             if "not found in known_hosts" in text:
-                return (f"{where}host key for {self.target} is not in known_hosts "
-                        f"{self._known_hosts_label()} (refusing to connect)")
+                return (
+                    f"{where}host key for {self.target} is not in known_hosts "
+                    f"{self._known_hosts_label()} (refusing to connect)"
+                )
             if "No existing session" in text or "banner" in text.lower():
-                return (f"{where}{self.target} accepted TCP but sent no SSH banner within "
-                        f"{self.connect_timeout_s}s (after {elapsed:.1f}s)")
+                return (
+                    f"{where}{self.target} accepted TCP but sent no SSH banner within "
+                    f"{self.connect_timeout_s}s (after {elapsed:.1f}s)"
+                )
             return f"{where}SSH handshake with {self.target} failed: {text}"
         if isinstance(exc, OSError):
             return f"{where}cannot connect to {self.target}: {exc.strerror or exc}"
@@ -204,7 +216,7 @@ class SSHTransport:
         """Close the Connection (before any teardown of the host, T10). Idempotent."""
         self._drop()
 
-    def __enter__(self) -> "SSHTransport":
+    def __enter__(self) -> SSHTransport:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -212,8 +224,9 @@ class SSHTransport:
 
     # ------------------------------------------------------------------ commands
 
-    def render(self, argv: list[str], *, timeout_s: float, cwd: str | None = None,
-               env: dict[str, str] | None = None) -> str:
+    def render(
+        self, argv: list[str], *, timeout_s: float, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> str:
         """The exact string sent to the host: the same call, with the same defaults
         (``timeout -k 10 N``), that the dry-run prints (``planner.display_command``)."""
         return render_remote_command(argv, cwd=cwd, env=env, timeout_s=timeout_s)
@@ -236,30 +249,49 @@ class SSHTransport:
         started = time.monotonic()
         fields: dict[str, Any]
         try:
-            r = conn.run(line, warn=True, hide=True, pty=False, in_stream=False,
-                         timeout=host_timeout + CLIENT_GRACE_S)
+            r = conn.run(line, warn=True, hide=True, pty=False, in_stream=False, timeout=host_timeout + CLIENT_GRACE_S)
         except CommandTimedOut as exc:
-            fields = dict(exit_code=None, timed_out=True, stdout=exc.result.stdout,
-                          stderr=exc.result.stderr + f"\n[orchestrator] no answer from {self.host_name} "
-                          f"within {host_timeout + CLIENT_GRACE_S}s; the host-side timeout kills the command")
+            fields = dict(
+                exit_code=None,
+                timed_out=True,
+                stdout=exc.result.stdout,
+                stderr=exc.result.stderr + f"\n[orchestrator] no answer from {self.host_name} "
+                f"within {host_timeout + CLIENT_GRACE_S}s; the host-side timeout kills the command",
+            )
         except _session_errors() as exc:  # the session died under us
             self._drop()
-            fields = dict(exit_code=None, lost=True, stdout="",
-                          stderr=f"[orchestrator] connection to {self.host_name} lost: {type(exc).__name__}: {exc}")
+            fields = dict(
+                exit_code=None,
+                lost=True,
+                stdout="",
+                stderr=f"[orchestrator] connection to {self.host_name} lost: {type(exc).__name__}: {exc}",
+            )
         else:
             elapsed = time.monotonic() - started
             if r.exited == -1:  # the channel closed without an exit status (T7)
                 self._drop()
-                fields = dict(exit_code=None, lost=True, stdout=r.stdout,
-                              stderr=r.stderr + f"\n[orchestrator] connection to {self.host_name} lost mid-command")
+                fields = dict(
+                    exit_code=None,
+                    lost=True,
+                    stdout=r.stdout,
+                    stderr=r.stderr + f"\n[orchestrator] connection to {self.host_name} lost mid-command",
+                )
             elif r.exited in (124, 137) and elapsed >= host_timeout - 0.5:
-                fields = dict(exit_code=r.exited, timed_out=True, stdout=r.stdout,
-                              stderr=r.stderr + f"\n[orchestrator] killed on {self.host_name} after {host_timeout}s")
+                fields = dict(
+                    exit_code=r.exited,
+                    timed_out=True,
+                    stdout=r.stdout,
+                    stderr=r.stderr + f"\n[orchestrator] killed on {self.host_name} after {host_timeout}s",
+                )
             else:
                 fields = dict(exit_code=r.exited, stdout=r.stdout, stderr=r.stderr)
-        result = CommandResult(host=self.host_name, argv=list(argv),
-                               duration_s=round(time.monotonic() - started, 3),
-                               log_path=str(log_path) if log_path else None, **fields)
+        result = CommandResult(
+            host=self.host_name,
+            argv=list(argv),
+            duration_s=round(time.monotonic() - started, 3),
+            log_path=str(log_path) if log_path else None,
+            **fields,
+        )
         if log_path is not None:
             _write_log(Path(log_path), line, result)
         return result
@@ -291,19 +323,22 @@ class SSHTransport:
                 self.run(["rm", "-f", "--", tmp], timeout_s=self.connect_timeout_s + 10)
                 raise StepFailed(f"{self.host_name}: upload to {tmp} refused: {exc}", host=self.host_name) from None
             self._drop()
-            raise HostUnreachable(f"{self.host_name}: upload of {local_path.name} to {self.target} failed: "
-                                  f"{type(exc).__name__}: {exc}", host=self.host_name) from None
+            raise HostUnreachable(
+                f"{self.host_name}: upload of {local_path.name} to {self.target} failed: {type(exc).__name__}: {exc}",
+                host=self.host_name,
+            ) from None
         except _session_errors() as exc:
             self._drop()
-            raise HostUnreachable(f"{self.host_name}: upload of {local_path.name} to {self.target} failed: "
-                                  f"{type(exc).__name__}: {exc}", host=self.host_name) from None
+            raise HostUnreachable(
+                f"{self.host_name}: upload of {local_path.name} to {self.target} failed: {type(exc).__name__}: {exc}",
+                host=self.host_name,
+            ) from None
         finally:
             if sftp is not None:
                 _quiet_close(sftp)
         mv = self.run(["mv", "-f", "--", tmp, remote_path], timeout_s=self.connect_timeout_s + 10)
         self._raise_if_bad(mv, f"mv {tmp} {remote_path}")
-        return TransferResult(host=self.host_name, remote_path=remote_path, bytes=size,
-                              detail=f"uploaded {size} bytes")
+        return TransferResult(host=self.host_name, remote_path=remote_path, bytes=size, detail=f"uploaded {size} bytes")
 
     def _open_sftp(self, conn: Any) -> Any:
         """An SFTP session whose every read and write, the version handshake included, gives
@@ -320,8 +355,9 @@ class SSHTransport:
         if r.lost or r.timed_out:
             raise HostUnreachable(f"{self.host_name}: host lost during `{what}`", host=self.host_name)
         if r.exit_code != 0:
-            raise StepFailed(f"{self.host_name}: `{what}` failed (exit {r.exit_code}): {r.stderr_tail(3)}",
-                             host=self.host_name)
+            raise StepFailed(
+                f"{self.host_name}: `{what}` failed (exit {r.exit_code}): {r.stderr_tail(3)}", host=self.host_name
+            )
 
 
 def _connect_errors() -> tuple[type[BaseException], ...]:
@@ -351,10 +387,10 @@ def _write_log(path: Path, line: str, r: CommandResult) -> None:
     stderr and a status trailer; ``path.stdout`` holds stdout exactly (the step's JSON).
     Both are written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    trailer = (f"[orchestrator] host={r.host} exit={r.exit_code} timed_out={r.timed_out} "
-               f"lost={r.lost} duration_s={r.duration_s:.3f}")
+    trailer = (
+        f"[orchestrator] host={r.host} exit={r.exit_code} timed_out={r.timed_out} "
+        f"lost={r.lost} duration_s={r.duration_s:.3f}"
+    )
     err = r.stderr if not r.stderr or r.stderr.endswith("\n") else r.stderr + "\n"
     atomic_write_text(path, f"$ {line}\n{err}{trailer}\n")
     atomic_write_text(path.with_suffix(".stdout"), r.stdout)
-
-

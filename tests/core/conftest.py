@@ -1,10 +1,10 @@
 """Core test fixtures (helpers live in core_helpers.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from core_helpers import Workspace
 
 

@@ -1,5 +1,6 @@
 """Helpers for the core tests: tiny phase specs driving ``fake_tool.py``, local-only inventories,
 and running the CLI in-process (CliRunner) or as a real subprocess."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ def tool(*args: str) -> list[str]:
 
 
 def phase(pid: int, name: str, steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    doc = {"id": pid, "name": name, "order": pid, "title": f"test phase {name}",
-           "requires": pid - 1 if pid > 0 else None, "steps": steps}
+    doc = {
+        "id": pid,
+        "name": name,
+        "order": pid,
+        "title": f"test phase {name}",
+        "requires": pid - 1 if pid > 0 else None,
+        "steps": steps,
+    }
     doc.update(extra)
     return doc
 
@@ -57,15 +64,23 @@ class Workspace:
 
     def hosts(self, names: list[str], canary: str | None = None, **fields: Any) -> None:
         # each host its own remote_root under tmp (never the default /opt/orchestrator)
-        doc: dict[str, Any] = {"hosts": [{"name": n, "connection": "local",
-                                          "remote_root": str(self.root / "remote" / n), **fields} for n in names]}
+        doc: dict[str, Any] = {
+            "hosts": [
+                {"name": n, "connection": "local", "remote_root": str(self.root / "remote" / n), **fields}
+                for n in names
+            ]
+        }
         if canary:
             doc["groups"] = {"canary": [canary]}
         self.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def env(self) -> dict[str, str]:
-        return {"ORCHESTRATOR_STATE_DIR": str(self.state), "ORCHESTRATOR_PHASES_DIR": str(self.phases),
-                "ORCHESTRATOR_INVENTORY": str(self.inventory), "ORCHESTRATOR_ROOT": str(self.checkout)}
+        return {
+            "ORCHESTRATOR_STATE_DIR": str(self.state),
+            "ORCHESTRATOR_PHASES_DIR": str(self.phases),
+            "ORCHESTRATOR_INVENTORY": str(self.inventory),
+            "ORCHESTRATOR_ROOT": str(self.checkout),
+        }
 
     def state_json(self) -> dict[str, Any]:
         return json.loads((self.state / "state.json").read_text())
@@ -82,14 +97,26 @@ class Workspace:
         """Run ``python -m orchestrator ARGS`` as a real subprocess."""
         env = {**os.environ, **self.env()}
         env.pop("ORCHESTRATOR_DEBUG", None)
-        return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=timeout, **kw)
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kw,
+        )
 
     def popen(self, *args: str) -> subprocess.Popen:
         env = {**os.environ, **self.env()}
-        return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
+        return subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def invoke(*args: str, input: str | None = None):

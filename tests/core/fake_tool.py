@@ -5,6 +5,7 @@ prints ``blocked`` and exits 75; ``--exit N`` forces the exit code; ``--touch F`
 line to F (a visible side effect on the "host"); ``--started F`` creates F before sleeping;
 ``--sleep-once M S`` sleeps S seconds only if marker M does not exist yet (and creates it).
 """
+
 from __future__ import annotations
 
 import argparse

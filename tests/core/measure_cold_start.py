@@ -6,6 +6,7 @@ measurement, made on whatever machine runs it.
 
     python tests/core/measure_cold_start.py --repeat 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,12 @@ def measure(repeat: int) -> dict[str, float]:
             s.append(wall(status_cmd, env))
             b.append(wall(base_cmd, env))
     ms, mb = statistics.median(s), statistics.median(b)
-    return {"repeat": repeat, "status_median_s": round(ms, 4), "import_pydantic_yaml_median_s": round(mb, 4),
-            "ratio": round(ms / mb, 2)}
+    return {
+        "repeat": repeat,
+        "status_median_s": round(ms, 4),
+        "import_pydantic_yaml_median_s": round(mb, 4),
+        "ratio": round(ms / mb, 2),
+    }
 
 
 def main() -> int:
@@ -52,9 +57,11 @@ def main() -> int:
     if a.json:
         print(json.dumps(r))
     else:
-        print(f"orchestrator status: {r['status_median_s']:.3f} s median of {r['repeat']}; "
-              f"python -c 'import pydantic, yaml': {r['import_pydantic_yaml_median_s']:.3f} s; "
-              f"ratio {r['ratio']:.2f}x")
+        print(
+            f"orchestrator status: {r['status_median_s']:.3f} s median of {r['repeat']}; "
+            f"python -c 'import pydantic, yaml': {r['import_pydantic_yaml_median_s']:.3f} s; "
+            f"ratio {r['ratio']:.2f}x"
+        )
     return 0
 
 

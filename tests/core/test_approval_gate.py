@@ -1,10 +1,10 @@
 """Approval: only the exact word `yes` or the matching digest approves; otherwise nothing changes."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from core_helpers import invoke, phase, step, tool
 
 
@@ -12,13 +12,39 @@ from core_helpers import invoke, phase, step, tool
 def live(ws):
     """Phase 0 (no approval) and phase 1 whose `switch` step changes the "live service" (a file)."""
     ws.side_effect = ws.root / "live-service-changed"
-    ws.write_phase(phase(0, "check", [step("c", tool("--metric", "summary.n=3"), metrics=["summary.n"],
-                                          gates=[{"metric": "summary.n", "op": ">=", "value": 1, "reason": "r"}])]))
-    ws.write_phase(phase(1, "cutover", [
-        step("probe", tool()),
-        step("switch", tool("--touch", str(ws.side_effect)), runs_on="canary_then_rest", requires_approval=True,
-             changes="switches the live kernel", rollback="undo"),
-    ], undo="orchestrator rollback 1", rollback_steps=[step("undo", tool("--touch", str(ws.root / "undone")))]))
+    ws.write_phase(
+        phase(
+            0,
+            "check",
+            [
+                step(
+                    "c",
+                    tool("--metric", "summary.n=3"),
+                    metrics=["summary.n"],
+                    gates=[{"metric": "summary.n", "op": ">=", "value": 1, "reason": "r"}],
+                )
+            ],
+        )
+    )
+    ws.write_phase(
+        phase(
+            1,
+            "cutover",
+            [
+                step("probe", tool()),
+                step(
+                    "switch",
+                    tool("--touch", str(ws.side_effect)),
+                    runs_on="canary_then_rest",
+                    requires_approval=True,
+                    changes="switches the live kernel",
+                    rollback="undo",
+                ),
+            ],
+            undo="orchestrator rollback 1",
+            rollback_steps=[step("undo", tool("--touch", str(ws.root / "undone")))],
+        )
+    )
     assert invoke("run", "0").exit_code == 0
     return ws
 
@@ -119,8 +145,20 @@ def test_digest_changes_with_hosts_spec_bundle_evidence(live, tmp_path):
     assert d2 != d1
     live.hosts(["local"])
     assert plan_digest("1") == d1
-    live.write_phase(phase(0, "check", [step("c", tool("--metric", "summary.n=4"), metrics=["summary.n"],
-                                          gates=[{"metric": "summary.n", "op": ">=", "value": 1, "reason": "r"}])]))
+    live.write_phase(
+        phase(
+            0,
+            "check",
+            [
+                step(
+                    "c",
+                    tool("--metric", "summary.n=4"),
+                    metrics=["summary.n"],
+                    gates=[{"metric": "summary.n", "op": ">=", "value": 1, "reason": "r"}],
+                )
+            ],
+        )
+    )
     assert invoke("run", "0").exit_code == 0
     assert plan_digest("1") != d1  # new gate evidence (n=4)
 
@@ -142,8 +180,20 @@ def test_json_mode_never_prompts(live):
 
 def test_run_all_with_approve_cannot_carry_over_to_evidence_made_in_the_same_run(live):
     """Approving `run --all` up front does not approve phase 1 after phase 0 produced new evidence."""
-    live.write_phase(phase(0, "check", [step("c", tool("--metric", "summary.n=5"), metrics=["summary.n"],
-                                          gates=[{"metric": "summary.n", "op": ">=", "value": 1, "reason": "r"}])]))
+    live.write_phase(
+        phase(
+            0,
+            "check",
+            [
+                step(
+                    "c",
+                    tool("--metric", "summary.n=5"),
+                    metrics=["summary.n"],
+                    gates=[{"metric": "summary.n", "op": ">=", "value": 1, "reason": "r"}],
+                )
+            ],
+        )
+    )
     digest = plan_digest("--all")
     r = invoke("run", "--all", "--json", "--approve", digest, "--yes")
     assert r.exit_code == 6, r.output
@@ -173,9 +223,16 @@ def test_status_shows_approval_steps_awaiting_approval_once_the_predecessor_pass
 
 
 def test_rollback_that_cannot_be_rendered_is_refused_with_3_before_asking(ws):
-    ws.write_phase(phase(0, "svc", [step("s", tool())],
-                         rollback_steps=[step("undo", ["{python}", "-m", "cutover_agent", "rollback",
-                                                       "--health-url", "{health_url}"])]))
+    ws.write_phase(
+        phase(
+            0,
+            "svc",
+            [step("s", tool())],
+            rollback_steps=[
+                step("undo", ["{python}", "-m", "cutover_agent", "rollback", "--health-url", "{health_url}"])
+            ],
+        )
+    )
     r = invoke("rollback", "0", "--json")
     assert r.exit_code == 3
     assert "service.health_url: needed by phase 0-svc step undo" in json.loads(r.stdout)["errors"][0]["message"]

@@ -8,6 +8,7 @@
 4. ``run --dry-run`` and ``plan`` list a ``ship <sha12> -> <remote_root>/bundles/<sha>`` action
    per ssh host without connecting anywhere.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,6 @@ import sys
 
 import pytest
 import yaml
-
 from core_helpers import REPO, invoke, phase, step, tool
 
 SSH_INVENTORY = {
@@ -50,8 +50,12 @@ def _engine(ws, factory=FakeRemote):
     from orchestrator.inventory import load_inventory
     from orchestrator.specs import load_catalog
 
-    return Engine(catalog=load_catalog(ws.phases), inventory=load_inventory(ws.inventory), state_dir=ws.state,
-                  transport_factory=factory)
+    return Engine(
+        catalog=load_catalog(ws.phases),
+        inventory=load_inventory(ws.inventory),
+        state_dir=ws.state,
+        transport_factory=factory,
+    )
 
 
 @pytest.fixture
@@ -67,8 +71,17 @@ def fake_ship(monkeypatch):
         d = f"{host.remote_root}/bundles/{bundle.sha256}"
         first = host.name not in {c[1] for c in calls[:-1] if c[0] == "ship"}
         found = "absent" if first else "unpacked-mismatch"
-        return bundle_mod.BundleOnHost(host=host.name, sha256=bundle.sha256, remote_dir=d, tarball=d + ".tar.gz",
-                                       uploaded=first, unpacked=True, found=found, verified=True, duration_s=0.01)
+        return bundle_mod.BundleOnHost(
+            host=host.name,
+            sha256=bundle.sha256,
+            remote_dir=d,
+            tarball=d + ".tar.gz",
+            uploaded=first,
+            unpacked=True,
+            found=found,
+            verified=True,
+            duration_s=0.01,
+        )
 
     def verify_on_host(transport, bundle, host):
         calls.append(("check", host.name, bundle.sha256))
@@ -159,8 +172,11 @@ def test_a_kernels_change_made_by_a_running_phase_stops_the_next_phase_via_the_c
     """Phase 0 (on this machine) edits kernels/ in the checkout; phase 1 of the same command
     refuses to run with a different bundle: exit 6, both hashes in the one JSON document."""
     target = ws.checkout / "kernels" / "__init__.py"
-    edit = ["{python}", "-c", f"import json; open({str(target)!r}, 'a').write('# edited by phase 0\\n'); "
-            "print(json.dumps(dict(ok=True)))"]
+    edit = [
+        "{python}",
+        "-c",
+        f"import json; open({str(target)!r}, 'a').write('# edited by phase 0\\n'); print(json.dumps(dict(ok=True)))",
+    ]
     ws.write_phase(phase(0, "a", [step("edit", edit)]))
     ws.write_phase(phase(1, "b", [step("s", tool())]))
     planned = json.loads(ws.cli("run", "0", "1", "--dry-run", "--json").stdout)["plan"]["bundle_sha"]
@@ -184,10 +200,18 @@ def test_the_bundle_is_checked_before_every_step_and_a_failed_check_fails_only_t
 
     calls, verdicts = fake_ship
     ws.inventory.write_text(yaml.safe_dump(SSH_INVENTORY))
-    ws.write_phase(phase(0, "a", [step("s", ["{python}", "-m", "kernels.x"], metrics=["n"]),
-                                  step("t", ["{python}", "-m", "kernels.y"]),
-                                  step("u", ["{python}", "-m", "kernels.z"])],
-                         failure_policy={"mode": "continue", "max_failed_hosts": None}))
+    ws.write_phase(
+        phase(
+            0,
+            "a",
+            [
+                step("s", ["{python}", "-m", "kernels.x"], metrics=["n"]),
+                step("t", ["{python}", "-m", "kernels.y"]),
+                step("u", ["{python}", "-m", "kernels.z"]),
+            ],
+            failure_policy={"mode": "continue", "max_failed_hosts": None},
+        )
+    )
     verdicts["g2"] = ["ok", "unpacked-mismatch"]  # g2's tree is edited after step t
     eng = _engine(ws)
     report = eng.run(["0"], options=RunOptions(forks=2))
@@ -272,31 +296,55 @@ def test_a_local_host_in_a_service_changing_phase_records_the_real_ship_and_repa
 
 
 def test_dry_run_lists_the_ship_action_per_ssh_host_and_connects_nowhere(ws):
-    ws.inventory.write_text(yaml.safe_dump({
-        "defaults": {"connection": "ssh", "known_hosts": "/k", "remote_root": "/srv/o"},
-        "hosts": [{"name": "g1", "address": "10.0.0.1"}, {"name": "g2", "address": "10.0.0.2"},
-                  {"name": "here", "connection": "local", "remote_root": str(ws.root / "remote" / "here")}]}))
+    ws.inventory.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"connection": "ssh", "known_hosts": "/k", "remote_root": "/srv/o"},
+                "hosts": [
+                    {"name": "g1", "address": "10.0.0.1"},
+                    {"name": "g2", "address": "10.0.0.2"},
+                    {"name": "here", "connection": "local", "remote_root": str(ws.root / "remote" / "here")},
+                ],
+            }
+        )
+    )
     ws.write_phase(phase(0, "a", [step("s", tool())]))
-    code = ("import sys, socket\n"
-            "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
-            "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
-            "from orchestrator.cli import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
-            "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n")
+    code = (
+        "import sys, socket\n"
+        "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
+        "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
+        "from orchestrator.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+        "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n"
+    )
     env = {**__import__("os").environ, **ws.env()}
     for args in (["run", "0", "--dry-run", "--json"], ["plan", "0", "--json"]):
-        r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        )
         assert "FABRIC False EXIT 0" in r.stderr, r.stderr
         plan = json.loads(r.stdout)["plan"]
         sha = plan["bundle_sha"]
         [ph] = plan["phases"]
         assert ph["bundle"] == [
-            {"host": h, "action": "ship", "sha256": sha, "remote_dir": f"/srv/o/bundles/{sha}",
-             "tarball": f"/srv/o/bundles/{sha}.tar.gz", "display": f"ship {sha[:12]} -> /srv/o/bundles/{sha}"}
-            for h in ("g1", "g2")], "local hosts run in the checkout in a phase that changes no service"
-    r = subprocess.run([sys.executable, "-c", code, "run", "0", "--dry-run"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=120)
+            {
+                "host": h,
+                "action": "ship",
+                "sha256": sha,
+                "remote_dir": f"/srv/o/bundles/{sha}",
+                "tarball": f"/srv/o/bundles/{sha}.tar.gz",
+                "display": f"ship {sha[:12]} -> /srv/o/bundles/{sha}",
+            }
+            for h in ("g1", "g2")
+        ], "local hosts run in the checkout in a phase that changes no service"
+    r = subprocess.run(
+        [sys.executable, "-c", code, "run", "0", "--dry-run"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "FABRIC False EXIT 0" in r.stderr, r.stderr
     for h in ("g1", "g2"):
         assert f"bundle [{h}] ship {sha[:12]} -> /srv/o/bundles/{sha}" in r.stdout

@@ -1,4 +1,5 @@
 """CLI surface: lean imports, one JSON document, dry-run of the example fleet, error lines."""
+
 from __future__ import annotations
 
 import json
@@ -7,23 +8,23 @@ import sys
 import time
 
 import yaml
-
 from core_helpers import FAKE_TOOL, REPO, invoke, phase, step, tool
 
 EXAMPLE = REPO / "inventory" / "example-blackwell.yaml"
 
 
 def py(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_status_imports_neither_torch_nor_fabric(ws):
     ws.write_phase(phase(0, "a", [step("s", tool())]))
-    code = ("import sys\nfrom orchestrator.cli import main\n"
-            "try:\n    main(['status', '--json'])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
-            "bad = sorted(m for m in ('torch', 'fabric', 'paramiko', 'invoke') if m in sys.modules)\n"
-            "print('HEAVY', bad, file=sys.stderr)\n")
+    code = (
+        "import sys\nfrom orchestrator.cli import main\n"
+        "try:\n    main(['status', '--json'])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+        "bad = sorted(m for m in ('torch', 'fabric', 'paramiko', 'invoke') if m in sys.modules)\n"
+        "print('HEAVY', bad, file=sys.stderr)\n"
+    )
     r = py(code)
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stderr
@@ -31,41 +32,68 @@ def test_status_imports_neither_torch_nor_fabric(ws):
 
 
 def test_dry_run_of_all_phases_on_the_example_fleet_is_one_document_and_connects_nowhere(ws):
-    code = ("import sys, socket\n"
-            "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
-            "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
-            "from orchestrator.cli import main\n"
-            "try:\n    main(['run', '--all', '--dry-run', '--json', '--inventory', sys.argv[1], '--phases-dir', sys.argv[2]])\n"
-            "except SystemExit as e:\n    code = e.code\n"
-            "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n")
-    r = subprocess.run([sys.executable, "-c", code, str(EXAMPLE), str(REPO / "phases")], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)
+    code = (
+        "import sys, socket\n"
+        "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
+        "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
+        "from orchestrator.cli import main\n"
+        "try:\n    main(['run', '--all', '--dry-run', '--json', '--inventory', sys.argv[1], '--phases-dir', sys.argv[2]])\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(EXAMPLE), str(REPO / "phases")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "FABRIC False EXIT 0" in r.stderr, r.stderr
     doc = json.loads(r.stdout)  # exactly one document
     assert doc["ok"] is True and doc["dry_run"] is True and doc["command"] == "run"
     plan = doc["plan"]
     assert len(plan["digest"]) == 64 and len(plan["bundle_sha"]) == 64
     assert [p["label"] for p in plan["phases"]] == [
-        "0-build-check", "1-parity", "2-microbench", "3-integration", "4-kv-defrag"]
+        "0-build-check",
+        "1-parity",
+        "2-microbench",
+        "3-integration",
+        "4-kv-defrag",
+    ]
     hosts = plan["hosts"]
     assert len(hosts) == 6
     for ph in plan["phases"]:
         for s in ph["steps"]:
             assert sorted(c["host"] for c in s["commands"]) == sorted(hosts), (ph["label"], s["id"])
     build = plan["phases"][0]["steps"][1]["commands"][0]
-    assert build["display"] == (f"cd /srv/orchestrator/bundles/{plan['bundle_sha']} && timeout -k 10 900 "
-                                "/srv/orchestrator/venv/bin/python -m verify_tools.build_check --arch sm_120a --json")
+    assert build["display"] == (
+        f"cd /srv/orchestrator/bundles/{plan['bundle_sha']} && timeout -k 10 900 "
+        "/srv/orchestrator/venv/bin/python -m verify_tools.build_check --arch sm_120a --json"
+    )
     restart = next(s for s in plan["phases"][3]["steps"] if s["id"] == "restart")["commands"][0]["display"]
-    assert "'[\"sudo\", \"-n\", \"systemctl\", \"restart\", \"sglang-glm5.service\"]'" in restart
+    assert '\'["sudo", "-n", "systemctl", "restart", "sglang-glm5.service"]\'' in restart
     assert plan["phases"][3]["steps"][3]["waves"][0] == ["bw-canary-01"]
 
 
 def test_dry_run_of_100_hosts_is_fast(ws, capsys):
-    ws.inventory.write_text(yaml.safe_dump({
-        "defaults": {"connection": "ssh", "known_hosts": "/k", "user": "deploy",
-                     "service": {"restart": ["systemctl", "restart", "sglang"], "health_url": "http://127.0.0.1:30000/health",
-                                 "generate_url": "http://127.0.0.1:30000/generate", "python": "/usr/bin/python3"}},
-        "hosts": [{"name": f"gpu-{i:03d}", "address": f"10.0.{i // 250}.{i % 250 + 1}"} for i in range(100)]}))
+    ws.inventory.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {
+                    "connection": "ssh",
+                    "known_hosts": "/k",
+                    "user": "deploy",
+                    "service": {
+                        "restart": ["systemctl", "restart", "sglang"],
+                        "health_url": "http://127.0.0.1:30000/health",
+                        "generate_url": "http://127.0.0.1:30000/generate",
+                        "python": "/usr/bin/python3",
+                    },
+                },
+                "hosts": [{"name": f"gpu-{i:03d}", "address": f"10.0.{i // 250}.{i % 250 + 1}"} for i in range(100)],
+            }
+        )
+    )
     from orchestrator.engine import Engine
     from orchestrator.inventory import load_inventory
     from orchestrator.specs import load_catalog
@@ -83,11 +111,21 @@ def test_dry_run_of_100_hosts_is_fast(ws, capsys):
 
 
 def test_dry_run_on_local_inventory_reports_missing_service_settings_as_exit_3(ws):
-    r = invoke("run", "--all", "--dry-run", "--json", "--inventory", str(REPO / "inventory" / "local.yaml"),
-               "--phases-dir", str(REPO / "phases"))
+    r = invoke(
+        "run",
+        "--all",
+        "--dry-run",
+        "--json",
+        "--inventory",
+        str(REPO / "inventory" / "local.yaml"),
+        "--phases-dir",
+        str(REPO / "phases"),
+    )
     assert r.exit_code == 3
     doc = json.loads(r.stdout)
-    assert doc["plan"]["digest"] and "hosts(local).service.python: needed by phase 3-integration" in " ".join(e["message"] for e in doc["errors"])
+    assert doc["plan"]["digest"] and "hosts(local).service.python: needed by phase 3-integration" in " ".join(
+        e["message"] for e in doc["errors"]
+    )
 
 
 def test_errors_are_one_line_with_hint_and_traceback_only_with_debug(ws):
@@ -124,15 +162,22 @@ def test_ssh_host_without_bundle_or_transport_fails_clearly_but_dry_run_works(ws
     from orchestrator.inventory import load_inventory
     from orchestrator.specs import load_catalog
 
-    ws.inventory.write_text(yaml.safe_dump({"hosts": [{"name": "far", "connection": "ssh", "address": "192.0.2.1",
-                                                       "known_hosts": "/nonexistent"}]}))
+    ws.inventory.write_text(
+        yaml.safe_dump(
+            {"hosts": [{"name": "far", "connection": "ssh", "address": "192.0.2.1", "known_hosts": "/nonexistent"}]}
+        )
+    )
     ws.write_phase(phase(0, "a", [step("s", tool())]))
 
     def no_transport(host):
         raise HostUnreachable(f"host {host.name}: cannot connect (test)", host=host.name)
 
-    eng = Engine(catalog=load_catalog(ws.phases), inventory=load_inventory(ws.inventory), state_dir=ws.state,
-                 transport_factory=no_transport)
+    eng = Engine(
+        catalog=load_catalog(ws.phases),
+        inventory=load_inventory(ws.inventory),
+        state_dir=ws.state,
+        transport_factory=no_transport,
+    )
     assert eng.plan(["0"]).phases[0].steps[0].commands[0].display.startswith("cd /opt/orchestrator/bundles/")
     report = eng.run(["0"], options=RunOptions())
     assert report.exit_code == 4
@@ -141,13 +186,20 @@ def test_ssh_host_without_bundle_or_transport_fails_clearly_but_dry_run_works(ws
 
 
 def test_cold_start_ratio_is_measured_and_printed(capsys):
-    r = subprocess.run([sys.executable, str(REPO / "tests" / "core" / "measure_cold_start.py"), "--repeat", "3",
-                        "--json"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "core" / "measure_cold_start.py"), "--repeat", "3", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     with capsys.disabled():
-        print(f"\n[cold start] orchestrator status {doc['status_median_s']:.3f} s vs import pydantic, yaml "
-              f"{doc['import_pydantic_yaml_median_s']:.3f} s: ratio {doc['ratio']:.2f}x")
+        print(
+            f"\n[cold start] orchestrator status {doc['status_median_s']:.3f} s vs import pydantic, yaml "
+            f"{doc['import_pydantic_yaml_median_s']:.3f} s: ratio {doc['ratio']:.2f}x"
+        )
     assert doc["status_median_s"] > 0 and doc["ratio"] > 0
 
 
@@ -190,19 +242,41 @@ def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatc
     from orchestrator.inventory import load_inventory
     from orchestrator.specs import load_catalog
 
-    ws.inventory.write_text(yaml.safe_dump({
-        "defaults": {"connection": "ssh", "known_hosts": "/k", "remote_root": "/srv/o"},
-        "hosts": [{"name": "g1", "address": "10.0.0.1"}, {"name": "g2", "address": "10.0.0.2"}]}))
-    ws.write_phase(phase(0, "a", [step("s", ["{python}", "-m", "kernels.x", "--dir", "{bundle_dir}"], metrics=["n"]),
-                                  step("t", ["{python}", "-m", "kernels.y"])]))
+    ws.inventory.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"connection": "ssh", "known_hosts": "/k", "remote_root": "/srv/o"},
+                "hosts": [{"name": "g1", "address": "10.0.0.1"}, {"name": "g2", "address": "10.0.0.2"}],
+            }
+        )
+    )
+    ws.write_phase(
+        phase(
+            0,
+            "a",
+            [
+                step("s", ["{python}", "-m", "kernels.x", "--dir", "{bundle_dir}"], metrics=["n"]),
+                step("t", ["{python}", "-m", "kernels.y"]),
+            ],
+        )
+    )
     shipped: list[str] = []
     checked: list[str] = []
 
     def ship_bundle(transport, bundle, host):
         shipped.append(host.name)
         d = f"{host.remote_root}/bundles/{bundle.sha256}"
-        return bundle_mod.BundleOnHost(host=host.name, sha256=bundle.sha256, remote_dir=d, tarball=d + ".tar.gz",
-                                       uploaded=True, unpacked=True, found="absent", verified=True, duration_s=0.1)
+        return bundle_mod.BundleOnHost(
+            host=host.name,
+            sha256=bundle.sha256,
+            remote_dir=d,
+            tarball=d + ".tar.gz",
+            uploaded=True,
+            unpacked=True,
+            found="absent",
+            verified=True,
+            duration_s=0.1,
+        )
 
     def verify_on_host(transport, bundle, host):
         checked.append(host.name)
@@ -216,8 +290,12 @@ def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatc
         transports[host.name] = FakeRemote(host)
         return transports[host.name]
 
-    eng = Engine(catalog=load_catalog(ws.phases), inventory=load_inventory(ws.inventory), state_dir=ws.state,
-                 transport_factory=factory)
+    eng = Engine(
+        catalog=load_catalog(ws.phases),
+        inventory=load_inventory(ws.inventory),
+        state_dir=ws.state,
+        transport_factory=factory,
+    )
     plan = eng.plan(["0"])
     report = eng.run(["0"], options=RunOptions(forks=2))
     assert report.exit_code == 0
@@ -235,8 +313,14 @@ def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatc
 
 def test_orchestrator_json_env_switches_every_command_to_json(ws):
     ws.write_phase(phase(0, "a", [step("s", tool())]))
-    r = subprocess.run([sys.executable, "-m", "orchestrator", "phases"], cwd=REPO, capture_output=True, text=True,
-                       env={**__import__("os").environ, "ORCHESTRATOR_JSON": "1"}, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "phases"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "ORCHESTRATOR_JSON": "1"},
+        timeout=120,
+    )
     assert r.returncode == 0 and json.loads(r.stdout)["results"]["phases"][0]["name"] == "a"
 
 
@@ -245,10 +329,23 @@ def test_inventory_check_facts_reads_local_toolchain_and_reports_unreachable_hos
     assert r.exit_code == 0, r.output
     facts = json.loads(r.stdout)["results"]["facts"]["local"]
     assert facts["ok"] is True and facts["torch"]["found"] is True and "nvcc" in facts and "gpu" in facts
-    ws.inventory.write_text(yaml.safe_dump({"hosts": [
-        {"name": "local", "connection": "local"},
-        {"name": "gone", "connection": "ssh", "address": "127.0.0.1", "port": 1, "known_hosts": str(ws.root / "kh"),
-         "connect_timeout_s": 1}]}))
+    ws.inventory.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": [
+                    {"name": "local", "connection": "local"},
+                    {
+                        "name": "gone",
+                        "connection": "ssh",
+                        "address": "127.0.0.1",
+                        "port": 1,
+                        "known_hosts": str(ws.root / "kh"),
+                        "connect_timeout_s": 1,
+                    },
+                ]
+            }
+        )
+    )
     (ws.root / "kh").write_text("")
     r = invoke("inventory", "check", "--facts", "--json")
     assert r.exit_code == 4, r.output
@@ -261,8 +358,10 @@ def test_fleet_evidence_is_summarised_per_metric():
     from orchestrator.state import HostStepResult
     from orchestrator.views import evidence_summary
 
-    rs = [HostStepResult(metrics={"summary.spill_bytes": 0, "summary.speedup": s, "arch": a})
-          for s, a in ((21.5, "sm_120a"), (30.0, "sm_120a"), (25.25, "sm_90a"))]
+    rs = [
+        HostStepResult(metrics={"summary.spill_bytes": 0, "summary.speedup": s, "arch": a})
+        for s, a in ((21.5, "sm_120a"), (30.0, "sm_120a"), (25.25, "sm_90a"))
+    ]
     assert evidence_summary(rs) == ["spill_bytes=0", "speedup=21.5..30", "arch=<2 values>"]
 
 

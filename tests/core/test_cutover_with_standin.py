@@ -1,6 +1,7 @@
 """The real phase-3 cut-over steps (phases/3-integration.yaml, minus probe/stage which install into
 the service python) driven by the engine against the SGLang STAND-IN server of tests/integration:
 approve, switch, restart, canary; and, when the new kernel changes outputs, automatic rollback."""
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
-
 from core_helpers import REPO, invoke
 
 LAUNCHER = REPO / "tests" / "integration" / "standin_launcher.py"
@@ -46,17 +45,37 @@ def service(ws):
             pytest.skip(f"{mod} or the stand-in launcher is not in this checkout")
     # the bundle must hold the real cut-over tool: a frozen copy of kernels/, so edits made to the
     # shared tree while the test runs cannot change the bundle between `plan` and `run`
-    shutil.copytree(REPO / "kernels", ws.checkout / "kernels", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.o", "build", ".*"))
+    shutil.copytree(
+        REPO / "kernels",
+        ws.checkout / "kernels",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.o", "build", ".*"),
+    )
     root = ws.root / "remote" / "local"
     root.mkdir(parents=True)
     port = free_port()
     restart = [sys.executable, str(LAUNCHER), "restart", "--root", str(root), "--port", str(port)]
     base = f"http://127.0.0.1:{port}"
-    ws.inventory.write_text(yaml.safe_dump({"hosts": [{
-        "name": "local", "connection": "local", "remote_root": str(root),
-        "service": {"restart": restart, "health_url": base + "/health", "generate_url": base + "/generate",
-                    "python": sys.executable, "health_timeout_s": 60}}]}))
+    ws.inventory.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": [
+                    {
+                        "name": "local",
+                        "connection": "local",
+                        "remote_root": str(root),
+                        "service": {
+                            "restart": restart,
+                            "health_url": base + "/health",
+                            "generate_url": base + "/generate",
+                            "python": sys.executable,
+                            "health_timeout_s": 60,
+                        },
+                    }
+                ]
+            }
+        )
+    )
     spec = yaml.safe_load((REPO / "phases" / "3-integration.yaml").read_text())
     spec["requires"] = None
     spec["steps"] = [s for s in spec["steps"] if s["id"] not in ("probe", "stage")]

@@ -1,6 +1,7 @@
 """End to end over real sshd (tests/ssh/lab.py, used through its documented shell interface):
 the engine ships the bundle once per host, runs the phase's commands there in
 ``<remote_root>/bundles/<sha>``, reads their JSON and gates it; the dry-run shows the same command."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from core_helpers import REPO, phase, step
 
 LAB = REPO / "tests" / "ssh" / "lab.py"
@@ -40,11 +40,23 @@ def lab(tmp_path):
 
 def test_phase_runs_over_ssh_in_the_shipped_bundle(ws, lab):
     (ws.checkout / "kernels" / "probe_tool.py").write_text(PROBE_TOOL)
-    ws.write_phase(phase(0, "remote", [
-        step("probe", ["{python}", "-m", "kernels.probe_tool", "--host", "{host}"], metrics=["answer", "cwd"],
-             gates=[{"metric": "answer", "op": "==", "value": 42, "reason": "the shipped tool ran"},
-                    {"metric": "cwd", "op": "==", "value": "{bundle_dir}", "reason": "runs in the bundle dir"}]),
-    ]))
+    ws.write_phase(
+        phase(
+            0,
+            "remote",
+            [
+                step(
+                    "probe",
+                    ["{python}", "-m", "probe_tool", "--host", "{host}"],
+                    metrics=["answer", "cwd"],
+                    gates=[
+                        {"metric": "answer", "op": "==", "value": 42, "reason": "the shipped tool ran"},
+                        {"metric": "cwd", "op": "==", "value": "{bundle_dir}", "reason": "runs in the bundle dir"},
+                    ],
+                ),
+            ],
+        )
+    )
     inv = str(lab / "inventory.yaml")
     dry = json.loads(ws.cli("run", "0", "--dry-run", "--json", "-i", inv).stdout)
     sha = dry["plan"]["bundle_sha"]

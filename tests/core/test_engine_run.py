@@ -1,4 +1,5 @@
 """Running phases on local hosts: step outcomes, gates, evidence, ordering, waves, rollback."""
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,20 @@ def host_result(doc, phase_idx, step_id, host="local"):
 
 
 def test_completed_step_records_metrics_gates_and_log(ws):
-    ws.write_phase(phase(0, "build", [step("build", tool("--metric", "summary.spill_bytes=0",
-                                                         "--metric", "summary.regs=128"),
-                                           metrics=["summary.spill_bytes", "summary.regs"],
-                                           gates=[gate("summary.spill_bytes", "==", 0)])]))
+    ws.write_phase(
+        phase(
+            0,
+            "build",
+            [
+                step(
+                    "build",
+                    tool("--metric", "summary.spill_bytes=0", "--metric", "summary.regs=128"),
+                    metrics=["summary.spill_bytes", "summary.regs"],
+                    gates=[gate("summary.spill_bytes", "==", 0)],
+                )
+            ],
+        )
+    )
     r, doc = run_json("0")
     assert r.exit_code == 0, r.output
     res = host_result(doc, 0, "build")
@@ -38,9 +49,20 @@ def test_completed_step_records_metrics_gates_and_log(ws):
 
 
 def test_failed_gate_fails_the_step_and_exits_1(ws):
-    ws.write_phase(phase(0, "build", [step("build", tool("--metric", "summary.spill_bytes=64"),
-                                           metrics=["summary.spill_bytes"],
-                                           gates=[gate("summary.spill_bytes", "==", 0, "no spills")])]))
+    ws.write_phase(
+        phase(
+            0,
+            "build",
+            [
+                step(
+                    "build",
+                    tool("--metric", "summary.spill_bytes=64"),
+                    metrics=["summary.spill_bytes"],
+                    gates=[gate("summary.spill_bytes", "==", 0, "no spills")],
+                )
+            ],
+        )
+    )
     r, doc = run_json("0")
     assert r.exit_code == 1
     res = host_result(doc, 0, "build")
@@ -49,8 +71,11 @@ def test_failed_gate_fails_the_step_and_exits_1(ws):
 
 
 def test_missing_metric_fails_the_gate(ws):
-    ws.write_phase(phase(0, "p", [step("s", tool(), metrics=["summary.cases_failed"],
-                                       gates=[gate("summary.cases_failed", "==", 0)])]))
+    ws.write_phase(
+        phase(
+            0, "p", [step("s", tool(), metrics=["summary.cases_failed"], gates=[gate("summary.cases_failed", "==", 0)])]
+        )
+    )
     r, doc = run_json("0")
     assert r.exit_code == 1
     assert "missing" in host_result(doc, 0, "s")["reason"]
@@ -120,23 +145,38 @@ def test_passed_phase_is_up_to_date_and_yes_reruns_it(ws):
 
 
 def test_status_shows_steps_and_evidence_numbers(ws):
-    ws.write_phase(phase(0, "build", [step("build", tool("--metric", "summary.spill_bytes=0"),
-                                           metrics=["summary.spill_bytes"],
-                                           gates=[gate("summary.spill_bytes", "==", 0)])]))
+    ws.write_phase(
+        phase(
+            0,
+            "build",
+            [
+                step(
+                    "build",
+                    tool("--metric", "summary.spill_bytes=0"),
+                    metrics=["summary.spill_bytes"],
+                    gates=[gate("summary.spill_bytes", "==", 0)],
+                )
+            ],
+        )
+    )
     invoke("run", "0")
     r = invoke("status")
     assert r.exit_code == 0, r.output
     assert "0-build" in r.stdout and "completed" in r.stdout and "spill_bytes=0" in r.stdout
     doc = json.loads(invoke("status", "--json").stdout)
-    assert doc["results"]["state"]["phases"]["0"]["steps"][0]["hosts"]["local"]["metrics"] == {
-        "summary.spill_bytes": 0}
+    assert doc["results"]["state"]["phases"]["0"]["steps"][0]["hosts"]["local"]["metrics"] == {"summary.spill_bytes": 0}
 
 
 def test_local_placement_runs_once_for_all_hosts(ws):
     ws.hosts(["h1", "h2", "h3"])
     marker = ws.root / "ran"
-    ws.write_phase(phase(0, "a", [step("once", tool("--touch", str(marker)), runs_on="local"),
-                                  step("each", tool("--touch", str(marker)))]))
+    ws.write_phase(
+        phase(
+            0,
+            "a",
+            [step("once", tool("--touch", str(marker)), runs_on="local"), step("each", tool("--touch", str(marker)))],
+        )
+    )
     r, doc = run_json("0")
     assert r.exit_code == 0, r.output
     assert len(marker.read_text().splitlines()) == 4
@@ -146,11 +186,26 @@ def test_local_placement_runs_once_for_all_hosts(ws):
 def test_continue_policy_keeps_other_hosts_going(ws):
     ws.hosts(["h1", "h2", "h3"])
     # {host} lets one host fail: the fake tool exits 1 when its --ok is "false"
-    ws.write_phase(phase(0, "a", [step("s", ["{python}", "-c",
-                                             "import json,sys; h=sys.argv[1]; print(json.dumps({{'ok': h != 'h2'}}));"
-                                             "sys.exit(0 if h != 'h2' else 1)", "{host}"]),
-                                  step("t", tool())],
-                         failure_policy={"mode": "continue", "max_failed_hosts": None}))
+    ws.write_phase(
+        phase(
+            0,
+            "a",
+            [
+                step(
+                    "s",
+                    [
+                        "{python}",
+                        "-c",
+                        "import json,sys; h=sys.argv[1]; print(json.dumps({{'ok': h != 'h2'}}));"
+                        "sys.exit(0 if h != 'h2' else 1)",
+                        "{host}",
+                    ],
+                ),
+                step("t", tool()),
+            ],
+            failure_policy={"mode": "continue", "max_failed_hosts": None},
+        )
+    )
     r, doc = run_json("0")
     assert r.exit_code == 1
     hosts = doc["results"]["phases"][0]["hosts"]
@@ -161,14 +216,26 @@ def test_canary_failure_stops_later_waves_and_rolls_back_that_host(ws):
     names = ["c1", "p1", "p2", "p3", "p4"]
     ws.hosts(names, canary="c1")
     log = ws.root / "calls"
-    fail_on_canary = ["{python}", "-c",
-                      "import json,sys; h=sys.argv[1]; open(sys.argv[2],'a').write('check '+h+'\\n');"
-                      "print(json.dumps({{'ok': h != 'c1'}})); sys.exit(0 if h != 'c1' else 1)",
-                      "{host}", str(log)]
-    ws.write_phase(phase(0, "cut", [
-        step("switch", tool("--touch", str(log)), runs_on="canary_then_rest", rollback="undo"),
-        step("check", fail_on_canary, runs_on="canary_then_rest"),
-    ], waves=[1, 2, "50%"], rollback_steps=[step("undo", tool("--touch", str(log), "--metric", "undone=true"))]))
+    fail_on_canary = [
+        "{python}",
+        "-c",
+        "import json,sys; h=sys.argv[1]; open(sys.argv[2],'a').write('check '+h+'\\n');"
+        "print(json.dumps({{'ok': h != 'c1'}})); sys.exit(0 if h != 'c1' else 1)",
+        "{host}",
+        str(log),
+    ]
+    ws.write_phase(
+        phase(
+            0,
+            "cut",
+            [
+                step("switch", tool("--touch", str(log)), runs_on="canary_then_rest", rollback="undo"),
+                step("check", fail_on_canary, runs_on="canary_then_rest"),
+            ],
+            waves=[1, 2, "50%"],
+            rollback_steps=[step("undo", tool("--touch", str(log), "--metric", "undone=true"))],
+        )
+    )
     r, doc = run_json("0")
     assert r.exit_code == 1
     hosts = doc["results"]["phases"][0]["hosts"]

@@ -1,39 +1,62 @@
 """Gates are typed comparisons over the step's JSON document; a missing metric fails."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from orchestrator.gates import evaluate, extract_metrics, lookup, MISSING
+from orchestrator.gates import MISSING, evaluate, extract_metrics, lookup
 from orchestrator.specs import Gate
 
-DOC = {"ok": True, "summary": {"spill_bytes": 0, "speedup": 21.5, "deterministic": True, "arch": "sm_120a",
-                               "nan": math.nan, "per_case": [{"err": 0.5}]}}
+DOC = {
+    "ok": True,
+    "summary": {
+        "spill_bytes": 0,
+        "speedup": 21.5,
+        "deterministic": True,
+        "arch": "sm_120a",
+        "nan": math.nan,
+        "per_case": [{"err": 0.5}],
+    },
+}
 
 
 def gate(metric: str, op: str, value, reason: str = "why") -> Gate:
     return Gate(metric=metric, op=op, value=value, reason=reason)
 
 
-@pytest.mark.parametrize("op,value,passed", [
-    ("==", 0, True), ("!=", 0, False), ("<", 1, True), ("<=", 0, True), (">", 0, False), (">=", 0, True),
-    ("==", 1, False), (">=", -1, True), ("<", 0, False),
-])
+@pytest.mark.parametrize(
+    "op,value,passed",
+    [
+        ("==", 0, True),
+        ("!=", 0, False),
+        ("<", 1, True),
+        ("<=", 0, True),
+        (">", 0, False),
+        (">=", 0, True),
+        ("==", 1, False),
+        (">=", -1, True),
+        ("<", 0, False),
+    ],
+)
 def test_every_operator_on_a_number(op, value, passed):
     assert evaluate(gate("summary.spill_bytes", op, value), DOC).passed is passed
 
 
-@pytest.mark.parametrize("metric,op,value,passed", [
-    ("summary.speedup", ">=", 20, True),
-    ("summary.speedup", ">=", 22, False),
-    ("summary.speedup", "<=", 21.5, True),
-    ("summary.deterministic", "==", True, True),
-    ("summary.deterministic", "==", False, False),
-    ("summary.arch", "==", "sm_120a", True),
-    ("summary.arch", "!=", "sm_90a", True),
-    ("summary.per_case.0.err", "<", 1, True),
-])
+@pytest.mark.parametrize(
+    "metric,op,value,passed",
+    [
+        ("summary.speedup", ">=", 20, True),
+        ("summary.speedup", ">=", 22, False),
+        ("summary.speedup", "<=", 21.5, True),
+        ("summary.deterministic", "==", True, True),
+        ("summary.deterministic", "==", False, False),
+        ("summary.arch", "==", "sm_120a", True),
+        ("summary.arch", "!=", "sm_90a", True),
+        ("summary.per_case.0.err", "<", 1, True),
+    ],
+)
 def test_floats_bools_strings_and_list_indexes(metric, op, value, passed):
     assert evaluate(gate(metric, op, value), DOC).passed is passed
 
@@ -72,7 +95,9 @@ def test_placeholder_in_gate_value_is_filled_per_host():
 
 
 def test_reason_is_carried_into_the_outcome():
-    assert evaluate(gate("summary.spill_bytes", "==", 0, "spills cost bandwidth"), DOC).reason == "spills cost bandwidth"
+    assert (
+        evaluate(gate("summary.spill_bytes", "==", 0, "spills cost bandwidth"), DOC).reason == "spills cost bandwidth"
+    )
 
 
 def test_lookup_and_extract():

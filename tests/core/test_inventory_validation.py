@@ -1,12 +1,13 @@
 """Inventories validate strictly: values that cannot be used safely exit 3 naming file:field."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import yaml
-
 from core_helpers import REPO, invoke
+
 from orchestrator.errors import SpecError
 from orchestrator.inventory import load_inventory
 
@@ -36,24 +37,27 @@ def write(ws, doc) -> str:
 SSH = {"connection": "ssh", "known_hosts": "/etc/ssh/known", "address": "10.0.0.1"}
 
 
-@pytest.mark.parametrize("host,field", [
-    ({"name": "bad name", **SSH}, "hosts[0](bad name).name"),
-    ({"name": "-oProxyCommand=x", **SSH}, "hosts[0](-oProxyCommand=x).name"),
-    ({"name": "h1", **SSH, "address": "10.0.0.1; rm -rf /"}, "hosts[0](h1).address"),
-    ({"name": "h1", **SSH, "user": "root\nx"}, "hosts[0](h1).user"),
-    ({"name": "h1", **SSH, "port": "twenty-two"}, "hosts[0](h1).port"),
-    ({"name": "h1", **SSH, "port": 70000}, "hosts[0](h1).port"),
-    ({"name": "h1", **SSH, "remote_root": "relative/path"}, "hosts[0](h1).remote_root"),
-    ({"name": "h1", **SSH, "remote_root": "/srv/../etc"}, "hosts[0](h1).remote_root"),
-    ({"name": "h1", **SSH, "remote_root": "/srv/a b"}, "hosts[0](h1).remote_root"),
-    ({"name": "h1", **SSH, "arch": "sm_75"}, "hosts[0](h1).arch"),
-    ({"name": "h1", **SSH, "connect_timeout_s": 0}, "hosts[0](h1).connect_timeout_s"),
-    ({"name": "h1", **SSH, "service": {"health_url": "file:///etc/passwd"}}, "hosts[0](h1).service.health_url"),
-    ({"name": "h1", **SSH, "service": {"restart": ["systemctl", "restart\x00x"]}}, "hosts[0](h1).service.restart"),
-    ({"name": "h1", **SSH, "colour": "blue"}, "hosts[0](h1).colour"),
-    ({"name": "h1", "connection": "ssh", "address": "10.0.0.1"}, "hosts[0](h1).known_hosts"),
-    ({"name": "h1", "connection": "ssh", "known_hosts": "/k"}, "hosts[0](h1).address"),
-])
+@pytest.mark.parametrize(
+    "host,field",
+    [
+        ({"name": "bad name", **SSH}, "hosts[0](bad name).name"),
+        ({"name": "-oProxyCommand=x", **SSH}, "hosts[0](-oProxyCommand=x).name"),
+        ({"name": "h1", **SSH, "address": "10.0.0.1; rm -rf /"}, "hosts[0](h1).address"),
+        ({"name": "h1", **SSH, "user": "root\nx"}, "hosts[0](h1).user"),
+        ({"name": "h1", **SSH, "port": "twenty-two"}, "hosts[0](h1).port"),
+        ({"name": "h1", **SSH, "port": 70000}, "hosts[0](h1).port"),
+        ({"name": "h1", **SSH, "remote_root": "relative/path"}, "hosts[0](h1).remote_root"),
+        ({"name": "h1", **SSH, "remote_root": "/srv/../etc"}, "hosts[0](h1).remote_root"),
+        ({"name": "h1", **SSH, "remote_root": "/srv/a b"}, "hosts[0](h1).remote_root"),
+        ({"name": "h1", **SSH, "arch": "sm_75"}, "hosts[0](h1).arch"),
+        ({"name": "h1", **SSH, "connect_timeout_s": 0}, "hosts[0](h1).connect_timeout_s"),
+        ({"name": "h1", **SSH, "service": {"health_url": "file:///etc/passwd"}}, "hosts[0](h1).service.health_url"),
+        ({"name": "h1", **SSH, "service": {"restart": ["systemctl", "restart\x00x"]}}, "hosts[0](h1).service.restart"),
+        ({"name": "h1", **SSH, "colour": "blue"}, "hosts[0](h1).colour"),
+        ({"name": "h1", "connection": "ssh", "address": "10.0.0.1"}, "hosts[0](h1).known_hosts"),
+        ({"name": "h1", "connection": "ssh", "known_hosts": "/k"}, "hosts[0](h1).address"),
+    ],
+)
 def test_bad_host_fields_exit_3_with_file_and_field(ws, host, field):
     path = write(ws, {"hosts": [host]})
     with pytest.raises(SpecError) as ei:
@@ -75,11 +79,18 @@ def test_duplicate_hosts_and_unknown_group_members_are_refused(ws):
 
 
 def test_defaults_apply_and_hosts_override(ws):
-    write(ws, {"defaults": {"user": "deploy", "known_hosts": "/k", "remote_root": "/srv/o", "arch": "sm_90a"},
-               "hosts": [{"name": "a", "address": "a.example"}, {"name": "b", "address": "b", "arch": "sm_120a"}]})
+    write(
+        ws,
+        {
+            "defaults": {"user": "deploy", "known_hosts": "/k", "remote_root": "/srv/o", "arch": "sm_90a"},
+            "hosts": [{"name": "a", "address": "a.example"}, {"name": "b", "address": "b", "arch": "sm_120a"}],
+        },
+    )
     inv = load_inventory(ws.inventory)
     assert [(h.user, h.remote_root, h.arch, h.python) for h in inv.hosts] == [
-        ("deploy", "/srv/o", "sm_90a", "python3"), ("deploy", "/srv/o", "sm_120a", "python3")]
+        ("deploy", "/srv/o", "sm_90a", "python3"),
+        ("deploy", "/srv/o", "sm_120a", "python3"),
+    ]
 
 
 def test_limit_names_hosts_or_groups_and_refuses_unknown(ws):

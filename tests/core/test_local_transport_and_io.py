@@ -1,11 +1,11 @@
 """LocalTransport (argv only, timeouts kill the whole process group, logs), atomic writes, placeholders."""
+
 from __future__ import annotations
 
 import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +21,13 @@ def test_local_transport_is_a_transport():
 
 def test_runs_argv_without_a_shell_and_captures_streams(tmp_path):
     log = tmp_path / "logs" / "step.log"
-    r = LocalTransport("local").run([sys.executable, "-c", "import sys; print('out $HOME;'); print('err', file=sys.stderr)"],
-                                    timeout_s=30, cwd=str(tmp_path), env={"X_TEST": "1"}, log_path=log)
+    r = LocalTransport("local").run(
+        [sys.executable, "-c", "import sys; print('out $HOME;'); print('err', file=sys.stderr)"],
+        timeout_s=30,
+        cwd=str(tmp_path),
+        env={"X_TEST": "1"},
+        log_path=log,
+    )
     assert r.ok and r.exit_code == 0
     assert r.stdout == "out $HOME;\n"  # no shell expanded anything
     assert r.stderr == "err\n"
@@ -32,10 +37,12 @@ def test_runs_argv_without_a_shell_and_captures_streams(tmp_path):
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "child.pid"
-    code = ("import subprocess, sys, time\n"
-            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
-            "time.sleep(60)\n")
+    code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
     t0 = time.monotonic()
     r = LocalTransport("local", kill_after_s=1).run([sys.executable, "-c", code], timeout_s=5)
     assert r.timed_out and r.exit_code is None and not r.ok

@@ -1,4 +1,5 @@
 """One run at a time; a run killed at any point leaves state that loads, tells the truth and resumes."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from core_helpers import phase, step, tool
+
 from orchestrator.errors import StateConflict
 from orchestrator.state import RunLock, RunState, StateStore, Status
 
@@ -26,11 +27,20 @@ def wait_for(path: Path, timeout: float = 60) -> None:
 def sleepy(ws):
     """Phase 0: a quick step, then `slow` which sleeps 60 s the first time only (marker file)."""
     ws.started = ws.root / "started"
-    ws.write_phase(phase(0, "slow", [
-        step("quick", tool("--metric", "n=1"), metrics=["n"]),
-        step("slow", tool("--started", str(ws.started), "--sleep-once", str(ws.root / "slept"), "60"),
-             timeout_s=120),
-    ]))
+    ws.write_phase(
+        phase(
+            0,
+            "slow",
+            [
+                step("quick", tool("--metric", "n=1"), metrics=["n"]),
+                step(
+                    "slow",
+                    tool("--started", str(ws.started), "--sleep-once", str(ws.root / "slept"), "60"),
+                    timeout_s=120,
+                ),
+            ],
+        )
+    )
     return ws
 
 
@@ -96,8 +106,17 @@ def test_lock_in_process_names_holder_and_detects_stale_info(tmp_path):
         assert lock.stale is None
         with pytest.raises(StateConflict, match=r"locked by pid \d+ on .*orchestrator run 0"):
             RunLock(tmp_path, "second").acquire()
-    (tmp_path / "lock.json").write_text(json.dumps({"pid": 2 ** 22 + 12345, "hostname": os.uname().nodename,
-                                                    "user": "x", "started_at": "t", "command": "dead run"}))
+    (tmp_path / "lock.json").write_text(
+        json.dumps(
+            {
+                "pid": 2**22 + 12345,
+                "hostname": os.uname().nodename,
+                "user": "x",
+                "started_at": "t",
+                "command": "dead run",
+            }
+        )
+    )
     with RunLock(tmp_path, "third") as lock:
         assert lock.stale is not None and lock.stale.command == "dead run"
 
@@ -132,9 +151,19 @@ def test_in_progress_with_no_lock_holder_displays_interrupted(tmp_path):
     from orchestrator.state import HostStepResult, PhaseRecord, StepRecord
 
     st = RunState()
-    st.phases["0"] = PhaseRecord(id=0, name="x", status=Status.in_progress, steps=[
-        StepRecord(id="s", content="c", status=Status.in_progress,
-                   hosts={"local": HostStepResult(status=Status.in_progress)})])
+    st.phases["0"] = PhaseRecord(
+        id=0,
+        name="x",
+        status=Status.in_progress,
+        steps=[
+            StepRecord(
+                id="s",
+                content="c",
+                status=Status.in_progress,
+                hosts={"local": HostStepResult(status=Status.in_progress)},
+            )
+        ],
+    )
     store = StateStore(tmp_path)
     store.save(st)
     shown = store.load_for_display()
@@ -174,8 +203,12 @@ def test_a_transport_that_raises_fails_the_step_instead_of_leaving_it_in_progres
         def close(self):
             pass
 
-    eng = Engine(catalog=load_catalog(ws.phases), inventory=load_inventory(ws.inventory), state_dir=ws.state,
-                 transport_factory=lambda h: Broken())
+    eng = Engine(
+        catalog=load_catalog(ws.phases),
+        inventory=load_inventory(ws.inventory),
+        state_dir=ws.state,
+        transport_factory=lambda h: Broken(),
+    )
     report = eng.run(["0"])
     res = report.phases[0].steps[0].hosts["local"]
     assert report.exit_code == 1 and res.status == Status.failed and "socket exploded" in res.reason

@@ -2,14 +2,15 @@
 host of the example fleet, is accepted by the argument parser of the tool it runs
 (``python -m <package>[.tool] ...``, run in the bundle). The tool's ``main`` is called with ``parse_args`` spied on and
 stopped right after a successful parse, so nothing is compiled, benchmarked or restarted."""
+
 from __future__ import annotations
 
 import argparse
 import importlib
 
 import pytest
-
 from core_helpers import REPO
+
 from orchestrator.inventory import load_inventory
 from orchestrator.planner import build_plan
 from orchestrator.specs import load_catalog

@@ -1,11 +1,12 @@
 """Phase specs: the shipped phases validate; malformed or unsafe specs exit 3 naming file:field."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from core_helpers import REPO, invoke, phase, step, tool
+
 from orchestrator.errors import SpecError
 from orchestrator.specs import load_catalog
 
@@ -13,19 +14,30 @@ from orchestrator.specs import load_catalog
 def test_shipped_phases_load_in_order_with_predecessors():
     cat = load_catalog(REPO / "phases")
     assert [p.spec.label for p in cat.phases] == [
-        "0-build-check", "1-parity", "2-microbench", "3-integration", "4-kv-defrag"]
+        "0-build-check",
+        "1-parity",
+        "2-microbench",
+        "3-integration",
+        "4-kv-defrag",
+    ]
     assert [p.spec.requires for p in cat.phases] == [None, 0, 1, 2, 3]
     assert [p.spec.needs_approval for p in cat.phases] == [False, False, False, True, True]
 
 
 def test_shipped_phase_gates_match_the_contract():
     cat = load_catalog(REPO / "phases")
-    gates = {(p.spec.id, s.id): {(g.metric, g.op.value, json.dumps(g.value)) for g in s.gates}
-             for p in cat.phases for s in p.spec.steps + p.spec.rollback_steps}
+    gates = {
+        (p.spec.id, s.id): {(g.metric, g.op.value, json.dumps(g.value)) for g in s.gates}
+        for p in cat.phases
+        for s in p.spec.steps + p.spec.rollback_steps
+    }
     assert ("summary.spill_bytes", "==", "0") in gates[(0, "build")]
     assert ("summary.arch", "==", '"{arch}"') in gates[(0, "build")]
-    assert {("summary.cases_failed", "==", "0"), ("summary.token_mismatches", "==", "0"),
-            ("summary.deterministic", "==", "true")} <= gates[(1, "parity")]
+    assert {
+        ("summary.cases_failed", "==", "0"),
+        ("summary.token_mismatches", "==", "0"),
+        ("summary.deterministic", "==", "true"),
+    } <= gates[(1, "parity")]
     assert ("summary.min_speedup_vs_sglang_extend", ">=", "20") in gates[(2, "bench")]
     assert ("summary.min_sol_pct_long_ctx", ">=", "25") in gates[(2, "bench")]
     assert ("compatible", "==", "true") in gates[(3, "probe")]
@@ -67,26 +79,36 @@ def test_unknown_placeholder_exits_3_naming_file_and_field(ws):
 
 
 def test_gate_on_an_undeclared_metric_is_a_spec_error(ws):
-    path = ws.write_phase(phase(0, "a", [step("s", tool(), metrics=["x"],
-                                              gates=[{"metric": "y", "op": "==", "value": 1, "reason": "r"}])]))
+    path = ws.write_phase(
+        phase(
+            0, "a", [step("s", tool(), metrics=["x"], gates=[{"metric": "y", "op": "==", "value": 1, "reason": "r"}])]
+        )
+    )
     with pytest.raises(SpecError, match=r"steps\[0\]\(s\).*'y' is not listed in metrics"):
         load_catalog(ws.phases)
     assert str(path) in str(pytest.raises(SpecError, load_catalog, ws.phases).value)
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda d: d["steps"].append(dict(d["steps"][0])), "duplicate step id"),
-    (lambda d: d["steps"][0].update(rollback="nope"), "rollback 'nope'"),
-    (lambda d: d["steps"][0].update(runs_on="everywhere"), "runs_on"),
-    (lambda d: d["steps"][0].update(timeout_s=0), "timeout_s"),
-    (lambda d: d["steps"][0].update(command=[]), "command is empty"),
-    (lambda d: d["steps"][0].update(command=["a\nb"]), "NUL or newline"),
-    (lambda d: d.update(waves=[2, 3]), "waves must start with 1"),
-    (lambda d: d.update(waves=[1, "150%"]), "wave size"),
-    (lambda d: d.update(surprise=True), "surprise"),
-    (lambda d: d["steps"][0].update(gates=[{"metric": "m", "op": "eval", "value": 1, "reason": "r"}],
-                                    metrics=["m"]), "op"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda d: d["steps"].append(dict(d["steps"][0])), "duplicate step id"),
+        (lambda d: d["steps"][0].update(rollback="nope"), "rollback 'nope'"),
+        (lambda d: d["steps"][0].update(runs_on="everywhere"), "runs_on"),
+        (lambda d: d["steps"][0].update(timeout_s=0), "timeout_s"),
+        (lambda d: d["steps"][0].update(command=[]), "command is empty"),
+        (lambda d: d["steps"][0].update(command=["a\nb"]), "NUL or newline"),
+        (lambda d: d.update(waves=[2, 3]), "waves must start with 1"),
+        (lambda d: d.update(waves=[1, "150%"]), "wave size"),
+        (lambda d: d.update(surprise=True), "surprise"),
+        (
+            lambda d: d["steps"][0].update(
+                gates=[{"metric": "m", "op": "eval", "value": 1, "reason": "r"}], metrics=["m"]
+            ),
+            "op",
+        ),
+    ],
+)
 def test_invalid_specs_are_refused(ws, mutate, needle):
     doc = phase(0, "a", [step("s", tool())])
     mutate(doc)
@@ -103,8 +125,20 @@ def test_requires_must_name_an_earlier_phase(ws):
 
 
 def test_phases_command_lists_and_shows(ws):
-    ws.write_phase(phase(0, "a", [step("s", tool("--metric", "m=1"), metrics=["m"],
-                                       gates=[{"metric": "m", "op": ">=", "value": 1, "reason": "because"}])]))
+    ws.write_phase(
+        phase(
+            0,
+            "a",
+            [
+                step(
+                    "s",
+                    tool("--metric", "m=1"),
+                    metrics=["m"],
+                    gates=[{"metric": "m", "op": ">=", "value": 1, "reason": "because"}],
+                )
+            ],
+        )
+    )
     r = invoke("phases", "a")
     assert r.exit_code == 0, r.output
     assert "0-a" in r.stdout and "gate m >= 1  (because)" in r.stdout

@@ -44,8 +44,10 @@ def _import_sglang() -> str | None:
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend  # noqa: F401
         from sglang.test.kits.attention_unittest.attention_methods import mla_attention  # noqa: F401
     except Exception as exc:  # any import failure: the reason goes into the skip message
-        _SGLANG["error"] = (f"sglang==0.5.23 not importable ({type(exc).__name__}: {exc}); "
-                            "install tests/integration/requirements-sglang.txt with --no-deps")
+        _SGLANG["error"] = (
+            f"sglang==0.5.23 not importable ({type(exc).__name__}: {exc}); "
+            "install tests/integration/requirements-sglang.txt with --no-deps"
+        )
         return _SGLANG["error"]
     _SGLANG["ok"] = True
     return None

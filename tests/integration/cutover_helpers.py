@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 from tests.support.paths import KERNELS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -52,8 +53,15 @@ class Standin:
 
     @property
     def restart_argv(self) -> list[str]:
-        return [sys.executable, str(HERE / "standin_launcher.py"), "restart", "--root", str(self.root),
-                "--port", str(self.port)]
+        return [
+            sys.executable,
+            str(HERE / "standin_launcher.py"),
+            "restart",
+            "--root",
+            str(self.root),
+            "--port",
+            str(self.port),
+        ]
 
     @property
     def restart_json(self) -> str:
@@ -66,8 +74,20 @@ class Standin:
         subprocess.run(self.restart_argv, check=True, capture_output=True, timeout=30)
 
     def stop(self) -> None:
-        subprocess.run([sys.executable, str(HERE / "standin_launcher.py"), "stop", "--root", str(self.root),
-                        "--port", str(self.port)], check=False, capture_output=True, timeout=30)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "standin_launcher.py"),
+                "stop",
+                "--root",
+                str(self.root),
+                "--port",
+                str(self.port),
+            ],
+            check=False,
+            capture_output=True,
+            timeout=30,
+        )
 
     def wait_up(self, timeout_s: float = 15.0) -> dict:
         import urllib.request
@@ -84,8 +104,13 @@ class Standin:
 
 def run_cutover(*args: str, timeout: float = 120.0) -> tuple[int, dict]:
     """Run ``python -m cutover_agent ARGS --json`` as the engine would; (exit code, document)."""
-    proc = subprocess.run([sys.executable, "-m", "cutover_agent", *args, "--json"], cwd=KERNELS,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cutover_agent", *args, "--json"],
+        cwd=KERNELS,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, f"expected one JSON line, got stdout={proc.stdout!r} stderr={proc.stderr[-500:]!r}"
     return proc.returncode, json.loads(lines[0])

@@ -38,8 +38,12 @@ GRAPH_CASES = 3  # the first few runnable cases are also captured in a CUDA grap
 
 
 def _blocked(reason: str) -> dict:
-    return {"ok": False, "blocked": reason, "cases": [],
-            "summary": {"cases_total": 0, "cases_failed": 0, "token_mismatches": None}}
+    return {
+        "ok": False,
+        "blocked": reason,
+        "cases": [],
+        "summary": {"cases_total": 0, "cases_failed": 0, "token_mismatches": None},
+    }
 
 
 def _setup() -> str | None:
@@ -103,15 +107,16 @@ def _rel(a, b) -> float:
 
 def run_case(spec, w, graph: bool) -> dict:
     import torch
+    from sglang_verify_batch import build_verify_batch
 
     from mla_verify.reference import mla_verify_ref
     from verify_tools.parity import token_check
-    from sglang_verify_batch import build_verify_batch
 
     t0 = time.time()
     n, H = spec.draft_lens[0], spec.heads
-    vb = build_verify_batch(spec.prefix_lens, n, H, device="cuda", seed=spec.seed, sm_scale=spec.sm_scale,
-                            visibility=_visibility(spec))
+    vb = build_verify_batch(
+        spec.prefix_lens, n, H, device="cuda", seed=spec.seed, sm_scale=spec.sm_scale, visibility=_visibility(spec)
+    )
     be, fb = vb.backend, vb.forward_batch
     T = vb.q.shape[0]
     be.init_forward_metadata(fb)
@@ -127,26 +132,47 @@ def run_case(spec, w, graph: bool) -> dict:
     torch.cuda.synchronize()
     md = be.forward_metadata
     pool = vb.runner.token_to_kv_pool
-    ref = mla_verify_ref(vb.q.view(T, H, 576), vb.k, vb.v, pool.get_key_buffer(0), pool.get_value_buffer(0),
-                         md.qo_indptr, md.kv_indptr, md.kv_indices, md.custom_mask, True, md.mask_indptr,
-                         sm_scale=spec.sm_scale)
+    ref = mla_verify_ref(
+        vb.q.view(T, H, 576),
+        vb.k,
+        vb.v,
+        pool.get_key_buffer(0),
+        pool.get_value_buffer(0),
+        md.qo_indptr,
+        md.kv_indptr,
+        md.kv_indices,
+        md.custom_mask,
+        True,
+        md.mask_indptr,
+        sm_scale=spec.sm_scale,
+    )
     finite = bool(torch.isfinite(o_plugin).all())
     tok = token_check(o_plugin, o_sglang, w)
     row = {
-        "name": spec.name, "B": spec.batch, "n": n, "H": H, "tree": spec.tree,
-        "prefix_lens": list(spec.prefix_lens) if spec.batch <= 8 else f"{min(spec.prefix_lens)}..{max(spec.prefix_lens)}",
-        "ran_bundled_kernel": ran_bundled, "declined": dict(be.bundled_verify.reasons), "finite": finite,
-        "rows": tok["rows"], "token_mismatches_vs_sglang": tok["token_mismatches"],
-        "near_ties_vs_sglang": tok["near_ties"], "mismatches_in_near_ties": tok["mismatches_in_near_ties"],
+        "name": spec.name,
+        "B": spec.batch,
+        "n": n,
+        "H": H,
+        "tree": spec.tree,
+        "prefix_lens": list(spec.prefix_lens)
+        if spec.batch <= 8
+        else f"{min(spec.prefix_lens)}..{max(spec.prefix_lens)}",
+        "ran_bundled_kernel": ran_bundled,
+        "declined": dict(be.bundled_verify.reasons),
+        "finite": finite,
+        "rows": tok["rows"],
+        "token_mismatches_vs_sglang": tok["token_mismatches"],
+        "near_ties_vs_sglang": tok["near_ties"],
+        "mismatches_in_near_ties": tok["mismatches_in_near_ties"],
         "token_mismatches_plugin_vs_oracle": token_check(o_plugin, ref, w)["token_mismatches"],
         "token_mismatches_sglang_vs_oracle": token_check(o_sglang, ref, w)["token_mismatches"],
-        "rel_err_plugin_vs_sglang": _rel(o_plugin, o_sglang), "rel_err_plugin_vs_oracle": _rel(o_plugin, ref),
+        "rel_err_plugin_vs_sglang": _rel(o_plugin, o_sglang),
+        "rel_err_plugin_vs_oracle": _rel(o_plugin, ref),
         "rel_err_sglang_vs_oracle": _rel(o_sglang, ref),
     }
     if graph:
         row["graph_replay_equal"] = _graph_check(vb, o_plugin)
-    row["ok"] = (ran_bundled and finite and tok["token_mismatches"] == 0
-                 and row.get("graph_replay_equal", True) is True)
+    row["ok"] = ran_bundled and finite and tok["token_mismatches"] == 0 and row.get("graph_replay_equal", True) is True
     row["seconds"] = round(time.time() - t0, 2)
     return row
 
@@ -191,17 +217,27 @@ def run(quick: bool) -> dict:
         try:
             rows.append(run_case(spec, w, graph=i < GRAPH_CASES))
         except Exception as exc:
-            rows.append({"name": spec.name, "ok": False, "error": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc()[-1500:]})
+            rows.append(
+                {
+                    "name": spec.name,
+                    "ok": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-1500:],
+                }
+            )
         torch.cuda.empty_cache()
     failed = [r for r in rows if not r["ok"]]
     return {
         "ok": bool(rows) and not failed,
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
         "sglang_version": getattr(sglang, "__version__", None),
-        "cases": rows, "skipped": skipped,
+        "cases": rows,
+        "skipped": skipped,
         "summary": {
-            "cases_total": len(rows), "cases_failed": len(failed), "cases_skipped": len(skipped),
+            "cases_total": len(rows),
+            "cases_failed": len(failed),
+            "cases_skipped": len(skipped),
             "token_mismatches": sum(r.get("token_mismatches_vs_sglang", 0) for r in rows),
             "near_ties": sum(r.get("near_ties_vs_sglang", 0) for r in rows),
             "all_ran_bundled_kernel": all(r.get("ran_bundled_kernel") for r in rows),

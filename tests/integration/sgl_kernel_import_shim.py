@@ -18,7 +18,6 @@ import importlib.util
 import sys
 import types
 
-
 #: Submodules SGLang imports inside ``try: ... except ImportError`` with its own fallback
 #: (e.g. ``get_scalar_types`` in ``layers/quantization/utils.py``): the shim refuses them so
 #: SGLang takes that documented path instead of reading attributes of a shim.

@@ -11,9 +11,10 @@ custom mask and random bf16 latents.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -31,8 +32,7 @@ def publish_single_rank() -> None:
     _PARALLEL_OVERRIDE.__enter__()
 
 
-def full_layout_mask(prefix_lens: Sequence[int], n: int, visibility: torch.Tensor | None,
-                     device: Any) -> torch.Tensor:
+def full_layout_mask(prefix_lens: Sequence[int], n: int, visibility: torch.Tensor | None, device: Any) -> torch.Tensor:
     """uint8 FULL_MASK: per request n x (L+n) cells; prefix columns 1, draft block = visibility."""
     vis = visibility if visibility is not None else torch.tril(torch.ones(n, n, dtype=torch.bool))
     parts = []
@@ -61,10 +61,18 @@ class VerifyBatch:
         return self.req_to_token[b, : self.prefix_lens[b]].to(torch.int64)
 
 
-def build_verify_batch(prefix_lens: Sequence[int], n: int, heads: int, *, device: str = "cpu",
-                       seed: int = 0, sm_scale: float | None = None,
-                       visibility: torch.Tensor | None = None, kv_lora_rank: int = 512,
-                       qk_rope_head_dim: int = 64) -> VerifyBatch:
+def build_verify_batch(
+    prefix_lens: Sequence[int],
+    n: int,
+    heads: int,
+    *,
+    device: str = "cpu",
+    seed: int = 0,
+    sm_scale: float | None = None,
+    visibility: torch.Tensor | None = None,
+    kv_lora_rank: int = 512,
+    qk_rope_head_dim: int = 64,
+) -> VerifyBatch:
     """A TARGET_VERIFY batch of len(prefix_lens) requests with n draft tokens each."""
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
     from sglang.srt.layers.radix_attention import RadixAttention
@@ -80,13 +88,27 @@ def build_verify_batch(prefix_lens: Sequence[int], n: int, heads: int, *, device
     bs = len(prefix_lens)
     ctx = max(prefix_lens) + n + 1
     head_dim = kv_lora_rank + qk_rope_head_dim
-    case = MLAAttentionCase(name="target_verify", backend="triton", forward_mode=ForwardMode.TARGET_VERIFY,
-                            num_heads=heads, page_size=1, prefix_lens=prefix_lens, extend_lens=(n,) * bs)
-    cfg = TinyMLAModelConfig(num_heads=heads, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim,
-                             hidden_size=64, context_len=ctx)
-    runner = MockMLAModelRunner(case=case, model_config=cfg, dtype=torch.bfloat16, device=device,
-                                max_context_len=ctx, kv_lora_rank=kv_lora_rank,
-                                qk_rope_head_dim=qk_rope_head_dim)
+    case = MLAAttentionCase(
+        name="target_verify",
+        backend="triton",
+        forward_mode=ForwardMode.TARGET_VERIFY,
+        num_heads=heads,
+        page_size=1,
+        prefix_lens=prefix_lens,
+        extend_lens=(n,) * bs,
+    )
+    cfg = TinyMLAModelConfig(
+        num_heads=heads, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim, hidden_size=64, context_len=ctx
+    )
+    runner = MockMLAModelRunner(
+        case=case,
+        model_config=cfg,
+        dtype=torch.bfloat16,
+        device=device,
+        max_context_len=ctx,
+        kv_lora_rank=kv_lora_rank,
+        qk_rope_head_dim=qk_rope_head_dim,
+    )
     backend = ATTENTION_BACKENDS["triton"](runner)
 
     gen = torch.Generator().manual_seed(seed)
@@ -97,16 +119,23 @@ def build_verify_batch(prefix_lens: Sequence[int], n: int, heads: int, *, device
     r2t = runner.req_to_token_pool.req_to_token
     out_cache_loc, pos, at = [], [], 0
     for b, L in enumerate(prefix_lens):
-        r2t[b, : L + n] = slots[at: at + L + n].to(r2t.dtype).to(r2t.device)
-        out_cache_loc += slots[at + L: at + L + n].tolist()
+        r2t[b, : L + n] = slots[at : at + L + n].to(r2t.dtype).to(r2t.device)
+        out_cache_loc += slots[at + L : at + L + n].tolist()
         pos += list(range(L, L + n))
         at += L + n
 
-    layer = RadixAttention(num_heads=heads, head_dim=head_dim,
-                           scaling=sm_scale if sm_scale is not None else head_dim ** -0.5,
-                           num_kv_heads=1, layer_id=0, v_head_dim=kv_lora_rank)
+    layer = RadixAttention(
+        num_heads=heads,
+        head_dim=head_dim,
+        scaling=sm_scale if sm_scale is not None else head_dim**-0.5,
+        num_kv_heads=1,
+        layer_id=0,
+        v_head_dim=kv_lora_rank,
+    )
     # Committed prefix KV, written through the pool like SGLang's prefill did.
-    all_prefix = torch.cat([r2t[b, :L].to(torch.int64) for b, L in enumerate(prefix_lens)]) if sum(prefix_lens) else None
+    all_prefix = (
+        torch.cat([r2t[b, :L].to(torch.int64) for b, L in enumerate(prefix_lens)]) if sum(prefix_lens) else None
+    )
     if all_prefix is not None:
         rows = torch.randn(all_prefix.numel(), 1, head_dim, generator=gen).to(torch.bfloat16).to(device)
         pool.set_kv_buffer(layer, all_prefix.to(device), rows, rows[..., :kv_lora_rank])
@@ -114,16 +143,20 @@ def build_verify_batch(prefix_lens: Sequence[int], n: int, heads: int, *, device
     T = bs * n
     seq = torch.tensor(prefix_lens, dtype=torch.int32)
     fb = ForwardBatch(
-        forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs,
+        forward_mode=ForwardMode.TARGET_VERIFY,
+        batch_size=bs,
         input_ids=torch.zeros(T, dtype=torch.int64, device=device),
         req_pool_indices=torch.arange(bs, dtype=torch.int32, device=device),
-        seq_lens=seq.to(device), seq_lens_cpu=seq.clone(), seq_lens_sum=int(seq.sum()),
+        seq_lens=seq.to(device),
+        seq_lens_cpu=seq.clone(),
+        seq_lens_sum=int(seq.sum()),
         out_cache_loc=torch.tensor(out_cache_loc, dtype=torch.int64, device=device),
         positions=torch.tensor(pos, dtype=torch.int64, device=device),
     )
     runner.kv_index_translator.bind_own_plan(fb)
-    fb.spec_info = SimpleNamespace(custom_mask=full_layout_mask(prefix_lens, n, visibility, device),
-                                   num_tokens_per_req=n)
+    fb.spec_info = SimpleNamespace(
+        custom_mask=full_layout_mask(prefix_lens, n, visibility, device), num_tokens_per_req=n
+    )
     q = (torch.randn(T, heads * head_dim, generator=gen) * 0.5).to(torch.bfloat16).to(device)
     k = torch.randn(T, 1, head_dim, generator=gen).to(torch.bfloat16).to(device)
     v = k[..., :kv_lora_rank].contiguous()  # SGLang passes k_nope as a separate tensor

@@ -57,7 +57,11 @@ def start(root: Path, port: int) -> int:
     log = open(root / f"standin-{port}.log", "ab")  # noqa: SIM115 (handed to the child)
     proc = subprocess.Popen(
         [sys.executable, str(STANDIN), "--root", str(root), "--port", str(port)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=str(root),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        cwd=str(root),
     )
     log.close()
     tmp = pidfile(root, port).with_suffix(".pid.tmp")

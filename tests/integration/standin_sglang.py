@@ -113,9 +113,18 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             if state.active("fail_health"):
                 self._send(503, {"status": "unhealthy", "standin": True})
                 return
-            self._send(200, {"status": "ok", "standin": True, "pid": os.getpid(),
-                             "verify_backend": state.backend, "bundle_sha": state.config.bundle_sha,
-                             "config_reason": state.config.reason, "started_at": state.started_at})
+            self._send(
+                200,
+                {
+                    "status": "ok",
+                    "standin": True,
+                    "pid": os.getpid(),
+                    "verify_backend": state.backend,
+                    "bundle_sha": state.config.bundle_sha,
+                    "config_reason": state.config.reason,
+                    "started_at": state.started_at,
+                },
+            )
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/generate":
@@ -138,9 +147,18 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             ids = greedy_tokens(prompt, n)
             if state.active("change_outputs"):
                 ids = ids[:-1] + [(ids[-1] + 1) % VOCAB]
-            self._send(200, {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids,
-                             "meta_info": {"prompt_tokens": len(prompt.split()),
-                                           "completion_tokens": n, "verify_backend": state.backend}})
+            self._send(
+                200,
+                {
+                    "text": " ".join(f"t{i}" for i in ids),
+                    "output_ids": ids,
+                    "meta_info": {
+                        "prompt_tokens": len(prompt.split()),
+                        "completion_tokens": n,
+                        "verify_backend": state.backend,
+                    },
+                },
+            )
 
     return Handler
 

@@ -52,8 +52,11 @@ class Fleet:
     def __init__(self, tmp: Path, lab) -> None:
         self.tmp, self.lab = tmp, lab
         self.checkout = tmp / "checkout"
-        shutil.copytree(REPO / "kernels", self.checkout / "kernels",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", ".*"))
+        shutil.copytree(
+            REPO / "kernels",
+            self.checkout / "kernels",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", ".*"),
+        )
         self.phases = tmp / "phases"
         self.phases.mkdir()
         (self.phases / "3-integration.yaml").write_text(yaml.safe_dump(_phase_spec(), sort_keys=False))
@@ -68,12 +71,19 @@ class Fleet:
             s = Standin(root, free_port())
             self.standins[h["name"]] = s
             venv = tmp / "service-venvs" / h["name"]
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
-                           check=True, timeout=120)
+            subprocess.run(
+                [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+                check=True,
+                timeout=120,
+            )
             self.service_pythons[h["name"]] = venv / "bin" / "python"
-            h["service"] = {"restart": s.restart_argv, "health_url": s.health_url,
-                            "generate_url": s.generate_url, "python": str(venv / "bin" / "python"),
-                            "health_timeout_s": 10}
+            h["service"] = {
+                "restart": s.restart_argv,
+                "health_url": s.health_url,
+                "generate_url": s.generate_url,
+                "python": str(venv / "bin" / "python"),
+                "health_timeout_s": 10,
+            }
         self.inventory = tmp / "inventory.yaml"
         self.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
         for s in self.standins.values():
@@ -83,24 +93,48 @@ class Fleet:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(ORCHESTRATOR_ROOT=str(self.checkout), ORCHESTRATOR_PHASES_DIR=str(self.phases),
-                   PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""))
-        for k in ("ORCHESTRATOR_STATE_DIR", "ORCHESTRATOR_INVENTORY", "ORCHESTRATOR_VERIFY_CONFIG",
-                  "ORCHESTRATOR_VERIFY_DISABLE"):
+        env.update(
+            ORCHESTRATOR_ROOT=str(self.checkout),
+            ORCHESTRATOR_PHASES_DIR=str(self.phases),
+            PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        )
+        for k in (
+            "ORCHESTRATOR_STATE_DIR",
+            "ORCHESTRATOR_INVENTORY",
+            "ORCHESTRATOR_VERIFY_CONFIG",
+            "ORCHESTRATOR_VERIFY_DISABLE",
+        ):
             env.pop(k, None)
         return env
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "orchestrator", *args, "--inventory", str(self.inventory),
-                "--state-dir", str(self.state)]
+        return [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            *args,
+            "--inventory",
+            str(self.inventory),
+            "--state-dir",
+            str(self.state),
+        ]
 
     def cli(self, *args: str, timeout: float = 300) -> tuple[int, dict]:
-        p = subprocess.run(self.argv(*args), env=self.env(), cwd=self.tmp, capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            self.argv(*args),
+            env=self.env(),
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         try:
             return p.returncode, json.loads(p.stdout)
         except ValueError:
-            raise AssertionError(f"not one JSON document (exit {p.returncode}):\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+            raise AssertionError(
+                f"not one JSON document (exit {p.returncode}):\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}"
+            )
 
     def digest(self, *cmd: str) -> str:
         code, doc = self.cli(*cmd, "--json")
@@ -121,7 +155,8 @@ class Fleet:
         return {
             "current": os.readlink(root / "current") if (root / "current").is_symlink() else None,
             "config": json.loads(cfg.read_text()) if cfg.exists() else None,
-            "backend": health["verify_backend"], "pid": health["pid"],
+            "backend": health["verify_backend"],
+            "pid": health["pid"],
             "baseline": (root / "baseline.json").exists(),
         }
 
@@ -186,9 +221,13 @@ def test_approved_cutover_goes_canary_first_then_the_rest(fleet):
         assert (active["verify_kernel"], active["bundle_sha"], active["pid"]) == ("bundled", sha, snap["pid"])
     for h in HOSTS:  # the stage step put the loader into each host's service python
         assert steps["stage"][h]["status"] == "completed"
-        out = subprocess.run([str(fleet.service_pythons[h]), "-c",
-                              "import mla_verify_loader as m; print(m.find_root())"],
-                             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        out = subprocess.run(
+            [str(fleet.service_pythons[h]), "-c", "import mla_verify_loader as m; print(m.find_root())"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin"},
+        )
         assert out.stdout.strip() == str(fleet.standins[h].root), out.stderr
     # canary host first: h1's canary finished before h2 was switched; h2 before h3 (waves of 1)
     assert steps["canary"]["h1"]["finished_at"] <= steps["switch"]["h2"]["started_at"]
@@ -196,8 +235,12 @@ def test_approved_cutover_goes_canary_first_then_the_rest(fleet):
     state = json.loads((fleet.state / "state.json").read_text())
     assert {h: r["status"] for h, r in state["phases"]["3"]["hosts"].items()} == dict.fromkeys(HOSTS, "completed")
     recorded = {s["id"]: s["hosts"] for s in state["phases"]["3"]["steps"]}
-    for step, metric in (("baseline", "prompts"), ("switch", "current"), ("restart", "healthy"),
-                         ("canary", "outputs_identical")):
+    for step, metric in (
+        ("baseline", "prompts"),
+        ("switch", "current"),
+        ("restart", "healthy"),
+        ("canary", "outputs_identical"),
+    ):
         for h in HOSTS:
             rec = recorded[step][h]
             assert rec["status"] == "completed" and metric in rec["metrics"], (step, h, rec)
@@ -210,15 +253,20 @@ def test_every_cutover_transition_is_in_the_audit_log(fleet):
     fleet.standins["h2"].control(fail_health="bundled")
     code, _ = fleet.approve_run()
     assert code == 1
-    events = [(a["hosts"][0], a.get("step"), a["decision"]) for a in fleet.audit()
-              if a.get("step") and a.get("hosts")]
+    events = [(a["hosts"][0], a.get("step"), a["decision"]) for a in fleet.audit() if a.get("step") and a.get("hosts")]
     expected = [
-        ("h1", "switch", "step_started"), ("h1", "switch", "step_completed"),
-        ("h1", "restart", "step_started"), ("h1", "restart", "step_completed"),
-        ("h1", "canary", "step_started"), ("h1", "canary", "step_completed"),
-        ("h2", "switch", "step_started"), ("h2", "switch", "step_completed"),
-        ("h2", "restart", "step_started"), ("h2", "restart", "step_failed"),
-        ("h2", "rollback", "step_started"), ("h2", "rollback", "step_completed"),
+        ("h1", "switch", "step_started"),
+        ("h1", "switch", "step_completed"),
+        ("h1", "restart", "step_started"),
+        ("h1", "restart", "step_completed"),
+        ("h1", "canary", "step_started"),
+        ("h1", "canary", "step_completed"),
+        ("h2", "switch", "step_started"),
+        ("h2", "switch", "step_completed"),
+        ("h2", "restart", "step_started"),
+        ("h2", "restart", "step_failed"),
+        ("h2", "rollback", "step_started"),
+        ("h2", "rollback", "step_completed"),
     ]
     service_changing = [e for e in events if e[1] in ("switch", "restart", "canary", "rollback")]
     assert service_changing == expected, service_changing
@@ -238,8 +286,12 @@ def test_canary_output_mismatch_rolls_back_the_canary_and_leaves_the_others_unto
     assert h1["backend"] == "stock" and h1["config"]["verify_kernel"] == "stock" and h1["current"] is None
     for h in ("h2", "h3"):
         snap = fleet.snapshot(h)
-        assert (snap["current"], snap["config"], snap["backend"], snap["pid"]) == \
-               (None, None, "stock", before[h]["pid"]), f"{h} was touched"
+        assert (snap["current"], snap["config"], snap["backend"], snap["pid"]) == (
+            None,
+            None,
+            "stock",
+            before[h]["pid"],
+        ), f"{h} was touched"
         assert _host_status(doc)[h] == "skipped"
 
 
@@ -276,9 +328,16 @@ def _kill_after_host_2_switch(fleet) -> dict:
     for s in fleet.standins.values():
         s.control(startup_delay_s=1.5)  # slow restarts so the kill lands inside the rollout
     digest = fleet.digest("plan", "3")
-    proc = subprocess.Popen(fleet.argv("run", "3", "--json", "--approve", digest), env=fleet.env(),
-                            cwd=fleet.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        fleet.argv("run", "3", "--json", "--approve", digest),
+        env=fleet.env(),
+        cwd=fleet.tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # kill once host 2 has been switched
         if (fleet.standins["h2"].root / "current").is_symlink():
@@ -306,8 +365,9 @@ def test_sigkill_mid_cutover_then_a_rerun_converges_with_no_host_half_switched(f
         assert snap["current"] == f"bundles/{sha_seen}" and snap["config"]["bundle_sha"] == sha_seen
         assert snap["backend"] == "bundled", f"{h}: switched on disk but the service runs {snap['backend']}"
         baseline = json.loads((fleet.standins[h].root / "baseline.json").read_text())
-        assert baseline["for_sha"] == sha_seen and baseline["config"].get("verify_kernel") != "bundled", \
+        assert baseline["for_sha"] == sha_seen and baseline["config"].get("verify_kernel") != "bundled", (
             f"{h}: the baseline must have been recorded on the stock kernel"
+        )
 
 
 def test_sigkill_mid_cutover_then_orchestrator_rollback_restores_every_host(fleet):

@@ -89,15 +89,26 @@ def test_baseline_then_identical_canary_passes(standin, cutover):
     make_bundle(root, SHA_A)
     standin.restart()
     standin.wait_up()
-    rc, doc = cutover("baseline", "--root", str(root), "--generate-url", standin.generate_url,
-                      "--health-url", standin.health_url, "--for", SHA_A)
+    rc, doc = cutover(
+        "baseline",
+        "--root",
+        str(root),
+        "--generate-url",
+        standin.generate_url,
+        "--health-url",
+        standin.health_url,
+        "--for",
+        SHA_A,
+    )
     assert (rc, doc["ok"], doc["prompts"], doc["reused"]) == (0, True, 8, False)
     cutover("switch", "--root", str(root), "--to", SHA_A)
-    rc, doc = cutover("restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url,
-                      "--health-timeout", "20")
+    rc, doc = cutover(
+        "restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url, "--health-timeout", "20"
+    )
     assert rc == 0 and doc["healthy"] is True and doc["body"]["verify_backend"] == "bundled"
-    rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url,
-                      "--health-url", standin.health_url)
+    rc, doc = cutover(
+        "canary", "--root", str(root), "--generate-url", standin.generate_url, "--health-url", standin.health_url
+    )
     assert rc == 0, doc
     assert doc["outputs_identical"] is True and doc["errors"] == 0 and doc["mismatched_prompts"] == []
     assert doc["service"]["verify_backend"] == "bundled"
@@ -127,8 +138,9 @@ def test_canary_fails_on_a_latency_regression_beyond_the_bound(standin, cutover)
     cutover("baseline", "--root", str(root), "--generate-url", standin.generate_url)
     cutover("switch", "--root", str(root), "--to", SHA_A)
     cutover("restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url)
-    rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url,
-                      "--max-latency-ratio", "1.5")
+    rc, doc = cutover(
+        "canary", "--root", str(root), "--generate-url", standin.generate_url, "--max-latency-ratio", "1.5"
+    )
     assert rc == 1 and doc["outputs_identical"] is True
     assert doc["latency_ratio"] > 1.5 and any("latency" in r for r in doc["reasons"])
 
@@ -165,8 +177,17 @@ def test_baseline_is_reused_when_a_resumed_run_finds_the_host_switched(standin, 
 def test_restart_times_out_when_health_fails(standin, cutover):
     make_bundle(standin.root, SHA_A)
     standin.control(fail_health="always")
-    rc, doc = cutover("restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url,
-                      "--health-timeout", "2", "--poll", "0.2")
+    rc, doc = cutover(
+        "restart",
+        "--restart-json",
+        standin.restart_json,
+        "--health-url",
+        standin.health_url,
+        "--health-timeout",
+        "2",
+        "--poll",
+        "0.2",
+    )
     assert rc == 1 and doc["healthy"] is False and doc["status"] == 503
     assert 2.0 <= doc["waited_s"] < 8.0 and doc["attempts"] >= 2
 
@@ -192,11 +213,23 @@ def test_rollback_restores_previous_sets_stock_and_the_service_comes_back(standi
     cutover("switch", "--root", str(root), "--to", SHA_A)
     cutover("switch", "--root", str(root), "--to", SHA_B)
     standin.control(fail_health="bundled")
-    rc, doc = cutover("restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url,
-                      "--health-timeout", "1.5")
+    rc, doc = cutover(
+        "restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url, "--health-timeout", "1.5"
+    )
     assert rc == 1, "the bundled kernel makes health fail"
-    rc, doc = cutover("rollback", "--root", str(root), "--from", SHA_B, "--restart-json", standin.restart_json,
-                      "--health-url", standin.health_url, "--health-timeout", "20")
+    rc, doc = cutover(
+        "rollback",
+        "--root",
+        str(root),
+        "--from",
+        SHA_B,
+        "--restart-json",
+        standin.restart_json,
+        "--health-url",
+        standin.health_url,
+        "--health-timeout",
+        "20",
+    )
     assert rc == 0 and doc["rolled_back"] is True and doc["healthy"] is True
     assert _pointer(root, "current") == f"bundles/{SHA_A}"
     cfg = _config(root)
@@ -242,11 +275,13 @@ def test_stage_installs_the_loader_entry_point_into_the_service_python(tmp_path,
     root = tmp_path / "root"
     root.mkdir()
     target = tmp_path / "site"
-    rc, doc = cutover("stage", "--root", str(root), "--service-python", sys.executable, "--target", str(target),
-                      timeout=300)
+    rc, doc = cutover(
+        "stage", "--root", str(root), "--service-python", sys.executable, "--target", str(target), timeout=300
+    )
     assert rc == 0, doc
-    assert doc["entry_points"] == [{"name": "orchestrator_mla_verify", "value": "mla_verify_loader:load",
-                                    "version": "1.0.0"}]
+    assert doc["entry_points"] == [
+        {"name": "orchestrator_mla_verify", "value": "mla_verify_loader:load", "version": "1.0.0"}
+    ]
     assert json.loads((target / "mla_verify_loader" / "root.json").read_text()) == {"remote_root": str(root)}
 
 
@@ -340,8 +375,9 @@ def test_stage_into_a_bare_service_venv_needs_pip_only(tmp_path, cutover):
     import sys
 
     venv = tmp_path / "svc"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
-                   check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True, timeout=120
+    )
     py = venv / "bin" / "python"
     probe = subprocess.run([str(py), "-c", "import pip"], capture_output=True, timeout=60)
     if probe.returncode != 0:
@@ -350,14 +386,20 @@ def test_stage_into_a_bare_service_venv_needs_pip_only(tmp_path, cutover):
     root.mkdir()
     rc, doc = cutover("stage", "--root", str(root), "--service-python", str(py), timeout=300)
     assert rc == 0, doc
-    out = subprocess.run([str(py), "-c", "import mla_verify_loader as m; print(m.find_root())"],
-                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [str(py), "-c", "import mla_verify_loader as m; print(m.find_root())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == str(root)
 
 
 def test_the_built_wheel_matches_the_service_packages_pyproject():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     import cutover_agent.__main__ as cutover
 

@@ -37,16 +37,6 @@ def sgl(sglang_ready):
         import setproctitle  # noqa: F401
     except ImportError:
         sys.modules["setproctitle"] = types.ModuleType("setproctitle")
-    import torch
-    from sglang.srt.disaggregation.utils import DisaggregationMode
-    from sglang.srt.managers.schedule_batch import ReqKvInfo
-    from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.managers.scheduler_components.invariant_checker import SchedulerInvariantChecker
-    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
-    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-    from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool, ReqToTokenPool
-    from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
     return SimpleNamespace(**locals())
 
@@ -58,22 +48,33 @@ class World:
         torch = sgl.torch
         self.sgl = sgl
         dtype = dtype or torch.bfloat16
-        self.rtp = sgl.ReqToTokenPool(size=64, max_context_len=max_context, device="cpu",
-                                      enable_memory_saver=False)
-        mk = lambda: sgl.MLATokenToKVPool(size=slots, page_size=1, dtype=dtype, kv_lora_rank=512,  # noqa: E731
-                                          qk_rope_head_dim=64, layer_num=layers, device="cpu",
-                                          enable_memory_saver=False)
+        self.rtp = sgl.ReqToTokenPool(size=64, max_context_len=max_context, device="cpu", enable_memory_saver=False)
+        mk = lambda: sgl.MLATokenToKVPool(
+            size=slots,
+            page_size=1,
+            dtype=dtype,
+            kv_lora_rank=512,  # noqa: E731
+            qk_rope_head_dim=64,
+            layer_num=layers,
+            device="cpu",
+            enable_memory_saver=False,
+        )
         self.pool = mk()
         self.extra = [mk() for _ in range(extra_pools)]  # e.g. a draft model's pool on the same slots
-        self.alloc = sgl.TokenToKVPoolAllocator(size=slots, dtype=dtype, device="cpu", kvcache=self.pool,
-                                                need_sort=True)
-        self.tree = sgl.RadixCache(sgl.CacheInitParams(disable=False, req_to_token_pool=self.rtp,
-                                                       token_to_kv_pool_allocator=self.alloc, page_size=1))
+        self.alloc = sgl.TokenToKVPoolAllocator(
+            size=slots, dtype=dtype, device="cpu", kvcache=self.pool, need_sort=True
+        )
+        self.tree = sgl.RadixCache(
+            sgl.CacheInitParams(
+                disable=False, req_to_token_pool=self.rtp, token_to_kv_pool_allocator=self.alloc, page_size=1
+            )
+        )
         g = torch.Generator().manual_seed(seed)
         for p in [self.pool] + self.extra:  # every slot of every layer gets distinct random bytes
             for buf in p.kv_buffer:
-                buf.view(torch.uint8).copy_(torch.randint(0, 256, buf.view(torch.uint8).shape, generator=g,
-                                                          dtype=torch.uint8))
+                buf.view(torch.uint8).copy_(
+                    torch.randint(0, 256, buf.view(torch.uint8).shape, generator=g, dtype=torch.uint8)
+                )
         self.rng = np.random.default_rng(seed)
         self.live: list = []
         self.keys: list = []  # token keys inserted into the tree
@@ -117,10 +118,10 @@ class World:
         if cache:
             key = req.tokens[:n]
             res = self.tree.insert(sgl.InsertParams(key=sgl.RadixKey(key), value=idx.clone()))
-            self.alloc.free(idx[req.kv.cache_protected_len: res.prefix_len])  # duplicates of tree slots
+            self.alloc.free(idx[req.kv.cache_protected_len : res.prefix_len])  # duplicates of tree slots
             self.keys.append(array("q", key))
         else:
-            self.alloc.free(idx[req.kv.cache_protected_len:])
+            self.alloc.free(idx[req.kv.cache_protected_len :])
         if req.node is not None:
             self.tree.dec_lock_ref(req.node)
         self.rtp.free_rows([req.kv.req_pool_idx])
@@ -160,8 +161,10 @@ class World:
     # -- observations
     def req_rows(self):
         torch = self.sgl.torch
-        return {id(r): self.rtp.req_to_token[r.kv.req_pool_idx, : r.kv.kv_allocated_len].to(torch.int64).clone()
-                for r in self.live}
+        return {
+            id(r): self.rtp.req_to_token[r.kv.req_pool_idx, : r.kv.kv_allocated_len].to(torch.int64).clone()
+            for r in self.live
+        }
 
     def key_paths(self):
         out = []
@@ -175,11 +178,15 @@ class World:
 
     def snapshot(self):
         torch = self.sgl.torch
-        return {"rtt": self.rtp.req_to_token.clone(),
-                "free": self.alloc.get_all_free_pages().clone(),
-                "tree": [(id(n), n.value.clone()) for n in _nodes(self.tree)],
-                "kv": [[b.clone() for b in p.kv_buffer] for p in [self.pool] + self.extra],
-                "rows": self.req_rows(), "paths": self.key_paths(), "_t": torch}
+        return {
+            "rtt": self.rtp.req_to_token.clone(),
+            "free": self.alloc.get_all_free_pages().clone(),
+            "tree": [(id(n), n.value.clone()) for n in _nodes(self.tree)],
+            "kv": [[b.clone() for b in p.kv_buffer] for p in [self.pool] + self.extra],
+            "rows": self.req_rows(),
+            "paths": self.key_paths(),
+            "_t": torch,
+        }
 
     def live_slots(self):
         torch = self.sgl.torch
@@ -219,8 +226,7 @@ def _nodes(tree):
 def _settings(**kw):
     from sglang_verify_plugin.defrag_hook import DefragSettings
 
-    base = dict(interval_steps=1, min_runs_per_row=1.0, min_live_tokens=0, max_tokens_per_run=1 << 30,
-                backend="torch")
+    base = dict(interval_steps=1, min_runs_per_row=1.0, min_live_tokens=0, max_tokens_per_run=1 << 30, backend="torch")
     base.update(kw)
     return DefragSettings(**base)
 
@@ -366,8 +372,10 @@ def test_heavily_fragmented_mostly_full_pool_drops_runs_per_request_20x(sgl):
     assert world.alloc.release_pages.numel() == 0 and world.alloc.alloc(5) is not None
     st = hook.status()
     assert st["defrag_rounds"] == hook.rounds and st["defrag_tokens_moved"] == hook.tokens_moved > 0
-    print(f"heavy pool: runs/request {rpr0:.1f} -> {rpr1:.2f}, tokens moved {hook.tokens_moved}, "
-          f"runs {hook.runs}, rounds {hook.rounds}, free {free_frac:.3f}, results {results}")
+    print(
+        f"heavy pool: runs/request {rpr0:.1f} -> {rpr1:.2f}, tokens moved {hook.tokens_moved}, "
+        f"runs {hook.runs}, rounds {hook.rounds}, free {free_frac:.3f}, results {results}"
+    )
 
 
 def test_failure_in_a_later_round_keeps_earlier_rounds_and_leaves_that_round_untouched(sgl, monkeypatch):
@@ -424,8 +432,10 @@ def test_failure_injection_leaves_sglang_structures_untouched(sgl, monkeypatch, 
     world = World(sgl, seed=1, extra_pools=1)
     before = world.snapshot()
     if where == "plan":
+
         def boom(*a, **k):
             raise RuntimeError("injected planner failure")
+
         monkeypatch.setattr("kv_defrag.planner.plan_defrag", boom)
     elif where == "verify":
         real = defrag_hook.make_plan
@@ -434,6 +444,7 @@ def test_failure_injection_leaves_sglang_structures_untouched(sgl, monkeypatch, 
             plan = real(state, settings, **kw)
             plan.rounds[0].dst[0] = int(state.pool.slots[0])
             return plan
+
         monkeypatch.setattr(defrag_hook, "make_plan", bad_plan)
     else:
         real_copies = executor.run_copies
@@ -444,13 +455,15 @@ def test_failure_injection_leaves_sglang_structures_untouched(sgl, monkeypatch, 
             if calls["n"] == 2:
                 raise RuntimeError("injected copy failure")
             return real_copies(plan, kv, **kw)
+
         monkeypatch.setattr(executor, "run_copies", copies_then_fail)
     reports = []
     hook = _hook(world)
     hook.on_change = lambda h: reports.append(h.status())
     assert hook.step() == "failed"
-    assert hook.disabled and ("injected" in hook.disabled if where != "verify"
-                              else "destination is not free" in hook.disabled), hook.disabled
+    assert hook.disabled and (
+        "injected" in hook.disabled if where != "verify" else "destination is not free" in hook.disabled
+    ), hook.disabled
     assert hook.applied is False and reports and reports[-1]["defrag_applied"] is False
     assert reports[-1]["defrag_last_error"] == hook.disabled
     _assert_identical(world, before, free_slot_bytes_too=(where != "copy"))
@@ -482,8 +495,12 @@ def test_inconsistent_states_are_skipped_and_counted(sgl):
     hook.target.in_flight = lambda: "overlap_batch_in_flight"
     assert hook.step() == "overlap_batch_in_flight"
     hook.target.in_flight = lambda: None
-    assert dict(hook.skips) == {"unowned_rows": 1, "inconsistent": 1, "free_group_open": 1,
-                                "overlap_batch_in_flight": 1}
+    assert dict(hook.skips) == {
+        "unowned_rows": 1,
+        "inconsistent": 1,
+        "free_group_open": 1,
+        "overlap_batch_in_flight": 1,
+    }
     assert hook.step() == "ran" and hook.disabled is None
     assert torch.unique(world.alloc.get_all_free_pages()).numel() == world.alloc.get_all_free_pages().numel()
 
@@ -506,18 +523,41 @@ def _scheduler_instance(sgl, world, cls):
     running = SimpleNamespace(reqs=list(world.live))
     s.__dict__.update(
         server_args=SimpleNamespace(pp_size=1, enable_pd_role_switch=False),
-        disaggregation_mode=sgl.DisaggregationMode.NULL, enable_pdmux=False, enable_overlap=False,
-        enable_overlap_mlx=False, enable_hierarchical_cache=False, enable_unified_memory=False,
-        is_hybrid_swa=False, is_hybrid_ssm=False, page_size=1, req_to_token_pool=world.rtp,
-        token_to_kv_pool_allocator=world.alloc, tree_cache=world.tree, last_batch=running,
-        running_batch=running, chunked_req=None, tp_worker=None, draft_worker=None)
+        disaggregation_mode=sgl.DisaggregationMode.NULL,
+        enable_pdmux=False,
+        enable_overlap=False,
+        enable_overlap_mlx=False,
+        enable_hierarchical_cache=False,
+        enable_unified_memory=False,
+        is_hybrid_swa=False,
+        is_hybrid_ssm=False,
+        page_size=1,
+        req_to_token_pool=world.rtp,
+        token_to_kv_pool_allocator=world.alloc,
+        tree_cache=world.tree,
+        last_batch=running,
+        running_batch=running,
+        chunked_req=None,
+        tp_worker=None,
+        draft_worker=None,
+    )
     s.invariant_checker = sgl.SchedulerInvariantChecker(
-        is_hybrid_swa=False, is_hybrid_ssm=False, disaggregation_mode=sgl.DisaggregationMode.NULL,
-        page_size=1, full_tokens_per_layer=None, swa_tokens_per_layer=None, max_total_num_tokens=SLOTS,
-        tree_cache=world.tree, token_to_kv_pool_allocator=world.alloc, req_to_token_pool=world.rtp,
-        pool_stats_observer=None, get_last_batch=lambda: s.last_batch,
-        get_running_batch=lambda: s.running_batch, scheduler_stage_metrics=None,
-        get_chunked_req=lambda: s.chunked_req)
+        is_hybrid_swa=False,
+        is_hybrid_ssm=False,
+        disaggregation_mode=sgl.DisaggregationMode.NULL,
+        page_size=1,
+        full_tokens_per_layer=None,
+        swa_tokens_per_layer=None,
+        max_total_num_tokens=SLOTS,
+        tree_cache=world.tree,
+        token_to_kv_pool_allocator=world.alloc,
+        req_to_token_pool=world.rtp,
+        pool_stats_observer=None,
+        get_last_batch=lambda: s.last_batch,
+        get_running_batch=lambda: s.running_batch,
+        scheduler_stage_metrics=None,
+        get_chunked_req=lambda: s.chunked_req,
+    )
     return s
 
 
@@ -600,10 +640,12 @@ def test_unsupported_structures_are_reported_not_attached(sgl, tmp_path, monkeyp
         def get_next_batch_to_run(self, *a, **k):
             return None
 
-    cases = {"page_size": ("page_size", 16, "page_size is 16"),
-             "pp": ("server_args", SimpleNamespace(pp_size=2), "pipeline parallelism"),
-             "swa": ("is_hybrid_swa", True, "hybrid SWA"),
-             "hicache": ("enable_hierarchical_cache", True, "hierarchical cache")}
+    cases = {
+        "page_size": ("page_size", 16, "page_size is 16"),
+        "pp": ("server_args", SimpleNamespace(pp_size=2), "pipeline parallelism"),
+        "swa": ("is_hybrid_swa", True, "hybrid SWA"),
+        "hicache": ("enable_hierarchical_cache", True, "hierarchical cache"),
+    }
     for name, (attr, value, why) in cases.items():
         s = _scheduler_instance(sgl, world, S)
         setattr(s, attr, value)
@@ -616,8 +658,16 @@ def test_unsupported_structures_are_reported_not_attached(sgl, tmp_path, monkeyp
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
     try:
-        mha = MHATokenToKVPool(size=SLOTS, page_size=1, dtype=sgl.torch.bfloat16, head_num=1, head_dim=64,
-                               layer_num=1, device="cpu", enable_memory_saver=False)
+        mha = MHATokenToKVPool(
+            size=SLOTS,
+            page_size=1,
+            dtype=sgl.torch.bfloat16,
+            head_num=1,
+            head_dim=64,
+            layer_num=1,
+            device="cpu",
+            enable_memory_saver=False,
+        )
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"MHATokenToKVPool cannot be built on CPU in sglang 0.5.23: {type(exc).__name__}: {exc}")
     with pytest.raises(defrag_hook.DefragUnsupported, match="MHATokenToKVPool, not MLATokenToKVPool"):

@@ -78,8 +78,9 @@ def test_the_factory_under_triton_builds_the_bundled_subclass_with_the_verify_ho
 
 
 def test_config_stock_makes_the_factory_build_sglangs_own_backend(registered):
-    from sglang_verify_plugin.config import VerifyConfig
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    from sglang_verify_plugin.config import VerifyConfig
 
     registered["config"] = VerifyConfig("stock", None, False, "test: stock")
     vb = _batch()
@@ -87,8 +88,9 @@ def test_config_stock_makes_the_factory_build_sglangs_own_backend(registered):
 
 
 def test_kill_switch_env_wins_over_a_bundled_config_file(sglang_ready, tmp_path, monkeypatch):
-    import sglang_verify_plugin as plugin
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    import sglang_verify_plugin as plugin
 
     cfg = tmp_path / "verify_backend.json"
     cfg.write_text(json.dumps({"verify_kernel": "bundled", "bundle_sha": "e" * 64, "defrag": False}))
@@ -117,8 +119,21 @@ def test_sglang_forward_extend_hands_the_verify_metadata_to_the_bundled_kernel(r
 
     assert len(kernel.calls) == 1 and sglang_kernel.calls == [], "verify must not reach SGLang's kernel"
     args, kwargs = kernel.calls[0]
-    (q, k, v, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, is_causal,
-     mask_indptr, max_len) = args
+    (
+        q,
+        k,
+        v,
+        out,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        is_causal,
+        mask_indptr,
+        max_len,
+    ) = args
     pool = vb.runner.token_to_kv_pool
     T, H, n = 9, 4, 3
     assert tuple(q.shape) == (T, H, 576) and q.data_ptr() == vb.q.data_ptr()
@@ -129,7 +144,7 @@ def test_sglang_forward_extend_hands_the_verify_metadata_to_the_bundled_kernel(r
     assert qo_indptr.tolist() == [0, 3, 6, 9]
     assert kv_indptr.tolist() == [0, 5, 14, 14], "prefix only: the draft tokens are not in kv_indptr"
     for b in range(3):
-        got = kv_indices[kv_indptr[b]: kv_indptr[b + 1]]
+        got = kv_indices[kv_indptr[b] : kv_indptr[b + 1]]
         assert torch.equal(got, vb.prefix_slots(b)), f"request {b}: kv_indices are not its prefix slots"
     assert custom_mask is vb.forward_batch.spec_info.custom_mask
     assert mask_indptr.tolist() == [0, 3 * (5 + 3), 3 * (5 + 3) + 3 * (9 + 3), 3 * 8 + 3 * 12 + 3 * 3]
@@ -165,12 +180,15 @@ def test_non_absorbed_head_dims_are_declined_before_asking_the_kernel(registered
     assert reason.startswith("not absorbed MLA 576/512")
 
 
-@pytest.mark.parametrize("kw, reason", [
-    ({"sliding_window_size": 128}, "sliding window"),
-    ({"sinks": object()}, "attention sinks"),
-    ({"logit_cap": 30.0}, "logit cap"),
-    ({"some_future_flag": True}, "unknown keyword(s) ['some_future_flag']"),
-])
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        ({"sliding_window_size": 128}, "sliding window"),
+        ({"sinks": object()}, "attention sinks"),
+        ({"logit_cap": 30.0}, "logit cap"),
+        ({"some_future_flag": True}, "unknown keyword(s) ['some_future_flag']"),
+    ],
+)
 def test_features_the_kernel_lacks_fall_back(registered, kw, reason):
     from sglang_verify_plugin.verify_hook import BundledVerify
 
@@ -180,9 +198,25 @@ def test_features_the_kernel_lacks_fall_back(registered, kw, reason):
     md = vb.backend.forward_metadata
     o = vb.q.new_empty(6, 4, 512)
     pool = vb.runner.token_to_kv_pool
-    ran = hook(vb.q.view(6, 4, 576), vb.k, vb.v, o, pool.get_key_buffer(0), pool.get_value_buffer(0),
-               md.qo_indptr, md.kv_indptr, md.kv_indices, md.custom_mask, True, md.mask_indptr, 3,
-               1.0, 1.0, 0.1, **{"logit_cap": 0.0, **kw})
+    ran = hook(
+        vb.q.view(6, 4, 576),
+        vb.k,
+        vb.v,
+        o,
+        pool.get_key_buffer(0),
+        pool.get_value_buffer(0),
+        md.qo_indptr,
+        md.kv_indptr,
+        md.kv_indices,
+        md.custom_mask,
+        True,
+        md.mask_indptr,
+        3,
+        1.0,
+        1.0,
+        0.1,
+        **{"logit_cap": 0.0, **kw},
+    )
     assert ran is False and kernel.calls == [] and hook.reasons == {reason: 1}
 
 
@@ -312,9 +346,25 @@ def test_registration_through_sglangs_entry_point_loader(sglang_ready, tmp_path,
     os.symlink(f"bundles/{sha}", root / "current")
     (root / "verify_backend.json").write_text(json.dumps({"verify_kernel": "bundled", "bundle_sha": sha}))
     site = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "cutover_agent", "stage", "--root", str(root),
-                           "--service-python", sys.executable, "--target", str(site), "--json"],
-                          capture_output=True, text=True, timeout=300, cwd=Path(plugin.__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cutover_agent",
+            "stage",
+            "--root",
+            str(root),
+            "--service-python",
+            sys.executable,
+            "--target",
+            str(site),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(plugin.__file__).resolve().parents[1],
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delenv("ORCHESTRATOR_VERIFY_CONFIG", raising=False)
@@ -326,7 +376,7 @@ def test_registration_through_sglangs_entry_point_loader(sglang_ready, tmp_path,
     try:
         plugins.load_plugins()
         factory = attention_registry.ATTENTION_BACKENDS["triton"]
-        assert factory is not stock and getattr(factory, "_orchestrator_stock_factory") is stock
+        assert factory is not stock and factory._orchestrator_stock_factory is stock
         # The loader found the root from the baked root.json and pointed the config at it.
         assert os.environ["ORCHESTRATOR_VERIFY_CONFIG"] == str(root / "verify_backend.json")
         from sglang_verify_batch import build_verify_batch
@@ -345,8 +395,17 @@ def test_the_loader_refuses_a_foreign_kernels_package(sglang_ready, tmp_path, mo
 
     spec = importlib.util.spec_from_file_location(
         "mla_verify_loader_under_test",
-        os.path.join(os.path.dirname(__file__), "..", "..", "kernels", "sglang_verify_plugin", "service_package",
-                     "mla_verify_loader", "__init__.py"))
+        os.path.join(
+            os.path.dirname(__file__),
+            "..",
+            "..",
+            "kernels",
+            "sglang_verify_plugin",
+            "service_package",
+            "mla_verify_loader",
+            "__init__.py",
+        ),
+    )
     loader = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loader)
     root = tmp_path / "root"
@@ -362,8 +421,17 @@ def test_the_loader_without_current_leaves_sglang_stock(sglang_ready, tmp_path, 
 
     spec = importlib.util.spec_from_file_location(
         "mla_verify_loader_under_test2",
-        os.path.join(os.path.dirname(__file__), "..", "..", "kernels", "sglang_verify_plugin", "service_package",
-                     "mla_verify_loader", "__init__.py"))
+        os.path.join(
+            os.path.dirname(__file__),
+            "..",
+            "..",
+            "kernels",
+            "sglang_verify_plugin",
+            "service_package",
+            "mla_verify_loader",
+            "__init__.py",
+        ),
+    )
     loader = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loader)
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_ROOT", str(tmp_path))
@@ -372,7 +440,8 @@ def test_the_loader_without_current_leaves_sglang_stock(sglang_ready, tmp_path, 
 
 
 def test_a_kernel_that_fails_at_run_time_is_disabled_and_active_json_stops_claiming_it(
-        sglang_ready, tmp_path, monkeypatch):
+    sglang_ready, tmp_path, monkeypatch
+):
     import sglang_verify_plugin as plugin
 
     cfg = tmp_path / "verify_backend.json"

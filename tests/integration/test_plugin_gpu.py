@@ -30,8 +30,11 @@ def test_every_case_ran_the_bundled_kernel(gpu_doc):
 
 
 def test_plugin_outputs_are_token_exact_against_sglang_extend_attention(gpu_doc):
-    bad = {r["name"]: r.get("token_mismatches_vs_sglang", r.get("error")) for r in gpu_doc["cases"]
-           if r.get("token_mismatches_vs_sglang") != 0}
+    bad = {
+        r["name"]: r.get("token_mismatches_vs_sglang", r.get("error"))
+        for r in gpu_doc["cases"]
+        if r.get("token_mismatches_vs_sglang") != 0
+    }
     assert bad == {}
 
 

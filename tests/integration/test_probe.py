@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from tests.support.paths import KERNELS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,8 +20,14 @@ def _probe(*args: str, env_path: str | None = None) -> tuple[int, dict]:
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [env_path, str(KERNELS)]))
-    proc = subprocess.run([sys.executable, "-m", "cutover_agent.probe", "--json", *args], cwd=KERNELS, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cutover_agent.probe", "--json", *args],
+        cwd=KERNELS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, f"one JSON document expected, got {proc.stdout!r} / {proc.stderr[-400:]!r}"
     return proc.returncode, json.loads(lines[0])
@@ -90,7 +97,10 @@ def test_a_changed_sglang_layout_fails_closed_with_every_mismatch_named(tmp_path
     assert "ATTENTION_BACKENDS['triton']: AssertionError: no 'triton' entry" in text
     assert "plugins.load_plugins: ModuleNotFoundError" in text
     assert "forward_extend(q, k, v, layer, forward_batch, save_kv_cache): AssertionError" in text
-    assert "ForwardMetadata fields: AssertionError: fields missing: ['custom_mask', 'mask_indptr', 'max_extend_len']" in text
+    assert (
+        "ForwardMetadata fields: AssertionError: fields missing: ['custom_mask', 'mask_indptr', 'max_extend_len']"
+        in text
+    )
     assert "ForwardMode.TARGET_VERIFY" in text
     assert "extend_attention_fwd signature: AssertionError: first 13 parameters" in text
     assert doc["checks"]["TritonAttnBackend.init_cuda_graph_state(max_bs, max_num_tokens)"] is True
@@ -99,7 +109,7 @@ def test_a_changed_sglang_layout_fails_closed_with_every_mismatch_named(tmp_path
 
 def test_a_service_python_without_sglang_is_blocked_not_passed(tmp_path):
     wrapper = tmp_path / "python-without-site"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # -S: no site-packages
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
     wrapper.chmod(0o755)
     rc, doc = _probe("--service-python", str(wrapper))
     assert rc == 75 and doc["ok"] is False and doc["compatible"] is False

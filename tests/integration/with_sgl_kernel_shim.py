@@ -6,6 +6,7 @@ The device image has no sgl_kernel (373 MB, not carried); sglang's scheduler mod
 module level. The shim (sgl_kernel_import_shim.py) serves the import names and raises if anything
 calls into it, so a check that ran through it did not use sgl_kernel.
 """
+
 from __future__ import annotations
 
 import runpy

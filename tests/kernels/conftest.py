@@ -1,4 +1,5 @@
 """Fixtures for the kernel tests: repo root on sys.path, a CUDA fixture that skips with the reason."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,5 +1,6 @@
 """Phase 0's build check: a real nvcc build for sm_120a and sm_90a with 0 spill bytes and shared
 memory within each arch's per-block limit; the ptxas parser reads spills, registers and smem."""
+
 from __future__ import annotations
 
 import json
@@ -8,11 +9,9 @@ import sys
 
 import pytest
 
-from verify_tools.build_check import dynamic_smem, parse_ptxas
 from mla_verify import tiles
-
-from conftest import REPO
 from tests.support.paths import KERNELS  # noqa: E402
+from verify_tools.build_check import dynamic_smem, parse_ptxas
 
 SAMPLE = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE' for 'sm_90a'
@@ -34,15 +33,26 @@ def test_ptxas_parser_reads_spills_registers_and_static_smem():
 
 
 def test_dynamic_smem_comes_from_the_tile_template_arguments():
-    assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE") == (tiles.SM90.smem_bytes, "sm90")
-    assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi32ELi16ELi3EEEvNS_6ParamsE") == (tiles.SM120.smem_bytes, "sm120")
+    assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE") == (
+        tiles.SM90.smem_bytes,
+        "sm90",
+    )
+    assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi32ELi16ELi3EEEvNS_6ParamsE") == (
+        tiles.SM120.smem_bytes,
+        "sm120",
+    )
     assert dynamic_smem("_ZN4mlav2wg29mla_verify_split_wgmma_kernelENS_6ParamsE") == (231_424, "sm90wg")
     assert dynamic_smem("_ZN4mlav25mla_verify_combine_kernelENS_6ParamsE") == (0, None)
 
 
 def run_build(arch):
-    proc = subprocess.run([sys.executable, "-m", "verify_tools.build_check", "--arch", arch, "--json"], cwd=str(KERNELS),
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify_tools.build_check", "--arch", arch, "--json"],
+        cwd=str(KERNELS),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -60,14 +70,32 @@ def test_real_nvcc_build_has_no_spills_and_fits_smem(nvcc_path, arch, configs):
 
 
 def test_missing_nvcc_is_blocked_with_exit_75(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "verify_tools.build_check", "--arch", "sm_90a", "--json",
-                           "--nvcc", str(tmp_path / "no-nvcc")], cwd=str(KERNELS), capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verify_tools.build_check",
+            "--arch",
+            "sm_90a",
+            "--json",
+            "--nvcc",
+            str(tmp_path / "no-nvcc"),
+        ],
+        cwd=str(KERNELS),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     doc = json.loads(proc.stdout)
     assert proc.returncode == 75 and doc["ok"] is False and "nvcc" in doc["blocked"]
 
 
 def test_unknown_arch_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "verify_tools.build_check", "--arch", "sm_80"], cwd=str(KERNELS),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify_tools.build_check", "--arch", "sm_80"],
+        cwd=str(KERNELS),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "--arch" in proc.stderr

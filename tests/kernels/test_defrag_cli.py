@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+
 from tests.support.paths import KERNELS  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,8 +18,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run(*args: str):
     env = dict(os.environ, PYTHONPATH=str(KERNELS))
-    return subprocess.run([sys.executable, "-m", "kv_defrag", *args], cwd=str(KERNELS), env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kv_defrag", *args],
+        cwd=str(KERNELS),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_validate_json_on_a_small_cpu_pool():
@@ -42,8 +49,10 @@ def test_bench_without_cuda_is_blocked_with_exit_75():
     assert doc["ok"] is False and "CUDA" in doc["blocked"]
 
 
-@pytest.mark.parametrize("args, field", [(("--slots", "0"), "--slots"), (("--min-run", "0"), "--min-run"),
-                                         (("--planner-sizes", "1k"), "--planner-sizes")])
+@pytest.mark.parametrize(
+    "args, field",
+    [(("--slots", "0"), "--slots"), (("--min-run", "0"), "--min-run"), (("--planner-sizes", "1k"), "--planner-sizes")],
+)
 def test_bad_option_is_a_usage_error_naming_it(args, field):
     out = run("--validate", "--json", *args)
     assert out.returncode == 2

@@ -38,8 +38,13 @@ def lost_after(pool, plan, kv, rtt):
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(64, 1500), seed=st.integers(0, 1000), dtype=st.sampled_from([torch.bfloat16, torch.uint8]),
-       min_run=st.sampled_from([None, 4, 32]), share=st.sampled_from([0.0, 0.5]))
+@given(
+    n=st.integers(64, 1500),
+    seed=st.integers(0, 1000),
+    dtype=st.sampled_from([torch.bfloat16, torch.uint8]),
+    min_run=st.sampled_from([None, 4, 32]),
+    share=st.sampled_from([0.0, 0.5]),
+)
 def test_execute_preserves_every_live_token_in_every_layer(n, seed, dtype, min_run, share):
     pool = simulate_churn(ChurnConfig(n, seed=seed, share_frac=share))
     plan = plan_defrag(pool, min_run=min_run)
@@ -166,7 +171,9 @@ def test_triton_single_pass_kernel_in_interpreter():
         "print('ok')\n"
     )
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(KERNELS))
-    out = subprocess.run([sys.executable, "-c", code], cwd=str(KERNELS), env=env, capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=str(KERNELS), env=env, capture_output=True, text=True, timeout=240
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
@@ -190,8 +197,20 @@ def test_bench_verify_inputs_and_torch_fallback_match_the_oracle_on_both_layouts
     for rtt, buf in ((pool.req_to_token, kb), (after.req_to_token, kb_after)):
         a = _verify_inputs(rtt, pool.seq_lens, rows, 4, 2, 0, dev="cpu")
         torch_verify(a, buf)
-        ref = mla_verify_ref(a["q"], a["k_ext"], a["v_ext"], buf, buf[..., :512], a["qo_indptr"], a["kv_indptr"],
-                             a["kv_indices"], a["mask"], True, a["mask_indptr"], sm_scale=a["sm_scale"])
+        ref = mla_verify_ref(
+            a["q"],
+            a["k_ext"],
+            a["v_ext"],
+            buf,
+            buf[..., :512],
+            a["qo_indptr"],
+            a["kv_indptr"],
+            a["kv_indices"],
+            a["mask"],
+            True,
+            a["mask_indptr"],
+            sm_scale=a["sm_scale"],
+        )
         assert (a["o"].double() - ref).abs().max() < 0.05
         outs.append(a["o"])
     assert torch.equal(outs[0], outs[1])
@@ -216,8 +235,9 @@ def test_bench_pipeline_runs_end_to_end_on_cpu(monkeypatch):
     assert d["verify"]["sglang_skipped"].startswith("not imported")
 
 
-@pytest.mark.parametrize("bad, field", [("rtt_int64", "req_to_token"), ("lens_short", "seq_lens"),
-                                        ("lens_long", "seq_lens")])
+@pytest.mark.parametrize(
+    "bad, field", [("rtt_int64", "req_to_token"), ("lens_short", "seq_lens"), ("lens_long", "seq_lens")]
+)
 def test_bad_index_arguments_are_rejected_before_any_copy(bad, field):
     pool = simulate_churn(ChurnConfig(256, seed=1))
     plan = plan_defrag(pool)

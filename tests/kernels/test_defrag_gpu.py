@@ -8,8 +8,10 @@ import torch
 
 from kv_defrag.validate import run_validate
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)"),
+]
 
 
 @pytest.mark.parametrize("backend, kind", [("triton", "rows"), ("triton", "segments"), ("torch", "rows")])

@@ -66,9 +66,15 @@ def random_pools(draw):
 @st.composite
 def churned_pools(draw):
     n = draw(st.integers(64, 2000))
-    return simulate_churn(ChurnConfig(
-        n, seed=draw(st.integers(0, 10_000)), share_frac=draw(st.sampled_from([0.0, 0.3, 0.8])),
-        fill=draw(st.sampled_from([0.5, 0.9, 1.0])), max_accept=draw(st.integers(1, 6))))
+    return simulate_churn(
+        ChurnConfig(
+            n,
+            seed=draw(st.integers(0, 10_000)),
+            share_frac=draw(st.sampled_from([0.0, 0.3, 0.8])),
+            fill=draw(st.sampled_from([0.5, 0.9, 1.0])),
+            max_accept=draw(st.integers(1, 6)),
+        )
+    )
 
 
 min_runs = st.sampled_from([None, 1, 2, 8, 64])
@@ -303,7 +309,9 @@ def test_slot_zero_and_duplicate_slots_are_rejected():
     rtt = pool.req_to_token.copy()
     rtt[1, 1] = 0
     with pytest.raises(PoolError, match="^req_to_token: request 1 position 1 holds slot 0"):
-        PoolIndex(32, rtt, pool.seq_lens, np.append(pool.free_slots, 3)[np.argsort(np.append(pool.free_slots, 3))]).validate()
+        PoolIndex(
+            32, rtt, pool.seq_lens, np.append(pool.free_slots, 3)[np.argsort(np.append(pool.free_slots, 3))]
+        ).validate()
     rtt = pool.req_to_token.copy()
     rtt[1, 1] = 1
     with pytest.raises(PoolError, match="^req_to_token: a request holds the same slot"):

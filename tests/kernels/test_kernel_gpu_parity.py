@@ -1,16 +1,17 @@
 """GPU tests (skipped with the reason on hosts without CUDA): the parity quick set passes, both
 tile configs and both split paths match the oracle, CUDA-graph replay equals the eager call,
 and out-of-range slot ids never fault."""
+
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from verify_tools import parity  # noqa: E402
 from mla_verify import api, mla_verify_fwd, tiles  # noqa: E402
-from mla_verify.reference import mla_verify_ref  # noqa: E402
 from mla_verify.inputs import CaseSpec, kernel_args, make_inputs, oracle_kwargs  # noqa: E402
+from mla_verify.reference import mla_verify_ref  # noqa: E402
+from verify_tools import parity  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -1,5 +1,6 @@
 """The phase-1/2 tools print one JSON document; without a CUDA device they say `blocked` and
 exit 75 (never a pass); the parity suite holds the cases the issue asks for."""
+
 from __future__ import annotations
 
 import json
@@ -8,11 +9,9 @@ import sys
 
 import pytest
 
+from tests.support.paths import KERNELS  # noqa: E402
 from verify_tools import parity
 from verify_tools.bench import ANCHORS, EXTRA, SWEEP, shape_bytes_flops
-
-from conftest import REPO
-from tests.support.paths import KERNELS  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -23,10 +22,13 @@ def run_tool(*args):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: the blocked path does not apply")
-@pytest.mark.parametrize("tool,keys", [("verify_tools.parity", ("cases_total", "cases_failed", "max_rel_err",
-                                                           "token_mismatches", "deterministic")),
-                                       ("verify_tools.bench", ("min_speedup_vs_sglang_extend", "min_sol_pct_long_ctx",
-                                                          "geomean_speedup_vs_oracle"))])
+@pytest.mark.parametrize(
+    "tool,keys",
+    [
+        ("verify_tools.parity", ("cases_total", "cases_failed", "max_rel_err", "token_mismatches", "deterministic")),
+        ("verify_tools.bench", ("min_speedup_vs_sglang_extend", "min_sol_pct_long_ctx", "geomean_speedup_vs_oracle")),
+    ],
+)
 def test_without_cuda_the_tool_is_blocked_not_passed(tool, keys):
     code, out, _ = run_tool(tool, "--json")
     doc = json.loads(out)
@@ -56,10 +58,10 @@ def test_parity_cases_cover_the_issue():
 def test_token_check_counts_near_ties_and_mismatches():
     w = torch.eye(512, dtype=torch.float64)[:, :8].repeat(1, 1)  # logits = first 8 dims
     ref = torch.zeros(2, 1, 512, dtype=torch.float64)
-    ref[0, 0, :8] = torch.tensor([5.0, 1, 0, 0, 0, 0, 0, 0])       # clear winner 0
-    ref[1, 0, :8] = torch.tensor([1.0, 1.0, 0, 0, 0, 0, 0, 0])     # exact tie
+    ref[0, 0, :8] = torch.tensor([5.0, 1, 0, 0, 0, 0, 0, 0])  # clear winner 0
+    ref[1, 0, :8] = torch.tensor([1.0, 1.0, 0, 0, 0, 0, 0, 0])  # exact tie
     out = ref.clone()
-    out[0, 0, 1] = 6.0   # wrong winner on a clear row: a mismatch
+    out[0, 0, 1] = 6.0  # wrong winner on a clear row: a mismatch
     out[1, 0, 1] = 1.01  # flips the tie: excused as a near tie
     r = parity.token_check(out, ref, w)
     assert r == {"rows": 2, "near_ties": 1, "token_mismatches": 1, "mismatches_in_near_ties": 1}
@@ -67,8 +69,14 @@ def test_token_check_counts_near_ties_and_mismatches():
 
 def test_bench_covers_the_anchor_rows_and_the_floor_counts_bytes_and_flops():
     shapes = set(SWEEP + ANCHORS + EXTRA)
-    for row in [(1, 4096, 8, 16), (1, 32768, 8, 16), (1, 131072, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16),
-                (4, 65536, 4, 64)]:
+    for row in [
+        (1, 4096, 8, 16),
+        (1, 32768, 8, 16),
+        (1, 131072, 8, 16),
+        (8, 32768, 8, 16),
+        (32, 8192, 8, 16),
+        (4, 65536, 4, 64),
+    ]:
         assert row in shapes
     assert any(h == 128 for (_, _, _, h) in shapes)
     by, fl = shape_bytes_flops(1, 32768, 8, 16)

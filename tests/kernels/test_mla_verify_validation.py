@@ -1,6 +1,7 @@
 """mla_verify_fwd rejects bad arguments with a ValueError that names the argument (checked on
 CPU tensors: validation runs before any device work), and picks split counts from host-known
 sizes only."""
+
 from __future__ import annotations
 
 import subprocess
@@ -29,25 +30,28 @@ def test_valid_cpu_arguments_pass_shape_checks(args):
     assert call_validate(args) == {"B": 2, "T": 5, "H": 4}
 
 
-@pytest.mark.parametrize("name,bad", [
-    ("q_extend", lambda a: a["q_extend"].float()),
-    ("q_extend", lambda a: a["q_extend"][..., :512]),
-    ("q_extend", lambda a: torch.zeros(5, 129, 576, dtype=torch.bfloat16)),
-    ("k_extend", lambda a: a["k_extend"][:4]),
-    ("v_extend", lambda a: torch.zeros(5, 1, 576, dtype=torch.bfloat16)),
-    ("o_extend", lambda a: torch.zeros(5, 3, 512, dtype=torch.bfloat16)),
-    ("o_extend", lambda a: torch.zeros(5, 4, 512, 2, dtype=torch.bfloat16)[..., 0]),
-    ("k_buffer", lambda a: a["k_buffer"].to(torch.float16)),
-    ("v_buffer", lambda a: a["k_buffer"][..., :512].clone()),
-    ("qo_indptr", lambda a: a["qo_indptr"].float()),
-    ("qo_indptr", lambda a: a["qo_indptr"][:1]),
-    ("kv_indptr", lambda a: a["kv_indptr"][:2]),
-    ("kv_indices", lambda a: a["kv_indices"].int()),
-    ("custom_mask", lambda a: a["custom_mask"].float()),
-    ("is_causal", lambda a: 1),
-    ("max_len_extend", lambda a: 0),
-    ("max_len_extend", lambda a: 99),
-])
+@pytest.mark.parametrize(
+    "name,bad",
+    [
+        ("q_extend", lambda a: a["q_extend"].float()),
+        ("q_extend", lambda a: a["q_extend"][..., :512]),
+        ("q_extend", lambda a: torch.zeros(5, 129, 576, dtype=torch.bfloat16)),
+        ("k_extend", lambda a: a["k_extend"][:4]),
+        ("v_extend", lambda a: torch.zeros(5, 1, 576, dtype=torch.bfloat16)),
+        ("o_extend", lambda a: torch.zeros(5, 3, 512, dtype=torch.bfloat16)),
+        ("o_extend", lambda a: torch.zeros(5, 4, 512, 2, dtype=torch.bfloat16)[..., 0]),
+        ("k_buffer", lambda a: a["k_buffer"].to(torch.float16)),
+        ("v_buffer", lambda a: a["k_buffer"][..., :512].clone()),
+        ("qo_indptr", lambda a: a["qo_indptr"].float()),
+        ("qo_indptr", lambda a: a["qo_indptr"][:1]),
+        ("kv_indptr", lambda a: a["kv_indptr"][:2]),
+        ("kv_indices", lambda a: a["kv_indices"].int()),
+        ("custom_mask", lambda a: a["custom_mask"].float()),
+        ("is_causal", lambda a: 1),
+        ("max_len_extend", lambda a: 0),
+        ("max_len_extend", lambda a: 99),
+    ],
+)
 def test_bad_argument_is_named(args, name, bad):
     args[name] = bad(args)
     with pytest.raises(ValueError, match=f"^{name}:"):
@@ -60,9 +64,16 @@ def test_mask_without_mask_indptr_is_rejected(args):
         call_validate(args)
 
 
-@pytest.mark.parametrize("kw,name", [({"k_scale": 0.5}, "k_scale"), ({"v_scale": 2.0}, "v_scale"),
-                                     ({"logit_cap": 30.0}, "logit_cap"), ({"sm_scale": -1.0}, "sm_scale"),
-                                     ({"sm_scale": float("nan")}, "sm_scale")])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        ({"k_scale": 0.5}, "k_scale"),
+        ({"v_scale": 2.0}, "v_scale"),
+        ({"logit_cap": 30.0}, "logit_cap"),
+        ({"sm_scale": -1.0}, "sm_scale"),
+        ({"sm_scale": float("nan")}, "sm_scale"),
+    ],
+)
 def test_unsupported_scalars_are_named(args, kw, name):
     with pytest.raises(ValueError, match=f"^{name}:"):
         call_validate(args, **kw)
@@ -79,14 +90,26 @@ def test_supports_never_raises_on_garbage():
     assert supports("not a tensor") is False
 
 
-@pytest.mark.parametrize("B,L,n,H", [(1, 4096, 8, 16), (1, 32768, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16),
-                                     (4, 65536, 4, 64), (1, 0, 4, 16), (128, 1024, 8, 128)])
+@pytest.mark.parametrize(
+    "B,L,n,H",
+    [
+        (1, 4096, 8, 16),
+        (1, 32768, 8, 16),
+        (8, 32768, 8, 16),
+        (32, 8192, 8, 16),
+        (4, 65536, 4, 64),
+        (1, 0, 4, 16),
+        (128, 1024, 8, 128),
+    ],
+)
 @pytest.mark.parametrize("cfg", [tiles.SM90WG, tiles.SM90, tiles.SM120])
 def test_split_count_fills_about_one_wave_and_caps_partials(B, L, n, H, cfg):
     s = api.choose_num_splits(B, n, H, B * L, 132, cfg)
     m_tiles = -(-(n * H) // cfg.block_m)
     assert 1 <= s <= api.MAX_SPLITS
-    assert B * m_tiles * s <= max(132 * cfg.ctas_per_sm_hint, B * m_tiles), "at most one wave unless the batch alone exceeds it"
+    assert B * m_tiles * s <= max(132 * cfg.ctas_per_sm_hint, B * m_tiles), (
+        "at most one wave unless the batch alone exceeds it"
+    )
     if L:
         assert s <= max(1, L // (2 * cfg.block_n)), "each split keeps >= 2 KV tiles"
     partial_traffic = s * B * n * H * 513 * 4 * 2
@@ -114,8 +137,7 @@ def test_tile_configs_fit_their_arch_limits():
 
 def test_importing_the_kernel_package_does_not_import_torch():
     code = "import sys, mla_verify; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=str(KERNELS))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(KERNELS))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -160,14 +182,19 @@ def test_launcher_without_mask_uses_is_causal_and_one_split_needs_no_workspace(a
     mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], num_splits=1, tile_config="sm120")
     mask, mask_indptr, mask_mode, _, splits, cfg, _, scale_log2, ws = fake_launch.calls[0][8:]
     assert (mask, mask_indptr, mask_mode, splits, cfg, ws) == (None, None, 2, 1, tiles.SM120.index, None)
-    assert scale_log2 == pytest.approx(576 ** -0.5 * 1.4426950408889634)
+    assert scale_log2 == pytest.approx(576**-0.5 * 1.4426950408889634)
 
 
-@pytest.mark.parametrize("kw,name", [({"num_splits": 0}, "num_splits"), ({"num_splits": 129}, "num_splits"),
-                                     ({"tile_config": "sm100"}, "tile_config"),
-                                     ({"num_splits": 4, "workspace": torch.empty(10)}, "workspace"),
-                                     ({"num_splits": 4, "workspace": torch.empty(10**6, dtype=torch.float64)},
-                                      "workspace")])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        ({"num_splits": 0}, "num_splits"),
+        ({"num_splits": 129}, "num_splits"),
+        ({"tile_config": "sm100"}, "tile_config"),
+        ({"num_splits": 4, "workspace": torch.empty(10)}, "workspace"),
+        ({"num_splits": 4, "workspace": torch.empty(10**6, dtype=torch.float64)}, "workspace"),
+    ],
+)
 def test_bad_launch_options_are_named(args, fake_launch, kw, name):
     with pytest.raises(ValueError, match=f"^{name}:"):
         mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], **kw)

@@ -1,5 +1,6 @@
 """The float64 oracle is MLA verify attention: tree mask from the draft columns of SGLang's FULL
 mask layout, gather by slot, exact softmax. Checked against a brute-force per-row loop."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mla_verify.reference import draft_visibility, mla_verify_ref  # noqa: E402
 from mla_verify.inputs import CaseSpec, make_inputs, oracle_kwargs, tree_parents, tree_visibility  # noqa: E402
+from mla_verify.reference import draft_visibility, mla_verify_ref  # noqa: E402
 
 
 def brute_force(inp):
@@ -75,9 +76,17 @@ def test_varlen_batch_requests_are_independent():
     full = mla_verify_ref(**oracle_kwargs(inp))
     kw = oracle_kwargs(inp)
     # request 2 alone (indptrs re-based) gives the same rows
-    kw1 = dict(kw, q_extend=kw["q_extend"][6:9], k_extend=kw["k_extend"][6:9], v_extend=kw["v_extend"][6:9],
-               qo_indptr=torch.tensor([0, 3]), kv_indptr=torch.tensor([0, 11]), kv_indices=kw["kv_indices"][9:20],
-               custom_mask=kw["custom_mask"][int(kw["mask_indptr"][2]):], mask_indptr=torch.tensor([0, 3 * 14]))
+    kw1 = dict(
+        kw,
+        q_extend=kw["q_extend"][6:9],
+        k_extend=kw["k_extend"][6:9],
+        v_extend=kw["v_extend"][6:9],
+        qo_indptr=torch.tensor([0, 3]),
+        kv_indptr=torch.tensor([0, 11]),
+        kv_indices=kw["kv_indices"][9:20],
+        custom_mask=kw["custom_mask"][int(kw["mask_indptr"][2]) :],
+        mask_indptr=torch.tensor([0, 3 * 14]),
+    )
     assert torch.allclose(full[6:9], mla_verify_ref(**kw1), rtol=1e-12, atol=1e-14)
 
 
@@ -90,7 +99,7 @@ def test_prefix_columns_of_the_full_mask_are_never_read():
         L, n, start = kv[b + 1] - kv[b], qo[b + 1] - qo[b], int(inp["mask_indptr"][b])
         for i in range(n):
             row = start + i * (L + n)
-            flipped[row:row + L] = 1 - flipped[row:row + L]
+            flipped[row : row + L] = 1 - flipped[row : row + L]
     assert torch.equal(base, mla_verify_ref(**dict(oracle_kwargs(inp), custom_mask=flipped)))
 
 
@@ -128,12 +137,14 @@ def test_random_trees_branch_and_every_row_sees_itself_and_its_ancestors():
     for i, p in enumerate(parents):
         assert vis[i, i]
         if p >= 0:
-            assert torch.equal(vis[i] & ~torch.eye(16, dtype=torch.bool)[i], vis[p]), "ancestors of i = p and its ancestors"
+            assert torch.equal(vis[i] & ~torch.eye(16, dtype=torch.bool)[i], vis[p]), (
+                "ancestors of i = p and its ancestors"
+            )
 
 
 def test_oracle_default_scale_is_576_to_the_minus_half():
     inp = small(seed=11)
     kw = oracle_kwargs(inp)
     a = mla_verify_ref(**dict(kw, sm_scale=None))
-    b = mla_verify_ref(**dict(kw, sm_scale=576 ** -0.5))
+    b = mla_verify_ref(**dict(kw, sm_scale=576**-0.5))
     assert torch.equal(a, b)

@@ -3,11 +3,12 @@
 Every ``ssh``-marked test is skipped, with the reason, where sshd is not installed.
 Transports are closed before the lab stops (T10); the lab stops its sshd by PID.
 """
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 

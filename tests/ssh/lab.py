@@ -16,6 +16,7 @@ Shell (CI)::
     python tests/ssh/lab.py up DIR N      # prints name addr port pid per host; writes DIR/inventory.yaml
     python tests/ssh/lab.py down DIR      # stops the PIDs recorded in DIR/lab.json
 """
+
 from __future__ import annotations
 
 import json
@@ -69,7 +70,9 @@ def keygen(path: Path) -> str:
         p.unlink(missing_ok=True)
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lab", "-f", str(path)],
-        check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
     )
     return " ".join(path.with_suffix(".pub").read_text().split()[:2])
 
@@ -221,7 +224,7 @@ class Lab:
         _atomic_write(Path(self.root, "lab.json"), json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
-    def load(cls, root: Path) -> "Lab":
+    def load(cls, root: Path) -> Lab:
         raw = json.loads(Path(root, "lab.json").read_text())
         raw["hosts"] = [LabHost(**h) for h in raw["hosts"]]
         return cls(**raw)
@@ -237,7 +240,10 @@ class Lab:
         with open(h.log, "ab") as log:
             proc = subprocess.Popen(
                 [str(SSHD), "-D", "-e", "-f", h.config],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
             )
         h.pid = proc.pid
         try:
@@ -291,23 +297,36 @@ class Lab:
         return out
 
 
-def inventory_doc(lab: Lab, remote_base: Path, *, python: str | None = None,
-                  hosts: list[str] | None = None, **defaults: object) -> dict:
+def inventory_doc(
+    lab: Lab, remote_base: Path, *, python: str | None = None, hosts: list[str] | None = None, **defaults: object
+) -> dict:
     """An inventory (DESIGN.md format) for the lab's hosts; each host has its own remote_root.
 
     ``defaults`` override the generated ``defaults:`` (e.g. ``connect_timeout_s=2``).
     """
     d: dict = {
-        "connection": "ssh", "user": lab.user, "ssh_key": lab.client_key,
-        "known_hosts": lab.known_hosts, "python": python or sys.executable, "arch": "sm_120a",
-        "connect_timeout_s": 10, "command_timeout_s": 600,
+        "connection": "ssh",
+        "user": lab.user,
+        "ssh_key": lab.client_key,
+        "known_hosts": lab.known_hosts,
+        "python": python or sys.executable,
+        "arch": "sm_120a",
+        "connect_timeout_s": 10,
+        "command_timeout_s": 600,
     }
     d.update(defaults)
     names = hosts or [h.name for h in lab.hosts]
     return {
         "defaults": d,
-        "hosts": [{"name": n, "address": lab.host(n).address, "port": lab.host(n).port,
-                   "remote_root": str(Path(remote_base, n))} for n in names],
+        "hosts": [
+            {
+                "name": n,
+                "address": lab.host(n).address,
+                "port": lab.host(n).port,
+                "remote_root": str(Path(remote_base, n)),
+            }
+            for n in names
+        ],
     }
 
 
@@ -320,26 +339,27 @@ def write_inventory(path: Path, doc: dict) -> Path:
 
 
 def _sshd_config(h: LabHost, authorized_keys: Path) -> str:
-    return "\n".join([
-        f"ListenAddress {h.address}:{h.port}",
-        f"HostKey {Path(h.dir, 'ssh_host_ed25519_key')}",
-        f"PidFile {Path(h.dir, 'sshd.pid')}",
-        f"AuthorizedKeysFile {authorized_keys}",
-        "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "PubkeyAuthentication yes",
-        "UsePAM no",
-        "StrictModes no",
-        "MaxStartups 64:30:128",
-        "LogLevel ERROR",
-        f"Subsystem sftp {SFTP_SERVER}",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"ListenAddress {h.address}:{h.port}",
+            f"HostKey {Path(h.dir, 'ssh_host_ed25519_key')}",
+            f"PidFile {Path(h.dir, 'sshd.pid')}",
+            f"AuthorizedKeysFile {authorized_keys}",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PubkeyAuthentication yes",
+            "UsePAM no",
+            "StrictModes no",
+            "MaxStartups 64:30:128",
+            "LogLevel ERROR",
+            f"Subsystem sftp {SFTP_SERVER}",
+            "",
+        ]
+    )
 
 
-def start_lab(root: Path, n: int, *, first_address: int = 2, port: int | None = None,
-              prefix: str = "h") -> Lab:
+def start_lab(root: Path, n: int, *, first_address: int = 2, port: int | None = None, prefix: str = "h") -> Lab:
     """Generate keys and configs under ``root`` and start ``n`` sshd on 127.0.0.{2..}.
 
     ``port`` None picks a free port per address (so parallel labs do not collide).
@@ -361,8 +381,12 @@ def start_lab(root: Path, n: int, *, first_address: int = 2, port: int | None = 
         address = f"127.0.0.{first_address + i}"
         hdir = root / f"{prefix}{i + 1}"
         hdir.mkdir(exist_ok=True)
-        h = LabHost(name=f"{prefix}{i + 1}", address=address,
-                    port=port if port is not None else free_port(address), dir=str(hdir))
+        h = LabHost(
+            name=f"{prefix}{i + 1}",
+            address=address,
+            port=port if port is not None else free_port(address),
+            dir=str(hdir),
+        )
         h.host_pubkey = keygen(hdir / "ssh_host_ed25519_key")
         _atomic_write(Path(h.config), _sshd_config(h, authorized))
         lab.hosts.append(h)

@@ -2,6 +2,7 @@
 ``conftest`` module pytest loaded last): lab hosts as inventory-like objects, a silent TCP
 server, and a tiny bundle.
 """
+
 from __future__ import annotations
 
 import socket
@@ -20,11 +21,20 @@ def make_host(lab: lab_mod.Lab, name: str, remote_base: Path, **overrides) -> ty
     """A host with the inventory fields of plans/0001 section 6, pointing at a lab sshd."""
     h = lab.host(name)
     fields = dict(
-        name=h.name, address=h.address, port=h.port, user=lab.user, connection="ssh",
-        ssh_key=lab.client_key, known_hosts=lab.known_hosts,
+        name=h.name,
+        address=h.address,
+        port=h.port,
+        user=lab.user,
+        connection="ssh",
+        ssh_key=lab.client_key,
+        known_hosts=lab.known_hosts,
         remote_root=str(remote_base / f"remote {h.name}"),  # a space on purpose
-        python=sys.executable, arch="sm_120a", groups=[], service=None,
-        connect_timeout_s=10, command_timeout_s=60,  # generous: a loaded CI box is slow to fork sshd
+        python=sys.executable,
+        arch="sm_120a",
+        groups=[],
+        service=None,
+        connect_timeout_s=10,
+        command_timeout_s=60,  # generous: a loaded CI box is slow to fork sshd
     )
     fields.update(overrides)
     return types.SimpleNamespace(**fields)
@@ -61,14 +71,14 @@ class SilentServer:
         self.sock.close()
 
 
-
 def make_bundle(tmp: Path, marker: str = "v1") -> Bundle:
     """A small kernels/ tree packed with build_bundle (independent of the real kernels/)."""
     src = tmp / f"src-{marker}"
     (src / "kernels" / "csrc").mkdir(parents=True, exist_ok=True)
     (src / "kernels" / "__init__.py").write_text(f'VERSION = "{marker}"\n')
     (src / "kernels" / "hello.py").write_text(
-        "import json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv[1:]}))\n")
+        "import json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv[1:]}))\n"
+    )
     (src / "kernels" / "csrc" / "k.cu").write_text(f"// kernel {marker}\n__global__ void k() {{}}\n")
     (src / "kernels" / "MANIFEST").write_text("*.py\ncsrc/*.cu\n")
     return build_bundle(src, tmp / "bundles")

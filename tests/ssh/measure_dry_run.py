@@ -7,6 +7,7 @@ test: nothing here asserts a time.
 
     python tests/ssh/measure_dry_run.py [--hosts 100] [--repeat 5] [--out FILE.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,20 @@ TARGET_S = 1.0
 def fleet(n: int) -> dict:
     return {
         "defaults": {
-            "connection": "ssh", "user": "deploy", "ssh_key": "~/.ssh/orchestrator_ed25519",
-            "known_hosts": "~/.ssh/known_hosts_orchestrator", "remote_root": "/srv/orchestrator",
-            "python": "/srv/orchestrator/venv/bin/python", "arch": "sm_120a", "connect_timeout_s": 10,
-            "service": {"restart": ["sudo", "-n", "systemctl", "restart", "sglang.service"],
-                        "health_url": "http://127.0.0.1:30000/health",
-                        "generate_url": "http://127.0.0.1:30000/generate",
-                        "python": "/srv/sglang/venv/bin/python"},
+            "connection": "ssh",
+            "user": "deploy",
+            "ssh_key": "~/.ssh/orchestrator_ed25519",
+            "known_hosts": "~/.ssh/known_hosts_orchestrator",
+            "remote_root": "/srv/orchestrator",
+            "python": "/srv/orchestrator/venv/bin/python",
+            "arch": "sm_120a",
+            "connect_timeout_s": 10,
+            "service": {
+                "restart": ["sudo", "-n", "systemctl", "restart", "sglang.service"],
+                "health_url": "http://127.0.0.1:30000/health",
+                "generate_url": "http://127.0.0.1:30000/generate",
+                "python": "/srv/sglang/venv/bin/python",
+            },
         },
         "groups": {"canary": ["gpu-000"], "prod": [f"gpu-{i:03d}" for i in range(1, n)]},
         "hosts": [{"name": f"gpu-{i:03d}", "address": f"10.40.{i // 250}.{i % 250 + 1}"} for i in range(n)],
@@ -41,8 +49,7 @@ def fleet(n: int) -> dict:
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120,
-                       stdin=subprocess.DEVNULL)
+    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     return time.perf_counter() - t0, p
 
 
@@ -61,8 +68,19 @@ def main() -> int:
         tmp = Path(tmp)
         inv = tmp / "fleet.yaml"
         inv.write_text(yaml.safe_dump(fleet(args.hosts), sort_keys=False))
-        dry = [sys.executable, "-m", "orchestrator", "run", "--all", "--dry-run", "--json",
-               "--inventory", str(inv), "--state-dir", str(tmp / "state")]
+        dry = [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "run",
+            "--all",
+            "--dry-run",
+            "--json",
+            "--inventory",
+            str(inv),
+            "--state-dir",
+            str(tmp / "state"),
+        ]
         base = [sys.executable, "-m", "orchestrator", "--version"]
         walls, bases, doc = [], [], None
         for _ in range(args.repeat):
@@ -91,12 +109,18 @@ def main() -> int:
     med = statistics.median(walls)
     result = {
         "measurement": f"orchestrator run --all --dry-run --json over {args.hosts} ssh hosts",
-        "hosts": args.hosts, "phases": len(doc["plan"]["phases"]), "commands_planned": commands,
-        "digest": doc["plan"]["digest"], "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
-        "cli_wall_s": [round(w, 3) for w in walls], "median_cli_wall_s": round(med, 3),
+        "hosts": args.hosts,
+        "phases": len(doc["plan"]["phases"]),
+        "commands_planned": commands,
+        "digest": doc["plan"]["digest"],
+        "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "cli_wall_s": [round(w, 3) for w in walls],
+        "median_cli_wall_s": round(med, 3),
         "cli_startup_only_s (--version)": round(statistics.median(bases), 3),
         "in_process_plan_s": [round(x, 4) for x in plans],
-        "target_s": TARGET_S, "under_target": med < TARGET_S,
+        "target_s": TARGET_S,
+        "under_target": med < TARGET_S,
     }
     text = json.dumps(result, indent=2)
     print(text)
@@ -104,9 +128,12 @@ def main() -> int:
         from orchestrator.atomic import atomic_write_text  # sys.path holds REPO by now
 
         atomic_write_text(args.out, text + "\n")
-    print(f"\ndry-run of {len(doc['plan']['phases'])} phases x {args.hosts} hosts ({commands} commands): "
-          f"median {med:.3f} s wall (target < {TARGET_S} s); CLI start-up alone "
-          f"{statistics.median(bases):.3f} s; planning in-process {statistics.median(plans):.3f} s", file=sys.stderr)
+    print(
+        f"\ndry-run of {len(doc['plan']['phases'])} phases x {args.hosts} hosts ({commands} commands): "
+        f"median {med:.3f} s wall (target < {TARGET_S} s); CLI start-up alone "
+        f"{statistics.median(bases):.3f} s; planning in-process {statistics.median(plans):.3f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ measurement, not a test: nothing here asserts a time.
 
     python tests/ssh/measure_quick_phase.py [--hosts 8] [--repeat 3] [--out FILE.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,15 @@ def quick_phase(host, bundle, with_facts: bool) -> dict:
         t4 = time.monotonic()
     if not shipped.uploaded or verdict != "ok":
         raise RuntimeError(f"{host.name}: expected a fresh upload and a verified bundle, got {shipped} / {verdict}")
-    return {"host": host.name, "connect_s": t1 - t0, "facts_s": t2 - t1, "ship_s": t3 - t2,
-            "verify_s": t4 - t3, "total_s": t4 - t0, "nvcc_found": doc["nvcc"]["found"]}
+    return {
+        "host": host.name,
+        "connect_s": t1 - t0,
+        "facts_s": t2 - t1,
+        "ship_s": t3 - t2,
+        "verify_s": t4 - t3,
+        "total_s": t4 - t0,
+        "nvcc_found": doc["nvcc"]["found"],
+    }
 
 
 def warm_command_s(lab) -> float:
@@ -59,9 +67,16 @@ def warm_command_s(lab) -> float:
     (dominated by the host's login shell start-up, e.g. a ``~/.bashrc`` that bash sources for
     every SSH command)."""
     h = lab.hosts[0]
-    host = types.SimpleNamespace(name=h.name, address=h.address, port=h.port, user=lab.user,
-                                 ssh_key=lab.client_key, known_hosts=lab.known_hosts,
-                                 connect_timeout_s=10, command_timeout_s=60)
+    host = types.SimpleNamespace(
+        name=h.name,
+        address=h.address,
+        port=h.port,
+        user=lab.user,
+        ssh_key=lab.client_key,
+        known_hosts=lab.known_hosts,
+        connect_timeout_s=10,
+        command_timeout_s=60,
+    )
     with SSHTransport(host) as t:
         t.run(["true"], timeout_s=10)
         times = []
@@ -73,10 +88,21 @@ def warm_command_s(lab) -> float:
 
 
 def run_round(lab, hosts: list[str], bundle, root: Path, parallel: int, with_facts: bool) -> dict:
-    hs = [types.SimpleNamespace(
-        name=n, address=lab.host(n).address, port=lab.host(n).port, user=lab.user,
-        ssh_key=lab.client_key, known_hosts=lab.known_hosts, remote_root=str(root / n),
-        python=sys.executable, connect_timeout_s=5, command_timeout_s=60) for n in hosts]
+    hs = [
+        types.SimpleNamespace(
+            name=n,
+            address=lab.host(n).address,
+            port=lab.host(n).port,
+            user=lab.user,
+            ssh_key=lab.client_key,
+            known_hosts=lab.known_hosts,
+            remote_root=str(root / n),
+            python=sys.executable,
+            connect_timeout_s=5,
+            command_timeout_s=60,
+        )
+        for n in hosts
+    ]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=min(parallel, len(hs))) as pool:
         per_host = list(pool.map(lambda h: quick_phase(h, bundle, with_facts), hs))
@@ -113,13 +139,16 @@ def main() -> int:
     result: dict = {
         "measurement": "quick phase over SSH: connect, [facts], bundle upload+unpack+verify, verify again",
         "bundle": {"sha256": bundle.sha256, "files": bundle.files, "bytes": bundle.size_bytes},
-        "cpus": os.cpu_count(), "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
         "note": "all lab hosts share this machine's CPUs: the hosts' own work (python/torch start-up "
-                "in facts, tar, sha256sum) competes for the same cores, unlike a real fleet",
-        "repeat": args.repeat, "parallel_cap": args.parallel, "hosts": args.hosts,
+        "in facts, tar, sha256sum) competes for the same cores, unlike a real fleet",
+        "repeat": args.repeat,
+        "parallel_cap": args.parallel,
+        "hosts": args.hosts,
         "warm_true_round_trip_s": round(warm, 3),
         "remote_commands_per_host": "transport_only: 1 connect + 6 commands + 1 sftp upload; "
-                                    "with_facts adds the facts probes",
+        "with_facts adds the facts probes",
     }
     summary = []
     for variant, r in rounds.items():
@@ -128,18 +157,24 @@ def main() -> int:
         result[variant] = {
             "one_host_wall_s": [round(x["wall_s"], 3) for x in r["one"]],
             "many_hosts_wall_s": [round(x["wall_s"], 3) for x in r["many"]],
-            "median_one_host_s": round(w1, 3), "median_many_hosts_s": round(wn, 3),
-            "ratio_many_over_one": round(wn / w1, 2), "serial_would_be_ratio": args.hosts,
-            "last_round_per_host": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items()}
-                                    for h in r["many"][-1]["per_host"]],
+            "median_one_host_s": round(w1, 3),
+            "median_many_hosts_s": round(wn, 3),
+            "ratio_many_over_one": round(wn / w1, 2),
+            "serial_would_be_ratio": args.hosts,
+            "last_round_per_host": [
+                {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items()}
+                for h in r["many"][-1]["per_host"]
+            ],
         }
         summary.append(f"{variant}: 1 host {w1:.2f} s, {args.hosts} hosts {wn:.2f} s, ratio {wn / w1:.2f}x")
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         atomic_write_text(args.out, text + "\n")
-    print("\n" + "\n".join(summary) + f"  (serial would be {args.hosts}x); one warm `true` round trip "
-          f"{warm:.3f} s", file=sys.stderr)
+    print(
+        "\n" + "\n".join(summary) + f"  (serial would be {args.hosts}x); one warm `true` round trip {warm:.3f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -6,22 +6,24 @@
   host (not the run) before its next step, with the hash-check verdict in the reason;
 - state / ``status --json`` carry ``hosts[<host>].bundle`` (sha256, uploaded, verified, remote_dir).
 """
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import yaml
-
 from lab import inventory_doc, write_inventory
 from test_remote_phases import Project, host_results, quick_phase, step_results
 
 pytestmark = pytest.mark.ssh
 
 #: Appends a line to the shipped kernels/hello.py on the host named in argv[1] (h1 only).
-EDIT_ON_H1 = ("import json,sys,pathlib; p=pathlib.Path('hello.py'); "
-              "sys.argv[1]=='h1' and p.write_text(p.read_text()+'# edited on the host\\n'); "
-              "print(json.dumps(dict(ok=True)))")
+EDIT_ON_H1 = (
+    "import json,sys,pathlib; p=pathlib.Path('hello.py'); "
+    "sys.argv[1]=='h1' and p.write_text(p.read_text()+'# edited on the host\\n'); "
+    "print(json.dumps(dict(ok=True)))"
+)
 
 
 def second_phase() -> dict:
@@ -48,8 +50,10 @@ def test_evidence_then_a_tree_edited_on_the_host_is_repaired_and_recorded_before
     code, status = proj.cli("status", "--json")
     assert code == 0
     st_hosts = status["results"]["state"]["phases"]["0"]["hosts"]
-    assert {h: (hp["bundle"]["verified"], hp["bundle"]["uploaded"]) for h, hp in st_hosts.items()} == \
-        {"h1": (True, True), "h2": (True, True)}
+    assert {h: (hp["bundle"]["verified"], hp["bundle"]["uploaded"]) for h, hp in st_hosts.items()} == {
+        "h1": (True, True),
+        "h2": (True, True),
+    }
 
     edited = remote / "h1" / "bundles" / sha / "hello.py"
     original = edited.read_text()
@@ -63,8 +67,9 @@ def test_evidence_then_a_tree_edited_on_the_host_is_repaired_and_recorded_before
     assert h1["found"] == "unpacked-mismatch" and h1["repaired"] is True and h1["uploaded"] is False
     assert h1["verified"] is True
     assert h2["found"] == "ok" and h2["repaired"] is False and h2["uploaded"] is False and h2["verified"] is True
-    assert any(w.startswith(f"h1: bundle {sha[:12]} failed its hash check") and "re-unpacked" in w
-               for w in nxt["warnings"]), nxt["warnings"]
+    assert any(
+        w.startswith(f"h1: bundle {sha[:12]} failed its hash check") and "re-unpacked" in w for w in nxt["warnings"]
+    ), nxt["warnings"]
     assert edited.read_text() == original, "the approved bytes are back"
     [damaged] = (remote / "h1" / "bundles").glob(f"{sha}.damaged.*")
     assert "edited on the host" in (damaged / "hello.py").read_text(), "kept aside, not deleted"
@@ -75,8 +80,16 @@ def test_evidence_then_a_tree_edited_on_the_host_is_repaired_and_recorded_before
 def test_a_tree_edited_during_a_phase_fails_that_host_before_its_next_step(own_lab, tmp_path):
     lab = own_lab(2)
     doc = quick_phase()
-    doc["steps"].insert(0, {"id": "edit", "title": "Edit the shipped tree on h1", "runs_on": "each_host",
-                            "command": ["{python}", "-c", EDIT_ON_H1, "{host}"], "timeout_s": 60})
+    doc["steps"].insert(
+        0,
+        {
+            "id": "edit",
+            "title": "Edit the shipped tree on h1",
+            "runs_on": "each_host",
+            "command": ["{python}", "-c", EDIT_ON_H1, "{host}"],
+            "timeout_s": 60,
+        },
+    )
     proj = Project(tmp_path, doc)
     remote = tmp_path / "remote"
     inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, remote))
@@ -89,8 +102,10 @@ def test_a_tree_edited_during_a_phase_fails_that_host_before_its_next_step(own_l
     assert res["h1"]["status"] == "failed"
     probe = step_results(out, "probe")["h1"]
     assert probe["status"] == "failed"
-    assert (f"h1: bundle {sha[:12]} failed its hash check on the host before step probe of phase 0-quick "
-            "(unpacked-mismatch)") in probe["reason"], probe["reason"]
+    assert (
+        f"h1: bundle {sha[:12]} failed its hash check on the host before step probe of phase 0-quick "
+        "(unpacked-mismatch)"
+    ) in probe["reason"], probe["reason"]
     assert not (remote / "h1" / "probe").exists(), "the probe never ran on the edited tree"
     ev = res["h1"]["bundle"]
     assert ev["verified"] is False and ev["last_check"] == "unpacked-mismatch" and ev["checks"] == 2

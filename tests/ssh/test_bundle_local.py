@@ -1,5 +1,6 @@
 """ensure_on_host through the local transport (no sshd needed): the same host-side scripts
 place and verify the bundle for ``connection: local`` hosts in cut-over phases."""
+
 from __future__ import annotations
 
 import os
@@ -7,8 +8,8 @@ import types
 from pathlib import Path
 
 import pytest
-
 from labkit import make_bundle
+
 from orchestrator.bundle import read_pointers, ship_bundle, switch_current, verify_on_host
 from orchestrator.transport.local import LocalTransport
 

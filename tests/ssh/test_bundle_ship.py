@@ -1,14 +1,23 @@
 """Shipping the bundle over SSH: upload once, verify on the host before every use, repair, pointers."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
-
 from labkit import make_bundle, make_host
-from orchestrator.bundle import (BundleError, check_argv, ensure_on_host, read_pointers,
-                                 remote_bundle_paths, ship_bundle, switch_current, verify_on_host)
+
+from orchestrator.bundle import (
+    BundleError,
+    check_argv,
+    ensure_on_host,
+    read_pointers,
+    remote_bundle_paths,
+    ship_bundle,
+    switch_current,
+    verify_on_host,
+)
 
 pytestmark = pytest.mark.ssh
 
@@ -120,6 +129,8 @@ def test_switch_to_a_bundle_that_is_not_unpacked_changes_nothing(shared_lab, tmp
     t = transports(host)
     ensure_on_host(t, bundle, host)
     switch_current(t, host, bundle.sha256)
-    with pytest.raises(BundleError, match=r"h3: bundle switch of current failed \(exit 12\): bundle f{64} is not unpacked"):
+    with pytest.raises(
+        BundleError, match=r"h3: bundle switch of current failed \(exit 12\): bundle f{64} is not unpacked"
+    ):
         switch_current(t, host, "f" * 64)
     assert read_pointers(t, host).current == bundle.sha256

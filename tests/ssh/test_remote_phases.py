@@ -4,6 +4,7 @@ Each scenario starts its own lab (stopped by PID at teardown) and runs the CLI i
 subprocess with its own state dir. Fast scenarios use a generated phase spec and a tiny
 ``kernels/`` (``ORCHESTRATOR_ROOT``); the end-to-end one runs the real ``phases/0``.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from labkit import SilentServer, make_bundle, make_host
 from lab import _cmdline, inventory_doc, write_inventory
+from labkit import SilentServer, make_bundle, make_host
+
 from orchestrator.bundle import Bundle, verify_on_host
 from orchestrator.transport.ssh import SSHTransport
 
@@ -38,18 +39,35 @@ PROBE = (
 
 def quick_phase(sleep_s: float = 0.0, policy: dict | None = None, timeout_s: float = 60) -> dict:
     return {
-        "id": 0, "name": "quick", "order": 0, "title": "Quick remote probe",
+        "id": 0,
+        "name": "quick",
+        "order": 0,
+        "title": "Quick remote probe",
         "failure_policy": policy or {"mode": "continue", "max_failed_hosts": None},
-        "steps": [{
-            "id": "probe", "title": "Read the bundle marker on the host", "runs_on": "each_host",
-            "command": ["{python}", "-c", PROBE, "{remote_root}/probe", str(sleep_s)],
-            "timeout_s": timeout_s, "metrics": ["marker", "has_kernels"],
-            "gates": [
-                {"metric": "marker", "op": "==", "value": "{bundle_sha}",
-                 "reason": "the step must run in the verified bundle directory"},
-                {"metric": "has_kernels", "op": "==", "value": True, "reason": "the cwd is the unpacked bundle (it holds the MANIFEST)"},
-            ],
-        }],
+        "steps": [
+            {
+                "id": "probe",
+                "title": "Read the bundle marker on the host",
+                "runs_on": "each_host",
+                "command": ["{python}", "-c", PROBE, "{remote_root}/probe", str(sleep_s)],
+                "timeout_s": timeout_s,
+                "metrics": ["marker", "has_kernels"],
+                "gates": [
+                    {
+                        "metric": "marker",
+                        "op": "==",
+                        "value": "{bundle_sha}",
+                        "reason": "the step must run in the verified bundle directory",
+                    },
+                    {
+                        "metric": "has_kernels",
+                        "op": "==",
+                        "value": True,
+                        "reason": "the cwd is the unpacked bundle (it holds the MANIFEST)",
+                    },
+                ],
+            }
+        ],
     }
 
 
@@ -61,8 +79,11 @@ class Project:
         self.state = tmp / "state"
         if phase is None:  # the real phases and a frozen copy of this checkout's kernels/
             self.root = tmp / "checkout"
-            shutil.copytree(REPO / "kernels", self.root / "kernels",
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", ".*"))
+            shutil.copytree(
+                REPO / "kernels",
+                self.root / "kernels",
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", ".*"),
+            )
             self.phases = REPO / "phases"
         else:
             make_bundle(tmp, "scenario")  # writes a tiny kernels/ under tmp/src-scenario
@@ -73,8 +94,11 @@ class Project:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(ORCHESTRATOR_ROOT=str(self.root), ORCHESTRATOR_PHASES_DIR=str(self.phases),
-                   PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""))
+        env.update(
+            ORCHESTRATOR_ROOT=str(self.root),
+            ORCHESTRATOR_PHASES_DIR=str(self.phases),
+            PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        )
         env.pop("ORCHESTRATOR_STATE_DIR", None)
         env.pop("ORCHESTRATOR_INVENTORY", None)
         return env
@@ -83,17 +107,33 @@ class Project:
         return [sys.executable, "-m", "orchestrator", *args, *(["--state-dir", str(self.state)] if state else [])]
 
     def cli(self, *args: str, timeout: float = 240, state: bool = True) -> tuple[int, dict]:
-        p = subprocess.run(self.argv(*args, state=state), env=self.env(), cwd=self.tmp, capture_output=True,
-                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            self.argv(*args, state=state),
+            env=self.env(),
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         try:
             doc = json.loads(p.stdout)
         except ValueError:
-            raise AssertionError(f"not one JSON document (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+            raise AssertionError(
+                f"not one JSON document (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+            )
         return p.returncode, doc
 
     def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(*args), env=self.env(), cwd=self.tmp, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            self.argv(*args),
+            env=self.env(),
+            cwd=self.tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def host_results(doc: dict, phase: str = "0") -> dict[str, dict]:
@@ -241,8 +281,14 @@ def test_a_host_that_accepts_tcp_but_never_speaks_times_out_within_the_bound(own
     try:
         proj = Project(tmp_path, quick_phase())
         doc = inventory_doc(lab, tmp_path / "remote", connect_timeout_s=2)
-        doc["hosts"].append({"name": "wedged", "address": silent.address, "port": silent.port,
-                             "remote_root": str(tmp_path / "remote" / "wedged")})
+        doc["hosts"].append(
+            {
+                "name": "wedged",
+                "address": silent.address,
+                "port": silent.port,
+                "remote_root": str(tmp_path / "remote" / "wedged"),
+            }
+        )
         inv = write_inventory(tmp_path / "inv.yaml", doc)
         with open(lab.known_hosts, "a") as fh:  # known, so only the silence can fail it
             fh.write(f"[{silent.address}]:{silent.port} {lab.host('h1').host_pubkey}\n")
@@ -308,15 +354,38 @@ def test_dry_run_prints_exactly_the_string_the_transport_sends(shared_lab, tmp_p
 
 def test_a_dry_run_never_imports_fabric_or_paramiko(tmp_path):
     proj = Project(tmp_path, quick_phase())
-    inv = write_inventory(tmp_path / "inv.yaml", {
-        "defaults": {"connection": "ssh", "known_hosts": "/nonexistent/known_hosts", "user": "deploy"},
-        "hosts": [{"name": f"gpu-{i}", "address": f"10.0.0.{i + 1}"} for i in range(5)]})
-    code = ("import sys\nfrom orchestrator.cli import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
-            "print('\\nIMPORTED', rc, sorted(m for m in ('fabric', 'paramiko', 'invoke') if m in sys.modules))")
-    p = subprocess.run([sys.executable, "-c", code, "run", "0", "--dry-run", "--json", "--inventory", str(inv),
-                        "--state-dir", str(proj.state)], env=proj.env(), cwd=tmp_path, capture_output=True,
-                       text=True, timeout=120)
+    inv = write_inventory(
+        tmp_path / "inv.yaml",
+        {
+            "defaults": {"connection": "ssh", "known_hosts": "/nonexistent/known_hosts", "user": "deploy"},
+            "hosts": [{"name": f"gpu-{i}", "address": f"10.0.0.{i + 1}"} for i in range(5)],
+        },
+    )
+    code = (
+        "import sys\nfrom orchestrator.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+        "print('\\nIMPORTED', rc, sorted(m for m in ('fabric', 'paramiko', 'invoke') if m in sys.modules))"
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "run",
+            "0",
+            "--dry-run",
+            "--json",
+            "--inventory",
+            str(inv),
+            "--state-dir",
+            str(proj.state),
+        ],
+        env=proj.env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.stdout.strip().splitlines()[-1] == "IMPORTED 0 []", p.stdout[-500:] + p.stderr[-500:]
 
 

@@ -1,4 +1,5 @@
 """SSHTransport against real sshd processes: results, quoting, timeouts, refusals, lost hosts."""
+
 from __future__ import annotations
 
 import os
@@ -8,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from labkit import make_host
 from lab import _cmdline, _is_live
+from labkit import make_host
+
 from orchestrator.errors import HostUnreachable
 from orchestrator.transport.base import Transport
 from orchestrator.transport.ssh import CLIENT_GRACE_S, SSHTransport
@@ -41,12 +42,15 @@ def test_hostile_arguments_env_and_cwd_are_passed_literally(shared_lab, tmp_path
     cwd.mkdir()
     t = transports(make_host(shared_lab, "h1", tmp_path))
     args = [h.format(c=canary) for h in HOSTILE]
-    r = t.run(["printf", "%s\\0", *args], timeout_s=10, cwd=str(cwd),
-              env={"HOSTILE": args[1], "SPACED": "hello world"})
+    r = t.run(["printf", "%s\\0", *args], timeout_s=10, cwd=str(cwd), env={"HOSTILE": args[1], "SPACED": "hello world"})
     assert r.exit_code == 0, r.stderr
     assert r.stdout.split("\0")[:-1] == args
-    env = t.run(["sh", "-c", 'printf "%s|%s|%s" "$HOSTILE" "$SPACED" "$PWD"'], timeout_s=10,
-                cwd=str(cwd), env={"HOSTILE": args[1], "SPACED": "hello world"})
+    env = t.run(
+        ["sh", "-c", 'printf "%s|%s|%s" "$HOSTILE" "$SPACED" "$PWD"'],
+        timeout_s=10,
+        cwd=str(cwd),
+        env={"HOSTILE": args[1], "SPACED": "hello world"},
+    )
     assert env.stdout == f"{args[1]}|hello world|{cwd}"
     assert not canary.exists()
 
@@ -116,8 +120,11 @@ def test_closed_port_is_connection_refused(shared_lab, tmp_path, transports):
 
 
 def test_server_that_never_speaks_times_out_within_the_connect_bound(shared_lab, silent_server, tmp_path, transports):
-    t = transports(make_host(shared_lab, "h1", tmp_path, address=silent_server.address,
-                             port=silent_server.port, connect_timeout_s=1.5))
+    t = transports(
+        make_host(
+            shared_lab, "h1", tmp_path, address=silent_server.address, port=silent_server.port, connect_timeout_s=1.5
+        )
+    )
     assert t.connect_timeout_s == 2  # whole seconds, rounded up (T3)
     started = time.monotonic()
     with pytest.raises(HostUnreachable, match="accepted TCP but sent no SSH banner within 2s"):
@@ -136,8 +143,10 @@ def test_host_killed_mid_command_is_lost_while_another_completes(own_lab, tmp_pa
     def work(name, t, argv):
         results[name] = t.run(argv, timeout_s=30)
 
-    threads = [threading.Thread(target=work, args=("h1", doomed, ["sh", "-c", 'echo $$ > "$0"; sleep 20', str(started)])),
-               threading.Thread(target=work, args=("h2", healthy, ["sh", "-c", "sleep 2; echo done"]))]
+    threads = [
+        threading.Thread(target=work, args=("h1", doomed, ["sh", "-c", 'echo $$ > "$0"; sleep 20', str(started)])),
+        threading.Thread(target=work, args=("h2", healthy, ["sh", "-c", "sleep 2; echo done"])),
+    ]
     for th in threads:
         th.start()
     deadline = time.monotonic() + 20
@@ -173,7 +182,10 @@ def test_logs_hold_the_command_stderr_status_and_stdout_like_the_local_transport
     assert r.log_path == str(log)
     lines = log.read_text().splitlines()
     assert lines[0].startswith("$ timeout -k 10 5 sh -c ")
-    assert lines[1:] == ["warn", f"[orchestrator] host=h1 exit=3 timed_out=False lost=False duration_s={r.duration_s:.3f}"]
+    assert lines[1:] == [
+        "warn",
+        f"[orchestrator] host=h1 exit=3 timed_out=False lost=False duration_s={r.duration_s:.3f}",
+    ]
     assert log.with_suffix(".stdout").read_text() == '{"ok": true}\n'
     assert shared_lab.client_key not in log.read_text()
     assert sorted(p.name for p in log.parent.iterdir()) == ["step.log", "step.stdout"]
@@ -235,8 +247,9 @@ def test_lab_teardown_also_ends_commands_orphaned_by_a_dead_listener(own_lab, tm
     h1 = lab.host("h1")
     started = tmp_path / "started"
     t = transports(make_host(lab, "h1", tmp_path))
-    runner = threading.Thread(target=t.run, args=(["sh", "-c", 'echo $$ > "$0"; sleep 30', str(started)],),
-                              kwargs={"timeout_s": 40})
+    runner = threading.Thread(
+        target=t.run, args=(["sh", "-c", 'echo $$ > "$0"; sleep 30', str(started)],), kwargs={"timeout_s": 40}
+    )
     runner.start()
     deadline = time.monotonic() + 20
     while not (started.exists() and started.read_text().strip()):

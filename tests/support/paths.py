@@ -1,4 +1,5 @@
 """Where the checkout's parts are, for tests and the scripts beside them."""
+
 from __future__ import annotations
 
 from pathlib import Path

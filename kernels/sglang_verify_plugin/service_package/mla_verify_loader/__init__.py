@@ -17,7 +17,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 log = logging.getLogger("mla_verify_loader")
 
@@ -26,7 +25,7 @@ CONFIG_ENV = "ORCHESTRATOR_VERIFY_CONFIG"
 CONFIG_NAME = "verify_backend.json"
 
 
-def find_root() -> Optional[Path]:
+def find_root() -> Path | None:
     """The host's remote_root, or None when nothing says where it is."""
     if os.environ.get(ROOT_ENV):
         return Path(os.environ[ROOT_ENV])
