@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
-from orchestrator.yamlio import load_yaml_mapping, validation_error_line
+from orchestrator.yamlio import YamlDocument, join_problems, load_yaml_document, loc_to_field, validation_error_line
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ADDRESS_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[?[0-9A-Fa-f:.]+\]?)$")
@@ -153,20 +153,6 @@ class InventoryFile(BaseModel):
     hosts: list[HostEntry] = Field(min_length=1)
     groups: dict[str, list[str]] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _check(self) -> InventoryFile:
-        names = [h.name for h in self.hosts]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"duplicate host name {dup[0]!r}")
-        for g, members in self.groups.items():
-            if not NAME_RE.match(g):
-                raise ValueError(f"group {g!r} must match {NAME_RE.pattern}")
-            for m in members:
-                if m not in names:
-                    raise ValueError(f"group {g!r} names unknown host {m!r}")
-        return self
-
 
 class Host(BaseModel):
     """A fully resolved host (defaults applied). ``python=None`` on a local host means this interpreter."""
@@ -239,23 +225,45 @@ class Inventory(BaseModel):
         return hosts[0]
 
 
-def _resolve(path: Path, doc: InventoryFile, data: dict[str, Any]) -> Inventory:
-    d = doc.defaults
+def _resolve(ydoc: YamlDocument, doc: InventoryFile) -> Inventory:
+    """Apply ``defaults:`` and groups to every host; every problem of every host is collected and
+    raised as one :class:`SpecError` (``file:line: field: message; line N: ...``)."""
+    path, d = ydoc.path, doc.defaults
     member_of: dict[str, list[str]] = {}
     for g, members in doc.groups.items():
         for m in members:
             member_of.setdefault(m, []).append(g)
+    problems: list[tuple[tuple[Any, ...], str, str]] = []  # (loc, field, message)
+    first_index: dict[str, int] = {}
     hosts = []
     for i, e in enumerate(doc.hosts):
+        where = f"hosts[{i}]({e.name})"
+        if e.name in first_index:
+            j = first_index[e.name]
+            problems.append(
+                (("hosts", i, "name"), f"{where}.name", f"duplicate host name {e.name!r} (also hosts[{j}])")
+            )
+            continue
+        first_index[e.name] = i
 
-        def pick(field: str) -> Any:
+        def pick(field: str, e: HostEntry = e) -> Any:
             v = getattr(e, field)
             return getattr(d, field) if v is None else v
 
-        connection = pick("connection") or ("local" if e.name == "local" else "ssh")
+        if e.name == "local" and e.connection is None:
+            problems.append(
+                (
+                    ("hosts", i),
+                    where,
+                    "a host named 'local' must say `connection: local` (this machine, no SSH) "
+                    "or `connection: ssh`: the name alone is ambiguous",
+                )
+            )
+            continue
+        connection = pick("connection") or "ssh"
         address = e.address or ("localhost" if connection == "local" else None)
         if address is None:
-            raise SpecError(f"{path}:hosts[{i}]({e.name}).address: required for an ssh host")
+            problems.append((("hosts", i), f"{where}.address", "required for an ssh host"))
         service = pick("service") or Service()
         groups = tuple(dict.fromkeys(list(e.groups) + member_of.get(e.name, [])))
         fields: dict[str, Any] = dict(
@@ -282,18 +290,57 @@ def _resolve(path: Path, doc: InventoryFile, data: dict[str, Any]) -> Inventory:
         if connection == "ssh" and fields.get("python") is None:
             fields["python"] = "python3"
         if connection == "ssh" and not fields.get("known_hosts"):
-            raise SpecError(
-                f"{path}:hosts[{i}]({e.name}).known_hosts: required for ssh hosts (strict host keys)",
-                hint="set defaults.known_hosts or the host's known_hosts",
-            )
-        hosts.append(Host(**fields))
+            problems.append((("hosts", i), f"{where}.known_hosts", "required for ssh hosts (strict host keys)"))
+        if address is not None:
+            hosts.append(Host(**fields))
+    for g, members in doc.groups.items():
+        if not NAME_RE.match(g):
+            problems.append((("groups", g), f"groups.{g}", f"group name {g!r} must match {NAME_RE.pattern}"))
+        for m in members:
+            if m not in first_index:
+                problems.append((("groups", g), f"groups.{g}", f"group {g!r} names unknown host {m!r}"))
+    if problems:
+        named = sorted({n for n in (_host_of(fld) for _, fld, _ in problems) if n})
+        ssh_keys = any(fld.endswith(".known_hosts") for _, fld, _ in problems)
+        raise SpecError(
+            join_problems(path, problems, ydoc),
+            hint="set defaults.known_hosts or the host's known_hosts"
+            if ssh_keys
+            else "see inventory/example-blackwell.yaml",
+            host=",".join(named) or None,
+        )
     return Inventory(path=path, hosts=tuple(hosts))
 
 
+def _host_of(field: str) -> str | None:
+    """``gpu-02`` from a field label like ``hosts[1](gpu-02).port``."""
+    if field.startswith("hosts[") and "](" in field:
+        return field.split("](", 1)[1].split(")", 1)[0]
+    return None
+
+
 def load_inventory(path: Path) -> Inventory:
-    data = load_yaml_mapping(path, what="inventory")
+    """Load and validate an inventory file; exit-3 :class:`SpecError` naming ``file:line`` and every host."""
+    ydoc = load_yaml_document(path, what="inventory")
+    data = ydoc.data
     try:
         doc = InventoryFile.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(validation_error_line(path, exc, data), hint="see inventory/example-blackwell.yaml") from None
-    return _resolve(path, doc, data)
+        raise SpecError(
+            validation_error_line(path, exc, data, ydoc),
+            hint="see inventory/example-blackwell.yaml",
+            host=_hosts_in_errors(exc, data),
+        ) from None
+    return _resolve(ydoc, doc)
+
+
+def _hosts_in_errors(exc: ValidationError, data: dict[str, Any]) -> str | None:
+    """The names of the hosts a validation error touches, comma-separated (None if none)."""
+    names: list[str] = []
+    for e in exc.errors(include_url=False):
+        loc = tuple(e["loc"])
+        if len(loc) >= 2 and loc[0] == "hosts" and isinstance(loc[1], int):
+            name = _host_of(loc_to_field(loc[:2], data)) or f"hosts[{loc[1]}]"
+            if name not in names:
+                names.append(name)
+    return ",".join(names) or None

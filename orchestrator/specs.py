@@ -16,13 +16,13 @@ import os
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import SpecError
 from orchestrator.placeholders import placeholders_in, unknown_placeholders
-from orchestrator.yamlio import load_yaml_mapping, validation_error_line
+from orchestrator.yamlio import load_yaml_document, validation_error_line
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _METRIC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
@@ -30,7 +30,7 @@ _METRIC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 #: Built-in step kinds that are not a shell command (``builtin: facts`` collects toolchain facts).
 BUILTINS = ("facts",)
 
-Scalar = Union[bool, int, float, str]
+Scalar = bool | int | float | str
 
 
 class Strict(BaseModel):
@@ -166,7 +166,11 @@ class FailurePolicy(Strict):
     max_failed_hosts: int | None = Field(default=None, ge=0)
 
 
-WaveSize = Union[int, str]
+WaveSize = int | str
+
+
+def _canary_wave() -> list[WaveSize]:
+    return [1]
 
 
 class PhaseSpec(Strict):
@@ -177,7 +181,7 @@ class PhaseSpec(Strict):
     description: str = ""
     requires: int | None = None  # id of the predecessor phase that must have passed on the host
     failure_policy: FailurePolicy = FailurePolicy()
-    waves: list[WaveSize] = Field(default_factory=lambda: [1])
+    waves: list[WaveSize] = Field(default_factory=_canary_wave)
     undo: str = ""  # how to undo, shown in the approval summary
     steps: list[Step] = Field(min_length=1)
     rollback_steps: list[Step] = Field(default_factory=list)
@@ -274,11 +278,14 @@ def _canonical_sha(spec: PhaseSpec) -> str:
 
 
 def load_phase(path: Path) -> LoadedPhase:
-    data = load_yaml_mapping(path, what="phase spec")
+    ydoc = load_yaml_document(path, what="phase spec")
+    data = ydoc.data
     try:
         spec = PhaseSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(validation_error_line(path, exc, data), hint="see phases/*.yaml and plans/0001 §4") from None
+        raise SpecError(
+            validation_error_line(path, exc, data, ydoc), hint="see phases/*.yaml and plans/0001 §4"
+        ) from None
     return LoadedPhase(spec=spec, path=path, sha256=_canonical_sha(spec))
 
 
