@@ -9,6 +9,8 @@ at all (connect, host key, auth). A host lost mid-command is reported as a resul
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -31,6 +33,8 @@ class CommandResult(BaseModel):
     timed_out: bool = False
     lost: bool = False
     log_path: str | None = None
+    #: Things the caller should show the user once (a login-shell banner that was ignored, ...).
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -46,6 +50,43 @@ class TransferResult(BaseModel):
     bytes: int = 0
     skipped: bool = False  # already present and its hash verified
     detail: str = Field(default="")
+
+
+class RemoteJob(BaseModel):
+    """A copy of a step that is still running on a host (its process group and pid file)."""
+
+    host: str
+    job: str
+    pgid: int
+    run_id: str = ""
+    started_at: str = ""
+    pid_file: str = ""
+
+    def describe(self) -> str:
+        by = f" by run {self.run_id}" if self.run_id else ""
+        since = f" since {self.started_at}" if self.started_at else ""
+        return (
+            f"{self.host}: an earlier copy of {self.job} is still running as pid {self.pgid} "
+            f"(process group {self.pgid}{since}{by}; recorded in {self.pid_file})"
+        )
+
+
+#: Callables that kill remote commands still in flight (registered by the SSH transport when
+#: it is imported); :func:`orchestrator.transport.local.terminate_all` calls them all.
+_terminators: list[Callable[[float], int]] = []
+_terminators_lock = threading.Lock()
+
+
+def register_terminator(fn: Callable[[float], int]) -> None:
+    """Add ``fn(kill_after_s) -> how many commands it killed`` to what an interrupt calls."""
+    with _terminators_lock:
+        if fn not in _terminators:
+            _terminators.append(fn)
+
+
+def terminators() -> list[Callable[[float], int]]:
+    with _terminators_lock:
+        return list(_terminators)
 
 
 @runtime_checkable
@@ -76,6 +117,13 @@ class Transport(Protocol):
 
     def put(self, local_path: Path, remote_path: str) -> TransferResult:
         """Copy one file to the host (creating parent directories)."""
+        ...
+
+    def running_job(self, job: str) -> RemoteJob | None:
+        """The copy of ``job`` (``<phase label>-<step id>``, the stem of the step's log file)
+        still running on the host, or None. A stale record (its process group is gone) is
+        removed. A resume calls this before it starts the step again and refuses, naming
+        the pid and host, when it returns a job."""
         ...
 
     def close(self) -> None: ...

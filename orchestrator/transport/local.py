@@ -5,6 +5,10 @@ whole tree (SIGTERM, then SIGKILL after ``kill_after_s``). stderr streams into `
 while the command runs, stdout into ``log_path`` with suffix ``.stdout``; both are also
 returned in the :class:`CommandResult`. Never raises for a non-zero exit; a missing executable
 is exit 127 with the reason on stderr.
+
+With a ``jobs_dir``, a command run with a ``log_path`` is recorded while it runs in
+``<jobs_dir>/<log stem>.pid`` (its process group), the same record the SSH transport keeps on a
+host, so :meth:`LocalTransport.running_job` can tell a resume that an earlier copy still runs.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ import threading
 import time
 from pathlib import Path
 
-from orchestrator.transport.base import CommandResult, TransferResult
+from orchestrator.atomic import atomic_write_text
+from orchestrator.transport.base import CommandResult, RemoteJob, TransferResult, terminators
+from orchestrator.transport.framing import job_name, parse_pid_line
 
-_live: set[subprocess.Popen] = set()
+_live: set[subprocess.Popen[bytes]] = set()
 _live_lock = threading.Lock()
 
 
-def _kill_group(proc: subprocess.Popen, kill_after_s: float) -> None:
+def _kill_group(proc: subprocess.Popen[bytes], kill_after_s: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -38,20 +44,63 @@ def _kill_group(proc: subprocess.Popen, kill_after_s: float) -> None:
 
 
 def terminate_all(kill_after_s: float = 2.0) -> int:
-    """Kill every command this process started and that is still running (on interrupt)."""
+    """Kill every command this process started and that is still running (on interrupt): local
+    process groups, and through the registered terminators (the SSH transport's) the process
+    groups on every host, each confirmed gone (or SIGKILLed) before this returns."""
     with _live_lock:
         procs = list(_live)
     for p in procs:
         _kill_group(p, kill_after_s)
-    return len(procs)
+    killed = len(procs)
+    for fn in terminators():
+        try:
+            killed += fn(kill_after_s)
+        except Exception:  # noqa: BLE001 - an interrupt must go on to record the state
+            pass
+    return killed
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class LocalTransport:
     """:class:`~orchestrator.transport.base.Transport` for this machine (subprocess, no shell)."""
 
-    def __init__(self, host_name: str = "local", *, kill_after_s: float = 5.0) -> None:
+    def __init__(self, host_name: str = "local", *, kill_after_s: float = 5.0, jobs_dir: Path | None = None) -> None:
         self.host_name = host_name
         self.kill_after_s = kill_after_s
+        self.jobs_dir = jobs_dir
+
+    def _pid_file(self, job: str) -> Path | None:
+        return None if self.jobs_dir is None else self.jobs_dir / f"{job_name(job)}.pid"
+
+    def running_job(self, job: str) -> RemoteJob | None:
+        """See :meth:`orchestrator.transport.base.Transport.running_job` (a stale record is removed)."""
+        pf = self._pid_file(job)
+        if pf is None:
+            return None
+        try:
+            rec = parse_pid_line(pf.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return None
+        if rec is None or not _group_alive(rec.pgid):
+            pf.unlink(missing_ok=True)
+            return None
+        return RemoteJob(
+            host=self.host_name,
+            job=job_name(job),
+            pgid=rec.pgid,
+            run_id=rec.run_id,
+            started_at=rec.started_at,
+            pid_file=str(pf),
+        )
 
     def run(
         self,
@@ -98,6 +147,16 @@ class LocalTransport:
                 )
             with _live_lock:
                 _live.add(proc)
+            pid_file = self._pid_file(log_path.stem) if log_path is not None else None
+            if pid_file is not None and log_path is not None:
+                try:
+                    pid_file.parent.mkdir(parents=True, exist_ok=True)
+                    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    atomic_write_text(
+                        pid_file, f"pgid={proc.pid} run={log_path.parent.parent.name} started={started} token=local\n"
+                    )
+                except OSError:
+                    pid_file = None
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -106,6 +165,8 @@ class LocalTransport:
             finally:
                 with _live_lock:
                     _live.discard(proc)
+                if pid_file is not None:  # the step ended (or was killed): no copy of it runs any more
+                    pid_file.unlink(missing_ok=True)
             duration = time.monotonic() - start
             out_fh.seek(0)
             err_fh.seek(0)

@@ -14,19 +14,14 @@ import shlex
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def render_remote_command(
+def remote_argv(
     argv: list[str],
     *,
-    cwd: str | None = None,
     env: dict[str, str] | None = None,
     timeout_s: float | None = None,
     kill_after_s: int = 10,
-) -> str:
-    """Return ``cd CWD && timeout -k K N env K=V ... ARGV...`` with every piece quoted.
-
-    ``timeout_s`` is rounded up to whole seconds; ``cwd`` must be an absolute path (no
-    ``~``: quoting would stop its expansion).
-    """
+) -> list[str]:
+    """``[timeout, -k, K, N, env, K=V, ..., *argv]``: the command as run on the host (unquoted)."""
     if not argv:
         raise ValueError("argv: empty command")
     for a in argv:
@@ -44,9 +39,30 @@ def render_remote_command(
                 raise ValueError(f"env: invalid variable name {k!r}")
             cmd.append(f"{k}={env[k]}")
     cmd += argv
-    line = shlex.join(cmd)
+    return cmd
+
+
+def render_remote_command(
+    argv: list[str],
+    *,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    kill_after_s: int = 10,
+) -> str:
+    """Return ``cd CWD && timeout -k K N env K=V ... ARGV...`` with every piece quoted.
+
+    ``timeout_s`` is rounded up to whole seconds; ``cwd`` must be an absolute path (no
+    ``~``: quoting would stop its expansion). This is what the dry-run shows; the SSH
+    transport runs the same command inside :mod:`orchestrator.transport.framing`'s wrapper.
+    """
+    check_cwd(cwd)
+    line = shlex.join(remote_argv(argv, env=env, timeout_s=timeout_s, kill_after_s=kill_after_s))
     if cwd:
-        if not cwd.startswith("/"):
-            raise ValueError(f"cwd: {cwd!r} is not an absolute path")
         line = f"cd {shlex.quote(cwd)} && {line}"
     return line
+
+
+def check_cwd(cwd: str | None) -> None:
+    if cwd and not cwd.startswith("/"):
+        raise ValueError(f"cwd: {cwd!r} is not an absolute path")

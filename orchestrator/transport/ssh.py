@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import posixpath
+import shlex
 import socket
 import threading
 import time
@@ -34,8 +35,18 @@ from typing import Any, Protocol
 
 from orchestrator.atomic import atomic_write_text
 from orchestrator.errors import HostUnreachable, StepFailed
-from orchestrator.transport.base import CommandResult, TransferResult
-from orchestrator.transport.remote_command import render_remote_command
+from orchestrator.transport.base import CommandResult, RemoteJob, TransferResult, register_terminator
+from orchestrator.transport.framing import (
+    FRAME_ONLY_SH,
+    KILL_SH,
+    PROBE_SH,
+    job_name,
+    new_token,
+    parse_pid_line,
+    unframe,
+    wrap,
+)
+from orchestrator.transport.remote_command import remote_argv, render_remote_command
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +55,8 @@ log = logging.getLogger(__name__)
 CLIENT_GRACE_S = 3
 KEEPALIVE_S = 15
 DEFAULT_CONNECT_TIMEOUT_S = 10
+#: Seconds between SIGTERM and SIGKILL for a command's process group on the host.
+KILL_AFTER_S = 10
 #: SFTP idle bound: an upload that moves no data for this long fails (put() has no timeout).
 TRANSFER_IDLE_TIMEOUT_S = 60
 
@@ -95,6 +108,7 @@ class SSHTransport:
         self.keepalive_s = keepalive_s
         self._conn: Any = None
         self._mu = threading.RLock()
+        self._banner_reported = False
 
     # ------------------------------------------------------------------ connection
 
@@ -231,6 +245,15 @@ class SSHTransport:
         (``timeout -k 10 N``), that the dry-run prints (``planner.display_command``)."""
         return render_remote_command(argv, cwd=cwd, env=env, timeout_s=timeout_s)
 
+    @property
+    def jobs_dir(self) -> str:
+        """``<remote_root>/.jobs`` on the host (relative to the login directory without a remote_root)."""
+        root = _field(self.host, "remote_root", None)
+        return f"{str(root).rstrip('/')}/.jobs" if root else ".orchestrator/jobs"
+
+    def pid_file(self, job: str) -> str:
+        return f"{self.jobs_dir}/{job_name(job)}.pid"
+
     def run(
         self,
         argv: list[str],
@@ -240,61 +263,164 @@ class SSHTransport:
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
     ) -> CommandResult:
-        """Run ``argv`` on the host; see :class:`orchestrator.transport.base.Transport`."""
+        """Run ``argv`` on the host; see :class:`orchestrator.transport.base.Transport`.
+
+        The command runs inside :data:`~orchestrator.transport.framing.WRAPPER_SH`: its own
+        process group recorded in ``<remote_root>/.jobs/<job>.pid`` (``job`` is the log file's
+        stem: ``<phase label>-<step id>``), output read between per-command markers (a login
+        banner is dropped and reported once in ``warnings``), killed when the channel closes.
+        """
         from invoke.exceptions import CommandTimedOut
 
-        line = self.render(argv, timeout_s=timeout_s, cwd=cwd, env=env)
+        shown = self.render(argv, timeout_s=timeout_s, cwd=cwd, env=env)
         host_timeout = max(1, math.ceil(timeout_s))
+        token = new_token()
+        job = job_name(Path(log_path).stem) if log_path is not None else f"cmd-{token[5:17]}"
+        run_id = Path(log_path).parent.parent.name if log_path is not None else ""
+        line = wrap(
+            remote_argv(argv, env=env, timeout_s=timeout_s, kill_after_s=KILL_AFTER_S),
+            jobs_dir=self.jobs_dir,
+            job=job,
+            token=token,
+            run_id=run_id,
+            cwd=cwd,
+            grace_s=KILL_AFTER_S,
+        )
         conn = self._open()
         started = time.monotonic()
         fields: dict[str, Any]
+        key = _register(self, self.pid_file(job), token)
         try:
-            r = conn.run(line, warn=True, hide=True, pty=False, in_stream=False, timeout=host_timeout + CLIENT_GRACE_S)
-        except CommandTimedOut as exc:
-            fields = dict(
-                exit_code=None,
-                timed_out=True,
-                stdout=exc.result.stdout,
-                stderr=exc.result.stderr + f"\n[orchestrator] no answer from {self.host_name} "
-                f"within {host_timeout + CLIENT_GRACE_S}s; the host-side timeout kills the command",
-            )
-        except _session_errors() as exc:  # the session died under us
-            self._drop()
-            fields = dict(
-                exit_code=None,
-                lost=True,
-                stdout="",
-                stderr=f"[orchestrator] connection to {self.host_name} lost: {type(exc).__name__}: {exc}",
-            )
-        else:
-            elapsed = time.monotonic() - started
-            if r.exited == -1:  # the channel closed without an exit status (T7)
+            try:
+                r = conn.run(
+                    line, warn=True, hide=True, pty=False, in_stream=False, timeout=host_timeout + CLIENT_GRACE_S
+                )
+            except CommandTimedOut as exc:
+                framed = unframe(exc.result.stdout, exc.result.stderr, token)
+                verdict = self._kill_quietly(self.pid_file(job), token)
+                fields = dict(
+                    exit_code=None,
+                    timed_out=True,
+                    stdout=framed.stdout,
+                    stderr=framed.stderr + f"\n[orchestrator] no answer from {self.host_name} "
+                    f"within {host_timeout + CLIENT_GRACE_S}s; its process group on the host: {verdict}",
+                )
+            except _session_errors() as exc:  # the session died under us
                 self._drop()
+                framed = unframe("", "", token)
                 fields = dict(
                     exit_code=None,
                     lost=True,
-                    stdout=r.stdout,
-                    stderr=r.stderr + f"\n[orchestrator] connection to {self.host_name} lost mid-command",
-                )
-            elif r.exited in (124, 137) and elapsed >= host_timeout - 0.5:
-                fields = dict(
-                    exit_code=r.exited,
-                    timed_out=True,
-                    stdout=r.stdout,
-                    stderr=r.stderr + f"\n[orchestrator] killed on {self.host_name} after {host_timeout}s",
+                    stdout="",
+                    stderr=f"[orchestrator] connection to {self.host_name} lost: {type(exc).__name__}: {exc}",
                 )
             else:
-                fields = dict(exit_code=r.exited, stdout=r.stdout, stderr=r.stderr)
+                elapsed = time.monotonic() - started
+                framed = unframe(r.stdout, r.stderr, token)
+                code = framed.exit_code if framed.exit_code is not None else r.exited
+                if r.exited == -1:  # the channel closed without an exit status (T7)
+                    self._drop()
+                    fields = dict(
+                        exit_code=None,
+                        lost=True,
+                        stdout=framed.stdout,
+                        stderr=framed.stderr + f"\n[orchestrator] connection to {self.host_name} lost mid-command",
+                    )
+                elif code in (124, 137) and elapsed >= host_timeout - 0.5:
+                    fields = dict(
+                        exit_code=code,
+                        timed_out=True,
+                        stdout=framed.stdout,
+                        stderr=framed.stderr + f"\n[orchestrator] killed on {self.host_name} after {host_timeout}s",
+                    )
+                else:
+                    fields = dict(exit_code=code, stdout=framed.stdout, stderr=framed.stderr)
+        finally:
+            _unregister(key)
+        warnings: list[str] = []
+        if framed.banner and not self._banner_reported:
+            self._banner_reported = True
+            first = framed.banner.strip().splitlines()[0][:120]
+            n = len(framed.banner.strip().splitlines())
+            warnings.append(
+                f"{self.host_name}: the login shell printed {n} line(s) before each command "
+                f"(ignored; first: {first!r}); make ~/.bashrc print only in interactive shells"
+            )
+            log.warning("%s", warnings[0])
         result = CommandResult(
             host=self.host_name,
             argv=list(argv),
             duration_s=round(time.monotonic() - started, 3),
             log_path=str(log_path) if log_path else None,
+            warnings=warnings,
             **fields,
         )
         if log_path is not None:
-            _write_log(Path(log_path), line, result)
+            _write_log(Path(log_path), shown, result)
         return result
+
+    # ------------------------------------------------------------------ process groups on the host
+
+    def _control(self, argv: list[str], timeout_s: int) -> str:
+        """Run a short host-side control script (no job record) and return its last stdout line.
+
+        Uses the open connection when there is one (a new channel beside a running command),
+        else a fresh connection that is closed again; raises HostUnreachable."""
+        token = new_token()
+        full = shlex.join(["sh", "-c", FRAME_ONLY_SH, "sh", token, "--", *argv])
+        with self._mu:
+            conn = self._conn if self._conn is not None and self._conn.is_connected else None
+        fresh = None
+        if conn is None:
+            fresh = self._build()
+            try:
+                fresh.open()
+            except _connect_errors() as exc:
+                _quiet_close(fresh)
+                raise HostUnreachable(self._describe_connect_error(exc, 0.0), host=self.host_name) from None
+            conn = fresh
+        try:
+            r = conn.run(full, warn=True, hide=True, pty=False, in_stream=False, timeout=timeout_s)
+        except _session_errors() as exc:
+            raise HostUnreachable(
+                f"{self.host_name}: control command failed: {type(exc).__name__}: {exc}", host=self.host_name
+            ) from None
+        finally:
+            if fresh is not None:
+                _quiet_close(fresh)
+        framed = unframe(r.stdout, r.stderr, token)
+        lines = framed.stdout.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def kill_job(self, pid_file: str, token: str = "", grace_s: int = 5) -> str:
+        """Kill the process group recorded in ``pid_file`` (SIGTERM, SIGKILL after ``grace_s``)
+        and wait for it; returns ``gone``, ``terminated``, ``killed`` or ``other``."""
+        argv = ["sh", "-c", KILL_SH, "sh", pid_file, token, str(grace_s)]
+        return self._control(argv, grace_s + self.connect_timeout_s + 5) or "no answer"
+
+    def _kill_quietly(self, pid_file: str, token: str) -> str:
+        try:
+            return self.kill_job(pid_file, token, KILL_AFTER_S)
+        except Exception as exc:  # noqa: BLE001 - reported in the result, never raised
+            return f"not confirmed ({exc})"
+
+    def running_job(self, job: str) -> RemoteJob | None:
+        """See :meth:`orchestrator.transport.base.Transport.running_job`."""
+        pf = self.pid_file(job)
+        out = self._control(["sh", "-c", PROBE_SH, "sh", pf], self.connect_timeout_s + 10)
+        if not out.startswith("running "):
+            return None
+        rec = parse_pid_line(out[len("running ") :])
+        if rec is None:
+            return None
+        return RemoteJob(
+            host=self.host_name,
+            job=job_name(job),
+            pgid=rec.pgid,
+            run_id=rec.run_id,
+            started_at=rec.started_at,
+            pid_file=pf,
+        )
 
     # ------------------------------------------------------------------ files
 
@@ -358,6 +484,66 @@ class SSHTransport:
             raise StepFailed(
                 f"{self.host_name}: `{what}` failed (exit {r.exit_code}): {r.stderr_tail(3)}", host=self.host_name
             )
+
+
+# ---------------------------------------------------------------------- commands in flight
+
+_inflight: dict[int, tuple[SSHTransport, str, str]] = {}
+_inflight_lock = threading.Lock()
+_inflight_seq = iter(range(1, 1 << 62))
+
+
+def _register(t: SSHTransport, pid_file: str, token: str) -> int:
+    with _inflight_lock:
+        key = next(_inflight_seq)
+        _inflight[key] = (t, pid_file, token)
+    return key
+
+
+def _unregister(key: int) -> None:
+    with _inflight_lock:
+        _inflight.pop(key, None)
+
+
+def inflight() -> list[tuple[str, str]]:
+    """``(host, pid file)`` of every remote command this process is running now."""
+    with _inflight_lock:
+        return [(t.host_name, pf) for t, pf, _ in _inflight.values()]
+
+
+def terminate_remote(kill_after_s: float = 2.0, bound_s: float = 30.0) -> int:
+    """Kill the process group of every remote command in flight, on all hosts at once, over a
+    new channel (or a fresh connection when the command's own is gone); return once each host
+    confirmed (or ``bound_s`` passed). Called by ``local.terminate_all`` on an interrupt, before
+    the engine records ``interrupted``."""
+    with _inflight_lock:
+        jobs = list(_inflight.values())
+    if not jobs:
+        return 0
+    grace = max(1, math.ceil(kill_after_s))
+    verdicts: dict[int, str] = {}
+
+    def kill(i: int, t: SSHTransport, pf: str, tok: str) -> None:
+        try:
+            verdicts[i] = t.kill_job(pf, tok, grace)
+        except Exception as exc:  # noqa: BLE001 - best effort, reported in the log
+            verdicts[i] = f"not confirmed: {exc}"
+
+    threads = [
+        threading.Thread(target=kill, args=(i, t, pf, tok), daemon=True, name="orchestrator-kill")
+        for i, (t, pf, tok) in enumerate(jobs)
+    ]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + bound_s
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+    for i, (t, pf, _) in enumerate(jobs):
+        log.warning("interrupt: %s: %s -> %s", t.host_name, pf, verdicts.get(i, "no answer within the bound"))
+    return len(jobs)
+
+
+register_terminator(terminate_remote)
 
 
 def _connect_errors() -> tuple[type[BaseException], ...]:

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from lab import _cmdline, _is_live
 from labkit import make_host
 
 from orchestrator.errors import HostUnreachable
 from orchestrator.transport.base import Transport
 from orchestrator.transport.ssh import CLIENT_GRACE_S, SSHTransport
+from tests.support.sshd_lab import _cmdline, _is_live
 
 pytestmark = pytest.mark.ssh
 
@@ -267,7 +267,7 @@ def test_lab_teardown_also_ends_commands_orphaned_by_a_dead_listener(own_lab, tm
 
 @pytest.mark.parametrize("when", ["handshake", "mid-write"])
 def test_an_upload_to_a_host_that_stops_answering_fails_within_the_idle_bound(own_lab, tmp_path, transports, when):
-    from lab import descendants
+    from tests.support.sshd_lab import descendants
 
     lab = own_lab(1)
     big = tmp_path / "big.bin"
@@ -307,7 +307,7 @@ def test_an_upload_to_a_host_that_stops_answering_fails_within_the_idle_bound(ow
 
 @pytest.mark.parametrize("when", ["before", "during"])
 def test_a_host_that_freezes_is_reported_within_the_step_bound(own_lab, tmp_path, transports, when):
-    from lab import descendants
+    from tests.support.sshd_lab import descendants
 
     lab = own_lab(1)
     t = transports(make_host(lab, "h1", tmp_path, connect_timeout_s=2))

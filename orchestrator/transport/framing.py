@@ -1,0 +1,203 @@
+"""The host-side wrapper every remote command runs in: framing markers, its own process group, a pid file.
+
+What sshd runs is ``sh -c <WRAPPER> sh <jobs_dir> <job> <token> <run_id> <cwd> <grace> -- <command...>``,
+every argument quoted by :func:`shlex.join` (docs/ssh-traps.md, T5). The wrapper
+
+- prints ``<token>:begin`` on stdout and stderr before the command and ``\\n<token>:end <rc>``
+  after it, so that whatever the login shell prints (a ``~/.bashrc`` "Welcome to gpu-node-17",
+  a MOTD) lies outside the frame and is never read as the command's output (T11);
+- starts the command with ``setsid`` in its own session and process group, and records that
+  group in ``<jobs_dir>/<job>.pid`` (``pgid=N run=R started=T token=X``) while it runs, so an
+  interrupted run can kill the whole group from a fresh channel, and a later run can see that
+  an earlier copy of the step is still running (T12);
+- keeps a dead man's switch on the channel's stdin: the client never writes to it, so it reads
+  end-of-file only when the channel or the connection is gone (the controller was killed, the
+  network dropped); the wrapper then kills the group (SIGTERM, SIGKILL after ``grace``), so no
+  remote process outlives the run that started it (T13).
+
+The token is random per command: no banner can contain it by accident.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import uuid
+from dataclasses import dataclass
+
+#: The wrapper (POSIX sh). ``$@`` after the six fixed arguments and ``--`` is the command
+#: (``timeout -k K N [env K=V...] argv...`` from :func:`render_remote_command`).
+WRAPPER_SH = r"""
+jobs=$1 job=$2 tok=$3 run=$4 cwd=$5 grace=$6
+shift 7
+printf '%s:begin\n' "$tok"
+printf '%s:begin\n' "$tok" >&2
+end() { printf '\n%s:end %s\n' "$tok" "$1"; printf '\n%s:end %s\n' "$tok" "$1" >&2; exit "$1"; }
+if [ -n "$cwd" ]; then cd -- "$cwd" || end 1; fi
+mkdir -p -- "$jobs" 2>/dev/null || { echo "[orchestrator] cannot create the job directory $jobs" >&2; end 125; }
+pidf=$jobs/$job.pid
+exec 3<&0
+setsid -w sh -c '
+  f=$1 tok=$2 run=$3; shift 3
+  printf "pgid=%s run=%s started=%s token=%s\n" "$$" "$run" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$tok" > "$f.tmp.$$" &&
+    mv -f -- "$f.tmp.$$" "$f" || echo "[orchestrator] cannot write the pid file $f" >&2
+  exec "$@"' sh "$pidf" "$tok" "$run" "$@" </dev/null 3<&- &
+child=$!
+(
+  trap '' HUP
+  while read -r _ ; do :; done
+  pg=
+  i=0
+  while [ -z "$pg" ] && [ $i -lt 50 ]; do
+    pg=$(sed -n "s/^pgid=\([0-9]*\) .* token=$tok\$/\1/p" "$pidf" 2>/dev/null); i=$((i+1))
+    [ -n "$pg" ] || sleep 0.1
+  done
+  [ -n "$pg" ] || exit 0
+  kill -TERM -- "-$pg" 2>/dev/null || exit 0
+  i=0
+  while kill -0 -- "-$pg" 2>/dev/null && [ $i -lt $((grace*10)) ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL -- "-$pg" 2>/dev/null
+  rm -f -- "$pidf"
+) <&3 >/dev/null 2>&1 &
+watch=$!
+exec 3<&-
+wait "$child"
+rc=$?
+kill "$watch" 2>/dev/null
+if grep -q -- " token=$tok\$" "$pidf" 2>/dev/null; then rm -f -- "$pidf"; fi
+end "$rc"
+"""
+
+#: Kill the group recorded in a pid file: SIGTERM, SIGKILL after ``grace`` seconds. Prints one
+#: word on its last line: ``gone`` (nothing was running), ``terminated`` or ``killed``, or
+#: ``other`` (the file names another run's token: left alone). ``token`` may be empty (any).
+KILL_SH = r"""
+pidf=$1 tok=$2 grace=$3
+line=$(cat -- "$pidf" 2>/dev/null) || { echo gone; exit 0; }
+pg=$(printf '%s\n' "$line" | sed -n 's/^pgid=\([0-9][0-9]*\) .*/\1/p')
+[ -n "$pg" ] || { rm -f -- "$pidf"; echo gone; exit 0; }
+if [ -n "$tok" ]; then
+  case "$line" in *" token=$tok") ;; *) echo other; exit 0 ;; esac
+fi
+if ! kill -TERM -- "-$pg" 2>/dev/null; then rm -f -- "$pidf"; echo gone; exit 0; fi
+i=0
+while kill -0 -- "-$pg" 2>/dev/null && [ $i -lt $((grace*10)) ]; do sleep 0.1; i=$((i+1)); done
+if kill -0 -- "-$pg" 2>/dev/null; then
+  kill -KILL -- "-$pg" 2>/dev/null
+  sleep 0.2
+  rm -f -- "$pidf"
+  echo killed
+else
+  rm -f -- "$pidf"
+  echo terminated
+fi
+"""
+
+#: Is the job of a pid file still running? Prints ``running <pid-file line>``, or ``none``
+#: (no file, or a stale file whose group is gone: removed).
+PROBE_SH = r"""
+pidf=$1
+line=$(cat -- "$pidf" 2>/dev/null) || { echo none; exit 0; }
+pg=$(printf '%s\n' "$line" | sed -n 's/^pgid=\([0-9][0-9]*\) .*/\1/p')
+if [ -n "$pg" ] && kill -0 -- "-$pg" 2>/dev/null; then
+  printf 'running %s\n' "$line"
+else
+  rm -f -- "$pidf"
+  echo none
+fi
+"""
+
+#: Framing only (control commands: kill, probe): markers around ``"$@"``, no job record.
+FRAME_ONLY_SH = r"""
+tok=$1
+shift 2
+printf '%s:begin\n' "$tok"
+printf '%s:begin\n' "$tok" >&2
+"$@"
+rc=$?
+printf '\n%s:end %s\n' "$tok" "$rc"
+printf '\n%s:end %s\n' "$tok" "$rc" >&2
+exit "$rc"
+"""
+
+_JOB_RE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def new_token() -> str:
+    """A marker no banner contains by accident."""
+    return "orch-" + uuid.uuid4().hex
+
+
+def job_name(raw: str) -> str:
+    """A file-name-safe job name (``3-integration-restart``)."""
+    name = _JOB_RE.sub("_", raw).strip("._") or "job"
+    return name[:120]
+
+
+def wrap(command: list[str], *, jobs_dir: str, job: str, token: str, run_id: str, cwd: str | None, grace_s: int) -> str:
+    """The one line sent to sshd for ``command`` (already including ``timeout``)."""
+    return shlex.join(
+        ["sh", "-c", WRAPPER_SH, "sh", jobs_dir, job, token, run_id, cwd or "", str(grace_s), "--", *command]
+    )
+
+
+def sh_line(script: str, *args: str) -> str:
+    return shlex.join(["sh", "-c", script, "sh", *args])
+
+
+@dataclass
+class Framed:
+    """A command's output cut out of the channel's stdout/stderr."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None  # from the end marker; None when the frame never closed
+    banner: str  # what the login shell printed before the frame (stdout and stderr)
+    began: bool  # the begin marker was seen (the wrapper ran)
+
+
+def _cut(text: str, token: str) -> tuple[str, str, int | None, bool]:
+    begin = f"{token}:begin\n"
+    i = text.find(begin)
+    if i < 0:
+        return "", text, None, False
+    before = text[:i]
+    body = text[i + len(begin) :]
+    end = f"\n{token}:end "
+    j = body.rfind(end)
+    if j < 0:
+        return before, body, None, True
+    tail = body[j + len(end) :].split("\n", 1)[0].strip()
+    code = int(tail) if tail.lstrip("-").isdigit() else None
+    return before, body[:j], code, True
+
+
+def unframe(stdout: str, stderr: str, token: str) -> Framed:
+    """Split the channel's output into banner and the command's own stdout/stderr."""
+    b_out, out, code, began = _cut(stdout, token)
+    b_err, err, _, _ = _cut(stderr, token)
+    if not began:  # the wrapper never ran (the login shell failed): keep everything
+        return Framed(stdout=stdout, stderr=stderr, exit_code=None, banner="", began=False)
+    banner = "\n".join(x.strip("\n") for x in (b_out, b_err) if x.strip())
+    return Framed(stdout=out, stderr=err, exit_code=code, banner=banner, began=True)
+
+
+@dataclass
+class JobRecord:
+    """One line of a pid file."""
+
+    pgid: int
+    run_id: str
+    started_at: str
+    token: str
+
+
+def parse_pid_line(line: str) -> JobRecord | None:
+    fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+    try:
+        pgid = int(fields.get("pgid", ""))
+    except ValueError:
+        return None
+    return JobRecord(
+        pgid=pgid, run_id=fields.get("run", ""), started_at=fields.get("started", ""), token=fields.get("token", "")
+    )
