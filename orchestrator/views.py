@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.progress import ProgressSink
 from orchestrator.specs import PhaseCatalog
 from orchestrator.state import RunState
 
@@ -58,26 +62,70 @@ def error_line(message: str, hint: str | None) -> None:
         err.print(Text("hint: ", style="dim") + Text(hint))
 
 
+class EventRenderer:
+    """Renders the engine's ``notify`` events on stderr: phase headers, warnings, rollbacks, and
+    each step's start and end through a :class:`~orchestrator.progress.ProgressSink` (a live line
+    per host on a terminal, plain start/end lines otherwise; see :mod:`orchestrator.live`).
+
+    The end line is followed by the step's reason and, unless it completed, where its log is."""
+
+    def __init__(self, sink: ProgressSink | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._sink = sink
+        self._clock = clock
+        self._mu = threading.Lock()
+        self._started: dict[tuple[str, str, str], float] = {}
+
+    @property
+    def sink(self) -> ProgressSink:
+        if self._sink is None:
+            from orchestrator.live import make_progress
+
+            self._sink = make_progress(err, as_json=False)
+        return self._sink
+
+    def __call__(self, e: Event) -> None:
+        key = (e.host or "", e.phase or "", e.step or "")
+        if e.kind == "phase_started":
+            err.print(Text(f"--> Phase {e.phase}: {e.message}", style="bold"))
+        elif e.kind == "step_started":
+            with self._mu:
+                self._started.setdefault(key, self._clock())
+            self.sink.step_started(*key)
+        elif e.kind == "step_finished":
+            st = e.status or ""
+            with self._mu:
+                t0 = self._started.pop(key, None)
+            self.sink.step_finished(*key, st, 0.0 if t0 is None else self._clock() - t0)
+            if e.message:
+                err.print(Text(f"      {e.message}", style=STYLE.get(st, "")))
+            if st != "completed" and e.log_path:
+                err.print(Text(f"      View logs: {e.log_path}", style="dim"))
+        elif e.kind == "rollback":
+            err.print(Text(f"  [{e.host}] ↺ {e.step}: {e.message}", style="yellow"))
+        elif e.kind == "warning":
+            err.print(Text(f"Warning: {e.message}", style="yellow"))
+        elif e.kind == "message":
+            err.print(Text(f"--> Phase {e.phase}: {e.message}"))
+        elif e.kind == "phase_finished":
+            st = e.status or ""
+            err.print(Text(f"<-- Phase {e.phase}: ") + styled(st) + Text(f" {e.message}" if e.message else ""))
+
+    def close(self) -> None:
+        """Stop a live display, if any (the live area also stops by itself when no step runs)."""
+        close = getattr(self._sink, "close", None)
+        if callable(close):
+            close()
+
+
+_renderer: EventRenderer | None = None
+
+
 def on_event(e: Event) -> None:
-    if e.kind == "phase_started":
-        err.print(Text(f"--> Phase {e.phase}: {e.message}", style="bold"))
-    elif e.kind == "step_finished":
-        st = e.status or ""
-        line = Text(f"  [{e.host}] {e.step} ") + Text(f"{MARK.get(st, '?')} {st}", style=STYLE.get(st, ""))
-        if e.message:
-            line += Text(f": {e.message}")
-        err.print(line)
-        if st != "completed" and e.log_path:
-            err.print(Text(f"      View logs: {e.log_path}", style="dim"))
-    elif e.kind == "rollback":
-        err.print(Text(f"  [{e.host}] ↺ {e.step}: {e.message}", style="yellow"))
-    elif e.kind in ("warning",):
-        err.print(Text(f"Warning: {e.message}", style="yellow"))
-    elif e.kind == "message":
-        err.print(Text(f"--> Phase {e.phase}: {e.message}"))
-    elif e.kind == "phase_finished":
-        st = e.status or ""
-        err.print(Text(f"<-- Phase {e.phase}: ") + styled(st) + Text(f" {e.message}" if e.message else ""))
+    """The CLI's ``notify`` callback: one :class:`EventRenderer` per process."""
+    global _renderer
+    if _renderer is None:
+        _renderer = EventRenderer()
+    _renderer(e)
 
 
 def _fmt_metric(v: Any) -> str:
@@ -168,14 +216,15 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
                 and (rec is None or rec.status.value != "completed")
             ):
                 st = "awaiting_approval"  # shown, not stored: the predecessor passed, this needs `yes`
-            counts: dict[str, int] = {}
+            step_counts: dict[str, int] = {}
             reasons: list[str] = []
-            for h, r in sr.hosts.items() if sr else []:
-                counts[r.status.value] = counts.get(r.status.value, 0) + 1
+            results = dict(sr.hosts) if sr else {}
+            for h, r in results.items():
+                step_counts[r.status.value] = step_counts.get(r.status.value, 0) + 1
                 if r.reason and len(reasons) < 2:
-                    reasons.append(r.reason if len(sr.hosts) == 1 else f"{h}: {r.reason}")
-            ev = evidence_summary(list(sr.hosts.values()) if sr else [])
-            host_txt = " ".join(f"{n} {k}" for k, n in counts.items())
+                    reasons.append(r.reason if len(results) == 1 else f"{h}: {r.reason}")
+            ev = evidence_summary(list(results.values()))
+            host_txt = " ".join(f"{n} {k}" for k, n in step_counts.items())
             label = f"  {'↺ ' if is_rb else ''}{step.id}" + (" (approval)" if step.requires_approval else "")
             t.add_row("", label, styled(st), step.priority.value, host_txt, ", ".join(ev), "; ".join(reasons))
     out.print(t)
