@@ -4,6 +4,12 @@ Shapes (T = total draft tokens of the batch, H = query heads, B = requests):
   q_extend [T, H, 576] bf16; k_extend [T, 1, 576] bf16; v_extend [T, 1, 512] bf16;
   o_extend [T, H, 512] bf16 (written in place); k_buffer [slots, 1, 576] bf16 and
   v_buffer = k_buffer[..., :512] (same storage: MLA keeps V inside the latent);
+  or an fp8 cache (SGLang --kv-cache-dtype fp8_e4m3, MLATokenToKVPool): k_buffer float8_e4m3fn
+  (or its uint8 storage, read as e4m3fn) with per-tensor float k_scale / v_scale, exactly as
+  extend_attention_fwd consumes them: prefix logits sm_scale * k_scale * q.k8, prefix values
+  v_scale * v8; the draft rows k_extend / v_extend stay bf16 and unscaled. The kernel dequantizes
+  the fp8 rows to bf16 in its loader (exact) and keeps q and P in bf16 (SGLang's Triton path casts
+  q and P to fp8 instead);
   qo_indptr [B+1] int32/int64 (draft tokens), kv_indptr [B+1] int32/int64 (committed prefix),
   kv_indices int64 slot ids (page_size = 1, any order, slots may repeat across requests);
   custom_mask uint8/bool FULL layout (n_b x (L_b + n_b) per request from mask_indptr[b]; only
@@ -22,6 +28,22 @@ from . import tiles
 LOG2E = 1.4426950408889634
 D_QK, D_V = 576, 512
 MAX_SPLITS = 128
+
+
+def _fp8_cache_dtypes() -> tuple:
+    import torch
+
+    return (torch.float8_e4m3fn, torch.uint8)
+
+
+class _LazyDtypes:
+    """`x in FP8_CACHE_DTYPES` without importing torch at module import."""
+
+    def __contains__(self, dt) -> bool:
+        return dt in _fp8_cache_dtypes()
+
+
+FP8_CACHE_DTYPES = _LazyDtypes()
 
 
 def _is_tensor(x) -> bool:
@@ -99,14 +121,16 @@ def validate(
     T, H = int(q_extend.shape[0]), int(q_extend.shape[1])
     if not 1 <= H <= 128:
         _fail("q_extend", f"head count must be in [1, 128], got {H}")
-    for name, t, tail, shape0 in (
-        ("k_extend", k_extend, (1, D_QK), T),
-        ("v_extend", v_extend, (1, D_V), T),
-        ("o_extend", o_extend, (H, D_V), T),
-        ("k_buffer", k_buffer, (1, D_QK), None),
-        ("v_buffer", v_buffer, (1, D_V), None),
+    kv_fp8 = _is_tensor(k_buffer) and k_buffer.dtype in FP8_CACHE_DTYPES
+    cache_dtype = k_buffer.dtype if kv_fp8 else bf16
+    for name, t, tail, shape0, dtype in (
+        ("k_extend", k_extend, (1, D_QK), T, bf16),
+        ("v_extend", v_extend, (1, D_V), T, bf16),
+        ("o_extend", o_extend, (H, D_V), T, bf16),
+        ("k_buffer", k_buffer, (1, D_QK), None, cache_dtype),
+        ("v_buffer", v_buffer, (1, D_V), None, cache_dtype),
     ):
-        _check_rows(t, name, tail, bf16)
+        _check_rows(t, name, tail, dtype)
         if shape0 is not None and t.shape[0] != shape0:
             _fail(name, f"dim 0 must equal q_extend's T={T}, got {t.shape[0]}")
     if k_buffer.shape[0] < 1:
@@ -134,10 +158,13 @@ def validate(
         _fail("max_len_extend", f"must be an int >= 1, got {max_len_extend!r}")
     if max_len_extend > max(T, 1):
         _fail("max_len_extend", f"{max_len_extend} exceeds the T={T} draft tokens")
-    if float(k_scale) != 1.0:
-        _fail("k_scale", f"only 1.0 is supported (bf16 cache), got {k_scale}")
-    if float(v_scale) != 1.0:
-        _fail("v_scale", f"only 1.0 is supported (bf16 cache), got {v_scale}")
+    for name, val in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if not isinstance(val, (int, float)) or isinstance(val, bool):  # a tensor would need a host sync
+            _fail(name, f"must be a Python float (SGLang passes layer.k_scale_float), got {type(val).__name__}")
+        if kv_fp8 and not (math.isfinite(val) and val > 0):
+            _fail(name, f"must be a finite positive float for an fp8 cache, got {val!r}")
+        if not kv_fp8 and float(val) != 1.0:
+            _fail(name, f"only 1.0 is supported with a bf16 cache, got {val}")
     if float(logit_cap) != 0.0:
         _fail("logit_cap", f"only 0.0 is supported, got {logit_cap}")
     if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0):
@@ -160,7 +187,7 @@ def validate(
             _fail(name, f"on {t.device}, but q_extend is on {dev}")
         if require_cuda and not t.is_cuda:
             _fail(name, "must be a CUDA tensor")
-    return {"B": B, "T": T, "H": H}
+    return {"B": B, "T": T, "H": H, "kv_fp8": kv_fp8}
 
 
 def choose_num_splits(
@@ -341,6 +368,8 @@ def mla_verify_fwd(
         max_len_extend,
         scale * LOG2E,
         workspace if need else None,
+        float(k_scale) if sizes["kv_fp8"] else 1.0,
+        float(v_scale) if sizes["kv_fp8"] else 1.0,
     )
     return o_extend
 

@@ -5,6 +5,10 @@ random from a pool, i.e. permuted, optionally sharing the first `shared_prefix` 
 requests like a radix-cache prefix) and n_b draft tokens whose tree is a chain or a random tree
 with branching (topk > 1). Unused pool slots can be NaN-poisoned so any stray gather shows.
 The FULL-layout mask gets random prefix columns: only the draft columns may be read.
+kv_dtype="fp8" stores the cache as SGLang's fp8_e4m3 MLA pool does (MLATokenToKVPool, uint8
+storage viewed as float8_e4m3fn; the backend writes k / k_scale cast to fp8): the kernel gets
+the fp8 k_buffer and the per-tensor k_scale / v_scale floats, the oracle gets the dequantized
+values (fp8 * k_scale for the keys, fp8[:512] * v_scale for the values) in float32. Drafts stay bf16.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ class CaseSpec:
     index64: bool = False  # int64 qo/kv indptr (CUDA-graph style), bool mask
     sm_scale: float = DEEPSEEK_SM_SCALE
     seed: int = 0
+    kv_dtype: str = "bf16"  # "bf16" or "fp8" (float8_e4m3fn cache with k_scale / v_scale)
+    k_scale: float = 1.0
+    v_scale: float = 1.0
     notes: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -95,6 +102,13 @@ def make_inputs(spec: CaseSpec, device="cpu") -> dict:
         used_mask[draft_slots] = True
         k_buffer[~used_mask] = float("nan")
     k_buffer[draft_slots] = k_extend  # the draft KV already sits in its cache slots
+    ref_k = ref_v = None
+    if spec.kv_dtype == "fp8":
+        k_buffer = (k_buffer.float() / spec.k_scale).to(torch.float8_e4m3fn)
+        ref_k = k_buffer.float() * spec.k_scale
+        ref_v = k_buffer[..., :512].float() * spec.v_scale
+    elif spec.kv_dtype != "bf16":
+        raise ValueError(f"kv_dtype must be bf16 or fp8, got {spec.kv_dtype!r}")
     itype = torch.int64 if spec.index64 else torch.int32
     qo_indptr = torch.tensor([0] + list(torch.cumsum(torch.tensor(n), 0).tolist()), dtype=itype)
     kv_indptr = torch.tensor([0] + list(torch.cumsum(torch.tensor(L), 0).tolist()), dtype=itype)
@@ -130,7 +144,11 @@ def make_inputs(spec: CaseSpec, device="cpu") -> dict:
         mask_indptr=None if mask_indptr is None else mask_indptr.to(dev),
         max_len_extend=max(n),
         sm_scale=spec.sm_scale,
+        k_scale=spec.k_scale if spec.kv_dtype == "fp8" else 1.0,
+        v_scale=spec.v_scale if spec.kv_dtype == "fp8" else 1.0,
     )
+    if ref_k is not None:
+        out["ref_k_buffer"], out["ref_v_buffer"] = ref_k.to(dev), ref_v.to(dev)
     out["parents"] = parents
     out["meta"] = {"B": B, "T": T, "H": H, "prefix_lens": L, "draft_lens": n, "pool_slots": pool}
     return out
@@ -158,6 +176,11 @@ def kernel_args(inp: dict) -> tuple:
     return tuple(inp[k] for k in KERNEL_ARGS)
 
 
+def kernel_kwargs(inp: dict) -> dict:
+    """Keyword scalars of mla_verify_fwd for `inp` (k_scale / v_scale of an fp8 cache, sm_scale)."""
+    return {"k_scale": inp.get("k_scale", 1.0), "v_scale": inp.get("v_scale", 1.0), "sm_scale": inp["sm_scale"]}
+
+
 def oracle_kwargs(inp: dict) -> dict:
     keys = (
         "q_extend",
@@ -173,4 +196,58 @@ def oracle_kwargs(inp: dict) -> dict:
         "mask_indptr",
         "sm_scale",
     )
-    return {k: inp[k] for k in keys}
+    out = {k: inp[k] for k in keys}
+    if "ref_k_buffer" in inp:  # fp8 cache: the oracle sees the dequantized values
+        out["k_buffer"], out["v_buffer"] = inp["ref_k_buffer"], inp["ref_v_buffer"]
+    return out
+
+
+def fp8_codes_inputs(spec: CaseSpec, device="cpu") -> dict:
+    """Exactness probe of the fp8 dequantization: one request per head count given, a single
+    prefix key whose 576 fp8 bytes cycle through all 254 finite e4m3fn codes (subnormals, zeros
+    of both signs, +-448) and one draft key masked out, so softmax weight 1 falls on the prefix key
+    and o[t, h, :] must equal the key's first 512 decoded values bit for bit (k_scale = v_scale = 1).
+    Slot 0 and the draft's slot hold NaN codes (0x7f): a stray read shows."""
+    import torch
+
+    B, H = spec.batch, spec.heads
+    gen = torch.Generator().manual_seed(spec.seed)
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)
+    pool = 2 * B + 1
+    raw = torch.full((pool, 1, 576), 0x7F, dtype=torch.uint8)
+    for b in range(B):
+        shift = int(torch.randint(0, codes.numel(), (1,), generator=gen))
+        raw[1 + b, 0] = codes.roll(shift).repeat(3)[:576]
+    k_buffer = raw.view(torch.float8_e4m3fn)
+    kv_indices = torch.arange(1, B + 1, dtype=torch.int64)
+    q = (torch.randn(B, H, 576, generator=gen) * 0.01).to(torch.bfloat16)
+    k_extend = torch.randn(B, 1, 576, generator=gen).to(torch.bfloat16)
+    qo_indptr = torch.arange(B + 1, dtype=torch.int32)
+    kv_indptr = torch.arange(B + 1, dtype=torch.int32)
+    custom_mask = torch.zeros(B * 2, dtype=torch.uint8)  # per request [1 prefix col (noise), 1 draft col = 0]
+    custom_mask[0::2] = 1
+    mask_indptr = torch.arange(0, 2 * B + 1, 2, dtype=torch.int64)
+    dev = torch.device(device)
+    ref_k = k_buffer.float()
+    return dict(
+        q_extend=q.to(dev),
+        k_extend=k_extend.to(dev),
+        v_extend=k_extend[..., :512].contiguous().to(dev),
+        o_extend=torch.empty(B, H, 512, dtype=torch.bfloat16, device=dev),
+        k_buffer=k_buffer.to(dev),
+        v_buffer=k_buffer.to(dev)[..., :512],
+        qo_indptr=qo_indptr.to(dev),
+        kv_indptr=kv_indptr.to(dev),
+        kv_indices=kv_indices.to(dev),
+        custom_mask=custom_mask.to(dev),
+        is_causal=True,
+        mask_indptr=mask_indptr.to(dev),
+        max_len_extend=1,
+        sm_scale=spec.sm_scale,
+        k_scale=1.0,
+        v_scale=1.0,
+        ref_k_buffer=ref_k.to(dev),
+        ref_v_buffer=ref_k[..., :512].to(dev),
+        parents=[[-1]] * B,
+        meta={"B": B, "T": B, "H": H, "prefix_lens": [1] * B, "draft_lens": [1] * B, "pool_slots": pool},
+    )

@@ -17,6 +17,19 @@ int64 slot ids, draft rows, q and o) and FLOPs = sum_b 2*H*n_b*(L_b+n_b)*(576+51
 SOL% = floor / time. Speedups are time ratios from the same run. `new_us` is the arch's default
 tile config; `configs_us` times every other config built for the arch on the same inputs. Shapes use chain drafts
 (topk = 1) so SGLang's verify_shared_kv_fwd (chain only) applies; the mask is the FULL layout.
+
+fp8 cache (FP8_SHAPES, or every shape with --fp8): the same shape with the cache stored as
+SGLang's fp8_e4m3 MLA pool (float8_e4m3fn rows, per-tensor k_scale / v_scale, bf16 drafts), timed
+in the same run: `fp8_us`, `fp8_over_bf16` = fp8_us / new_us, its own floor (KV rows of 576 + 8
+bytes) and its error vs the fp32 oracle on the dequantized values.
+
+Graph-buffer mode (run by default with the built-in shape list, or with --graph-buffer): the way
+SGLang's CUDA-graph path drives the kernel. kv_indices is a fixed buffer of max_bs * num_draft *
+context_len int64 (TritonAttnBackend.cuda_graph_kv_indices), the FULL mask buffer and kv_indptr /
+mask_indptr are fixed too, and the split count is fixed at capture (the host sees only the buffer
+sizes). One graph is captured, then for each real prefix length (GRAPH_BUFFER_LENS) the buffers are
+rewritten in place and the replay is timed; `ratio` = replay time / the exact-length call's time
+(graph captured on exact-size tensors), both in this run. Phase 2 gates the worst ratio.
 Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 """
 
@@ -39,10 +52,15 @@ SWEEP = [(1, L, 8, 16) for L in (4096, 8192, 16384, 32768, 65536, 131072)]
 ANCHORS = [(8, 32768, 8, 16), (32, 8192, 8, 16), (4, 65536, 4, 64)]
 EXTRA = [(1, 32768, 16, 16), (1, 32768, 4, 128), (4, 32768, 8, 128), (32, 32768, 8, 16), (4, 131072, 4, 16)]
 QUICK = [(1, 4096, 8, 16), (1, 32768, 8, 16), (4, 65536, 4, 64)]
+FP8_SHAPES = [(4, 131072, 4, 16), (1, 32768, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16)]
+FP8_MEM_SHAPE = (4, 131072, 4, 16)  # memory-floored (R = 64): the fp8 time must show the halved bytes
+GRAPH_BUFFER_LENS = (512, 4096, 32768, 131072)
+GRAPH_BUFFER_SHAPES = [(1, 8, 16), (8, 8, 16)]  # (max_bs, num_draft, H)
+FP8_K_SCALE = 0.5  # per-tensor scale of the fp8 bench cache (k / k_scale is stored)
 
 
-def shape_bytes_flops(B, L, n, H):
-    by = B * (L * (1152 + 8) + n * 1152 + n * H * (576 + 512) * 2)
+def shape_bytes_flops(B, L, n, H, kv_bytes_per_dim=2):
+    by = B * (L * (576 * kv_bytes_per_dim + 8) + n * 1152 + n * H * (576 + 512) * 2)
     fl = B * 2 * H * n * (L + n) * (576 + 512)
     return by, fl
 
@@ -156,7 +174,120 @@ def oracle_fp32(inp, B, L, n, H):
     return run
 
 
-def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
+def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us):
+    """The same shape with an fp8 e4m3fn cache: time, ratio to bf16, floor, error vs oracle."""
+    import dataclasses
+
+    from mla_verify import mla_verify_fwd
+    from mla_verify.inputs import kernel_kwargs
+
+    B, L, n, H = shape
+    spec8 = dataclasses.replace(spec, kv_dtype="fp8", k_scale=FP8_K_SCALE, v_scale=FP8_K_SCALE)
+    inp = make_inputs(spec8, "cuda")
+    args, kw = kernel_args(inp), kernel_kwargs(inp)
+    by, fl = shape_bytes_flops(B, L, n, H, kv_bytes_per_dim=1)
+    floor8 = max(by / ceilings[0], fl / ceilings[1]) * 1e6
+    out = {"fp8_k_scale": FP8_K_SCALE, "fp8_bytes": by, "fp8_floor_us": floor8}
+    fn = lambda: mla_verify_fwd(*args, **kw)  # noqa: E731
+    out["fp8_us"], out["fp8_timing"] = timer.time_graph_or_eager(fn)
+    out["fp8_over_bf16"] = out["fp8_us"] / bf16_us
+    out["fp8_sol_pct"] = 100.0 * floor8 / out["fp8_us"]
+    o8 = inp["o_extend"].float().clone()
+    need = B * (L + n) * 576 * 4 * 2 + B * n * H * (L + n) * 4 * 3
+    if need < 24 * 2**30:
+        ref_inp = dict(inp, k_buffer=inp["ref_k_buffer"])
+        ref = oracle_fp32(ref_inp, B, L, n, H)()
+        out["fp8_rel_err_vs_oracle"] = float((o8 - ref).norm() / ref.norm())
+        ref = None
+    inp = args = None
+    torch.cuda.empty_cache()
+    return out
+
+
+def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
+    """SGLang's CUDA-graph use: fixed max-size index/mask buffers, one capture, in-place rewrites."""
+    from mla_verify import api, mla_verify_fwd, tiles
+
+    B, ctx = max_bs, max(lens)
+    spec = CaseSpec(f"gb_B{B}_n{n}_H{H}", (ctx,) * B, (n,) * B, H, tree="chain", poison=False, seed=7 + B)
+    inp = make_inputs(spec, "cuda")
+    dev = inp["q_extend"].device
+    scale = inp["sm_scale"]
+    full_idx = inp["kv_indices"].view(B, ctx)
+    vis = torch.tril(torch.ones(n, n, dtype=torch.uint8, device=dev))
+    gb_idx = torch.zeros(B * n * ctx, dtype=torch.int64, device=dev)  # cuda_graph_kv_indices
+    gb_kvp = torch.zeros(B + 1, dtype=torch.int32, device=dev)
+    gb_mask = torch.zeros(B * n * (ctx + n), dtype=torch.uint8, device=dev)
+    gb_mip = torch.zeros(B + 1, dtype=torch.int64, device=dev)
+
+    def exact(L):
+        kvp = torch.arange(0, B * L + 1, max(L, 1), dtype=torch.int32, device=dev)[: B + 1] if L else None
+        if kvp is None:
+            kvp = torch.zeros(B + 1, dtype=torch.int32, device=dev)
+        idx = full_idx[:, :L].reshape(-1).contiguous()
+        blk = torch.ones(n, L + n, dtype=torch.uint8, device=dev)
+        blk[:, L:] = vis
+        mask = blk.flatten().repeat(B)
+        mip = torch.arange(0, B + 1, dtype=torch.int64, device=dev) * (n * (L + n))
+        return kvp, idx, mask, mip
+
+    def call(kvp, idx, mask, mip, o):
+        a = list(kernel_args(inp))
+        a[3], a[6], a[7], a[8], a[9], a[11] = o, inp["qo_indptr"], kvp, idx, mask, mip
+        return mla_verify_fwd(*a, sm_scale=scale)
+
+    arch = api.device_arch(dev)
+    cfg = tiles.DEFAULT_CONFIG[arch]
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    o_g = torch.empty_like(inp["o_extend"])
+    o_e = torch.empty_like(inp["o_extend"])
+
+    def fill(L):
+        kvp, idx, mask, mip = exact(L)
+        gb_kvp.copy_(kvp)
+        gb_idx[: idx.numel()].copy_(idx)
+        gb_mask[: mask.numel()].copy_(mask)
+        gb_mip.copy_(mip)
+        return kvp, idx, mask, mip
+
+    fill(lens[0])
+    g = timer.graph(lambda: call(gb_kvp, gb_idx, gb_mask, gb_mip, o_g))
+    rows = []
+    for L in lens:
+        kvp, idx, mask, mip = fill(L)
+        t_graph = timer.median_us(g.replay)
+        e_us, e_mode = timer.time_graph_or_eager(lambda: call(kvp, idx, mask, mip, o_e))
+        rel = float((o_g.float() - o_e.float()).norm() / o_e.float().norm())
+        rows.append(
+            {
+                "max_bs": B,
+                "n": n,
+                "H": H,
+                "context_len": ctx,
+                "L": L,
+                "kv_indices_buffer_numel": gb_idx.numel(),
+                "graph_buffer_us": t_graph,
+                "exact_us": e_us,
+                "exact_timing": e_mode,
+                "ratio": t_graph / e_us,
+                "splits_graph_buffer": api.choose_num_splits(
+                    B, n, H, gb_idx.numel(), sms, cfg, tiles.ctas_per_sm(cfg, arch)
+                ),
+                "splits_exact": api.choose_num_splits(B, n, H, idx.numel(), sms, cfg, tiles.ctas_per_sm(cfg, arch)),
+                "rel_err_graph_vs_exact": rel,
+            }
+        )
+        print(
+            f"[bench] graph-buffer B={B} n={n} H={H} L={L}: replay {t_graph:.1f}us exact {e_us:.1f}us "
+            f"ratio {t_graph / e_us:.3f} S {rows[-1]['splits_graph_buffer']}/{rows[-1]['splits_exact']} rel {rel:.1e}",
+            file=sys.stderr,
+        )
+    inp = g = None
+    torch.cuda.empty_cache()
+    return rows
+
+
+def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False):
     from mla_verify import api, mla_verify_fwd, tiles
 
     B, L, n, H = shape
@@ -248,10 +379,12 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True):
             row["sglang_verify_error"] = f"{type(exc).__name__}: {exc}"[:300]
     inp = args = None  # free this shape's inputs before the next one
     torch.cuda.empty_cache()
+    if fp8:
+        row.update(bench_fp8(torch, timer, spec, shape, ceilings, row["new_us"]))
     return row
 
 
-def summarize(rows, ceilings):
+def summarize(rows, ceilings, gb_rows=()):
     def vals(key, pred=lambda r: True):
         return [r[key] for r in rows if key in r and pred(r)]
 
@@ -259,7 +392,13 @@ def summarize(rows, ceilings):
     b1 = vals("speedup_vs_sglang_extend", lambda r: (r["B"], r["L"], r["n"], r["H"]) == (1, 32768, 8, 16))
     sol_long = vals("sol_pct", lambda r: r["L"] >= 32768)
     orc = vals("speedup_vs_oracle")
+    fp8_mem = vals("fp8_over_bf16", lambda r: (r["B"], r["L"], r["n"], r["H"]) == FP8_MEM_SHAPE)
     return {
+        "fp8_over_bf16_mem_shape": fp8_mem[0] if fp8_mem else None,
+        "max_fp8_over_bf16": max(vals("fp8_over_bf16"), default=None),
+        "max_fp8_rel_err_vs_oracle": max(vals("fp8_rel_err_vs_oracle"), default=None),
+        "max_graph_buffer_ratio": max((r["ratio"] for r in gb_rows), default=None),
+        "max_graph_buffer_rel_err": max((r["rel_err_graph_vs_exact"] for r in gb_rows), default=None),
         "shapes": len(rows),
         "min_speedup_vs_sglang_extend": min(ext) if ext else None,
         "speedup_vs_sglang_extend_b1_32k": b1[0] if b1 else None,
@@ -325,6 +464,8 @@ def blocked_doc(reason):
             "speedup_vs_sglang_extend_b1_32k": None,
             "min_sol_pct_long_ctx": None,
             "geomean_speedup_vs_oracle": None,
+            "fp8_over_bf16_mem_shape": None,
+            "max_graph_buffer_ratio": None,
             "copy_bw_gbs": None,
             "matmul_tflops": None,
         },
@@ -346,6 +487,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="three shapes only")
     ap.add_argument("--shapes", default="", help="B:L:n:H,... instead of the built-in list")
     ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's kernels")
+    ap.add_argument("--fp8", action="store_true", help="also time an fp8 cache on every shape (default: FP8_SHAPES)")
+    ap.add_argument(
+        "--graph-buffer",
+        action="store_true",
+        help="run the CUDA-graph max-buffer mode (default only with the built-in shape list)",
+    )
+    ap.add_argument("--no-graph-buffer", action="store_true", help="skip the graph-buffer mode")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -369,7 +517,7 @@ def main(argv=None) -> int:
     rows, errors = [], []
     for shape in shapes:
         try:
-            r = bench_shape(torch, timer, shape, ceilings, sgl)
+            r = bench_shape(torch, timer, shape, ceilings, sgl, fp8=a.fp8 or shape in FP8_SHAPES)
         except Exception as exc:  # noqa: BLE001 - reported, fails the run
             errors.append(f"{shape}: {type(exc).__name__}: {exc}")
             print(f"[bench] {shape} FAILED {exc}", file=sys.stderr)
@@ -379,11 +527,24 @@ def main(argv=None) -> int:
             f"[bench] {shape} new {r['new_us']:.1f}us floor {r['floor_us']:.1f}us SOL {r['sol_pct']:.1f}% "
             f"ext {r.get('sglang_extend_us', float('nan')):.0f}us ver {r.get('sglang_verify_us', float('nan')):.0f}us "
             f"oracle {r.get('oracle_us', float('nan')):.0f}us S={r['num_splits']} "
-            f"configs {' '.join(f'{k}={v:.1f}' for k, v in r['configs_us'].items())}",
+            f"configs {' '.join(f'{k}={v:.1f}' for k, v in r['configs_us'].items())}"
+            + (f" fp8 {r['fp8_us']:.1f}us x{r['fp8_over_bf16']:.2f}" if "fp8_us" in r else ""),
             file=sys.stderr,
         )
+    gb_rows = []
+    if (a.graph_buffer or not (a.shapes or a.quick)) and not a.no_graph_buffer:
+        for max_bs, n, h in GRAPH_BUFFER_SHAPES:
+            try:
+                gb_rows += bench_graph_buffer(torch, timer, max_bs, n, h)
+            except Exception as exc:  # noqa: BLE001 - reported, fails the run
+                errors.append(f"graph-buffer {(max_bs, n, h)}: {type(exc).__name__}: {exc}")
+                print(f"[bench] graph-buffer {(max_bs, n, h)} FAILED {exc}", file=sys.stderr)
     bad = [r for r in rows if r.get("rel_err_vs_oracle", 0) > SANITY_REL_ERR]
     errors += [f"B{r['B']} L{r['L']}: rel_err_vs_oracle {r['rel_err_vs_oracle']:.2e}" for r in bad]
+    bad8 = [r for r in rows if r.get("fp8_rel_err_vs_oracle", 0) > SANITY_REL_ERR]
+    errors += [f"B{r['B']} L{r['L']} fp8: rel_err_vs_oracle {r['fp8_rel_err_vs_oracle']:.2e}" for r in bad8]
+    badg = [r for r in gb_rows if r["rel_err_graph_vs_exact"] > SANITY_REL_ERR]
+    errors += [f"graph-buffer L{r['L']}: rel_err vs exact {r['rel_err_graph_vs_exact']:.2e}" for r in badg]
     doc = {
         "ok": not errors and bool(rows),
         "device": torch.cuda.get_device_name(0),
@@ -397,7 +558,8 @@ def main(argv=None) -> int:
         "sglang": "available" if sgl[0] else sgl[2],
         "errors": errors,
         "rows": rows,
-        "summary": summarize(rows, ceilings),
+        "graph_buffer": gb_rows,
+        "summary": summarize(rows, ceilings, gb_rows),
     }
     if a.plot and rows:
         plot(rows, a.plot)

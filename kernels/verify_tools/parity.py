@@ -19,6 +19,10 @@ hardware) and checks:
     NEAR_TIE_EPS = 0.01 x that row's logit standard deviation (counted as near ties). With the
     error bound above the logit error is about u x std, five times below that epsilon.
 (c) Determinism: REPEATS runs give bitwise identical outputs.
+fp8 cases (kv_dtype="fp8", SGLang's fp8_e4m3 MLA cache with per-tensor k_scale / v_scale, bf16
+drafts) are checked against the oracle on the dequantized cache values with the same bounds: the
+kernel dequantizes exactly, so only its bf16 roundings count. fp8_codes_exact also requires the
+output to equal the decoded fp8 values bit for bit (every finite e4m3fn code, subnormals included).
 Prints one JSON document with --json. Exit 0 all pass, 1 a check failed, 75 no CUDA device.
 """
 
@@ -30,7 +34,7 @@ import socket
 import sys
 import time
 
-from mla_verify.inputs import CaseSpec, kernel_args, make_inputs, oracle_kwargs
+from mla_verify.inputs import CaseSpec, fp8_codes_inputs, kernel_args, kernel_kwargs, make_inputs, oracle_kwargs
 
 U_BF16 = 2.0**-9
 REL_FRO_BOUND = 4 * U_BF16
@@ -94,8 +98,70 @@ CASES = (
     ),
     CaseSpec("b1_full_nomask_h16", (777,), (5,), 16, tree="full", seed=10, notes="custom_mask None, is_causal=False"),
     CaseSpec("b4_prefix0_mixed_h16", (0, 0, 300, 0), (3, 7, 2, 1), 16, seed=11, notes="several empty prefixes"),
+    # fp8 e4m3fn cache (SGLang --kv-cache-dtype fp8_e4m3), bf16 drafts
+    CaseSpec(
+        "fp8_seed_b1_prefix65k_n8_h16_chain",
+        (65536,),
+        (8,),
+        16,
+        tree="chain",
+        seed=21,
+        kv_dtype="fp8",
+        k_scale=0.5,
+        v_scale=0.5,
+        notes="fp8 cache, the seed shape, k_scale = v_scale = 0.5",
+    ),
+    CaseSpec(
+        "fp8_b4_varlen_tree_h16_u8",
+        (5000, 0, 17, 33000),
+        (4, 8, 1, 16),
+        16,
+        seed=22,
+        kv_dtype="fp8",
+        notes="fp8 cache passed as its uint8 storage (MLATokenToKVPool.kv_buffer), varlen, scales 1",
+        extra={"uint8_storage": True},
+    ),
+    CaseSpec(
+        "fp8_b2_n16_h128_tree_scales",
+        (3000, 2500),
+        (16, 16),
+        128,
+        seed=23,
+        kv_dtype="fp8",
+        k_scale=2.0,
+        v_scale=0.25,
+        notes="fp8 cache, distinct k_scale 2.0 and v_scale 0.25, R = 2048 rows",
+    ),
+    CaseSpec(
+        "fp8_b32_chain_n8_h16_prefix1k",
+        tuple(1024 + 37 * i for i in range(32)),
+        (8,) * 32,
+        16,
+        tree="chain",
+        seed=24,
+        kv_dtype="fp8",
+        k_scale=0.125,
+        v_scale=0.125,
+        notes="fp8 cache, B=32",
+    ),
+    CaseSpec(
+        "fp8_codes_exact",
+        (1,) * 4,
+        (1,) * 4,
+        8,
+        seed=25,
+        kv_dtype="fp8",
+        notes="every finite e4m3fn code decoded bit-exactly (one visible prefix key per request)",
+        extra={"fp8_codes": True},
+    ),
 )
-QUICK = ("b1_prefix0_n4_h16_tree", "b4_varlen_tree_h16", "b2_causal_nomask_h64")
+QUICK = (
+    "b1_prefix0_n4_h16_tree",
+    "b4_varlen_tree_h16",
+    "b2_causal_nomask_h64",
+    "fp8_b4_varlen_tree_h16_u8",
+    "fp8_codes_exact",
+)
 
 
 def lm_head(device, seed: int = 1234):
@@ -129,14 +195,17 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
     from mla_verify import mla_verify_fwd
     from mla_verify.reference import mla_verify_ref
 
-    inp = make_inputs(spec, device)
+    inp = fp8_codes_inputs(spec, device) if spec.extra.get("fp8_codes") else make_inputs(spec, device)
+    if spec.extra.get("uint8_storage"):
+        inp["k_buffer"] = inp["k_buffer"].view(torch.uint8)
+        inp["v_buffer"] = inp["k_buffer"][..., :512]
     t0 = time.time()
     ref = mla_verify_ref(**oracle_kwargs(inp))
     args = kernel_args(inp)
     outs = []
     for _ in range(REPEATS):
         inp["o_extend"].fill_(float("nan"))  # nothing may survive from a previous run
-        mla_verify_fwd(*args, sm_scale=inp["sm_scale"], tile_config=tile_config)
+        mla_verify_fwd(*args, **kernel_kwargs(inp), tile_config=tile_config)
         torch.cuda.synchronize()
         outs.append(inp["o_extend"].clone())
     out = outs[0]
@@ -146,8 +215,10 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
     rel_fro = float(diff.norm() / ref.norm().clamp_min(1e-300)) if finite else float("inf")
     max_abs_rel = float(diff.abs().max() / ref.abs().max().clamp_min(1e-300)) if finite else float("inf")
     tok = token_check(out, ref, w) if finite else {"rows": 0, "near_ties": 0, "token_mismatches": -1}
+    exact = bool(torch.equal(out.to(torch.float64), ref)) if spec.extra.get("fp8_codes") else None
     ok = (
-        finite
+        exact is not False
+        and finite
         and rel_fro <= REL_FRO_BOUND
         and max_abs_rel <= MAX_ABS_BOUND
         and tok["token_mismatches"] == 0
@@ -164,7 +235,9 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
         else f"{min(spec.prefix_lens)}..{max(spec.prefix_lens)}",
         "draft_lens": list(spec.draft_lens) if spec.batch <= 8 else f"{min(spec.draft_lens)}..{max(spec.draft_lens)}",
         "tree": spec.tree,
+        "kv_dtype": spec.kv_dtype,
         "notes": spec.notes,
+        **({"bit_exact": exact} if exact is not None else {}),
         "finite": finite,
         "rel_err": rel_fro,
         "max_abs_err_rel": max_abs_rel,

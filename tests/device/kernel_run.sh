@@ -42,11 +42,12 @@ from mla_verify._build import load
 from mla_verify.api import device_arch
 a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
 say "parity"
-if [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--quick --cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64"; else PARGS=""; fi
+FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k,fp8_codes_exact
+if [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
 timeout 240 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
 say "bench"
 if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = dev ]; then
-  BARGS="--no-sglang --shapes 1:4096:8:16,1:32768:8:16,1:131072:8:16,32:8192:8:16,8:32768:8:16,4:32768:8:128,4:131072:4:16"
+  BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,1:131072:8:16,32:8192:8:16,8:32768:8:16,4:32768:8:128,4:131072:4:16"
 else BARGS=""; fi
 # Usage modes: quick (subset), full (all + long sanitizer), final (all + short sanitizer)
 timeout 300 python3 -m verify_tools.bench --json --plot "$OUT/bench.png" $BARGS > "$OUT/bench.json" 2> >(tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
@@ -71,12 +72,13 @@ for B, L in ((1, 4096), (1, 32768), (32, 8192)):
 PY
   SO=$(find /tmp/mlav-cache -name 'mla_verify_sm_90a_*.so' | head -1)
   cuobjdump -sass "$SO" > "$OUT/sass.txt" 2>&1; echo "sass dump rc=$? $(wc -l < "$OUT/sass.txt") lines" | tee -a "$LOG"
-  say "compute-sanitizer memcheck (small case, all configs)"
-  sanitize 120 memcheck:b4_varlen_tree_h16
+  say "compute-sanitizer memcheck (small cases, all configs, bf16 + fp8 cache)"
+  sanitize 120 memcheck:b4_varlen_tree_h16 memcheck:fp8_b4_varlen_tree_h16_u8 racecheck:fp8_b2_n16_h128_tree_scales
 elif [ "$MODE" = final ]; then
   say "compute-sanitizer (short)"
   sanitize 150 memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain \
-    racecheck:b4_prefix0_mixed_h16 racecheck:seed_b1_prefix65k_n8_h16_chain
+    racecheck:b4_prefix0_mixed_h16 racecheck:seed_b1_prefix65k_n8_h16_chain \
+    memcheck:fp8_b4_varlen_tree_h16_u8 racecheck:fp8_b2_n16_h128_tree_scales
 elif [ "$MODE" != nosan ]; then
   say "compute-sanitizer"
   sanitize 240 memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain \
@@ -93,5 +95,6 @@ b = next((load(f) for f in sorted(os.listdir(out)) if f.startswith("build_")), {
 p = load("parity.json"); print("parity", p.get("ok"), p.get("summary"))
 for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']} det={c['deterministic']}")
 x = load("bench.json"); print("bench", x.get("ok"), x.get("summary"), x.get("sglang"))
-for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.1f}us floor {r['floor_us']:.1f} SOL {r['sol_pct']:.1f}% ext {r.get('sglang_extend_us',0):.0f} ver {r.get('sglang_verify_us',0):.0f} orc {r.get('oracle_us',0):.0f} S={r.get('num_splits')} cfgs={ {k: round(v, 1) for k, v in r.get('configs_us', {}).items()} } err={r.get('configs_rel_err_vs_default')}")
+for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.1f}us floor {r['floor_us']:.1f} SOL {r['sol_pct']:.1f}% ext {r.get('sglang_extend_us',0):.0f} ver {r.get('sglang_verify_us',0):.0f} orc {r.get('oracle_us',0):.0f} S={r.get('num_splits')} cfgs={ {k: round(v, 1) for k, v in r.get('configs_us', {}).items()} } fp8={r.get('fp8_us', 0):.1f}us x{r.get('fp8_over_bf16', 0):.3f} fp8err={r.get('fp8_rel_err_vs_oracle')}")
+for r in x.get("graph_buffer", []): print(f"  graph-buffer B{r['max_bs']} n{r['n']} H{r['H']} L{r['L']}: {r['graph_buffer_us']:.1f} vs exact {r['exact_us']:.1f} us ratio {r['ratio']:.3f} S {r['splits_graph_buffer']}/{r['splits_exact']}")
 PY

@@ -27,7 +27,7 @@ def call_validate(a, **kw):
 
 
 def test_valid_cpu_arguments_pass_shape_checks(args):
-    assert call_validate(args) == {"B": 2, "T": 5, "H": 4}
+    assert call_validate(args) == {"B": 2, "T": 5, "H": 4, "kv_fp8": False}
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,8 @@ def fake_launch(monkeypatch):
 def test_launcher_gets_mask_mode_splits_config_and_log2_scale(args, fake_launch):
     mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], sm_scale=0.125, num_splits=3)
     (call,) = fake_launch.calls
-    mask, mask_indptr, mask_mode, v_alias, splits, cfg, max_len, scale_log2, ws = call[8:]
+    mask, mask_indptr, mask_mode, v_alias, splits, cfg, max_len, scale_log2, ws, k_scale, v_scale = call[8:]
+    assert (k_scale, v_scale) == (1.0, 1.0), "bf16 cache: unit scales"
     assert mask_mode == 0 and mask is args["custom_mask"] and mask_indptr is args["mask_indptr"]
     assert v_alias == 0, "make_inputs gives v_extend its own storage, like SGLang's k_nope"
     assert (splits, cfg, max_len) == (3, tiles.DEFAULT_CONFIG["sm_90a"].index, 3)
@@ -180,7 +181,7 @@ def test_launcher_gets_mask_mode_splits_config_and_log2_scale(args, fake_launch)
 def test_launcher_without_mask_uses_is_causal_and_one_split_needs_no_workspace(args, fake_launch):
     args["custom_mask"], args["mask_indptr"], args["is_causal"] = None, None, False
     mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], num_splits=1, tile_config="sm120")
-    mask, mask_indptr, mask_mode, _, splits, cfg, _, scale_log2, ws = fake_launch.calls[0][8:]
+    mask, mask_indptr, mask_mode, _, splits, cfg, _, scale_log2, ws, _, _ = fake_launch.calls[0][8:]
     assert (mask, mask_indptr, mask_mode, splits, cfg, ws) == (None, None, 2, 1, tiles.SM120.index, None)
     assert scale_log2 == pytest.approx(576**-0.5 * 1.4426950408889634)
 
@@ -199,3 +200,55 @@ def test_bad_launch_options_are_named(args, fake_launch, kw, name):
     with pytest.raises(ValueError, match=f"^{name}:"):
         mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], **kw)
     assert fake_launch.calls == [], "nothing launched"
+
+
+@pytest.fixture
+def fp8_args():
+    inp = make_inputs(CaseSpec("v8", (5, 3), (2, 3), 4, seed=1, kv_dtype="fp8", k_scale=0.5, v_scale=0.25))
+    a = dict(zip(KERNEL_ARGS, kernel_args(inp)))
+    a["k_scale"], a["v_scale"] = inp["k_scale"], inp["v_scale"]
+    return a
+
+
+def call_fp8(a, **kw):
+    base = {k: a[k] for k in KERNEL_ARGS}
+    scal = {"k_scale": a["k_scale"], "v_scale": a["v_scale"], **kw}
+    return api.validate(*base.values(), scal.pop("k_scale"), scal.pop("v_scale"), **scal, require_cuda=False)
+
+
+def test_fp8_cache_with_scales_is_accepted_as_float8_or_uint8_storage(fp8_args):
+    assert call_fp8(fp8_args)["kv_fp8"] is True
+    fp8_args["k_buffer"] = fp8_args["k_buffer"].view(torch.uint8)
+    fp8_args["v_buffer"] = fp8_args["k_buffer"][..., :512]
+    assert call_fp8(fp8_args)["kv_fp8"] is True
+
+
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        ({"k_scale": 0.0}, "k_scale"),
+        ({"v_scale": float("inf")}, "v_scale"),
+        ({"k_scale": torch.tensor(0.5)}, "k_scale"),  # a tensor scale would need a host sync
+    ],
+)
+def test_fp8_cache_bad_scales_are_named(fp8_args, kw, name):
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        call_fp8(fp8_args, **kw)
+
+
+def test_fp8_cache_v_buffer_must_share_its_dtype(fp8_args):
+    fp8_args["v_buffer"] = torch.zeros(fp8_args["k_buffer"].shape[0], 1, 512, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="^v_buffer:"):
+        call_fp8(fp8_args)
+
+
+def test_fp8_drafts_must_stay_bf16(fp8_args):
+    fp8_args["k_extend"] = fp8_args["k_extend"].to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="^k_extend:"):
+        call_fp8(fp8_args)
+
+
+def test_launcher_gets_the_fp8_scales(fp8_args, fake_launch):
+    mla_verify_fwd(*[fp8_args[k] for k in KERNEL_ARGS], k_scale=0.5, v_scale=0.25, num_splits=1)
+    (call,) = fake_launch.calls
+    assert call[4].dtype == torch.float8_e4m3fn and call[-2:] == (0.5, 0.25)

@@ -20,7 +20,7 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
          const at::Tensor& kv_indices, const std::optional<at::Tensor>& mask,
          const std::optional<at::Tensor>& mask_indptr, int64_t mask_mode, int64_t v_alias,
          int64_t num_splits, int64_t cfg, int64_t max_len_extend, double scale_log2,
-         const std::optional<at::Tensor>& workspace) {
+         const std::optional<at::Tensor>& workspace, double k_scale, double v_scale) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q_extend must be a CUDA bf16 tensor");
   TORCH_CHECK(mlav::config_compiled((int)cfg), "tile config not compiled into this module");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -30,7 +30,15 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   p.kext = reinterpret_cast<const __nv_bfloat16*>(k_ext.data_ptr()); p.ke_st = k_ext.stride(0);
   p.vext = reinterpret_cast<const __nv_bfloat16*>(v_ext.data_ptr()); p.ve_st = v_ext.stride(0);
   p.o = reinterpret_cast<__nv_bfloat16*>(o.data_ptr()); p.o_st = o.stride(0); p.o_sh = o.stride(1);
-  p.kbuf = reinterpret_cast<const __nv_bfloat16*>(k_buf.data_ptr()); p.kb_st = k_buf.stride(0);
+  const auto kdt = k_buf.scalar_type();
+  TORCH_CHECK(kdt == at::kBFloat16 || kdt == at::kFloat8_e4m3fn || kdt == at::kByte,
+              "k_buffer must be bf16 or fp8 e4m3fn (uint8 storage)");
+  p.kv_fp8 = kdt != at::kBFloat16;
+  p.kbuf = p.kv_fp8 ? nullptr : reinterpret_cast<const __nv_bfloat16*>(k_buf.data_ptr());
+  p.kbuf8 = p.kv_fp8 ? reinterpret_cast<const uint8_t*>(k_buf.data_ptr()) : nullptr;
+  p.kb_st = k_buf.stride(0);
+  p.k_scale = (float)k_scale;
+  p.v_scale = (float)v_scale;
   p.num_slots = k_buf.size(0);
   p.qo_indptr = qo_indptr.data_ptr(); p.qo_is64 = qo_indptr.scalar_type() == at::kLong;
   p.kv_indptr = kv_indptr.data_ptr(); p.kv_is64 = kv_indptr.scalar_type() == at::kLong;

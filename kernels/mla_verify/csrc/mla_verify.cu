@@ -32,18 +32,27 @@ static cudaError_t launch_split(Kernel kern, int* attr_device, int smem, int thr
   return cudaGetLastError();
 }
 
+template <int BM, int BN, int STAGES, bool FP8>
+static cudaError_t launch_cfg_t(const Params& p, int m_tiles, cudaStream_t stream) {
+  static int attr_device = -1;
+  return launch_split(mla_verify_split_kernel<BM, BN, STAGES, FP8>, &attr_device, Smem<BM, BN, STAGES>::bytes,
+                      Cfg<BM, BN, STAGES>::THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+}
 template <int BM, int BN, int STAGES>
 static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream) {
-  static int attr_device = -1;
-  return launch_split(mla_verify_split_kernel<BM, BN, STAGES>, &attr_device, Smem<BM, BN, STAGES>::bytes,
-                      Cfg<BM, BN, STAGES>::THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+  return p.kv_fp8 ? launch_cfg_t<BM, BN, STAGES, true>(p, m_tiles, stream)
+                  : launch_cfg_t<BM, BN, STAGES, false>(p, m_tiles, stream);
 }
 
 #if MLAV_BUILD_CFG90
-static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
+template <bool FP8>
+static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t stream) {
   static int attr_device = -1;
-  return launch_split(wg::mla_verify_split_wgmma_kernel, &attr_device, wg::Smem::bytes, wg::THREADS,
+  return launch_split(wg::mla_verify_split_wgmma_kernel<FP8>, &attr_device, wg::Smem::bytes, wg::THREADS,
                       dim3(m_tiles, p.S, p.B), p, stream);
+}
+static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
+  return p.kv_fp8 ? launch_wgmma_t<true>(p, m_tiles, stream) : launch_wgmma_t<false>(p, m_tiles, stream);
 }
 #endif
 

@@ -4,7 +4,9 @@
 //   q        [T, H, 576] bf16, last dim contiguous (strides q_st, q_sh in elements)
 //   k_extend [T, 1, 576] bf16 (draft latent + rope), v_extend [T, 1, 512] bf16
 //   o        [T, H, 512] bf16, written for every (token, head) of every request
-//   k_buffer [slots, 1, 576] bf16; V of the prefix = first 512 dims of the same row
+//   k_buffer [slots, 1, 576] bf16, or fp8 e4m3fn (SGLang --kv-cache-dtype fp8_e4m3: logits of prefix
+//            keys scaled by k_scale, prefix V by v_scale; the draft rows stay bf16 and unscaled);
+//            V of the prefix = first 512 dims of the same row
 //   qo_indptr / kv_indptr [B+1] (int32 or int64), kv_indices int64 slot ids (prefix only)
 //   custom_mask uint8 FULL layout: request b row i col j at mask_indptr[b] + i*(L_b+n_b) + j;
 //   only the draft columns j in [L_b, L_b+n_b) are read.
@@ -46,6 +48,33 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// 16-byte shared store (fp8 loader: registers -> smem after the dequantization).
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Two fp8 e4m3fn bytes of w (picked by the byte_perm selector: 0x1404 bytes 0-1, 0x3424 bytes 2-3)
+// to a bf16x2 word, exactly (every e4m3 value is a bf16 value). Each byte goes to the top of a
+// 16-bit lane (sign at bit 15); its 7 exponent+mantissa bits shifted right by 4 form the bf16 of
+// x * 2^-120 (e4m3 subnormals become bf16 subnormals of the same scaled value); one bf16x2
+// multiply by 2^120 (a power of two, result in bf16's normal range: exact) restores x. The two
+// NaN codes (0x7f, 0xff) come out as +-480; SGLang's fp8 cache never stores them.
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t w, uint32_t sel) {
+  const uint32_t u = __byte_perm(w, 0u, sel);
+  const uint32_t b = (u & 0x80008000u) | ((u >> 4) & 0x07F007F0u);
+  __nv_bfloat162 x, k;
+  *reinterpret_cast<uint32_t*>(&x) = b;
+  *reinterpret_cast<uint32_t*>(&k) = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
+  x = __hmul2(x, k);
+  return *reinterpret_cast<uint32_t*>(&x);
+}
+// Eight fp8 values (8 bytes, ascending addresses) to eight bf16 (one 16-byte smem chunk).
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint32_t lo, uint32_t hi) {
+  return make_uint4(fp8x2_to_bf16x2(lo, 0x1404u), fp8x2_to_bf16x2(lo, 0x3424u), fp8x2_to_bf16x2(hi, 0x1404u),
+                    fp8x2_to_bf16x2(hi, 0x3424u));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -207,7 +236,7 @@ __device__ __forceinline__ uint32_t p_off(int row, int col, int p_row_bytes, int
   return (uint32_t)(row * p_row_bytes + (sw << 4) + ((col & 7) << 1));
 }
 
-template <int BM, int BN, int STAGES>
+template <int BM, int BN, int STAGES, bool FP8>
 __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_split_kernel(const Params p) {
   using C = Cfg<BM, BN, STAGES>;
   using SM = Smem<BM, BN, STAGES>;
@@ -252,9 +281,30 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
     }
   };
   int64_t next_slot = tile_slot(p, w, 0, BN, tid / TPT);  // slot of the next tile to load
+  // fp8 prefix tiles: the thread's 8-byte pieces of its token row (one per 16-byte bf16 chunk)
+  // go global -> registers when the tile is issued and registers -> bf16 smem (store_fp8) at the
+  // end of the same iteration, so the load latency hides behind that iteration's S and PV.
+  constexpr int F8N = FP8 ? ROW_CHUNKS / TPT : 1;
+  uint2 f8[F8N];
+  int f8_stage = -1;
   auto load_tile = [&](int j, int stage) {  // tiles are loaded in order 0, 1, 2, ...
     const uint32_t dst0 = sKV + stage * SM::KV;
     const int tk = tid / TPT, sub = tid % TPT;
+    if constexpr (FP8) {
+      if (j < n_pre) {
+        const int64_t slot = next_slot;
+        next_slot = tile_slot(p, w, j + 1, BN, tk);
+        const bool ok = slot >= 0 && slot < p.num_slots;
+        const uint2* src = reinterpret_cast<const uint2*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + sub;
+#pragma unroll
+        for (int it = 0; it < F8N; ++it) {
+          const uint2 v = __ldg(src + it * TPT);  // slot 0 exists: the load is always in bounds
+          f8[it] = ok ? v : make_uint2(0u, 0u);
+        }
+        f8_stage = stage;
+        return;
+      }
+    }
     bool ok;
     const __nv_bfloat16* src = kv_src(p, w, j, BN, tk, next_slot, ok);
     next_slot = tile_slot(p, w, j + 1, BN, tk);
@@ -262,6 +312,17 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
     for (int it = 0; it < ROW_CHUNKS / TPT; ++it) {
       const int ch = sub + it * TPT;
       cp_async16(dst0 + swz(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+    }
+  };
+  auto store_fp8 = [&]() {
+    if constexpr (FP8) {
+      if (f8_stage >= 0) {
+        const uint32_t dst0 = sKV + f8_stage * SM::KV;
+        const int tk = tid / TPT, sub = tid % TPT;
+#pragma unroll
+        for (int it = 0; it < F8N; ++it) st_shared_v4(dst0 + swz(tk, sub + it * TPT), fp8x8_to_bf16x8(f8[it].x, f8[it].y));
+        f8_stage = -1;
+      }
     }
   };
   auto load_v_draft = [&](int j, int stage) {  // overwrite dims 0..511 with v_extend rows
@@ -278,12 +339,16 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   // ---- prologue: Q + first STAGES-1 tiles ----
   load_q();
   load_tile(0, 0);
+  store_fp8();
   cp_async_commit();
 #pragma unroll
   for (int st = 1; st < STAGES - 1; ++st) {
     if (st < ntiles) load_tile(st, st);
+    store_fp8();
     cp_async_commit();
   }
+  const float sl_pre = FP8 ? p.scale_log2 * p.k_scale : p.scale_log2;  // log2-domain scale of prefix logits
+  const float vs_pre = FP8 ? p.v_scale : 1.f;                         // V dequantization folded into P
 
   float o_acc[2][16][4];  // [16-row block][n8 block of 128 columns][mma C fragment]
 #pragma unroll
@@ -364,7 +429,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
           const int t = t_start + col;
           bool vis = t < t_end;
           if (draft && vis && tok_row[h2] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h2], t);
-          float v = vis ? sacc[nb][e] * p.scale_log2 : -INFINITY;
+          float v = vis ? sacc[nb][e] * (draft ? p.scale_log2 : sl_pre) : -INFINITY;
           sacc[nb][e] = v;
           tmax[h2] = fmaxf(tmax[h2], v);
         }
@@ -396,13 +461,14 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
       m_run[h2] = m_new;
       l_run[h2] *= alpha[h2];
       float psum = 0.f;
+      const float vs = draft ? 1.f : vs_pre;
 #pragma unroll
       for (int nb = 0; nb < C::NB_S; ++nb) {
         float p0 = exp2f(sacc[nb][2 * h2] - m_use);
         float p1 = exp2f(sacc[nb][2 * h2 + 1] - m_use);
         psum += p0 + p1;
         const int col = c * C::WN + nb * 8 + 2 * (lane & 3);
-        __nv_bfloat162 pv = __floats2bfloat162_rn(p0, p1);
+        __nv_bfloat162 pv = __floats2bfloat162_rn(p0 * vs, p1 * vs);
         *reinterpret_cast<__nv_bfloat162*>(pP + p_off(r, col, SM::P_ROW, C::P_CHUNKS)) = pv;
       }
       l_run[h2] += psum;
@@ -444,6 +510,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
         }
       }
     }
+    store_fp8();  // tile j + STAGES - 1 (fp8): its stage was freed by this iteration's first barrier
   }
   cp_async_wait<0>();
 

@@ -10,7 +10,11 @@ struct Params {
   const __nv_bfloat16* kext; int64_t ke_st;
   const __nv_bfloat16* vext; int64_t ve_st;
   __nv_bfloat16* o; int64_t o_st, o_sh;
-  const __nv_bfloat16* kbuf; int64_t kb_st; int64_t num_slots;
+  const __nv_bfloat16* kbuf; int64_t kb_st; int64_t num_slots;  // bf16 cache (kv_fp8 = 0)
+  const uint8_t* kbuf8;  // fp8 e4m3fn cache (kv_fp8 = 1): same row layout, 1 byte per dim, stride kb_st bytes
+  int kv_fp8;            // 1: prefix rows are fp8, dequantized to bf16 in the loader
+  float k_scale;         // fp8: prefix logits use scale_log2 * k_scale (draft rows are bf16, unscaled)
+  float v_scale;         // fp8: prefix P is multiplied by v_scale before the PV product
   const void* qo_indptr; const void* kv_indptr; const void* mask_indptr;
   const int64_t* kv_indices; int64_t n_kv_indices;
   const uint8_t* mask; int64_t mask_numel;

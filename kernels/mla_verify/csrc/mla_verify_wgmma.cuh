@@ -13,6 +13,9 @@
 // O lives in registers (128 fp32 per thread); softmax in the log2 domain as in the generic kernel.
 // Loads are cp.async (a paged gather: TMA tile loads cannot follow kv_indices on sm_90); every
 // writer issues fence.proxy.async before the barrier that hands smem to the async (wgmma) proxy.
+// FP8 = true (fp8 e4m3fn cache): prefix tiles go global -> registers (16-byte loads, issued where
+// the bf16 kernel issues its cp.async) and registers -> bf16 smem while PV of the current tile
+// runs; prefix logits are scaled by k_scale and prefix P by v_scale (draft rows are bf16).
 #pragma once
 #include "mla_verify_kernel.cuh"
 
@@ -73,6 +76,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_tb(float* d, uint64_t desc_a
 }
 
 
+template <bool FP8>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -112,14 +116,49 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     copy_row(sQ, src, ok);
   }
   int64_t next_slot = tile_slot(p, w, 0, BN, lr);  // slot of the next tile to load
+  // fp8 prefix tile: 16-byte piece lsub + 4 it (it < 9) of the row = bf16 chunks 2c, 2c+1 of atom it.
+  uint4 f8[FP8 ? 9 : 1];
+  int f8_stage = -1;
+  const uint32_t f8_even = lr * 128 + (((2 * lsub) ^ (lr & 7)) << 4), f8_odd = lr * 128 + (((2 * lsub + 1) ^ (lr & 7)) << 4);
+  auto store_fp8 = [&]() {
+    if constexpr (FP8) {
+      if (f8_stage >= 0) {
+        const uint32_t tile = sKV + f8_stage * TILE;
+#pragma unroll
+        for (int it = 0; it < 9; ++it) {
+          st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(f8[it].x, f8[it].y));
+          st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_bf16x8(f8[it].z, f8[it].w));
+        }
+        f8_stage = -1;
+      }
+    }
+  };
   auto load_tile = [&](int j, int stage) {          // tiles are loaded in order 0, 1, 2, ...
+    if constexpr (FP8) {
+      if (j < w.n_pre) {
+        const int64_t slot = next_slot;
+        next_slot = tile_slot(p, w, j + 1, BN, lr);
+        const bool ok = slot >= 0 && slot < p.num_slots;
+        const uint4* src = reinterpret_cast<const uint4*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + lsub;
+#pragma unroll
+        for (int it = 0; it < 9; ++it) {
+          const uint4 v = __ldg(src + 4 * it);  // slot 0 exists: the load is always in bounds
+          f8[it] = ok ? v : make_uint4(0u, 0u, 0u, 0u);
+        }
+        f8_stage = stage;
+        return;
+      }
+    }
     bool ok;
     const __nv_bfloat16* src = kv_src(p, w, j, BN, lr, next_slot, ok);
     next_slot = tile_slot(p, w, j + 1, BN, lr);
     copy_row(sKV + stage * TILE, src, ok);
   };
   load_tile(0, 0);
+  store_fp8();
   cp_async_commit();
+  const float sl_pre = FP8 ? p.scale_log2 * p.k_scale : p.scale_log2;  // log2-domain scale of prefix logits
+  const float vs_pre = FP8 ? p.v_scale : 1.f;                         // V dequantization folded into P
 
   float o[128];
 #pragma unroll
@@ -168,7 +207,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
 #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        sc[e] *= p.scale_log2;
+        sc[e] *= sl_pre;
         tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
       }
     } else {
@@ -180,7 +219,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
           const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
           bool vis = t < t_end;
           if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
-          const float v = vis ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
+          const float v = vis ? sc[4 * i + e] * (draft ? p.scale_log2 : sl_pre) : -INFINITY;
           sc[4 * i + e] = v;
           tmax[h] = fmaxf(tmax[h], v);
         }
@@ -214,13 +253,14 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       alpha[h] = exp2f(m_run[h] - m_use);  // m_run = -inf -> 0; never -inf - -inf
       m_run[h] = m_new;
       float psum = 0.f;
+      const float vs = draft ? 1.f : vs_pre;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float p0 = exp2f(sc[4 * i + 2 * h] - m_use), p1 = exp2f(sc[4 * i + 2 * h + 1] - m_use);
         psum += p0 + p1;
         const int col = grp * 32 + i * 8 + 2 * (lane & 3);
         *reinterpret_cast<__nv_bfloat162*>(pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
-            __floats2bfloat162_rn(p0, p1);
+            __floats2bfloat162_rn(p0 * vs, p1 * vs);
       }
       l_run[h] = l_run[h] * alpha[h] + psum;
     }
@@ -245,6 +285,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
     }
     wgmma_commit();
+    store_fp8();  // tile j+1 (fp8) into the stage freed at this iteration's first barrier, under PV
     wgmma_wait0();
     fence_regs<128>(o);
   }
