@@ -25,7 +25,7 @@ app = typer.Typer(
     name="orchestrator",
     help="Phase-gated deployment of the MLA verify-attention kernel into SGLang (phases 0-4).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 inventory_app = typer.Typer(help="Inventory commands.", no_args_is_help=True)
@@ -266,6 +266,8 @@ def run(
             from orchestrator.views import render_report
 
             render_report(report)
+        from orchestrator.invocation import paste_command
+
         errors = []
         for rec in report.phases:
             for h, hp in rec.hosts.items():
@@ -277,7 +279,7 @@ def run(
                             "message": hp.reason,
                             "host": h,
                             "phase": f"{rec.id}-{rec.name}",
-                            "hint": f"orchestrator status; logs under {eng.state_dir}/runs/{report.run_id}/",
+                            "hint": f"{paste_command('status')}; logs under {eng.state_dir}/runs/{report.run_id}/",
                         }
                     )
         if errors and not as_json:
@@ -321,12 +323,11 @@ def plan(
 
             render_plan(p, title="Plan", show_actions=True)
             if p.needs_approval:
+                from orchestrator.invocation import paste_command
                 from orchestrator.views import out
 
-                out.print(
-                    f"To run exactly this plan without a TTY: orchestrator run "
-                    f"{' '.join(phases or []) or '--all'} --approve {p.digest}"
-                )
+                again = paste_command("run", *(phases or ["--all"]), "--approve", p.digest)
+                out.print(f"To run exactly this plan without a TTY: {again}")
         errors = [{"code": "INVALID_SPEC", "exit_code": 3, "message": m} for m in p.problems]
         code = int(ExitCode.INVALID_SPEC) if errors else 0
         if errors and not as_json:
@@ -529,13 +530,21 @@ def inventory_check(
     _guard("inventory check", as_json, debug, go)
 
 
-@app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False) -> None:
-    if version:
+def _print_version(value: bool) -> None:
+    if value:  # eager: `orchestrator --version` alone works (exit 0), before any command is required
         from orchestrator import __version__
 
         typer.echo(__version__)
         raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version.", is_eager=True, callback=_print_version)
+    ] = False,
+) -> None:
+    pass
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -553,6 +562,9 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:  # not the main thread (embedded use)
         pass
     args = list(sys.argv[1:] if argv is None else argv)
+    from orchestrator.invocation import remember_argv
+
+    remember_argv(args)  # printed commands (hints) carry -i/--state-dir/--phases-dir/--limit
     if os.environ.get("ORCHESTRATOR_JSON") == "1" and "--json" not in args:
         args.append("--json")
     if "--json" not in args:
