@@ -25,9 +25,25 @@ import shlex
 import uuid
 from dataclasses import dataclass
 
+#: ``alive``: true while a process of group ``$pg`` exists that is not a zombie. ``kill -0 -PG``
+#: also counts zombies, and a re-parented zombie may wait seconds for a slow PID 1 to reap it
+#: (docs/ssh-traps.md, T10). Linux ``/proc``; dash's ``kill`` refuses ``--`` (so ``kill -TERM -PG``).
+_ALIVE_SH = r"""
+alive() {
+  for _s in /proc/[0-9]*/stat; do
+    read -r _l < "$_s" 2>/dev/null || continue
+    set -- ${_l##*) }
+    [ "$1" != Z ] && [ "$3" = "$pg" ] && return 0
+  done
+  return 1
+}
+"""
+
 #: The wrapper (POSIX sh). ``$@`` after the six fixed arguments and ``--`` is the command
 #: (``timeout -k K N [env K=V...] argv...`` from :func:`render_remote_command`).
-WRAPPER_SH = r"""
+WRAPPER_SH = (
+    _ALIVE_SH
+    + r"""
 jobs=$1 job=$2 tok=$3 run=$4 cwd=$5 grace=$6
 shift 7
 printf '%s:begin\n' "$tok"
@@ -53,10 +69,10 @@ child=$!
     [ -n "$pg" ] || sleep 0.1
   done
   [ -n "$pg" ] || exit 0
-  kill -TERM -- "-$pg" 2>/dev/null || exit 0
+  kill -TERM "-$pg" 2>/dev/null || exit 0
   i=0
-  while kill -0 -- "-$pg" 2>/dev/null && [ $i -lt $((grace*10)) ]; do sleep 0.1; i=$((i+1)); done
-  kill -KILL -- "-$pg" 2>/dev/null
+  while alive && [ $i -lt $((grace*10)) ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL "-$pg" 2>/dev/null
   rm -f -- "$pidf"
 ) <&3 >/dev/null 2>&1 &
 watch=$!
@@ -67,11 +83,14 @@ kill "$watch" 2>/dev/null
 if grep -q -- " token=$tok\$" "$pidf" 2>/dev/null; then rm -f -- "$pidf"; fi
 end "$rc"
 """
+)
 
 #: Kill the group recorded in a pid file: SIGTERM, SIGKILL after ``grace`` seconds. Prints one
 #: word on its last line: ``gone`` (nothing was running), ``terminated`` or ``killed``, or
 #: ``other`` (the file names another run's token: left alone). ``token`` may be empty (any).
-KILL_SH = r"""
+KILL_SH = (
+    _ALIVE_SH
+    + r"""
 pidf=$1 tok=$2 grace=$3
 line=$(cat -- "$pidf" 2>/dev/null) || { echo gone; exit 0; }
 pg=$(printf '%s\n' "$line" | sed -n 's/^pgid=\([0-9][0-9]*\) .*/\1/p')
@@ -79,11 +98,11 @@ pg=$(printf '%s\n' "$line" | sed -n 's/^pgid=\([0-9][0-9]*\) .*/\1/p')
 if [ -n "$tok" ]; then
   case "$line" in *" token=$tok") ;; *) echo other; exit 0 ;; esac
 fi
-if ! kill -TERM -- "-$pg" 2>/dev/null; then rm -f -- "$pidf"; echo gone; exit 0; fi
+if ! kill -TERM "-$pg" 2>/dev/null; then rm -f -- "$pidf"; echo gone; exit 0; fi
 i=0
-while kill -0 -- "-$pg" 2>/dev/null && [ $i -lt $((grace*10)) ]; do sleep 0.1; i=$((i+1)); done
-if kill -0 -- "-$pg" 2>/dev/null; then
-  kill -KILL -- "-$pg" 2>/dev/null
+while alive && [ $i -lt $((grace*10)) ]; do sleep 0.1; i=$((i+1)); done
+if alive; then
+  kill -KILL "-$pg" 2>/dev/null
   sleep 0.2
   rm -f -- "$pidf"
   echo killed
@@ -92,20 +111,24 @@ else
   echo terminated
 fi
 """
+)
 
 #: Is the job of a pid file still running? Prints ``running <pid-file line>``, or ``none``
 #: (no file, or a stale file whose group is gone: removed).
-PROBE_SH = r"""
+PROBE_SH = (
+    _ALIVE_SH
+    + r"""
 pidf=$1
 line=$(cat -- "$pidf" 2>/dev/null) || { echo none; exit 0; }
 pg=$(printf '%s\n' "$line" | sed -n 's/^pgid=\([0-9][0-9]*\) .*/\1/p')
-if [ -n "$pg" ] && kill -0 -- "-$pg" 2>/dev/null; then
+if [ -n "$pg" ] && alive; then
   printf 'running %s\n' "$line"
 else
   rm -f -- "$pidf"
   echo none
 fi
 """
+)
 
 #: Framing only (control commands: kill, probe): markers around ``"$@"``, no job record.
 FRAME_ONLY_SH = r"""
