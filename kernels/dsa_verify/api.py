@@ -1,0 +1,299 @@
+"""Python entry point of the bundled sparse (DSA) MLA verify kernel: SGLang's dsa-backend seam.
+
+dsa_verify_fwd(q_all, kv_cache, page_table_1, seq_lens, sm_scale) with (T query rows, H heads):
+  q_all        [T, H, 576] bf16 (absorbed nope 0..511, rope 512..575), last dim contiguous
+  kv_cache     bf16 [slots, 1, 576] (or [slots, 576]), or SGLang's fp8 rows: uint8 /
+               float8_e4m3fn [slots, 1, 656] (512 e4m3 + 4 fp32 scales + 64 bf16 rope; layout.py)
+  page_table_1 [T, topk] int32 physical slot ids (page_size 1), -1 tail padding; stride(1) == 1
+  seq_lens     [T] int32: entries [0, seq_lens[t]) of row t are used (clamped to [0, topk]);
+               entries that are < 0 or >= slots are skipped on the device, never read
+  sm_scale     float > 0 (GLM-5: 0.0625)
+Returns out [T, H, 512] bf16 (a new tensor, or `out`), and fills `lse` [T, H] fp32 (natural log,
+-inf for an empty row) when given. Nothing on the host reads device values: the split count
+depends on (T, H, topk, device) only, so a call is CUDA-graph capturable given a persistent
+`workspace` (workspace_numel_for gives its size). Deterministic: fixed split order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import tiles
+from .layout import BF16_ROW, FP8_ROW_BYTES
+
+LOG2E = 1.4426950408889634
+D_QK, D_V = 576, 512
+MAX_SPLITS = 128
+MAX_TOPK = 1 << 20
+
+
+def _is_tensor(x) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def _fail(name: str, msg: str):
+    raise ValueError(f"{name}: {msg}")
+
+
+def _dt(d) -> str:
+    return str(d).replace("torch.", "")
+
+
+def _check_tensor(t, name: str):
+    if not _is_tensor(t):
+        _fail(name, f"expected a torch.Tensor, got {type(t).__name__}")
+
+
+def _check_rows16(t, name: str):
+    """Last dim contiguous, every other stride a multiple of 16 bytes, 16-byte aligned base."""
+    st = t.stride()
+    if st[-1] != 1:
+        _fail(name, "last dim must be contiguous (stride 1)")
+    es = t.element_size()
+    for d in range(t.dim() - 1):
+        if (st[d] * es) % 16 and t.shape[d] != 1:
+            _fail(name, f"stride({d})={st[d]} must be a multiple of 16 bytes")
+    if t.numel() and t.data_ptr() % 16:
+        _fail(name, "data pointer must be 16-byte aligned")
+
+
+def validate(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out=None, lse=None, *, require_cuda=True) -> dict:
+    """Check every argument (ValueError naming it); returns {T, H, topk, fp8}."""
+    import torch
+
+    _check_tensor(q_all, "q_all")
+    if q_all.dtype != torch.bfloat16:
+        _fail("q_all", f"dtype must be bfloat16, got {_dt(q_all.dtype)}")
+    if q_all.dim() != 3 or q_all.shape[2] != D_QK:
+        _fail("q_all", f"shape must be [T, H, {D_QK}], got {tuple(q_all.shape)}")
+    T, H = int(q_all.shape[0]), int(q_all.shape[1])
+    if not 1 <= H <= 128:
+        _fail("q_all", f"head count must be in [1, 128], got {H}")
+    _check_rows16(q_all, "q_all")
+
+    _check_tensor(kv_cache, "kv_cache")
+    if kv_cache.dim() not in (2, 3) or (kv_cache.dim() == 3 and kv_cache.shape[1] != 1):
+        _fail("kv_cache", f"shape must be [slots, 1, row] or [slots, row], got {tuple(kv_cache.shape)}")
+    row = kv_cache.shape[-1]
+    if kv_cache.dtype == torch.bfloat16:
+        if row != BF16_ROW:
+            _fail("kv_cache", f"a bf16 cache row must hold {BF16_ROW} values, got {row}")
+        fp8 = False
+    elif kv_cache.dtype in (torch.uint8, torch.float8_e4m3fn):
+        if row != FP8_ROW_BYTES:
+            _fail(
+                "kv_cache",
+                f"an fp8 cache row must be {FP8_ROW_BYTES} bytes (512 e4m3 + 16 scale + 128 rope), got {row}",
+            )
+        fp8 = True
+    else:
+        _fail("kv_cache", f"dtype must be bfloat16, uint8 or float8_e4m3fn, got {_dt(kv_cache.dtype)}")
+    if kv_cache.shape[0] < 1:
+        _fail("kv_cache", "needs at least one slot")
+    if kv_cache.shape[0] >= 2**31:
+        _fail("kv_cache", f"{kv_cache.shape[0]} slots exceed int32 slot ids")
+    _check_rows16(kv_cache, "kv_cache")
+
+    _check_tensor(page_table_1, "page_table_1")
+    if page_table_1.dtype != torch.int32:
+        _fail("page_table_1", f"dtype must be int32, got {_dt(page_table_1.dtype)}")
+    if page_table_1.dim() != 2 or page_table_1.shape[0] != T:
+        _fail("page_table_1", f"shape must be [T={T}, topk], got {tuple(page_table_1.shape)}")
+    topk = int(page_table_1.shape[1])
+    if not 1 <= topk <= MAX_TOPK:
+        _fail("page_table_1", f"topk (dim 1) must be in [1, {MAX_TOPK}], got {topk}")
+    if page_table_1.stride(1) != 1 and topk > 1:
+        _fail("page_table_1", "dim 1 must be contiguous (stride 1)")
+
+    _check_tensor(seq_lens, "seq_lens")
+    if seq_lens.dtype != torch.int32:
+        _fail("seq_lens", f"dtype must be int32, got {_dt(seq_lens.dtype)}")
+    if seq_lens.dim() != 1 or seq_lens.shape[0] != T:
+        _fail("seq_lens", f"shape must be [T={T}], got {tuple(seq_lens.shape)}")
+    if not seq_lens.is_contiguous():
+        _fail("seq_lens", "must be contiguous")
+
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
+        _fail("sm_scale", f"must be a float, got {type(sm_scale).__name__}")
+    if not (math.isfinite(sm_scale) and sm_scale > 0):
+        _fail("sm_scale", f"must be finite and > 0, got {sm_scale!r}")
+
+    if out is not None:
+        _check_tensor(out, "out")
+        if out.dtype != torch.bfloat16 or tuple(out.shape) != (T, H, D_V):
+            _fail("out", f"must be bfloat16 [{T}, {H}, {D_V}], got {_dt(out.dtype)} {tuple(out.shape)}")
+        _check_rows16(out, "out")
+    if lse is not None:
+        _check_tensor(lse, "lse")
+        if lse.dtype != torch.float32 or tuple(lse.shape) != (T, H) or not lse.is_contiguous():
+            _fail("lse", f"must be a contiguous float32 [{T}, {H}], got {_dt(lse.dtype)} {tuple(lse.shape)}")
+    dev = q_all.device
+    named = [("kv_cache", kv_cache), ("page_table_1", page_table_1), ("seq_lens", seq_lens)]
+    named += [(n, t) for n, t in (("out", out), ("lse", lse)) if t is not None]
+    if require_cuda and not q_all.is_cuda:
+        _fail("q_all", "must be a CUDA tensor")
+    for name, t in named:
+        if t.device != dev:
+            _fail(name, f"on {t.device}, but q_all is on {dev}")
+    return {"T": T, "H": H, "topk": topk, "fp8": fp8}
+
+
+def split_plan(T: int, H: int, topk: int, num_sms: int, ctas_per_sm: int, cfg: tiles.TileConfig) -> tuple[int, int]:
+    """(S splits, chunk positions per split) from host-known sizes only (CUDA-graph safe).
+
+    Aims at one wave (num_sms * ctas_per_sm CTAs), keeps >= STAGES tiles per split (a CTA's whole
+    KV slice is then in flight at once), caps fp32 partial traffic at max(KV bytes, 32 MiB)."""
+    m_tiles = math.ceil(H / cfg.block_m)
+    base = T * m_tiles
+    slots = max(1, num_sms * max(1, ctas_per_sm))
+    s = 1 if base >= 0.8 * slots else max(1, slots // base)
+    s = min(s, max(1, topk // (cfg.block_n * cfg.stages)))
+    cap = max(T * topk * tiles.BF_ROW, 32 * 2**20)
+    s = min(s, max(1, cap // (T * H * 513 * 4 * 2)), MAX_SPLITS)
+    chunk = math.ceil(math.ceil(topk / s) / cfg.block_n) * cfg.block_n
+    return math.ceil(topk / chunk), chunk
+
+
+def workspace_numel(num_splits: int, T: int, H: int) -> int:
+    """fp32 elements of the split workspace: S*T*H*512 partial outputs + S*T*H lse values."""
+    return 0 if num_splits <= 1 else num_splits * T * H * 513
+
+
+_DEVICE_INFO: dict = {}
+_OCC: dict = {}
+_WS_CACHE: dict = {}
+
+
+def _device_info(device) -> tuple:
+    key = (device.type, device.index)
+    info = _DEVICE_INFO.get(key)
+    if info is None:
+        import torch
+
+        from ._build import arch_for_capability
+
+        props = torch.cuda.get_device_properties(device)
+        info = (arch_for_capability(props.major, props.minor), props.multi_processor_count)
+        _DEVICE_INFO[key] = info
+    return info
+
+
+def _ctas_per_sm(mod, device, cfg: tiles.TileConfig, fp8: bool) -> int:
+    key = (device.index, cfg.name, fp8)
+    if key not in _OCC:
+        import torch
+
+        with torch.cuda.device(device):
+            _OCC[key] = max(1, int(mod.config_ctas_per_sm(cfg.index, fp8)))
+    return _OCC[key]
+
+
+def resolve(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", num_splits=None):
+    """(module, TileConfig, S, chunk) for a call shape on `device` (host-only, cached)."""
+    from ._build import load
+
+    arch, sms = _device_info(device)
+    if tile_config == "auto":
+        cfg = tiles.default_config(arch, H)
+    else:
+        if tile_config not in tiles.CONFIGS:
+            _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
+        cfg = tiles.CONFIGS[tile_config]
+        if cfg not in tiles.ARCH_CONFIGS[arch]:
+            _fail("tile_config", f"{tile_config} is not built for {arch}")
+    mod = load(arch)
+    if num_splits is None:
+        S, chunk = split_plan(T, H, topk, sms, _ctas_per_sm(mod, device, cfg, fp8), cfg)
+    else:
+        if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
+            _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
+        chunk = math.ceil(math.ceil(topk / num_splits) / cfg.block_n) * cfg.block_n
+        S = math.ceil(topk / chunk)
+    return mod, cfg, S, chunk
+
+
+def workspace_numel_for(q_all, kv_cache, page_table_1, tile_config="auto", num_splits=None) -> int:
+    """Workspace elements (fp32) a call with these tensors needs: allocate it once, before capture."""
+    fp8 = kv_cache.shape[-1] == FP8_ROW_BYTES
+    T, H, topk = int(q_all.shape[0]), int(q_all.shape[1]), int(page_table_1.shape[1])
+    _, _, S, _ = resolve(q_all.device, H, topk, T, fp8, tile_config, num_splits)
+    return workspace_numel(S, T, H)
+
+
+def dsa_verify_fwd(
+    q_all,
+    kv_cache,
+    page_table_1,
+    seq_lens,
+    sm_scale,
+    *,
+    out=None,
+    lse=None,
+    workspace=None,
+    num_splits=None,
+    tile_config="auto",
+):
+    """Sparse MLA verify attention (see the module docstring); returns out [T, H, 512] bf16.
+
+    `workspace`: fp32 CUDA tensor with >= workspace_numel_for(...) elements (required under CUDA
+    graph capture when the plan splits; otherwise a cached buffer is grown on first use).
+    `num_splits` / `tile_config` ("auto", "m16", "m32", "m64") override the heuristics (tests, bench)."""
+    import torch
+
+    sz = validate(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out, lse)
+    T, H, topk, fp8 = sz["T"], sz["H"], sz["topk"], sz["fp8"]
+    mod, cfg, S, chunk = resolve(q_all.device, H, topk, T, fp8, tile_config, num_splits)
+    if out is None:
+        out = torch.empty(T, H, D_V, dtype=torch.bfloat16, device=q_all.device)
+    if T == 0:
+        return out
+    need = workspace_numel(S, T, H)
+    if need:
+        if workspace is None:
+            key = str(q_all.device)
+            workspace = _WS_CACHE.get(key)
+            if workspace is None or workspace.numel() < need:
+                workspace = torch.empty(need, dtype=torch.float32, device=q_all.device)
+                _WS_CACHE[key] = workspace
+        else:
+            if not (
+                _is_tensor(workspace)
+                and workspace.dtype == torch.float32
+                and workspace.is_contiguous()
+                and workspace.device == q_all.device
+            ):
+                _fail("workspace", "must be a contiguous float32 tensor on q_all's device")
+            if workspace.numel() < need:
+                _fail("workspace", f"needs {need} float32 elements, got {workspace.numel()}")
+    kv = kv_cache.view(torch.uint8) if kv_cache.dtype == torch.float8_e4m3fn else kv_cache
+    mod.fwd(
+        q_all,
+        kv.reshape(kv.shape[0], kv.shape[-1]) if kv.dim() == 3 else kv,
+        page_table_1,
+        seq_lens,
+        out,
+        lse,
+        int(fp8),
+        S,
+        chunk,
+        cfg.index,
+        float(sm_scale) * LOG2E,
+        workspace if need else None,
+    )
+    return out
+
+
+def why_unsupported(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out=None, lse=None) -> str | None:
+    """None when dsa_verify_fwd handles this call, else the reason (never raises)."""
+    try:
+        validate(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out, lse)
+        _device_info(q_all.device)
+    except (ValueError, TypeError, RuntimeError, AssertionError, AttributeError) as exc:
+        return str(exc)
+    return None
+
+
+def supports(*args, **kwargs) -> bool:
+    return why_unsupported(*args, **kwargs) is None

@@ -1,0 +1,462 @@
+// Sparse (DSA) MLA target-verify attention: every query row t attends to its own list of
+// physical KV slots page_table_1[t, 0 : seq_lens[t]] (top-k chosen by the indexer), with all H
+// heads of the row sharing the list. mma.sync (m16n8k16 bf16) tensor cores, split-K over the
+// list positions with an LSE combine.
+//
+// Layouts:
+//   q   [T, H, 576] bf16 (dims 0..511 absorbed nope, 512..575 rope), last dim contiguous
+//   kv  bf16 rows of 576 (1152 B) or fp8 rows of 656 B: 512 e4m3, 4 fp32 scales (one per 128
+//       dims, value = e4m3 * scale), 64 bf16 rope. V = the first 512 dims of the same row.
+//   idx [T, topk] int32; entry p of row t is used iff p < clamp(seq_lens[t], 0, topk) and
+//       0 <= idx < num_slots (-1 padding and out-of-range slots are skipped: never read).
+//   o   [T, H, 512] bf16; lse [T, H] fp32 natural log (optional); empty rows: o = 0, lse = -inf.
+//
+// CTA (t, s, m) owns heads [m*BM, m*BM + BM) of row t and positions [s*chunk, s*chunk + chunk).
+// S phase: warp (g = w % RG, c = w / RG) computes 16 heads x WN positions over 576 dims.
+// PV phase: warp (rw = w / 4, qd = w % 4) updates O[16*RB heads, 128 dims of quarter qd].
+// The first STAGES tiles are issued before any compute, so a split of <= STAGES tiles has its
+// whole KV in flight at once (the small-T latency regime). fp8 tiles land raw in a staging ring
+// and are dequantized to bf16 into one compute tile, which frees the raw stage at once.
+// Softmax in the log2 domain (scale_log2 = sm_scale * log2 e); partial lse values are log2.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dsa_verify_params.h"
+
+namespace dsav {
+
+constexpr int D_QK = 576;
+constexpr int D_V = 512;
+constexpr int BF_ROW = 1152;   // bytes of a bf16 row
+constexpr int FP8_ROW = 656;   // bytes of an fp8 row
+constexpr int BF_CHUNKS = 72;  // 16-byte chunks of a bf16 row
+constexpr int FP8_CHUNKS = 41; // 16-byte chunks of an fp8 row (32 e4m3, 1 scales, 8 rope)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy; src_bytes = 0 zero-fills the destination and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t a, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t a, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t a, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Byte offset of 16-byte chunk `ch` of row `row` in a swizzled [rows][576] bf16 tile: the low
+// three chunk bits are XORed with the row, so the 8 rows of an ldmatrix hit 8 distinct bank groups.
+__device__ __forceinline__ uint32_t swz(int row, int ch) {
+  return (uint32_t)(row * BF_ROW + (((ch & ~7) | ((ch ^ row) & 7)) << 4));
+}
+
+template <int BM_, int BN_, int STAGES_, bool FP8_>
+struct Cfg {
+  static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_;
+  static constexpr bool FP8 = FP8_;
+  static constexpr int RB = BM >= 32 ? 2 : 1;      // 16-row blocks per warp in the PV phase
+  static constexpr int PV_RW = BM / (16 * RB);     // PV row warps
+  static constexpr int WARPS = 4 * PV_RW;
+  static constexpr int THREADS = WARPS * 32;
+  static constexpr int RG = BM / 16;               // S-phase row groups
+  static constexpr int TG = WARPS / RG;            // S-phase column groups
+  static constexpr int WN = BN / TG;               // positions per warp in the S phase
+  static constexpr int NB_S = WN / 8;
+  static constexpr int TPT = THREADS / BN;         // loader threads per KV row
+  static constexpr int QTPR = THREADS / BM;        // loader threads per Q row
+  static constexpr int RAW_ROW = FP8 ? FP8_ROW : BF_ROW;
+  static constexpr int RAW_TILE = BN * RAW_ROW;
+  static constexpr int KV_TILE = BN * BF_ROW;
+  static constexpr int P_ROW = BN * 2;
+  static constexpr int off_q = 0;
+  static constexpr int off_raw = BM * BF_ROW;
+  static constexpr int off_cvt = off_raw + STAGES * RAW_TILE;
+  static constexpr int off_p = off_cvt + (FP8 ? KV_TILE : 0);
+  static constexpr int off_red = off_p + BM * P_ROW;  // red_max[TG][BM], red_sum[TG][BM], alpha[BM], m[BM]
+  static constexpr int off_flag = off_red + (2 * TG * BM + 2 * BM) * 4;
+  static constexpr int bytes = off_flag + (STAGES + 1) * BN * 4;  // + the fp8 compute tile's flags
+  static_assert(WN % 8 == 0 && NB_S >= 1, "S-phase warp tile");
+  static_assert(THREADS % BN == 0 && THREADS % BM == 0 && BF_CHUNKS % QTPR == 0, "loader split");
+  static_assert(FP8 || BF_CHUNKS % TPT == 0, "bf16 loader split");
+  static_assert(BN % 16 == 0, "PV k-steps");
+};
+
+template <typename C>
+__global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const Params p) {
+  constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int t = blockIdx.x, s = blockIdx.y, m = blockIdx.z;
+  const int h0 = m * BM;
+  if (h0 >= p.H) return;
+  const int64_t rows_total = (int64_t)p.T * p.H;
+  int nv = p.seq_lens[t];
+  nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
+  const int pb = s * p.chunk;
+  const int pe = min(pb + p.chunk, nv);
+  const int ntiles = pe > pb ? (pe - pb + BN - 1) / BN : 0;
+
+  float* red_max = reinterpret_cast<float*>(smem + C::off_red);
+  float* red_sum = red_max + C::TG * BM;
+  float* alpha_s = red_sum + C::TG * BM;
+  float* m_s = alpha_s + BM;
+  int* flag = reinterpret_cast<int*>(smem + C::off_flag);  // [STAGES + 1][BN] position used?
+
+  if (ntiles == 0) {  // nothing visible in this split
+    if (p.S > 1) {
+      for (int r = tid; r < BM; r += C::THREADS)
+        if (h0 + r < p.H) p.ws_lse[(int64_t)s * rows_total + (int64_t)t * p.H + h0 + r] = -INFINITY;
+    } else {
+      for (int i = tid; i < BM * (D_V / 8); i += C::THREADS) {
+        const int r = i / (D_V / 8), ch = i % (D_V / 8);
+        if (h0 + r < p.H)
+          *reinterpret_cast<uint4*>(p.o + (int64_t)t * p.o_st + (int64_t)(h0 + r) * p.o_sh + ch * 8) =
+              make_uint4(0, 0, 0, 0);
+      }
+      if (p.lse)
+        for (int r = tid; r < BM; r += C::THREADS)
+          if (h0 + r < p.H) p.lse[(int64_t)t * p.H + h0 + r] = -INFINITY;
+    }
+    return;
+  }
+
+  const uint32_t sQ = smem_u32(smem + C::off_q), sRaw = smem_u32(smem + C::off_raw);
+  const uint32_t sP = smem_u32(smem + C::off_p);
+  uint8_t* pP = smem + C::off_p;
+
+  // ---- loaders: thread (tk = tid / TPT, sub = tid % TPT) copies KV row tk of every tile ----
+  const int tk = tid / C::TPT, sub = tid % C::TPT;
+  const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
+  auto slot_of = [&](int j) -> int64_t {  // slot of this thread's row in tile j; -1 = unused
+    const int pos = pb + j * BN + tk;
+    if (j >= ntiles || pos >= pe) return -1;
+    const int64_t sl = (int64_t)__ldg(idx_row + pos);
+    return (sl >= 0 && sl < p.num_slots) ? sl : -1;
+  };
+  auto issue_tile = [&](int stage, int64_t sl) {
+    const bool ok = sl >= 0;
+    const uint8_t* src = p.kv + (ok ? sl : 0) * p.kv_st;
+    const uint32_t dst = sRaw + stage * C::RAW_TILE;
+    if constexpr (C::FP8) {
+      for (int ch = sub; ch < FP8_CHUNKS; ch += C::TPT)
+        cp_async16(dst + tk * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
+    } else {
+#pragma unroll
+      for (int it = 0; it < BF_CHUNKS / C::TPT; ++it) {
+        const int ch = sub + it * C::TPT;
+        cp_async16(dst + swz(tk, ch), src + ch * 16, ok ? 16 : 0);
+      }
+    }
+    if (sub == 0) flag[stage * BN + tk] = ok ? 1 : 0;
+  };
+
+  // ---- prologue: Q, then the first STAGES tiles (slots looked up first, all at once) ----
+  {
+    const int r = tid / C::QTPR, qs = tid % C::QTPR;
+    const bool ok = h0 + r < p.H;
+    const __nv_bfloat16* src = p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h0 + r : 0) * p.q_sh;
+#pragma unroll
+    for (int it = 0; it < BF_CHUNKS / C::QTPR; ++it) {
+      const int ch = qs + it * C::QTPR;
+      cp_async16(sQ + swz(r, ch), src + ch * 8, ok ? 16 : 0);
+    }
+  }
+  int64_t pre[STAGES];
+#pragma unroll
+  for (int st = 0; st < STAGES; ++st) pre[st] = slot_of(st);
+#pragma unroll
+  for (int st = 0; st < STAGES; ++st) {
+    if (st < ntiles) issue_tile(st, pre[st]);
+    cp_async_commit();  // group st (Q rides in group 0)
+  }
+  int64_t next_slot = slot_of(STAGES);
+
+  float o_acc[C::RB][16][4];
+#pragma unroll
+  for (int rb = 0; rb < C::RB; ++rb)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o_acc[rb][i][0] = o_acc[rb][i][1] = o_acc[rb][i][2] = o_acc[rb][i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  const int g = warp % C::RG, c = warp / C::RG;      // S-phase warp tile
+  const int rw = warp / 4, qd = warp % 4;            // PV-phase warp tile
+  const int rl0 = g * 16 + (lane >> 2);              // S-phase rows of this thread: rl0, rl0 + 8
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int stage = j % STAGES;
+    cp_async_wait<STAGES - 1>();
+    __syncthreads();  // tile j (and Q) visible to all threads
+    uint32_t sK;
+    if constexpr (C::FP8) {
+      // dequantize the raw stage into the bf16 compute tile: 32 e4m3 chunks + 8 rope chunks per row
+      const uint8_t* raw = smem + C::off_raw + stage * C::RAW_TILE;
+      uint8_t* cvt = smem + C::off_cvt;
+      if (tid < BN) flag[STAGES * BN + tid] = flag[stage * BN + tid];  // the raw stage's flags are reused next
+      for (int task = tid; task < BN * 40; task += C::THREADS) {
+        const int row = task / 40, k = task % 40;
+        const uint8_t* rr = raw + row * FP8_ROW;
+        if (k < 32) {
+          const float sc = reinterpret_cast<const float*>(rr + 512)[k >> 3];
+          const uint4 v = *reinterpret_cast<const uint4*>(rr + k * 16);
+          const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+          uint32_t outw[8];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w4[q] & 0xffffu), __NV_E4M3);
+            const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w4[q] >> 16), __NV_E4M3);
+            const float2 flo = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+            const float2 fhi = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+            __nv_bfloat162 blo = __floats2bfloat162_rn(flo.x * sc, flo.y * sc);
+            __nv_bfloat162 bhi = __floats2bfloat162_rn(fhi.x * sc, fhi.y * sc);
+            outw[2 * q] = *reinterpret_cast<uint32_t*>(&blo);
+            outw[2 * q + 1] = *reinterpret_cast<uint32_t*>(&bhi);
+          }
+          *reinterpret_cast<uint4*>(cvt + swz(row, 2 * k)) = make_uint4(outw[0], outw[1], outw[2], outw[3]);
+          *reinterpret_cast<uint4*>(cvt + swz(row, 2 * k + 1)) = make_uint4(outw[4], outw[5], outw[6], outw[7]);
+        } else {
+          *reinterpret_cast<uint4*>(cvt + swz(row, 64 + (k - 32))) =
+              *reinterpret_cast<const uint4*>(rr + 528 + (k - 32) * 16);
+        }
+      }
+      __syncthreads();  // compute tile ready; raw stage free
+      if (j + STAGES < ntiles) issue_tile(stage, next_slot);
+      cp_async_commit();
+      next_slot = slot_of(j + STAGES + 1);
+      sK = smem_u32(cvt);
+    } else {
+      sK = sRaw + stage * C::RAW_TILE;
+    }
+    const int* fl = flag + (C::FP8 ? STAGES : stage) * BN;
+
+    // ---- S = Q K^T: 16 rows x WN positions per warp ----
+    float sacc[C::NB_S][4];
+#pragma unroll
+    for (int i = 0; i < C::NB_S; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+    {
+      const int qr = g * 16 + (lane & 15), qhi = lane >> 4, tb = c * C::WN;
+#pragma unroll 4
+      for (int kk = 0; kk < D_QK / 16; ++kk) {
+        uint32_t a0, a1, a2, a3;
+        ldsm_x4(sQ + swz(qr, 2 * kk + qhi), a0, a1, a2, a3);
+        if constexpr (C::NB_S % 2 == 0) {
+#pragma unroll
+          for (int nb = 0; nb < C::NB_S; nb += 2) {
+            const int mi = lane >> 3;
+            const int row = tb + nb * 8 + (mi >> 1) * 8 + (lane & 7);
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4(sK + swz(row, 2 * kk + (mi & 1)), b0, b1, b2, b3);
+            mma_bf16(sacc[nb], a0, a1, a2, a3, b0, b1);
+            mma_bf16(sacc[nb + 1], a0, a1, a2, a3, b2, b3);
+          }
+        } else {
+#pragma unroll
+          for (int nb = 0; nb < C::NB_S; ++nb) {
+            const int row = tb + nb * 8 + (lane & 7);
+            uint32_t b0, b1;
+            ldsm_x2(sK + swz(row, 2 * kk + ((lane >> 3) & 1)), b0, b1);
+            mma_bf16(sacc[nb], a0, a1, a2, a3, b0, b1);
+          }
+        }
+      }
+    }
+    // ---- scale + mask, row max over this warp's columns ----
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < C::NB_S; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = c * C::WN + nb * 8 + 2 * (lane & 3) + (e & 1);
+        const float v = fl[col] ? sacc[nb][e] * p.scale_log2 : -INFINITY;
+        sacc[nb][e] = v;
+        tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
+      }
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      tmax[h2] = fmaxf(tmax[h2], __shfl_xor_sync(0xffffffffu, tmax[h2], 1));
+      tmax[h2] = fmaxf(tmax[h2], __shfl_xor_sync(0xffffffffu, tmax[h2], 2));
+    }
+    if ((lane & 3) == 0) {
+      red_max[c * BM + rl0] = tmax[0];
+      red_max[c * BM + rl0 + 8] = tmax[1];
+    }
+    __syncthreads();
+    // ---- online softmax, P (bf16) to smem ----
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = rl0 + h2 * 8;
+      float mx = red_max[r];
+#pragma unroll
+      for (int cc = 1; cc < C::TG; ++cc) mx = fmaxf(mx, red_max[cc * BM + r]);
+      const float m_new = fmaxf(m_run[h2], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2f(m_run[h2] - m_use);  // m_run = -inf gives 0, never -inf - -inf
+      m_run[h2] = m_new;
+      float psum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < C::NB_S; ++nb) {
+        const float p0 = exp2f(sacc[nb][2 * h2] - m_use);
+        const float p1 = exp2f(sacc[nb][2 * h2 + 1] - m_use);
+        psum += p0 + p1;
+        const int col = c * C::WN + nb * 8 + 2 * (lane & 3);
+        *reinterpret_cast<__nv_bfloat162*>(pP + r * C::P_ROW + col * 2) = __floats2bfloat162_rn(p0, p1);
+      }
+      l_run[h2] = l_run[h2] * alpha + psum;
+      if (c == 0 && (lane & 3) == 0) alpha_s[r] = alpha;
+    }
+    __syncthreads();  // P and alpha visible
+    // ---- O = alpha O + P V ----
+#pragma unroll
+    for (int rb = 0; rb < C::RB; ++rb) {
+      const int r = rw * 16 * C::RB + rb * 16 + (lane >> 2);
+      const float al0 = alpha_s[r], al1 = alpha_s[r + 8];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        o_acc[rb][i][0] *= al0; o_acc[rb][i][1] *= al0;
+        o_acc[rb][i][2] *= al1; o_acc[rb][i][3] *= al1;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+      uint32_t a[C::RB][4];
+#pragma unroll
+      for (int rb = 0; rb < C::RB; ++rb) {
+        const int r = rw * 16 * C::RB + rb * 16 + (lane & 15);
+        ldsm_x4(sP + r * C::P_ROW + (ks * 16 + (lane >> 4) * 8) * 2, a[rb][0], a[rb][1], a[rb][2], a[rb][3]);
+      }
+      const int mi = lane >> 3;
+      const int row = ks * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(sK + swz(row, qd * 16 + np * 2 + (mi >> 1)), b0, b1, b2, b3);
+#pragma unroll
+        for (int rb = 0; rb < C::RB; ++rb) {
+          mma_bf16(o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
+          mma_bf16(o_acc[rb][2 * np + 1], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b2, b3);
+        }
+      }
+    }
+    if constexpr (!C::FP8) {
+      __syncthreads();  // every warp done with this stage before it is refilled
+      if (j + STAGES < ntiles) issue_tile(stage, next_slot);
+      cp_async_commit();
+      next_slot = slot_of(j + STAGES + 1);
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- finalize: row sums across lanes and column groups ----
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    l_run[h2] += __shfl_xor_sync(0xffffffffu, l_run[h2], 1);
+    l_run[h2] += __shfl_xor_sync(0xffffffffu, l_run[h2], 2);
+  }
+  if ((lane & 3) == 0) {
+    red_sum[c * BM + rl0] = l_run[0];
+    red_sum[c * BM + rl0 + 8] = l_run[1];
+    if (c == 0) {
+      m_s[rl0] = m_run[0];
+      m_s[rl0 + 8] = m_run[1];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int rb = 0; rb < C::RB; ++rb)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = rw * 16 * C::RB + rb * 16 + (lane >> 2) + h2 * 8;
+      const int h = h0 + r;
+      if (h >= p.H) continue;
+      float l = red_sum[r];
+#pragma unroll
+      for (int cc = 1; cc < C::TG; ++cc) l += red_sum[cc * BM + r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float lse2 = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
+      const int64_t grow = (int64_t)t * p.H + h;
+      if (p.S == 1) {
+        __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)h * p.o_sh + qd * 128 + 2 * (lane & 3);
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb)
+          *reinterpret_cast<__nv_bfloat162*>(dst + nb * 8) =
+              __floats2bfloat162_rn(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
+        if (p.lse && qd == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
+      } else {
+        float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + qd * 128 + 2 * (lane & 3);
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb)
+          *reinterpret_cast<float2*>(dst + nb * 8) =
+              make_float2(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
+        if (qd == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
+      }
+    }
+}
+
+// Merge the S partials of each (row, head): one warp per (row, 128-dim quarter), lane = 4 dims,
+// splits summed in index order (bitwise deterministic). Empty splits (lse = -inf) get weight 0
+// and their never-written partials are masked by a select. Launched with programmatic dependent
+// launch where available: griddepcontrol.wait orders it after the split kernel's writes.
+constexpr int COMBINE_WARPS = 4;
+
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(const Params p) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t rows = (int64_t)p.T * p.H;
+  const int64_t unit = (int64_t)blockIdx.x * COMBINE_WARPS + warp;
+  const int64_t grow = unit >> 2;
+  const int quarter = (int)(unit & 3);
+  if (grow >= rows) return;
+  float mx = -INFINITY;
+  for (int s = 0; s < p.S; ++s) mx = fmaxf(mx, p.ws_lse[(int64_t)s * rows + grow]);
+  const float mref = mx == -INFINITY ? 0.f : mx;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
+  const int64_t sstride4 = rows * (D_V / 4);
+#pragma unroll 4
+  for (int s = 0; s < p.S; ++s) {
+    const float lse = p.ws_lse[(int64_t)s * rows + grow];
+    const float w = lse == -INFINITY ? 0.f : exp2f(lse - mref);
+    if (w > 0.f) {
+      const float4 v = src[s * sstride4];
+      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+    }
+    wsum += w;
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  const int64_t t = grow / p.H;
+  const int h = (int)(grow % p.H);
+  __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + quarter * 128 + 4 * lane;
+  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  uint2 pk;
+  pk.x = *reinterpret_cast<uint32_t*>(&lo);
+  pk.y = *reinterpret_cast<uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(dst) = pk;
+  if (p.lse && quarter == 0 && lane == 0)
+    p.lse[grow] = wsum > 0.f ? (mref + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+}
+
+}  // namespace dsav

@@ -1,0 +1,22 @@
+// Parameter block of the sparse (DSA) MLA verify kernels, shared with the torch binding.
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace dsav {
+
+struct Params {
+  const __nv_bfloat16* q; int64_t q_st, q_sh;   // [T, H, 576] bf16, strides in elements
+  const uint8_t* kv; int64_t kv_st;              // cache rows, row stride in BYTES
+  int64_t num_slots;                             // rows of the cache (slot ids >= this are skipped)
+  const int32_t* idx; int64_t idx_st;            // page_table_1 [T, topk] int32 physical slots
+  const int32_t* seq_lens;                       // [T] valid entries per row (clamped to [0, topk])
+  __nv_bfloat16* o; int64_t o_st, o_sh;          // [T, H, 512] bf16
+  float* lse;                                    // [T, H] natural-log LSE (nullptr: not written)
+  int T, H, topk, S, chunk;                      // rows, heads, index width, splits, positions per split
+  float scale_log2;                              // sm_scale * log2(e)
+  float* ws_o;                                   // [S, T*H, 512] fp32 normalized partials (S > 1)
+  float* ws_lse;                                 // [S, T*H] fp32 log2-sum-exp partials (-inf: empty)
+};
+
+}  // namespace dsav

@@ -1,0 +1,76 @@
+"""Tile configurations of the DSA verify kernel, mirrored from csrc/dsa_verify_kernel.cuh (Cfg<>).
+
+A config is (BM heads per CTA, BN index positions per KV tile, STAGES cp.async stages); all use
+mma.sync m16n8k16 bf16. Warps: 4 * (BM / 32) (at least 4). Shared memory (bytes, all dynamic):
+Q BM*1152 + STAGES raw KV tiles (BN*1152 bf16, BN*656 fp8) + one bf16 compute tile BN*1152
+(fp8 only) + P BM*BN*2 + (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) +
+(STAGES+1)*BN*4 (per-position flags), TG = warps / (BM/16) column groups of the S phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BF_ROW = 1152
+FP8_ROW = 656
+# Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
+SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    name: str
+    index: int  # the `cfg` integer of the C++ launcher
+    block_m: int
+    block_n: int
+    stages: int
+
+    @property
+    def warps(self) -> int:
+        rb = 2 if self.block_m >= 32 else 1
+        return 4 * (self.block_m // (16 * rb))
+
+    @property
+    def threads(self) -> int:
+        return self.warps * 32
+
+    def smem_bytes(self, fp8: bool) -> int:
+        bm, bn, st = self.block_m, self.block_n, self.stages
+        tg = self.warps // (bm // 16)
+        raw = bn * (FP8_ROW if fp8 else BF_ROW)
+        return (
+            bm * BF_ROW
+            + st * raw
+            + (bn * BF_ROW if fp8 else 0)
+            + bm * bn * 2
+            + (2 * tg * bm + 2 * bm) * 4
+            + (st + 1) * bn * 4
+        )
+
+
+M16 = TileConfig("m16", 0, 16, 32, 2)
+M32 = TileConfig("m32", 1, 32, 16, 3)
+M64 = TileConfig("m64", 2, 64, 32, 3)
+CONFIGS = {c.name: c for c in (M16, M32, M64)}
+# Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
+# proven on Hopper hardware.
+ARCH_CONFIGS = {"sm_90a": (M16, M32, M64), "sm_120a": (M16, M32)}
+
+
+def default_config(arch: str, heads: int) -> TileConfig:
+    """m16 for H <= 16 (GLM-5 at TP8: H = 8), else the largest head tile the arch holds."""
+    if heads <= 16:
+        return M16
+    return M64 if arch == "sm_90a" else M32
+
+
+def config_for_mangled(name: str):
+    """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
+    import re
+
+    m = re.search(r"CfgILi(\d+)ELi(\d+)ELi(\d+)ELb([01])E", name)
+    if not m:
+        return None
+    bm, bn, st, f = map(int, m.groups())
+    cfg = next((c for c in CONFIGS.values() if (c.block_m, c.block_n, c.stages) == (bm, bn, st)), None)
+    return None if cfg is None else (cfg, bool(f))

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Device script of the DSA verify kernel (run from the repository root on the GPU machine):
+# install the carried wheels (.whl: SGLang 0.5.23 py-only zip + small deps) for SGLang's DSA
+# Triton kernel, then build check (sm_90a + sm_120a), parity (all configs, graph replay), bench.
+# Usage: bash tests/device/dsa_run.sh [BENCH_BUDGET_S] [parity args...]; results under $OUT.
+set -o pipefail
+BUDGET=${1:-120}
+shift || true
+OUT=${OUT:-/tmp/dsa_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip /tmp/site
+fi
+export PYTHONPATH=/tmp/site:$PWD/kernels:$PWD
+export ORCHESTRATOR_KERNEL_CACHE=/tmp/dsa_kc
+git rev-parse HEAD 2>/dev/null > "$OUT/commit.txt" || true
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv \
+  > "$OUT/gpu.txt" 2>&1
+cd kernels || exit 1
+python3 - > "$OUT/dsa_build.json" <<'PY'
+import json
+from dsa_verify._build import build_check
+print(json.dumps({a: build_check(a) for a in ("sm_90a", "sm_120a")}, indent=1))
+PY
+python3 -c "import json; d=json.load(open('$OUT/dsa_build.json')); print({a: (v['ok'], v['summary']) for a, v in d.items()})"
+timeout 300 python3 -m verify_tools.dsa_parity --json "$@" > "$OUT/dsa_parity.json" 2> "$OUT/dsa_parity.err"
+echo "parity rc=$?"
+python3 - "$OUT/dsa_parity.json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("parity json unreadable", e); sys.exit(0)
+print(d.get("summary"), "sglang_triton:", str(d.get("sglang_triton"))[:200])
+for r in d["cases"]:
+    if not r["ok"] or r.get("graph"):
+        print("FAIL" if not r["ok"] else "ok  ", r["case"], r.get("config"), r.get("error", ""),
+              {k: r.get(k) for k in ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")})
+PY
+tail -5 "$OUT/dsa_parity.err"
+timeout 400 python3 -m verify_tools.dsa_bench --budget-s "$BUDGET" --out "$OUT/dsa_bench.json" 2> "$OUT/dsa_bench.err"
+echo "bench rc=$?"
+tail -5 "$OUT/dsa_bench.err"
