@@ -9,6 +9,15 @@ process builds its backend, i.e. at service start, and returns:
   ``"bundled"``;
 - SGLang's own backend (the stock factory) otherwise: the kill switch, without uninstalling.
 
+``register()`` also puts the process in prebuilt-only mode (``MLA_VERIFY_PREBUILT_ONLY=1``):
+the kernel loads the library phase 0 built and hash-recorded, and never compiles (no nvcc,
+ninja, writable HOME or build lock in a service); a missing or mismatched library declines
+every verify call with that reason, recorded in ``active.json``.
+
+Each process records what it built and ran in ``<root>/active.d/<rank>.json`` (per role:
+target, draft; per captured batch size and for eager calls, bundled or declined with the
+reasons) and re-merges ``active.json`` from all of them (config.py).
+
 It is called by the service package's entry point (group ``sglang.srt.plugins``), in every
 SGLang process, including the spawned scheduler and TP workers. Importing this package
 imports neither SGLang nor torch.
@@ -23,14 +32,16 @@ Optional tuning: ``"defrag_options": {...}`` in the config (see ``DefragSettings
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
-from sglang_verify_plugin.config import VerifyConfig, load_config, record_active, set_defrag_status
+from sglang_verify_plugin.config import VerifyConfig, load_config, record_active, set_defrag_status, set_rank
 
 log = logging.getLogger("sglang_verify_plugin")
 
 BACKEND_NAME = "triton"
+PREBUILT_ENV = "MLA_VERIFY_PREBUILT_ONLY"  # = mla_verify._build.PREBUILT_ENV (not imported here)
 _STOCK_ATTR = "_orchestrator_stock_factory"
 
 
@@ -40,17 +51,21 @@ def make_factory(
     """The factory registered under "triton": bundled subclass or stock, per the config."""
 
     def create_triton_backend_with_bundled_verify(runner: Any) -> Any:
+        from sglang_verify_plugin.backend import runner_rank, runner_role
+
         cfg = config_loader()
+        role = runner_role(runner)
+        set_rank(**runner_rank(runner))
         if not cfg.bundled or getattr(runner.model_config, "is_encoder_decoder", False):
             log.info("verify kernel: stock Triton (%s)", cfg.reason)
             backend = stock(runner)
-            record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, cfg.reason), route="stock")
+            record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, cfg.reason), role=role, route="stock")
             return backend
         from sglang_verify_plugin.backend import BundledVerifyTritonBackend
 
         log.info("verify kernel: bundled %s (%s)", (cfg.bundle_sha or "?")[:12], cfg.reason)
         backend = BundledVerifyTritonBackend(runner)
-        record_active(cfg, route=backend.bundled_verify_route)
+        backend.record_active(cfg, role=role)
         return backend
 
     setattr(create_triton_backend_with_bundled_verify, _STOCK_ATTR, stock)
@@ -68,6 +83,8 @@ def register(config_loader: Callable[[], VerifyConfig] = load_config) -> bool:
     if not isinstance(backends, dict) or BACKEND_NAME not in backends:
         log.error("sglang has no ATTENTION_BACKENDS[%r]; plugin not registered", BACKEND_NAME)
         return False
+    # A service process never compiles: the kernel loads only the library phase 0 built.
+    os.environ[PREBUILT_ENV] = "1"
     current = backends[BACKEND_NAME]
     stock = getattr(current, _STOCK_ATTR, current)
     backends[BACKEND_NAME] = make_factory(stock, config_loader)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
-from sglang_verify_plugin.config import VerifyConfig, load_config, record_active
+from sglang_verify_plugin.config import VerifyConfig, load_config, mark_dirty, record_active, set_stats_provider
 from sglang_verify_plugin.verify_hook import BundledVerify
 
 log = logging.getLogger("sglang_verify_plugin")
@@ -30,14 +30,42 @@ log = logging.getLogger("sglang_verify_plugin")
 ROUTE_HOOK = "hook"
 ROUTE_FORWARD_EXTEND = "forward_extend"
 ROUTE_NONE = "none"  # not an MLA model: nothing to swap
+ROUTE_DECLINED = "declined"  # installed, but preflight declined every call (fp8 KV, no prebuilt library)
+ROUTE_DISABLED = "disabled"  # the kernel failed at run time; every later call goes to SGLang
 
 
 def _record_disabled(error: str) -> None:
     """The kernel became unusable in this process: active.json must stop claiming it runs."""
     cfg = load_config()
     record_active(
-        VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, f"bundled kernel disabled: {error}"), route="disabled"
+        VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, f"bundled kernel disabled: {error}"), route=ROUTE_DISABLED
     )
+
+
+def runner_role(runner: Any) -> str:
+    """ "draft" for a speculative draft runner's backend, else "target" (where verify runs)."""
+    return "draft" if getattr(runner, "is_draft_worker", False) else "target"
+
+
+def runner_rank(runner: Any) -> dict:
+    """tp_rank / tp_size / pp_rank / dp_rank of this process, from SGLang's parallel context."""
+    out: dict = {"tp_rank": None, "tp_size": None, "pp_rank": 0, "dp_rank": None}
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        par = get_parallel()
+    except Exception:  # older layouts: fall back to the runner's attributes
+        par = None
+    for name in out:
+        for src in (runner, par):
+            try:
+                val = getattr(src, name)
+            except Exception:  # an unset parallel field raises: that rank field stays unknown
+                continue
+            if isinstance(val, int):
+                out[name] = val
+                break
+    return out
 
 
 def has_verify_hook(backend: Any) -> bool:
@@ -62,6 +90,7 @@ class BundledVerifyTritonBackend(TritonAttnBackend):
         self.bundled_verify = verify or BundledVerify()
         self.bundled_verify.fallback = parent_verify
         self.bundled_verify.on_disabled = _record_disabled
+        self.bundled_verify.on_stats = mark_dirty
         if route is None:
             if not getattr(self, "use_mla", False):
                 route = ROUTE_NONE
@@ -74,7 +103,42 @@ class BundledVerifyTritonBackend(TritonAttnBackend):
             self.verify_shared_kv_fwd = torch.compiler.disable(self.bundled_verify)
             self.use_verify_shared_kv = True
             self.use_verify_splitkv = False
-        log.info("bundled MLA verify kernel installed (route=%s)", route)
+        if route != ROUTE_NONE:
+            pool = getattr(self, "token_to_kv_pool", None)
+            self.bundled_verify.preflight(getattr(self, "device", "cpu"), getattr(pool, "dtype", None))
+        log.info(
+            "bundled MLA verify kernel installed (route=%s%s)",
+            route,
+            f", every call declined: {self.bundled_verify.static_decline}"
+            if self.bundled_verify.static_decline
+            else "",
+        )
+
+    def record_active(self, cfg: VerifyConfig, role: str = "target") -> None:
+        """Record what this backend will do in this process's record (active.d) and active.json."""
+        bv = self.bundled_verify
+        if role == "target":
+            set_stats_provider(role, bv.stats)
+        if self.bundled_verify_route == ROUTE_NONE:
+            record_active(
+                VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, "not an MLA model: SGLang's verify kept"),
+                role=role,
+                route=ROUTE_NONE,
+            )
+        elif bv.static_decline:
+            record_active(
+                VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, f"bundled kernel declined: {bv.static_decline}"),
+                role=role,
+                route=ROUTE_DECLINED,
+            )
+        elif bv.kernel_error:
+            record_active(
+                VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, f"bundled kernel disabled: {bv.kernel_error}"),
+                role=role,
+                route=ROUTE_DISABLED,
+            )
+        else:
+            record_active(cfg, role=role, route=self.bundled_verify_route, library=bv.library)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, *args: Any, **kwargs: Any) -> None:
         super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)

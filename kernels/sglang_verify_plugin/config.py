@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,10 @@ CONFIG_ENV = "ORCHESTRATOR_VERIFY_CONFIG"
 DISABLE_ENV = "ORCHESTRATOR_VERIFY_DISABLE"
 ROOT_ENV = "ORCHESTRATOR_VERIFY_ROOT"
 CONFIG_NAME = "verify_backend.json"
-ACTIVE_NAME = "active.json"  # written by the service when it builds its backend (what really runs)
+ACTIVE_NAME = "active.json"  # the merge of every service process's record (what really runs)
+ACTIVE_DIR = "active.d"  # one record per service process (TP rank): <key>.json
+FLUSH_INTERVAL_S = 0.5  # a process's routing counters reach its record within this many seconds
+ACTIVE_ROUTES = ("hook", "forward_extend")
 VERIFY_KERNELS = ("bundled", "stock")
 
 
@@ -152,12 +157,25 @@ DEFRAG_NOT_WIRED = (
     "(it attaches at the scheduler's first step; see kernels/sglang_verify_plugin/defrag_hook.py)"
 )
 
-# What the defrag hook (kernels/sglang_verify_plugin/defrag_hook.py) reports for this process; merged
-# into every active.json this process writes. Empty until the hook attaches or fails to.
+# ----------------------------------------------------------------------------- per-process record
+#
+# Every SGLang process that builds an attention backend through the plugin (each TP rank's
+# scheduler process; the draft runner's backends live in the same process as its target's)
+# writes ``<dir>/active.d/<rank>.json``: which backend each role built, and per target-verify
+# route what it captured and ran. It then merges every record of the folder into
+# ``active.json`` under a file lock, so no process overwrites another's facts.
+
+_PROCESS_STARTED_AT = time.time()  # the plugin is imported while the service process starts
+# What the defrag hook (defrag_hook.py) reports for this process; merged into its record.
 _DEFRAG_STATUS: dict[str, Any] = {}
-# The last active.json document this process wrote through record_active (without defrag
-# fields), so that record_defrag can rewrite it with new defrag fields.
+# The target backend's verify fields this process last recorded (empty: no backend built here).
 _LAST_ACTIVE: dict[str, Any] = {}
+_RANK: dict[str, Any] = {}  # tp_rank, tp_size, pp_rank, dp_rank of this process
+_BACKENDS: dict[str, dict[str, Any]] = {}  # role ("target", "draft") -> what it built
+_STATS: dict[str, Any] = {}  # role -> callable returning that backend's routing counters
+_TARGET: dict[str, Any] = {}  # "environ": the environment the record was first written with
+_LOCK = threading.RLock()
+_FLUSH: dict[str, Any] = {}
 
 
 def set_defrag_status(**fields: Any) -> None:
@@ -178,59 +196,279 @@ def _defrag_fields(requested: bool) -> dict[str, Any]:
     return {"defrag_requested": True, "defrag_applied": False, "defrag_note": DEFRAG_NOT_WIRED}
 
 
-def _write_active(doc: dict[str, Any], environ: Mapping[str, str] | None) -> Path | None:
-    path = config_path(environ)
-    if path is None:
+def rank_key(tp_rank: int | None = None, pp_rank: int | None = None, dp_rank: int | None = None) -> str:
+    """``tp0``, ``pp1-tp0``, ``dp2-tp1``: the record name of one service process; ``pid<N>`` if unknown."""
+    if tp_rank is None:
+        return f"pid{os.getpid()}"
+    parts = []
+    if pp_rank:
+        parts.append(f"pp{pp_rank}")
+    if dp_rank is not None:
+        parts.append(f"dp{dp_rank}")
+    parts.append(f"tp{tp_rank}")
+    return "-".join(parts)
+
+
+def set_rank(tp_rank: int | None, tp_size: int | None = None, pp_rank: int | None = None, dp_rank: int | None = None):
+    """Say which rank this process is (the backend factory does, from SGLang's parallel context)."""
+    with _LOCK:
+        _RANK.update(tp_rank=tp_rank, tp_size=tp_size, pp_rank=pp_rank or 0, dp_rank=dp_rank)
+
+
+def set_stats_provider(role: str, provider: Any) -> None:
+    """``provider()`` returns the routing counters of ``role``'s backend (read by the flusher)."""
+    with _LOCK:
+        _STATS[role] = provider
+
+
+def reset_process_record() -> None:
+    """Forget this process's record (tests build many backends in one process)."""
+    with _LOCK:
+        _RANK.clear()
+        _BACKENDS.clear()
+        _STATS.clear()
+        _LAST_ACTIVE.clear()
+        _TARGET.clear()
+
+
+def rank_document() -> dict[str, Any]:
+    """This process's record: rank, verify fields of its target backend, every role, defrag."""
+    with _LOCK:
+        rank = dict(_RANK) or {"tp_rank": None, "tp_size": None, "pp_rank": 0, "dp_rank": None}
+        key = rank_key(rank.get("tp_rank"), rank.get("pp_rank"), rank.get("dp_rank"))
+        if _LAST_ACTIVE:
+            base = {k: v for k, v in _LAST_ACTIVE.items() if k != "_defrag_requested"}
+            requested = bool(_LAST_ACTIVE.get("_defrag_requested"))
+        else:
+            base = {
+                "verify_kernel": None,
+                "bundle_sha": None,
+                "route": None,
+                "reason": "the attention backend was not built by the plugin in this process",
+            }
+            requested = False
+        requested = requested or bool(_DEFRAG_STATUS) or bool(_TARGET.get("defrag_requested"))
+        backends = {}
+        for role, entry in _BACKENDS.items():
+            entry = dict(entry)
+            provider = _STATS.get(role)
+            if provider is not None:
+                try:
+                    entry["verify"] = provider()
+                except Exception as exc:  # reporting never breaks serving
+                    entry["verify"] = {"error": f"{type(exc).__name__}: {exc}"}
+            backends[role] = entry
+        return {
+            **base,
+            "rank": key,
+            **rank,
+            "pid": os.getpid(),
+            "started_at": _PROCESS_STARTED_AT,
+            "written_at": time.time(),
+            "flush_interval_s": FLUSH_INTERVAL_S,
+            "backends": backends,
+            **_defrag_fields(requested),
+        }
+
+
+def _active_dir(environ: Mapping[str, str] | None) -> Path | None:
+    path = config_path(environ if environ is not None else _TARGET.get("environ"))
+    return None if path is None else path.parent
+
+
+def write_rank(doc: dict[str, Any], folder: Path) -> Path:
+    """Write one process's record into ``folder/active.d`` and re-merge ``folder/active.json``."""
+    atomic_write_json(folder / ACTIVE_DIR / f"{doc['rank']}.json", doc)
+    return merge_active(folder)
+
+
+def _write_process_record(environ: Mapping[str, str] | None) -> Path | None:
+    if environ is not None and "environ" not in _TARGET:
+        _TARGET["environ"] = dict(environ)
+    folder = _active_dir(environ)
+    if folder is None:
         return None
-    target = path.parent / ACTIVE_NAME
     try:
-        atomic_write_json(target, doc)
+        return write_rank(rank_document(), folder)
     except OSError:
         return None
-    return target
 
 
-def record_active(cfg: VerifyConfig, environ: Mapping[str, str] | None = None, **extra: Any) -> Path | None:
-    """Write ``active.json`` beside the config: what this service process actually built.
+def read_ranks(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every record in ``folder/active.d`` (unreadable ones as ``{"error": ...}``)."""
+    out: dict[str, dict[str, Any]] = {}
+    d = Path(folder) / ACTIVE_DIR
+    try:
+        names = sorted(p for p in d.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+    except FileNotFoundError:
+        return out
+    for p in names:
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            doc = {"rank": p.stem, "error": f"unreadable: {exc}"}
+        out[p.stem] = doc if isinstance(doc, dict) else {"rank": p.stem, "error": "not a JSON object"}
+    return out
+
+
+def rank_inactive_reason(doc: dict[str, Any]) -> str | None:
+    """Why this rank's target verify is not on the bundled kernel (None: it is)."""
+    if doc.get("error"):
+        return doc["error"]
+    if doc.get("verify_kernel") != "bundled" or doc.get("route") not in ACTIVE_ROUTES:
+        return f"verify_kernel {doc.get('verify_kernel')} (route {doc.get('route')}): {doc.get('reason')}"
+    verify = (doc.get("backends") or {}).get("target", {}).get("verify") or {}
+    if verify.get("static_decline"):
+        return f"declined: {verify['static_decline']}"
+    if verify.get("kernel_error"):
+        return f"kernel unavailable: {verify['kernel_error']}"
+    return None
+
+
+def aggregate(ranks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``active.json``: every rank's record plus what holds for all of them (never last-writer-wins)."""
+    docs = [ranks[k] for k in sorted(ranks)]
+
+    def common(field: str, default: Any = None) -> Any:
+        vals = {json.dumps(d.get(field), sort_keys=True) for d in docs}
+        return docs[0].get(field) if len(vals) == 1 else default
+
+    inactive = {k: why for k, d in sorted(ranks.items()) if (why := rank_inactive_reason(d))}
+    missing = []
+    groups: dict[tuple, set] = {}
+    for d in docs:
+        if isinstance(d.get("tp_rank"), int) and isinstance(d.get("tp_size"), int):
+            groups.setdefault((d.get("pp_rank") or 0, d.get("dp_rank"), d["tp_size"]), set()).add(d["tp_rank"])
+    for (pp, dp, size), have in sorted(groups.items(), key=str):
+        missing += [rank_key(r, pp, dp) for r in range(size) if r not in have]
+    eager_routed = eager_declined = 0
+    reasons: dict[str, int] = {}
+    captured: dict[str, list[int]] = {}
+    not_bundled = []
+    for k, d in sorted(ranks.items()):
+        verify = (d.get("backends") or {}).get("target", {}).get("verify") or {}
+        eager = verify.get("eager") or {}
+        eager_routed += int(eager.get("routed") or 0)
+        eager_declined += int(eager.get("declined") or 0)
+        for why, n in (eager.get("reasons") or {}).items():
+            reasons[why] = reasons.get(why, 0) + int(n)
+        cap = verify.get("captured") or {}
+        captured[k] = sorted(int(bs) for bs in cap)
+        for bs, c in sorted(cap.items(), key=lambda kv: int(kv[0])):
+            if c.get("kernel") != "bundled":
+                not_bundled.append({"rank": k, "bs": int(bs), "reasons": c.get("reasons") or {}})
+    all_active = bool(docs) and not inactive and not missing
+    doc: dict[str, Any] = {
+        "schema": 2,
+        "verify_kernel": common("verify_kernel", "mixed"),
+        "bundle_sha": common("bundle_sha"),
+        "route": common("route", "mixed"),
+        "reason": next(iter(inactive.values()), None) if inactive else common("reason"),
+        "pid": docs[0].get("pid") if len(docs) == 1 else None,
+        "pids": sorted(d.get("pid") for d in docs if d.get("pid") is not None),
+        "written_at": max((float(d.get("written_at") or 0) for d in docs), default=0.0),
+        "oldest_written_at": min((float(d.get("written_at") or 0) for d in docs), default=0.0),
+        "ranks_total": len(docs),
+        "ranks_active": sorted(k for k in ranks if k not in inactive),
+        "ranks_inactive": inactive,
+        "ranks_missing": missing,
+        "all_ranks_active": all_active,
+        "eager_routed": eager_routed,
+        "eager_declined": eager_declined,
+        "declined_reasons": reasons,
+        "captured_batch_sizes": captured,
+        "captured_not_bundled": not_bundled,
+        "flush_interval_s": max((float(d.get("flush_interval_s") or 0) for d in docs), default=FLUSH_INTERVAL_S),
+        "ranks": ranks,
+    }
+    if len(docs) == 1:
+        doc.update({k: v for k, v in docs[0].items() if k.startswith("defrag_")})
+    else:
+        req = [d for d in docs if d.get("defrag_requested")]
+        doc["defrag_requested"] = bool(req)
+        doc["defrag_applied"] = bool(req) and all(d.get("defrag_applied") for d in req)
+        doc["defrag_note"] = next((f"{d.get('rank')}: {d['defrag_note']}" for d in req if d.get("defrag_note")), None)
+        for field in ("defrag_runs", "defrag_tokens_moved", "defrag_bytes_moved", "defrag_skipped_overlap"):
+            doc[field] = sum(int(d.get(field) or 0) for d in req)
+    return doc
+
+
+def merge_active(folder: Path) -> Path:
+    """Re-merge ``folder/active.json`` from every record, under an exclusive lock."""
+    import fcntl
+
+    folder = Path(folder)
+    (folder / ACTIVE_DIR).mkdir(parents=True, exist_ok=True)
+    with open(folder / ACTIVE_DIR / ".lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            atomic_write_json(folder / ACTIVE_NAME, aggregate(read_ranks(folder)))
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return folder / ACTIVE_NAME
+
+
+def record_active(
+    cfg: VerifyConfig, environ: Mapping[str, str] | None = None, *, role: str = "target", **extra: Any
+) -> Path | None:
+    """Record what this service process built for ``role`` and re-merge ``active.json``.
 
     The cut-over canary compares it with ``verify_backend.json``, so a plugin that never loaded
     (wrong attention backend, import error) cannot pass for the bundled kernel. Never raises.
-    ``defrag_applied`` is true only once the defrag hook has attached to a real scheduler in
+    ``defrag_applied`` is true only once the defrag hook has run in a real scheduler in
     this process (:func:`set_defrag_status`); otherwise ``defrag_note`` says why not.
     """
-    import time
-
-    base = {
-        "verify_kernel": cfg.verify_kernel,
-        "bundle_sha": cfg.bundle_sha,
-        "reason": cfg.reason,
-        "pid": os.getpid(),
-        **extra,
-    }
-    _LAST_ACTIVE.clear()
-    _LAST_ACTIVE.update(base)
-    _LAST_ACTIVE["_defrag_requested"] = cfg.defrag
-    doc = {**base, "written_at": time.time(), **_defrag_fields(cfg.defrag)}
-    return _write_active(doc, environ)
+    entry = {"verify_kernel": cfg.verify_kernel, "bundle_sha": cfg.bundle_sha, "reason": cfg.reason, **extra}
+    with _LOCK:
+        _BACKENDS[role] = entry
+        if role == "target":
+            _LAST_ACTIVE.clear()
+            _LAST_ACTIVE.update(entry)
+            _LAST_ACTIVE["_defrag_requested"] = cfg.defrag
+    path = _write_process_record(environ)
+    start_flusher()
+    return path
 
 
 def record_defrag(requested: bool = True, environ: Mapping[str, str] | None = None) -> Path | None:
-    """Rewrite ``active.json`` with this process's current defrag status (after the hook
-    attached, ran, or was disabled). Keeps the verify fields this process last wrote; when it
-    wrote none (the plugin did not build the attention backend here) it says so instead of
-    claiming a kernel. Never raises."""
-    import time
+    """Rewrite this process's record with its current defrag status. Never raises."""
+    with _LOCK:
+        if requested:
+            _TARGET["defrag_requested"] = True
+    return _write_process_record(environ)
 
-    if _LAST_ACTIVE:
-        base = {k: v for k, v in _LAST_ACTIVE.items() if k != "_defrag_requested"}
-        requested = bool(_LAST_ACTIVE.get("_defrag_requested", requested)) or requested
-    else:
-        base = {
-            "verify_kernel": None,
-            "bundle_sha": None,
-            "route": None,
-            "pid": os.getpid(),
-            "reason": "the attention backend was not built by the plugin in this process",
-        }
-    doc = {**base, "pid": os.getpid(), "written_at": time.time(), **_defrag_fields(requested)}
-    return _write_active(doc, environ)
+
+def flush(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Write this process's record now (the routing counters changed)."""
+    _FLUSH.pop("dirty", None)
+    return _write_process_record(environ)
+
+
+def mark_dirty(urgent: bool = False) -> None:
+    """The routing counters changed: the flusher writes them within FLUSH_INTERVAL_S (now if urgent)."""
+    _FLUSH["dirty"] = True
+    if urgent:
+        ev = _FLUSH.get("event")
+        if ev is not None:
+            ev.set()
+
+
+def start_flusher() -> None:
+    """A daemon thread that writes this process's record when its counters changed."""
+    if _FLUSH.get("thread") is not None:
+        return
+    ev = threading.Event()
+
+    def loop() -> None:
+        while True:
+            ev.wait(FLUSH_INTERVAL_S)
+            ev.clear()
+            if _FLUSH.get("dirty"):
+                try:
+                    flush()
+                except Exception:  # noqa: BLE001 - reporting never breaks serving
+                    pass
+
+    t = threading.Thread(target=loop, name="sglang-verify-plugin-record", daemon=True)
+    _FLUSH.update(thread=t, event=ev)
+    t.start()

@@ -10,6 +10,13 @@ callable writes ``o_extend`` and returns True, or returns False so SGLang runs i
 Every check here looks at Python values, shapes and dtypes only (no ``.item()``, no host
 sync), so the decision is fixed for a captured CUDA graph. Imports torch nowhere; the
 kernel (``mla_verify``) is imported on first use.
+
+Before any call, :meth:`BundledVerify.preflight` (run when the backend is built) loads the
+PREBUILT library that phase 0 built for this GPU's arch (``mla_verify._build.load_prebuilt``:
+hash-checked, no compiler, no lock) and checks the KV cache dtype; a failure declines every
+call with that reason (``static_decline``), recorded in ``active.json``. Every call is counted:
+per captured batch size (at CUDA-graph capture: what the graph will replay) and for eager
+calls, routed or declined with the reason (:meth:`BundledVerify.stats`).
 """
 
 from __future__ import annotations
@@ -26,9 +33,54 @@ QK_DIM = 576  # kv_lora_rank 512 + rope 64: DeepSeek-V3 / GLM MLA, absorbed
 V_DIM = 512
 
 
+KV_DTYPE_NAMES = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "float8_e4m3fnuz": "fp8_e4m3fnuz"}
+SUPPORTED_KV_DTYPES = ("bfloat16",)
+
+
 def load_kernel_module() -> Any:
     """``mla_verify`` (the bundled kernel), imported lazily."""
     return importlib.import_module("mla_verify")
+
+
+def kv_dtype_name(dtype: Any) -> str:
+    """``fp8_e4m3`` for torch.float8_e4m3fn (SGLang's --kv-cache-dtype spelling), else the torch name."""
+    name = str(dtype).replace("torch.", "")
+    return KV_DTYPE_NAMES.get(name, name)
+
+
+def kv_dtype_decline(dtype: Any) -> str | None:
+    """The decline reason for a KV cache of ``dtype`` (None: the kernel reads it)."""
+    if dtype is None:
+        return None
+    name = str(dtype).replace("torch.", "")
+    return None if name in SUPPORTED_KV_DTYPES else f"kv dtype {kv_dtype_name(dtype)} unsupported"
+
+
+def device_arch(device: Any) -> str | None:
+    """The kernel arch of a CUDA device (sm_90a / sm_120a), None for a non-CUDA device."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    build = importlib.import_module("mla_verify._build")
+    major, minor = torch.cuda.get_device_capability(device)
+    return build.arch_for_capability(major, minor)
+
+
+def load_prebuilt_library(device: Any) -> dict:
+    """Load the prebuilt library for ``device``'s arch; its record, or ``{"checked": False, ...}``
+    on a non-CUDA device. Raises ImportError (PrebuiltUnavailable) with the reason."""
+    build = importlib.import_module("mla_verify._build")
+    try:
+        arch = device_arch(device)
+    except ValueError as exc:  # a GPU the kernel is not built for
+        raise build.PrebuiltUnavailable(str(exc)) from None
+    if arch is None:
+        return {"checked": False, "why": f"device {device} is not CUDA: no library to load"}
+    build.load_prebuilt(arch)
+    rec = build.check_prebuilt(arch)
+    return {"checked": True, **{k: rec.get(k) for k in ("arch", "path", "sha256", "source_hash", "torch")}}
 
 
 def graph_workspace(*, max_bs: int, tokens_per_req: int, num_heads: int, kv_indices_numel: int, device: Any) -> Any:
@@ -74,9 +126,12 @@ class BundledVerify:
         kernel_loader: Callable[[], Any] = load_kernel_module,
         fallback: Callable[..., bool] | None = None,
         on_disabled: Callable[[str], None] | None = None,
+        library_loader: Callable[[Any], dict] = load_prebuilt_library,
     ) -> None:
         self._kernel_loader = kernel_loader
+        self._library_loader = library_loader
         self.on_disabled = on_disabled  # told once when the kernel turns out unusable
+        self.on_stats: Callable[[bool], None] | None = None  # told (urgent=True: new fact) on every count
         self._kernel: Any = None
         self._kernel_error: str | None = None
         self.fallback = fallback
@@ -84,6 +139,87 @@ class BundledVerify:
         self.calls = 0
         self.bundled_calls = 0
         self.reasons: Counter[str] = Counter()
+        self.static_decline: str | None = None  # set by preflight: every call declined with this
+        self.library: dict | None = None
+        self.kv_dtype: str | None = None
+        self.eager_routed = 0
+        self.eager_declined = 0
+        self.eager_reasons: Counter[str] = Counter()
+        self.captured: dict[int, dict[str, Any]] = {}  # batch size -> {"bundled", "declined", "reasons"}
+
+    # -- preflight and counters -----------------------------------------------------
+    def preflight(self, device: Any, kv_dtype: Any = None) -> str | None:
+        """Decide once, when the backend is built, whether this process can run the kernel.
+
+        Checks the KV cache dtype, imports ``mla_verify`` and loads the prebuilt library for the
+        device's arch. Returns (and keeps in ``static_decline``) the reason every call will be
+        declined, or None.
+        """
+        self.kv_dtype = None if kv_dtype is None else kv_dtype_name(kv_dtype)
+        reason = kv_dtype_decline(kv_dtype)
+        if reason is None and self.kernel() is None:
+            reason = f"kernel unavailable: {self._kernel_error}"
+        if reason is None:
+            try:
+                self.library = self._library_loader(device)
+            except ImportError as exc:  # PrebuiltUnavailable: missing, hash mismatch, wrong torch
+                self.library = {"checked": True, "error": str(exc)}
+                reason = str(exc)
+        self.static_decline = reason
+        if reason:
+            log.error("bundled verify kernel declined for this process: %s", reason)
+        return reason
+
+    def _count(self, bs: int | None, capturing: bool, reason: str | None) -> None:
+        new = False
+        if capturing:
+            key = int(bs) if bs is not None else -1
+            entry = self.captured.get(key)
+            if entry is None:
+                entry = self.captured[key] = {"bundled": 0, "declined": 0, "reasons": Counter()}
+                new = True
+            if reason is None:
+                entry["bundled"] += 1
+            else:
+                new = new or reason not in entry["reasons"]
+                entry["declined"] += 1
+                entry["reasons"][reason] += 1
+        elif reason is None:
+            new = self.eager_routed == 0
+            self.eager_routed += 1
+        else:
+            new = reason not in self.eager_reasons
+            self.eager_declined += 1
+            self.eager_reasons[reason] += 1
+        if self.on_stats is not None:
+            try:
+                self.on_stats(new)
+            except Exception:  # reporting must never break the service
+                log.exception("on_stats callback failed")
+
+    def stats(self) -> dict[str, Any]:
+        """What this backend captured and ran, for its process record (active.d/<rank>.json)."""
+        captured = {
+            str(bs): {
+                "kernel": "bundled" if e["declined"] == 0 and e["bundled"] > 0 else "sglang",
+                "bundled_calls": e["bundled"],
+                "declined_calls": e["declined"],
+                "reasons": dict(e["reasons"]),
+            }
+            for bs, e in sorted(self.captured.items())
+        }
+        return {
+            "static_decline": self.static_decline,
+            "kernel_error": self._kernel_error,
+            "kv_dtype": self.kv_dtype,
+            "library": self.library,
+            "captured": captured,
+            "eager": {
+                "routed": self.eager_routed,
+                "declined": self.eager_declined,
+                "reasons": dict(self.eager_reasons),
+            },
+        }
 
     # -- kernel -------------------------------------------------------------------
     def kernel(self) -> Any:
@@ -166,6 +302,9 @@ class BundledVerify:
             return "xai temperature"
         if logit_cap not in (None, 0, 0.0):
             return "logit cap"
+        kv = kv_dtype_decline(getattr(k_buffer, "dtype", None))
+        if kv:
+            return kv
         shapes = (
             getattr(q_extend, "shape", ()),
             getattr(o_extend, "shape", ()),
@@ -207,6 +346,9 @@ class BundledVerify:
         **unknown: Any,
     ) -> bool:
         self.calls += 1
+        capturing = _capturing()
+        qo_shape = getattr(qo_indptr, "shape", None)
+        bs = int(qo_shape[0]) - 1 if qo_shape else None
         positional = (
             q_extend,
             k_extend,
@@ -240,6 +382,8 @@ class BundledVerify:
             unknown,
         )
         mod = None
+        if reason is None and self.static_decline is not None:
+            reason = self.static_decline
         if reason is None:
             mod = self.kernel()
             if mod is None:
@@ -250,7 +394,7 @@ class BundledVerify:
         if reason is None:
             # Under capture the graph must own a fixed-address scratch; eager calls may use
             # the kernel's own cache (an eager batch can be larger than any captured one).
-            extra = {"workspace": self.workspace} if self.workspace is not None and _capturing() else {}
+            extra = {"workspace": self.workspace} if self.workspace is not None and capturing else {}
             try:
                 mod.mla_verify_fwd(*positional[:13], **scalars, **extra)
             except ValueError as exc:  # the kernel's argument check: never a wrong result
@@ -260,7 +404,9 @@ class BundledVerify:
                 reason = "kernel unavailable"
             else:
                 self.bundled_calls += 1
+                self._count(bs, capturing, None)
                 return True
+        self._count(bs, capturing, reason)
         if reason not in self.reasons:  # once per reason: visible in the service log, never per call
             log.warning("target verify on SGLang's kernel instead of the bundled one: %s", reason)
         self.reasons[reason] += 1

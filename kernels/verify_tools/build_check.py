@@ -1,6 +1,14 @@
 """Build check (phase 0): nvcc-compile the kernel sources for one arch and report ptxas resources.
 
 Usage: python -m verify_tools.build_check --arch sm_120a|sm_90a [--json] [--nvcc PATH]
+       python -m verify_tools.build_check --arch ARCH --library [--out-dir DIR] [--json]
+
+``--library`` (run with the SERVICE's Python: the library is bound to its torch) builds the
+loadable extension ahead of time into ``<bundle>/build/<arch>/mla_verify_ext.so`` with its
+record ``build.json`` (sha256, source hash, torch/Python versions; mla_verify/_build.py), then
+loads it in a fresh child process exactly as a service does (prebuilt-only mode: no compiler,
+no lock) and reports ``library.sha256``, ``library.loadable`` and the times. ``build/`` is not
+part of the bundle hash. Exit 0 built and loadable, 1 not, 75 nvcc or torch missing.
 
 Compiles kernels/mla_verify/csrc/mla_verify.cu (no GPU and no torch needed) to a cubin with
 `-Xptxas -v` and parses, per kernel: registers, spill store/load bytes, stack frame, static
@@ -25,7 +33,7 @@ import time
 from pathlib import Path
 
 from mla_verify import tiles
-from mla_verify._build import CSRC, nvcc_flags
+from mla_verify._build import CSRC, PREBUILT_ENV, nvcc_flags, prebuilt_dir
 
 EXIT_BLOCKED = 75
 ARCHES = ("sm_90a", "sm_120a")
@@ -154,11 +162,94 @@ def build(arch: str, nvcc: str) -> dict:
     }
 
 
+_LOAD_CHECK = r"""
+import json, sys, time
+t0 = time.time()
+import torch
+from mla_verify import _build
+t1 = time.time()
+arch = sys.argv[1]
+doc = {"torch_import_seconds": round(t1 - t0, 3), "prebuilt_only": _build.prebuilt_only()}
+try:
+    mod = _build.load(arch)
+    doc.update(loadable=True, load_seconds=round(time.time() - t1, 3), has_fwd=callable(getattr(mod, "fwd", None)))
+except ImportError as exc:
+    doc.update(loadable=False, load_error=f"{type(exc).__name__}: {exc}")
+print(json.dumps(doc))
+"""
+
+
+def cuda_home(nvcc: str) -> str | None:
+    """The CUDA root of ``nvcc`` (a folder with bin/nvcc and include/cuda_runtime.h), or None."""
+    cands = [Path(nvcc).resolve().parent.parent, Path("/usr/local/cuda")]
+    return next((str(c) for c in cands if (c / "include" / "cuda_runtime.h").is_file()), None)
+
+
+def library(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict:
+    """Build the prebuilt library, then load it in a service-like child process."""
+    from mla_verify import _build
+
+    # torch's BuildExtension finds nvcc through CUDA_HOME (a CPU-only torch never guesses it).
+    if not os.environ.get("CUDA_HOME"):
+        home = cuda_home(nvcc)
+        if home:
+            os.environ["CUDA_HOME"] = home
+    env = dict(os.environ)
+    built = _build.build_prebuilt(arch, out_dir=Path(out_dir) if out_dir else None, timeout_s=timeout_s)
+    lib = {
+        "built": bool(built.get("ok")),
+        "path": built.get("path"),
+        "sha256": built.get("sha256"),
+        "size_bytes": built.get("size_bytes"),
+        "build_seconds": built.get("seconds"),
+        "source_hash": built.get("source_hash"),
+        "torch": built.get("torch"),
+        "python": built.get("python"),
+        "loadable": False,
+        "load_error": None,
+    }
+    errors = [] if built.get("ok") else [built.get("error", "build failed") + ": " + built.get("log_tail", "")[-1500:]]
+    if built.get("ok"):
+        child_env = {**env, PREBUILT_ENV: "1"}
+        if out_dir:
+            child_env[_build.BUILD_DIR_ENV] = str(Path(out_dir).resolve().parent)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", _LOAD_CHECK, arch],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=child_env,
+                cwd=str(Path(_build.__file__).resolve().parents[1]),
+                stdin=subprocess.DEVNULL,
+            )
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, IndexError, ValueError) as exc:
+            got = {"loadable": False, "load_error": f"load check failed: {type(exc).__name__}: {exc}"}
+        lib.update({k: got[k] for k in ("loadable", "load_error", "load_seconds", "torch_import_seconds") if k in got})
+        if not lib["loadable"]:
+            errors.append(f"the prebuilt library does not load in prebuilt-only mode: {lib['load_error']}")
+    return {
+        "ok": lib["built"] and lib["loadable"],
+        "arch": arch,
+        "library": lib,
+        "errors": errors,
+        "summary": {"arch": arch, "library_built": lib["built"], "library_loadable": lib["loadable"]},
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.build_check", description=__doc__.splitlines()[0])
     ap.add_argument("--arch", required=True, choices=ARCHES, help="target: sm_90a (Hopper) or sm_120a (Blackwell)")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--nvcc", default=None, help="nvcc path (default: $CUDA_HOME/bin/nvcc or PATH)")
+    ap.add_argument(
+        "--library", action="store_true", help="build the loadable extension ahead of time (service python)"
+    )
+    ap.add_argument(
+        "--out-dir", default=None, help="with --library: folder for the library (default <bundle>/build/<arch>)"
+    )
+    ap.add_argument("--timeout", type=float, default=1800.0, help="with --library: build time limit in seconds")
     a = ap.parse_args(argv)
     nvcc = (
         a.nvcc
@@ -180,6 +271,21 @@ def main(argv=None) -> int:
             },
         }
         code = EXIT_BLOCKED
+    elif a.library:
+        try:
+            import torch  # noqa: F401 - the library is built against this interpreter's torch
+        except ImportError as exc:
+            doc = {
+                "ok": False,
+                "blocked": f"torch is not importable in {sys.executable} ({exc}): run --library with the service python",
+                "arch": a.arch,
+                "library": {"built": False, "loadable": False, "path": str(prebuilt_dir(a.arch))},
+                "summary": {"arch": a.arch, "library_built": False, "library_loadable": False},
+            }
+            code = EXIT_BLOCKED
+        else:
+            doc = library(a.arch, nvcc, a.out_dir, a.timeout)
+            code = 0 if doc["ok"] else 1
     else:
         doc = build(a.arch, nvcc)
         code = 0 if doc["ok"] else 1
@@ -188,7 +294,9 @@ def main(argv=None) -> int:
     else:
         if doc.get("blocked"):
             print(f"BLOCKED: {doc['blocked']}")
-        for k in doc["kernels"]:
+        if "library" in doc:
+            print(json.dumps(doc["library"], indent=1))
+        for k in doc.get("kernels", []):
             print(
                 f"{k['name'][:60]:<60} cfg={k['tile_config'] or '-':<6} regs={k['registers']:>3} "
                 f"spill={k['spill_bytes']} stack={k['stack_bytes']} smem={k['smem_bytes']}"

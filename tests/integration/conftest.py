@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from cutover_helpers import Standin, free_port, run_cutover  # noqa: E402
+from cutover_helpers import run_cutover  # noqa: E402
+
+from tests.support.net import free_port  # noqa: E402
+from tests.support.sglang_standin import Standin  # noqa: E402
 
 _SGLANG: dict[str, Any] = {}
 
@@ -51,6 +53,18 @@ def _import_sglang() -> str | None:
         return _SGLANG["error"]
     _SGLANG["ok"] = True
     return None
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plugin_process_state(monkeypatch):
+    """Each test starts like a new service process: no rank record, not in prebuilt-only mode
+    (register() sets MLA_VERIFY_PREBUILT_ONLY=1 as in a service; monkeypatch undoes it)."""
+    monkeypatch.setenv("MLA_VERIFY_PREBUILT_ONLY", "0")
+    from sglang_verify_plugin.config import reset_process_record
+
+    reset_process_record()
+    yield
+    reset_process_record()
 
 
 @pytest.fixture(scope="session")

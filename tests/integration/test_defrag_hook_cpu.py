@@ -37,6 +37,17 @@ def sgl(sglang_ready):
         import setproctitle  # noqa: F401
     except ImportError:
         sys.modules["setproctitle"] = types.ModuleType("setproctitle")
+    # Read through locals() below: keep every import (ruff's unused-import fix removed them once).
+    import torch  # noqa: F401
+    from sglang.srt.disaggregation.utils import DisaggregationMode  # noqa: F401
+    from sglang.srt.managers.schedule_batch import ReqKvInfo  # noqa: F401
+    from sglang.srt.managers.scheduler import Scheduler  # noqa: F401
+    from sglang.srt.managers.scheduler_components.invariant_checker import SchedulerInvariantChecker  # noqa: F401
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: F401
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: F401
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: F401
+    from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool, ReqToTokenPool  # noqa: F401
+    from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: F401
 
     return SimpleNamespace(**locals())
 
@@ -49,16 +60,19 @@ class World:
         self.sgl = sgl
         dtype = dtype or torch.bfloat16
         self.rtp = sgl.ReqToTokenPool(size=64, max_context_len=max_context, device="cpu", enable_memory_saver=False)
-        mk = lambda: sgl.MLATokenToKVPool(
-            size=slots,
-            page_size=1,
-            dtype=dtype,
-            kv_lora_rank=512,  # noqa: E731
-            qk_rope_head_dim=64,
-            layer_num=layers,
-            device="cpu",
-            enable_memory_saver=False,
-        )
+
+        def mk():
+            return sgl.MLATokenToKVPool(
+                size=slots,
+                page_size=1,
+                dtype=dtype,
+                kv_lora_rank=512,
+                qk_rope_head_dim=64,
+                layer_num=layers,
+                device="cpu",
+                enable_memory_saver=False,
+            )
+
         self.pool = mk()
         self.extra = [mk() for _ in range(extra_pools)]  # e.g. a draft model's pool on the same slots
         self.alloc = sgl.TokenToKVPoolAllocator(
@@ -240,7 +254,6 @@ def _hook(world, **kw):
 def _assert_preserved(world, before):
     """Every live request's and cached prefix's bytes, read through today's indices, equal
     what they read before, in every layer of every pool; the tree still matches the same keys."""
-    torch = world.sgl.torch
     rows_after = world.req_rows()
     assert rows_after.keys() == before["rows"].keys()
     for rid, old in before["rows"].items():

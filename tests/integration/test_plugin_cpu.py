@@ -233,7 +233,11 @@ def test_a_kernel_that_cannot_be_imported_falls_back_and_says_why(registered):
     vb.backend.extend_attention_fwd = sglang_kernel
     vb.backend.forward_extend(vb.q, vb.k, vb.v, vb.layer, vb.forward_batch)
     assert len(sglang_kernel.calls) == 1
-    assert "libcuda" in hook.kernel_error and hook.reasons == {"kernel unavailable": 1}
+    assert "libcuda" in hook.kernel_error
+    # Found when the backend was built (preflight), so every call is declined with the import error.
+    reason = "kernel unavailable: ImportError: libcuda.so.1: cannot open shared object file"
+    assert hook.static_decline == reason and hook.reasons == {reason: 1}
+    assert hook.stats()["eager"] == {"routed": 0, "declined": 1, "reasons": {reason: 1}}
 
 
 def test_a_kernel_argument_error_falls_back_instead_of_failing_the_request(registered):
