@@ -1,41 +1,22 @@
 """The real phase-3 cut-over steps (phases/3-integration.yaml, minus probe/stage which install into
-the service python) driven by the engine against the SGLang STAND-IN server of tests/integration:
+the service python) driven by the engine against the SGLang STAND-IN server of tests/support:
 approve, switch, restart, canary; and, when the new kernel changes outputs, automatic rollback."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 import yaml
 from core_helpers import REPO, invoke
 
-LAUNCHER = REPO / "tests" / "integration" / "standin_launcher.py"
+from tests.support.net import free_port, wait_healthy
+from tests.support.sglang_standin import LAUNCHER
+
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, timeout: float = 30) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} not healthy after {timeout}s")
 
 
 @pytest.fixture

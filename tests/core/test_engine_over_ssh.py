@@ -1,18 +1,16 @@
-"""End to end over real sshd (tests/ssh/lab.py, used through its documented shell interface):
+"""End to end over real sshd (the lab of tests/support/sshd_lab.py):
 the engine ships the bundle once per host, runs the phase's commands there in
 ``<remote_root>/bundles/<sha>``, reads their JSON and gates it; the dry-run shows the same command."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from core_helpers import REPO, phase, step
+from core_helpers import phase, step
 
-LAB = REPO / "tests" / "ssh" / "lab.py"
+from tests.support.sshd_lab import running_lab
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
@@ -24,18 +22,9 @@ print(json.dumps({"ok": True, "cwd": os.getcwd(), "argv": sys.argv[1:], "answer"
 
 @pytest.fixture
 def lab(tmp_path):
-    if not Path("/usr/sbin/sshd").exists():
-        pytest.skip("/usr/sbin/sshd not installed (apt-get install openssh-server)")
-    if not LAB.exists():
-        pytest.skip(f"{LAB} not present")
-    d = tmp_path / "lab"
-    up = subprocess.run([sys.executable, str(LAB), "up", str(d), "2"], capture_output=True, text=True, timeout=60)
-    if up.returncode != 0:
-        pytest.skip(f"sshd lab did not start: {up.stderr.strip()[-300:]}")
-    try:
-        yield d
-    finally:
-        subprocess.run([sys.executable, str(LAB), "down", str(d)], capture_output=True, timeout=60)
+    """The lab's folder: two sshd hosts, ``inventory.yaml``, remote roots ``remote/<host>``."""
+    with running_lab(tmp_path / "lab", 2) as running:
+        yield Path(running.root)
 
 
 def test_phase_runs_over_ssh_in_the_shipped_bundle(ws, lab):

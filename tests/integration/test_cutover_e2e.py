@@ -1,4 +1,4 @@
-"""Phase 3 end to end: the orchestrator CLI, real sshd hosts (tests/ssh/lab.py) and one SGLang
+"""Phase 3 end to end: the orchestrator CLI, real sshd hosts (tests/support/sshd_lab.py) and one SGLang
 STAND-IN server per host, started by each host's inventory restart command.
 
 The phase is phases/3-integration.yaml with test-only edits: no ``requires`` (phases 0-2 need a
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,13 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "ssh"))
+from tests.support import sshd_lab
+from tests.support.cli import cli_argv, cli_env, run_cli_json
+from tests.support.net import free_port
+from tests.support.paths import REPO, copy_kernels
+from tests.support.sglang_standin import Standin
 
-from cutover_helpers import Standin, free_port  # noqa: E402
-
-lab_mod = pytest.importorskip("lab", reason="tests/ssh/lab.py (the sshd lab) is not in this checkout")
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
 HOSTS = ["h1", "h2", "h3"]
@@ -52,17 +50,13 @@ class Fleet:
     def __init__(self, tmp: Path, lab) -> None:
         self.tmp, self.lab = tmp, lab
         self.checkout = tmp / "checkout"
-        shutil.copytree(
-            REPO / "kernels",
-            self.checkout / "kernels",
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", ".*"),
-        )
+        copy_kernels(self.checkout)
         self.phases = tmp / "phases"
         self.phases.mkdir()
         (self.phases / "3-integration.yaml").write_text(yaml.safe_dump(_phase_spec(), sort_keys=False))
         self.state = tmp / "state"
         remote = tmp / "remote"
-        doc = lab_mod.inventory_doc(lab, remote, connect_timeout_s=5)
+        doc = sshd_lab.inventory_doc(lab, remote, connect_timeout_s=5)
         self.standins: dict[str, Standin] = {}
         self.service_pythons: dict[str, Path] = {}
         for h in doc["hosts"]:
@@ -92,49 +86,13 @@ class Fleet:
             s.wait_up()
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            ORCHESTRATOR_ROOT=str(self.checkout),
-            ORCHESTRATOR_PHASES_DIR=str(self.phases),
-            PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-        )
-        for k in (
-            "ORCHESTRATOR_STATE_DIR",
-            "ORCHESTRATOR_INVENTORY",
-            "ORCHESTRATOR_VERIFY_CONFIG",
-            "ORCHESTRATOR_VERIFY_DISABLE",
-        ):
-            env.pop(k, None)
-        return env
+        return cli_env(self.checkout, self.phases)
 
     def argv(self, *args: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "orchestrator",
-            *args,
-            "--inventory",
-            str(self.inventory),
-            "--state-dir",
-            str(self.state),
-        ]
+        return cli_argv(*args, "--inventory", str(self.inventory), "--state-dir", str(self.state))
 
     def cli(self, *args: str, timeout: float = 300) -> tuple[int, dict]:
-        p = subprocess.run(
-            self.argv(*args),
-            env=self.env(),
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            return p.returncode, json.loads(p.stdout)
-        except ValueError:
-            raise AssertionError(
-                f"not one JSON document (exit {p.returncode}):\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}"
-            )
+        return run_cli_json(self.argv(*args), env=self.env(), cwd=self.tmp, timeout=timeout)
 
     def digest(self, *cmd: str) -> str:
         code, doc = self.cli(*cmd, "--json")
@@ -171,20 +129,12 @@ class Fleet:
 
 @pytest.fixture
 def fleet(tmp_path):
-    reason = lab_mod.sshd_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    lab = lab_mod.start_lab(tmp_path / "lab", 3)
-    f = None
-    try:
+    with sshd_lab.running_lab(tmp_path / "lab", 3) as lab:
         f = Fleet(tmp_path, lab)
-        yield f
-    finally:
-        if f is not None:
+        try:
+            yield f
+        finally:
             f.stop()
-        pids = lab.pids()
-        lab.stop()
-        assert not [p for p in pids if lab_mod._is_live(p)], "an sshd survived teardown"
 
 
 def _steps(doc: dict) -> dict[str, dict]:

@@ -6,19 +6,17 @@ Transports are closed before the lab stops (T10); the lab stops its sshd by PID.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+from labkit import SilentServer
 
-sys.path.insert(0, str(Path(__file__).parent))
-import lab as lab_mod  # noqa: E402
-from labkit import SilentServer  # noqa: E402
+from tests.support import sshd_lab
+from tests.support.sshd_lab import Lab
 
 
 def pytest_collection_modifyitems(config, items):
-    reason = lab_mod.sshd_missing_reason()
+    reason = sshd_lab.sshd_missing_reason()
     if reason is None:
         return
     skip = pytest.mark.skip(reason=f"ssh lab unavailable: {reason}")
@@ -28,31 +26,25 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def shared_lab(tmp_path_factory) -> Iterator[lab_mod.Lab]:
+def shared_lab(tmp_path_factory) -> Iterator[Lab]:
     """Three sshd hosts shared by tests that do not kill or reconfigure hosts."""
-    if lab_mod.sshd_missing_reason():
-        pytest.skip(lab_mod.sshd_missing_reason())
-    lab = lab_mod.start_lab(tmp_path_factory.mktemp("lab"), 3)
-    yield lab
-    lab.stop()
+    with sshd_lab.running_lab(tmp_path_factory.mktemp("lab"), 3) as lab:
+        yield lab
 
 
 @pytest.fixture
-def own_lab(tmp_path) -> Iterator[Callable[[int], lab_mod.Lab]]:
+def own_lab(tmp_path) -> Iterator[Callable[[int], Lab]]:
     """Factory for a private lab (for tests that kill hosts); stopped by PID at teardown."""
-    labs: list[lab_mod.Lab] = []
+    labs: list[Lab] = []
 
-    def start(n: int) -> lab_mod.Lab:
-        lab = lab_mod.start_lab(tmp_path / f"lab{len(labs)}", n)
+    def start(n: int) -> Lab:
+        lab = sshd_lab.start_lab(tmp_path / f"lab{len(labs)}", n)
         labs.append(lab)
         return lab
 
     yield start
-    for lab in labs:
-        pids = lab.pids()
-        lab.stop()
-        survivors = [p for p in pids if lab_mod._is_live(p)]
-        assert not survivors, f"sshd {survivors} survived teardown"
+    survivors = [p for lab in labs for p in lab.stop_and_list_survivors()]
+    assert not survivors, f"sshd {survivors} survived teardown"
 
 
 @pytest.fixture

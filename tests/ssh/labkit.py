@@ -1,6 +1,6 @@
-"""Helpers shared by the SSH tests (imported by name, so they do not depend on which
-``conftest`` module pytest loaded last): lab hosts as inventory-like objects, a silent TCP
-server, and a tiny bundle.
+"""Helpers of the SSH tests (imported by name, so they do not depend on which ``conftest``
+module pytest loaded last): lab hosts as inventory-like objects, a silent TCP server, and a
+tiny bundle. The sshd lab itself is tests/support/sshd_lab.py.
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ import threading
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import lab as lab_mod  # noqa: E402
-
-from orchestrator.bundle import Bundle, build_bundle  # noqa: E402
+from orchestrator.bundle import Bundle, build_bundle
+from tests.support.sshd_lab import Lab
 
 
-def make_host(lab: lab_mod.Lab, name: str, remote_base: Path, **overrides) -> types.SimpleNamespace:
+def make_host(lab: Lab, name: str, remote_base: Path, **overrides) -> types.SimpleNamespace:
     """A host with the inventory fields of plans/0001 section 6, pointing at a lab sshd."""
     h = lab.host(name)
     fields = dict(

@@ -25,14 +25,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(REPO)]
-
-import lab as lab_mod  # noqa: E402
+sys.path[:0] = [str(REPO)]
 
 from orchestrator import facts  # noqa: E402
 from orchestrator.atomic import atomic_write_text  # noqa: E402
 from orchestrator.bundle import build_bundle, ship_bundle, verify_on_host  # noqa: E402
 from orchestrator.transport.ssh import SSHTransport  # noqa: E402
+from tests.support import sshd_lab  # noqa: E402
 
 
 def quick_phase(host, bundle, with_facts: bool) -> dict:
@@ -116,14 +115,14 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=16, help="concurrency cap")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    reason = lab_mod.sshd_missing_reason()
+    reason = sshd_lab.sshd_missing_reason()
     if reason:
         print(f"skipped: {reason}", file=sys.stderr)
         return 75
     with tempfile.TemporaryDirectory(prefix="quick-phase-") as tmp:
         tmp = Path(tmp)
         bundle = build_bundle(REPO, tmp / "bundle")
-        lab = lab_mod.start_lab(tmp / "lab", args.hosts)
+        lab = sshd_lab.start_lab(tmp / "lab", args.hosts)
         try:
             names = [h.name for h in lab.hosts]
             warm = warm_command_s(lab)

@@ -13,8 +13,9 @@ import json
 
 import pytest
 import yaml
-from lab import inventory_doc, write_inventory
 from test_remote_phases import Project, host_results, quick_phase, step_results
+
+from tests.support.sshd_lab import inventory_doc, write_inventory
 
 pytestmark = pytest.mark.ssh
 

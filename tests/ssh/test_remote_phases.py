@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab import _cmdline, inventory_doc, write_inventory
 from labkit import SilentServer, make_bundle, make_host
 
 from orchestrator.bundle import Bundle, verify_on_host
 from orchestrator.transport.ssh import SSHTransport
+from tests.support.cli import cli_argv, cli_env, run_cli_json
+from tests.support.paths import copy_kernels
+from tests.support.sshd_lab import _cmdline, inventory_doc, write_inventory
 
 pytestmark = pytest.mark.ssh
 
@@ -79,11 +81,7 @@ class Project:
         self.state = tmp / "state"
         if phase is None:  # the real phases and a frozen copy of this checkout's kernels/
             self.root = tmp / "checkout"
-            shutil.copytree(
-                REPO / "kernels",
-                self.root / "kernels",
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", ".*"),
-            )
+            copy_kernels(self.root)
             self.phases = REPO / "phases"
         else:
             make_bundle(tmp, "scenario")  # writes a tiny kernels/ under tmp/src-scenario
@@ -93,36 +91,13 @@ class Project:
             (self.phases / "0-quick.yaml").write_text(yaml.safe_dump(phase, sort_keys=False))
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            ORCHESTRATOR_ROOT=str(self.root),
-            ORCHESTRATOR_PHASES_DIR=str(self.phases),
-            PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-        )
-        env.pop("ORCHESTRATOR_STATE_DIR", None)
-        env.pop("ORCHESTRATOR_INVENTORY", None)
-        return env
+        return cli_env(self.root, self.phases)
 
     def argv(self, *args: str, state: bool = True) -> list[str]:
-        return [sys.executable, "-m", "orchestrator", *args, *(["--state-dir", str(self.state)] if state else [])]
+        return cli_argv(*args, *(["--state-dir", str(self.state)] if state else []))
 
     def cli(self, *args: str, timeout: float = 240, state: bool = True) -> tuple[int, dict]:
-        p = subprocess.run(
-            self.argv(*args, state=state),
-            env=self.env(),
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            doc = json.loads(p.stdout)
-        except ValueError:
-            raise AssertionError(
-                f"not one JSON document (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
-            )
-        return p.returncode, doc
+        return run_cli_json(self.argv(*args, state=state), env=self.env(), cwd=self.tmp, timeout=timeout)
 
     def popen(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(

@@ -1,6 +1,6 @@
 """Restart command for the SGLang STAND-IN (tests only): what an inventory's ``restart`` runs.
 
-``python standin_launcher.py restart --root R --port P`` stops the previous stand-in of this
+``python tests/support/sglang_standin_launcher.py restart --root R --port P`` stops the previous stand-in of this
 root and port (found by its pidfile, checked against /proc so a recycled pid is never
 signalled), then starts a new one detached (own session, log in ``R/standin-P.log``) and
 returns at once, like ``systemctl restart``. ``stop`` only stops it.
@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-STANDIN = Path(__file__).resolve().parent / "standin_sglang.py"
+#: The stand-in server this launcher starts (tests/support/sglang_standin_server.py).
+STANDIN = Path(__file__).resolve().with_name("sglang_standin_server.py")
 
 
 def pidfile(root: Path, port: int) -> Path:
@@ -28,7 +29,7 @@ def _is_standin(pid: int) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return any(part.endswith(b"standin_sglang.py") for part in cmdline)
+    return any(part.endswith(STANDIN.name.encode()) for part in cmdline)
 
 
 def stop(root: Path, port: int, grace_s: float = 5.0) -> bool:

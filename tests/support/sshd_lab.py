@@ -1,9 +1,18 @@
-"""A lab of real sshd processes on loopback addresses (127.0.0.2, 127.0.0.3, ...).
+"""The sshd lab: real sshd processes on loopback addresses (127.0.0.2, 127.0.0.3, ...).
 
+The one implementation every SSH test uses (tests/ssh, tests/integration, tests/core).
 Each host gets its own sshd, host key, config and log under ``DIR/<name>/``; one client key
 is authorized on all of them and ``DIR/known_hosts`` holds one ``[addr]:port`` line per host
 (ssh-test-hosts.md 2.5, T9). Everything is stopped by PID: the listener's per-connection
 children first (they outlive the listener, T10), then the listener.
+
+In a pytest fixture (skips with the reason where sshd is missing; at teardown stops the lab
+and fails if one of its sshd survived)::
+
+    @pytest.fixture
+    def lab(tmp_path):
+        with sshd_lab.running_lab(tmp_path / "lab", 3) as lab:
+            yield lab
 
 Python::
 
@@ -13,8 +22,8 @@ Python::
 
 Shell (CI)::
 
-    python tests/ssh/lab.py up DIR N      # prints name addr port pid per host; writes DIR/inventory.yaml
-    python tests/ssh/lab.py down DIR      # stops the PIDs recorded in DIR/lab.json
+    python tests/support/sshd_lab.py up DIR N   # prints name addr port pid per host; writes DIR/inventory.yaml
+    python tests/support/sshd_lab.py down DIR   # stops the PIDs recorded in DIR/lab.json
 """
 
 from __future__ import annotations
@@ -22,12 +31,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a script (the shell interface): make `tests.support` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.net import free_port, wait_banner  # noqa: E402
 
 SSHD = Path("/usr/sbin/sshd")
 SFTP_SERVER = Path("/usr/lib/openssh/sftp-server")
@@ -83,26 +99,9 @@ def known_hosts_line(address: str, port: int, pubkey: str) -> str:
     return f"{target} {pubkey}"
 
 
-def free_port(address: str) -> int:
-    """A TCP port that is free on ``address`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
-
-
 def wait_for_banner(address: str, port: int, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Return once ``address:port`` answers with an SSH banner; raise TimeoutError otherwise."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((address, port), timeout=1.0) as s:
-                if s.recv(64).startswith(b"SSH-"):
-                    return
-        except OSError as exc:
-            last = exc
-        time.sleep(0.02)
-    raise TimeoutError(f"sshd on {address}:{port} gave no banner within {timeout_s}s ({last})")
+    wait_banner(address, port, b"SSH-", timeout_s)
 
 
 # ---------------------------------------------------------------- processes by PID
@@ -248,9 +247,9 @@ class Lab:
         h.pid = proc.pid
         try:
             wait_for_banner(h.address, h.port)
-        except TimeoutError:
+        except TimeoutError as exc:
             self.kill_host(h.name)
-            raise RuntimeError(f"{h.name}: sshd did not start; log: {Path(h.log).read_text()[-800:]}")
+            raise RuntimeError(f"{h.name}: sshd did not start; log: {Path(h.log).read_text()[-800:]}") from exc
         self.save()
 
     def kill_host(self, name: str, sig: int = signal.SIGKILL) -> list[int]:
@@ -282,6 +281,12 @@ class Lab:
 
     def pids(self) -> list[int]:
         return [h.pid for h in self.hosts if h.pid is not None]
+
+    def stop_and_list_survivors(self) -> list[int]:
+        """:meth:`stop`, then the listener PIDs that are still alive (a clean teardown has none)."""
+        pids = self.pids()
+        self.stop()
+        return [p for p in pids if _is_live(p)]
 
     # -- clients
     def write_known_hosts(self, path: Path | None = None, *, wrong_key_for: set[str] = frozenset()) -> Path:
@@ -401,22 +406,50 @@ def start_lab(root: Path, n: int, *, first_address: int = 2, port: int | None = 
     return lab
 
 
+def write_lab_inventory(lab: Lab) -> Path:
+    """``<root>/inventory.yaml`` for every lab host, remote roots ``<root>/remote/<name>``."""
+    return write_inventory(Path(lab.root, "inventory.yaml"), inventory_doc(lab, Path(lab.root, "remote")))
+
+
+@contextmanager
+def running_lab(root: Path, n: int, **start: Any) -> Iterator[Lab]:
+    """A started lab for the ``with`` body; the way tests start one (fixtures: ``with ... as lab: yield lab``).
+
+    Skips the test, with the reason, where sshd is missing; starts ``n`` hosts under ``root``
+    (``start`` goes to :func:`start_lab`) and writes ``root/inventory.yaml``
+    (:func:`write_lab_inventory`); on leaving stops every host by PID and, unless the body
+    raised, fails if one of its sshd survived.
+    """
+    import pytest
+
+    reason = sshd_missing_reason()
+    if reason:
+        pytest.skip(f"ssh lab unavailable: {reason}")
+    lab = start_lab(root, n, **start)
+    try:
+        write_lab_inventory(lab)
+        yield lab
+    finally:
+        survivors = lab.stop_and_list_survivors()
+    assert not survivors, f"sshd {survivors} of the lab under {root} survived teardown"
+
+
 def _main(argv: list[str]) -> int:
-    usage = "usage: lab.py up DIR N | lab.py down DIR"
+    usage = "usage: sshd_lab.py up DIR N | sshd_lab.py down DIR"
     if len(argv) == 3 and argv[0] == "up":
         if not argv[2].isdigit() or not 1 <= int(argv[2]) <= 200:
-            print(f"lab.py up: N must be a whole number 1..200, got {argv[2]!r}", file=sys.stderr)
+            print(f"sshd_lab.py up: N must be a whole number 1..200, got {argv[2]!r}", file=sys.stderr)
             return 2
         reason = sshd_missing_reason()
         if reason:
-            print(f"lab.py up: {reason}", file=sys.stderr)
+            print(f"sshd_lab.py up: {reason}", file=sys.stderr)
             return 75
         try:
             lab = start_lab(Path(argv[1]), int(argv[2]))
         except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
-            print(f"lab.py up: {exc}", file=sys.stderr)
+            print(f"sshd_lab.py up: {exc}", file=sys.stderr)
             return 1
-        inv = write_inventory(Path(lab.root, "inventory.yaml"), inventory_doc(lab, Path(lab.root, "remote")))
+        inv = write_lab_inventory(lab)
         for h in lab.hosts:
             print(h.name, h.address, h.port, h.pid)
         print(f"known_hosts {lab.known_hosts}\nclient_key {lab.client_key}\ninventory {inv}")

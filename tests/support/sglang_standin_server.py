@@ -1,5 +1,8 @@
 """STAND-IN for a live SGLang server, for cut-over tests only. It is not SGLang.
 
+Started by tests/support/sglang_standin_launcher.py (an inventory's ``service.restart``) and
+driven from tests through :class:`tests.support.sglang_standin.Standin`.
+
 A small ``ThreadingHTTPServer`` that answers like an SGLang HTTP server where the
 cut-over tool looks: ``GET /health`` and a deterministic greedy ``POST /generate``
 (``{"text", "sampling_params": {"max_new_tokens"}}`` -> ``{"text", "output_ids",
