@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from orchestrator.atomic import atomic_write_text
 from orchestrator.errors import HostUnreachable, StepFailed
+from orchestrator.transport import known_hosts as known_hosts_mod
 from orchestrator.transport.base import CommandResult, RemoteJob, TransferResult, register_terminator
 from orchestrator.transport.framing import (
     FRAME_ONLY_SH,
@@ -46,6 +47,7 @@ from orchestrator.transport.framing import (
     unframe,
     wrap,
 )
+from orchestrator.transport.known_hosts import KnownHosts
 from orchestrator.transport.remote_command import remote_argv, render_remote_command
 
 log = logging.getLogger(__name__)
@@ -91,24 +93,45 @@ class SSHTransport:
 
     Commands may be issued from several threads (each gets its own SSH channel); opening
     and dropping the connection is serialised.
+
+    The user's ssh_config (``~/.ssh/config``, or the file named by ``ORCHESTRATOR_SSH_CONFIG``;
+    ``none`` disables it) is read for the host's address the way ssh(1) reads it: ``HostName``,
+    ``Port`` (when the inventory leaves the port at 22), ``User`` (when the inventory sets none),
+    ``IdentityFile`` (tried after ``ssh_key``) and ``ProxyJump`` (when the inventory sets no
+    ``proxy_jump``). Agent keys are offered after the files, so an encrypted ``ssh_key`` works
+    when it is loaded in the agent.
     """
 
-    def __init__(self, host: SSHHost, *, keepalive_s: int = KEEPALIVE_S) -> None:
+    def __init__(self, host: SSHHost, *, keepalive_s: int = KEEPALIVE_S, _hop: bool = False) -> None:
         self.host = host
         self.host_name: str = host.name
-        self.address: str = host.address
-        self.port: int = int(_field(host, "port", 22))
-        self.user: str = _field(host, "user", None) or getpass.getuser()  # as ssh(1) does
+        self.ssh_config_path = _ssh_config_path()
+        lk = _ssh_config_lookup(self.ssh_config_path, host.address)
+        self.address: str = str(lk.get("hostname") or host.address)
+        port = _field(host, "port", None)
+        if port in (None, 22) and lk.get("port"):
+            port = int(lk["port"])
+        self.port: int = int(port or 22)
+        self.user: str = _field(host, "user", None) or lk.get("user") or getpass.getuser()  # as ssh(1) does
         key = _field(host, "ssh_key", None)
         self.ssh_key: str | None = os.path.expanduser(str(key)) if key else None
+        self.identity_files: list[str] = [
+            os.path.expanduser(str(f)) for f in lk.get("identityfile", []) if os.path.isfile(os.path.expanduser(str(f)))
+        ]
         kh = _field(host, "known_hosts", None)
         self.known_hosts: str | None = os.path.expanduser(str(kh)) if kh else None
+        jump = _field(host, "proxy_jump", None) or lk.get("proxyjump")
+        self.proxy_jump: str | None = None if not jump or str(jump).lower() == "none" else str(jump)
         self.connect_timeout_s = whole_seconds(_field(host, "connect_timeout_s"), DEFAULT_CONNECT_TIMEOUT_S)
         self.transfer_timeout_s = TRANSFER_IDLE_TIMEOUT_S
         self.keepalive_s = keepalive_s
         self._conn: Any = None
+        self._gateways: list[Any] = []
         self._mu = threading.RLock()
         self._banner_reported = False
+        self._known: KnownHosts | None = None
+        self._pending_warnings: list[str] = []
+        self._hop = _hop
 
     # ------------------------------------------------------------------ connection
 
@@ -120,41 +143,90 @@ class SSHTransport:
     def _known_hosts_label(self) -> str:
         return self.known_hosts or "~/.ssh/known_hosts"
 
-    def _build(self) -> Any:
+    def _load_known_hosts(self) -> KnownHosts:
+        if self._known is not None:
+            return self._known
+        path = self.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+        try:
+            known = known_hosts_mod.load(path)
+        except OSError as exc:
+            if self.known_hosts is None and not os.path.exists(path):
+                known = KnownHosts(path=path)
+            else:
+                raise HostUnreachable(
+                    f"{self.host_name}: known_hosts {path} is not readable ({exc.strerror})",
+                    host=self.host_name,
+                ) from None
+        for w in known.warnings:
+            log.warning("%s: %s", self.host_name, w)
+        self._pending_warnings += [f"{self.host_name}: {w}" for w in known.warnings]
+        self._known = known
+        return known
+
+    def _connection(self, address: str, port: int, user: str, gateway: Any) -> Any:
+        """One strictly host-key-checked Fabric Connection (not opened)."""
         import paramiko  # lazily: the engine imports no SSH code for local runs
         from fabric import Config, Connection
 
         config = Config(
-            ssh_config=paramiko.SSHConfig(),
-            lazy=True,
+            ssh_config=paramiko.SSHConfig(),  # resolved above, explicitly: Fabric's own use would build
+            lazy=True,  # ProxyJump gateways with its permissive host-key policy (T2)
             overrides={"run": {"in_stream": False, "warn": True, "hide": True, "pty": False}},
         )
         t = self.connect_timeout_s
         connect_kwargs: dict[str, Any] = {"banner_timeout": t, "auth_timeout": t, "channel_timeout": t}
-        if self.ssh_key:
-            connect_kwargs.update(key_filename=[self.ssh_key], allow_agent=False, look_for_keys=False)
+        files = ([self.ssh_key] if self.ssh_key else []) + [f for f in self.identity_files if f != self.ssh_key]
+        connect_kwargs.update(
+            key_filename=files,
+            allow_agent=_agent_allowed(),
+            look_for_keys=not files,  # ssh(1)'s default identities only when none is configured
+        )
         conn = Connection(
-            self.address,
-            user=self.user,
-            port=self.port,
+            address,
+            user=user,
+            port=port,
             config=config,
             connect_timeout=t,
             connect_kwargs=connect_kwargs,
             inline_ssh_env=True,
+            gateway=gateway,
         )
+        known = self._load_known_hosts()
         client = conn.client
-        if self.known_hosts:
-            try:
-                client.load_host_keys(self.known_hosts)
-            except OSError as exc:
-                raise HostUnreachable(
-                    f"{self.host_name}: known_hosts {self.known_hosts} is not readable ({exc.strerror})",
-                    host=self.host_name,
-                ) from None
-        else:
-            client.load_system_host_keys()
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        known.install(client.get_host_keys())
+        client.set_missing_host_key_policy(_StrictPolicy(known))
         return conn
+
+    def _build(self) -> Any:
+        """The Connection to this host, through its ProxyJump hops (each opened and checked here,
+        so an error names the hop); raises HostUnreachable."""
+        gateway = None
+        opened: list[Any] = []
+        try:
+            for hop in _parse_jumps(self.proxy_jump):
+                lk = _ssh_config_lookup(self.ssh_config_path, hop.address)
+                addr = str(lk.get("hostname") or hop.address)
+                port = hop.port or int(lk.get("port") or 22)
+                user = hop.user or lk.get("user") or self.user
+                gw = self._connection(addr, port, user, gateway)
+                started = time.monotonic()
+                try:
+                    gw.open()
+                except _connect_errors() as exc:
+                    _quiet_close(gw)
+                    why = self._describe_connect_error(exc, time.monotonic() - started, f"{addr}:{port}")
+                    raise HostUnreachable(
+                        f"{self.host_name}: via bastion {user}@{addr}:{port}: {why.split(': ', 1)[1]}",
+                        host=self.host_name,
+                    ) from None
+                opened.append(gw)
+                gateway = gw
+        except BaseException:
+            for g in reversed(opened):
+                _quiet_close(g)
+            raise
+        self._gateways = opened
+        return self._connection(self.address, self.port, self.user, gateway)
 
     def _open(self) -> Any:
         """The open Connection, connecting on first use; raises HostUnreachable."""
@@ -175,6 +247,7 @@ class SSHTransport:
         except _connect_errors() as exc:
             elapsed = time.monotonic() - started
             _quiet_close(conn)
+            self._close_gateways()
             raise HostUnreachable(self._describe_connect_error(exc, elapsed), host=self.host_name) from None
         if conn.transport is not None:
             conn.transport.set_keepalive(self.keepalive_s)
@@ -182,49 +255,65 @@ class SSHTransport:
         log.debug("connected to %s (%s@%s)", self.host_name, self.user, self.target)
         return conn
 
-    def _describe_connect_error(self, exc: BaseException, elapsed: float) -> str:
+    def _describe_connect_error(self, exc: BaseException, elapsed: float, target: str | None = None) -> str:
         import paramiko
         from paramiko.ssh_exception import NoValidConnectionsError
 
         where = f"{self.host_name}: "
+        target = target or self.target
+        if isinstance(exc, paramiko.SSHException) and str(exc).startswith(REVOKED_MARK):
+            line = str(exc)[len(REVOKED_MARK) :].strip()
+            return f"{where}host key for {target} is revoked by {line} (@revoked); refusing to connect"
         if isinstance(exc, paramiko.BadHostKeyException):
             return (
-                f"{where}host key for {self.target} does not match known_hosts "
+                f"{where}host key for {target} does not match known_hosts "
                 f"{self._known_hosts_label()} (refusing to connect)"
             )
         if isinstance(exc, paramiko.PasswordRequiredException):
-            return f"{where}key {self.ssh_key} is encrypted; use an unencrypted deploy key or an agent"
+            agent = os.environ.get("SSH_AUTH_SOCK")
+            how = (
+                "and the agent at SSH_AUTH_SOCK offered no key the host accepts"
+                if agent and _agent_allowed()
+                else "and no ssh-agent is available (SSH_AUTH_SOCK is not set)"
+            )
+            return f"{where}key {self.ssh_key} is encrypted {how}; run `ssh-add {self.ssh_key}` or use an unencrypted deploy key"
         if isinstance(exc, paramiko.AuthenticationException):
             key = f" with key {self.ssh_key}" if self.ssh_key else ""
-            return f"{where}authentication failed for {self.user}@{self.target}{key}"
+            return f"{where}authentication failed for {self.user}@{target}{key}"
         if isinstance(exc, NoValidConnectionsError):
-            return f"{where}cannot connect to {self.target}: connection refused"
+            return f"{where}cannot connect to {target}: connection refused"
         if isinstance(exc, socket.gaierror):
-            return f"{where}cannot resolve address {self.address!r}"
+            return f"{where}cannot resolve address {target.rsplit(':', 1)[0]!r}"
         if isinstance(exc, (TimeoutError, socket.timeout)):
-            return f"{where}connect to {self.target} timed out after {self.connect_timeout_s}s"
+            return f"{where}connect to {target} timed out after {self.connect_timeout_s}s"
         if isinstance(exc, paramiko.SSHException):
             text = str(exc)
             if "not found in known_hosts" in text:
                 return (
-                    f"{where}host key for {self.target} is not in known_hosts "
+                    f"{where}host key for {target} is not in known_hosts "
                     f"{self._known_hosts_label()} (refusing to connect)"
                 )
             if "No existing session" in text or "banner" in text.lower():
                 return (
-                    f"{where}{self.target} accepted TCP but sent no SSH banner within "
+                    f"{where}{target} accepted TCP but sent no SSH banner within "
                     f"{self.connect_timeout_s}s (after {elapsed:.1f}s)"
                 )
-            return f"{where}SSH handshake with {self.target} failed: {text}"
+            return f"{where}SSH handshake with {target} failed: {text}"
         if isinstance(exc, OSError):
-            return f"{where}cannot connect to {self.target}: {exc.strerror or exc}"
-        return f"{where}cannot connect to {self.target}: {type(exc).__name__}: {exc}"
+            return f"{where}cannot connect to {target}: {exc.strerror or exc}"
+        return f"{where}cannot connect to {target}: {type(exc).__name__}: {exc}"
+
+    def _close_gateways(self) -> None:
+        for g in reversed(self._gateways):
+            _quiet_close(g)
+        self._gateways = []
 
     def _drop(self) -> None:
         with self._mu:
             if self._conn is not None:
                 _quiet_close(self._conn)
             self._conn = None
+            self._close_gateways()
 
     def close(self) -> None:
         """Close the Connection (before any teardown of the host, T10). Idempotent."""
@@ -337,7 +426,8 @@ class SSHTransport:
                     fields = dict(exit_code=code, stdout=framed.stdout, stderr=framed.stderr)
         finally:
             _unregister(key)
-        warnings: list[str] = []
+        warnings: list[str] = list(self._pending_warnings)
+        self._pending_warnings.clear()
         if framed.banner and not self._banner_reported:
             self._banner_reported = True
             first = framed.banner.strip().splitlines()[0][:120]
@@ -544,6 +634,82 @@ def terminate_remote(kill_after_s: float = 2.0, bound_s: float = 30.0) -> int:
 
 
 register_terminator(terminate_remote)
+
+
+# ---------------------------------------------------------------------- ssh_config, jumps, policy
+
+
+def _ssh_config_path() -> str | None:
+    """``$ORCHESTRATOR_SSH_CONFIG`` (``none``: no file), else ``~/.ssh/config`` when it exists."""
+    env = os.environ.get("ORCHESTRATOR_SSH_CONFIG")
+    if env is not None:
+        return None if env.strip().lower() in ("", "none") else os.path.expanduser(env)
+    default = os.path.expanduser("~/.ssh/config")
+    return default if os.path.isfile(default) else None
+
+
+def _ssh_config_lookup(path: str | None, name: str) -> dict[str, Any]:
+    """What ssh_config says for ``name`` (``hostname``, ``port``, ``user``, ``identityfile``,
+    ``proxyjump``); empty without a file. An unreadable or invalid file is a HostUnreachable."""
+    if not path:
+        return {}
+    import paramiko
+
+    try:
+        cfg = paramiko.SSHConfig.from_path(path)
+        found = dict(cfg.lookup(name))
+    except (OSError, paramiko.ssh_exception.ConfigParseError, ValueError) as exc:
+        raise HostUnreachable(f"{name}: ssh_config {path} cannot be used: {exc}", host=name) from None
+    return found
+
+
+def _agent_allowed() -> bool:
+    return os.environ.get("ORCHESTRATOR_SSH_AGENT", "1") != "0"
+
+
+class _Hop:
+    def __init__(self, user: str | None, address: str, port: int | None) -> None:
+        self.user, self.address, self.port = user, address, port
+
+
+def _parse_jumps(spec: str | None) -> list[_Hop]:
+    """``[user@]host[:port][,...]`` (ssh -J syntax) as hops, first hop first."""
+    hops: list[_Hop] = []
+    for part in (spec or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.startswith("ssh://"):
+            part = part[len("ssh://") :]
+        user, _, hostport = part.rpartition("@")
+        address, port = hostport, None
+        if hostport.startswith("["):
+            address, _, rest = hostport[1:].partition("]")
+            port = int(rest[1:]) if rest.startswith(":") else None
+        elif hostport.count(":") == 1:
+            address, _, p = hostport.partition(":")
+            port = int(p)
+        hops.append(_Hop(user or None, address, port))
+    return hops
+
+
+#: Marks the SSHException that :class:`_StrictPolicy` raises for a revoked key.
+REVOKED_MARK = "[revoked host key]"
+
+
+class _StrictPolicy:
+    """Reject unknown host keys (T2), naming the ``@revoked`` line when the key is revoked (T14)."""
+
+    def __init__(self, known: KnownHosts) -> None:
+        self.known = known
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        import paramiko
+
+        rev = self.known.revoked_entry(key)
+        if rev is not None:
+            raise paramiko.SSHException(f"{REVOKED_MARK} {rev.where}")
+        raise paramiko.SSHException(f"Server {hostname!r} not found in known_hosts")
 
 
 def _connect_errors() -> tuple[type[BaseException], ...]:
