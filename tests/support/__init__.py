@@ -1,5 +1,10 @@
-"""Shared test helpers (paths, ports, waiting, the sshd lab, the SGLang stand-in).
+"""Shared test helpers, one place for each (import as ``from tests.support.<module> import ...``;
+pyproject's pytest ``pythonpath`` holds the checkout root and ``kernels/``).
 
-Import as ``from tests.support import ...`` (pyproject's pytest ``pythonpath`` holds the
-checkout root and ``kernels/``).
+- ``paths``: ``REPO``, ``KERNELS``, ``copy_kernels`` (a frozen copy of kernels/ for a test's checkout);
+- ``net``: ``free_port``, ``wait_healthy`` (HTTP 200), ``wait_banner`` (a TCP server's first bytes);
+- ``sshd_lab``: the sshd lab on loopback (``running_lab`` for fixtures; shell ``up``/``down``);
+- ``sglang_standin``: ``Standin``, the SGLang STAND-IN server (``sglang_standin_server.py``) started
+  through ``sglang_standin_launcher.py``, as an inventory's restart command runs it;
+- ``cli``: the orchestrator CLI as a subprocess (``cli_env``, ``cli_argv``, ``run_cli_json``).
 """
