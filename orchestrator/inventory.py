@@ -18,6 +18,8 @@ from orchestrator.yamlio import YamlDocument, join_problems, load_yaml_document,
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ADDRESS_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[?[0-9A-Fa-f:.]+\]?)$")
+_JUMP_HOP = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+PROXY_JUMP_RE = re.compile(rf"^{_JUMP_HOP}(?:,{_JUMP_HOP})*$")
 USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./~+-]+$")
 URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(?::[0-9]+)?(?:/[A-Za-z0-9._~/%?&=+-]*)?$")
@@ -92,6 +94,14 @@ class HostFields(BaseModel):
     service: Service | None = None
     connect_timeout_s: int | None = Field(default=None, ge=1, le=600)
     command_timeout_s: float | None = Field(default=None, gt=0)
+    proxy_jump: str | None = None  # ssh -J syntax: [user@]host[:port][,...]; bastions are host-key-checked too
+
+    @field_validator("proxy_jump")
+    @classmethod
+    def _jump(cls, v: str | None) -> str | None:
+        if v is not None and not PROXY_JUMP_RE.match(_no_control(v, "proxy_jump")):
+            raise ValueError(f"proxy_jump {v!r} must be [user@]host[:port][,[user@]host[:port]...]")
+        return v
 
     @field_validator("user")
     @classmethod
@@ -173,6 +183,7 @@ class Host(BaseModel):
     service: Service = Service()
     connect_timeout_s: int = 10
     command_timeout_s: float = 3600
+    proxy_jump: str | None = None
 
     @property
     def is_local(self) -> bool:
@@ -283,6 +294,7 @@ def _resolve(ydoc: YamlDocument, doc: InventoryFile) -> Inventory:
             "arch",
             "connect_timeout_s",
             "command_timeout_s",
+            "proxy_jump",
         ):
             v = pick(f)
             if v is not None:
