@@ -185,9 +185,11 @@ def test_ssh_host_without_bundle_or_transport_fails_clearly_but_dry_run_works(ws
     assert res.status.value == "failed" and res.reason.startswith("unreachable")
 
 
-def test_cold_start_ratio_is_measured_and_printed(capsys):
+def test_status_cold_start_is_at_most_3x_importing_pydantic_and_yaml(capsys):
+    """``orchestrator status`` in a fresh interpreter vs ``python -c "import pydantic, yaml"``, both
+    measured in this run (medians of 5, alternating): the ratio is printed and must not exceed 3x."""
     r = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "core" / "measure_cold_start.py"), "--repeat", "3", "--json"],
+        [sys.executable, str(REPO / "tests" / "core" / "measure_cold_start.py"), "--repeat", "5", "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -200,7 +202,11 @@ def test_cold_start_ratio_is_measured_and_printed(capsys):
             f"\n[cold start] orchestrator status {doc['status_median_s']:.3f} s vs import pydantic, yaml "
             f"{doc['import_pydantic_yaml_median_s']:.3f} s: ratio {doc['ratio']:.2f}x"
         )
-    assert doc["status_median_s"] > 0 and doc["ratio"] > 0
+    assert doc["max_ratio"] == 3.0
+    assert doc["ratio"] <= doc["max_ratio"], (
+        f"orchestrator status cold start is {doc['ratio']:.2f}x `import pydantic, yaml` "
+        f"({doc['status_median_s']:.3f} s vs {doc['import_pydantic_yaml_median_s']:.3f} s); the bound is 3x"
+    )
 
 
 def test_readme_test_command_is_byte_identical_to_ci():
