@@ -1,7 +1,11 @@
-"""Approval: what is shown before a step that changes a live service, and what is accepted.
+"""Approval: what is shown before a step that changes a live service, what is accepted, the audit.
 
-The summary (Terraform style) names the target hosts, the bundle sha256, the gate evidence of
-earlier phases with numbers, what will change and how to undo it, and its digest. A person
+One place for ``run`` and ``rollback`` alike: :class:`Approvals` shows the summary (or checks
+``--approve``), decides which digests are accepted and which are stale, and audits every
+decision. The summary (Terraform style) names the target hosts and each host's action
+(``+ run``, ``~ resume from switch``), the bundle sha256, the gate evidence of earlier phases
+with numbers (blocked or failed evidence marked as such), what will change and how to undo it,
+and its digest. A person
 approves by typing exactly ``yes``; without a TTY (or with ``--json``) only ``--approve DIGEST``
 equal to the digest of exactly that summary (or of the whole plan it belongs to, as printed by
 ``orchestrator plan``) approves. ``--yes`` never approves such a step. Every decision is
@@ -21,8 +25,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from orchestrator.atomic import append_line
-from orchestrator.errors import ApprovalError, StateConflict
-from orchestrator.state import current_user, utcnow
+from orchestrator.digest import evidence_before
+from orchestrator.errors import ApprovalError, OrchestratorError, StateConflict
+from orchestrator.planner import PhasePlan
+from orchestrator.specs import LoadedPhase, PhaseCatalog
+from orchestrator.state import RunState, current_user, utcnow
 
 APPROVE_WORD = "yes"
 
@@ -32,6 +39,7 @@ class ApprovalSummary(BaseModel):
     phase: str
     hosts: list[str]
     bundle_sha: str
+    actions: list[str] = Field(default_factory=list)  # "h1: ~ resume from switch", one per host
     evidence: list[str] = Field(default_factory=list)
     changes: list[str] = Field(default_factory=list)
     waves: list[list[str]] = Field(default_factory=list)  # rollout order of canary_then_rest steps
@@ -65,11 +73,16 @@ class NonInteractive:
 
 
 def evidence_lines(evidence: dict[str, Any]) -> list[str]:
-    """``0-build-check build @ local: summary.spill_bytes == 0 -> 0 (pass)`` lines, one per gate."""
+    """``0-build-check build @ local: summary.spill_bytes == 0 -> 0 (pass)`` lines, one per gate; a
+    step that did not complete is one ``BLOCKED: <reason>`` / ``FAILED: <reason>`` line, no numbers."""
     lines = []
     for phase, rec in evidence.items():
         for host, steps in rec.get("hosts", {}).items():
             for step_id, ev in steps.items():
+                if ev.get("status") != "completed":
+                    why = ev.get("reason") or "no reason recorded"
+                    lines.append(f"{phase} {step_id} @ {host}: {str(ev.get('status')).upper()}: {why}")
+                    continue
                 for g in ev.get("gates", []):
                     mark = "pass" if g["passed"] else "FAIL"
                     lines.append(f"{phase} {step_id} @ {host}: {g['gate']} -> {json.dumps(g['actual'])} ({mark})")
@@ -77,6 +90,58 @@ def evidence_lines(evidence: dict[str, Any]) -> list[str]:
                     nums = ", ".join(f"{k}={json.dumps(v)}" for k, v in ev.get("metrics", {}).items())
                     lines.append(f"{phase} {step_id} @ {host}: {ev['status']} {nums}".rstrip())
     return lines
+
+
+def run_summary(
+    lp: LoadedPhase,
+    pp: PhasePlan,
+    state: RunState,
+    catalog: PhaseCatalog,
+    digest: str,
+    plan_digest: str,
+    bundle_sha: str,
+    waves: list[list[str]],
+) -> ApprovalSummary:
+    """The summary shown before the first step of a phase that changes a live service."""
+    spec = lp.spec
+    ev = evidence_before(state, catalog, spec.order, pp.hosts)
+    return ApprovalSummary(
+        action=f"run phase {spec.label}",
+        phase=spec.label,
+        hosts=pp.hosts,
+        bundle_sha=bundle_sha,
+        actions=[
+            f"{a.host}: {a.describe()}" + (f" ({a.detail})" if a.action != "run" and a.detail else "")
+            for a in pp.actions
+        ],
+        evidence=evidence_lines(ev),
+        changes=[f"{s.id}: {s.changes or s.title}" for s in spec.steps if s.requires_approval],
+        undo=spec.undo or f"orchestrator rollback {spec.id}",
+        digest=digest,
+        plan_digest=plan_digest,
+        waves=waves,
+        warnings=[] if ev else [f"no gate evidence recorded for phases before {spec.label}"],
+    )
+
+
+def rollback_summary(selected: list[LoadedPhase], hosts: list[str], bundle_sha: str, digest: str) -> ApprovalSummary:
+    """The summary shown before ``orchestrator rollback`` runs any rollback step."""
+    label = ",".join(lp.spec.label for lp in selected)
+    steps = ", ".join(s.id for lp in reversed(selected) for s in lp.spec.rollback_steps)
+    return ApprovalSummary(
+        action=f"roll back {label}",
+        phase=label,
+        hosts=hosts,
+        bundle_sha=bundle_sha,
+        actions=[f"{h}: - roll back ({steps})" for h in hosts],
+        changes=[
+            f"{lp.spec.label} {s.id}: {s.changes or s.title}"
+            for lp in reversed(selected)
+            for s in lp.spec.rollback_steps
+        ],
+        undo="re-run the phase: orchestrator run " + " ".join(str(lp.spec.id) for lp in selected),
+        digest=digest,
+    )
 
 
 class AuditLog:
@@ -114,16 +179,23 @@ class AuditLog:
         append_line(self.path, json.dumps(rec, sort_keys=True))
 
     def records(self) -> list[dict[str, Any]]:
+        """Every readable record (a line that is not UTF-8 JSON is skipped); an unreadable file is exit 6."""
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise StateConflict(
+                f"{self.path}: cannot read the audit log ({exc.strerror or exc})", hint="fix its permissions"
+            ) from None
         out = []
-        for line in lines:
+        for line in data.splitlines():
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line.decode("utf-8"))
             except ValueError:
                 continue
+            if isinstance(rec, dict):
+                out.append(rec)
         return out
 
     def known_digests(self) -> set[str]:
@@ -156,3 +228,84 @@ def check_token(
     raise ApprovalError(
         f"--approve {t[:12]}... does not match the plan digest of phase {phase}", hint=hint, phase=phase
     )
+
+
+class Approvals:
+    """The approval of one command: the prompt (interactive) or the ``--approve`` check, and the
+    audit record of every decision. ``approved`` maps phase id -> the digest approved for it."""
+
+    def __init__(self, audit: AuditLog, approver: Approver, token: str | None, command: str) -> None:
+        self.audit = audit
+        self.approver = approver
+        self.token = token
+        self.command = command
+        self.approved: dict[int, str] = {}
+
+    def known_digests(self, state: RunState | None = None) -> set[str]:
+        """Digests this state dir has seen: in the audit log, and the last run's plan digest."""
+        known = self.audit.known_digests()
+        if state is not None and state.last_run and state.last_run.plan_digest:
+            known.add(state.last_run.plan_digest)
+        return known
+
+    def precheck(self, *, accepted: set[str], older: set[str], phase: str, hosts: list[str]) -> None:
+        """Without a TTY, check ``--approve`` before anything runs (a refusal changes nothing)."""
+        if self.approver.interactive:
+            return
+        try:
+            check_token(self.token, accepted=accepted, older=older, phase=phase)
+        except OrchestratorError as exc:
+            self._audit("refused", self.token or "", phase, hosts, "flag", exc.message)
+            raise
+
+    def obtain(
+        self,
+        summary: ApprovalSummary,
+        *,
+        phase_ids: list[int],
+        accepted: set[str],
+        older: set[str],
+        changed_reason: str | None = None,
+    ) -> str:
+        """Approve ``summary`` (prompt or ``--approve``) or raise (5, or 6 for a stale digest); audited."""
+        if self.approver.interactive:
+            ok = self.approver.approve(summary)
+            self._audit("approved" if ok else "refused", summary.digest, summary.phase, summary.hosts, "prompt")
+            if not ok:
+                raise ApprovalError(
+                    f"{summary.action} not approved (only '{APPROVE_WORD}' approves); nothing changed",
+                    phase=summary.phase,
+                )
+        else:
+            try:
+                check_token(
+                    self.token, accepted=accepted, older=older, phase=summary.phase, changed_reason=changed_reason
+                )
+            except OrchestratorError as exc:
+                self._audit("refused", self.token or "", summary.phase, summary.hosts, "flag", exc.message)
+                raise
+            self._audit("approved", summary.digest, summary.phase, summary.hosts, "flag", f"--approve {self.token}")
+        for pid in phase_ids:
+            self.approved[pid] = summary.digest
+        return summary.digest
+
+    def audit_step(self, phase_id: int, phase: str, host: str, step: str, decision: str, detail: str) -> None:
+        """A transition (``step_started``, ``step_<status>``) of a step that changes a service."""
+        self.audit.append(
+            decision=decision,
+            digest=self.approved.get(phase_id, ""),
+            phase=phase,
+            hosts=[host],
+            via="engine",
+            step=step,
+            detail=detail,
+        )
+
+    def record_planned(self, digest: str, phase: str, hosts: list[str]) -> None:
+        """A digest shown by ``plan`` / ``rollback --dry-run``: a later stale ``--approve`` exits 6, not 5."""
+        self._audit("planned", digest, phase, hosts, "plan")
+
+    def _audit(self, decision: str, digest: str, phase: str, hosts: list[str], via: str, detail: str = "") -> None:
+        self.audit.append(
+            decision=decision, digest=digest, phase=phase, hosts=hosts, via=via, command=self.command, detail=detail
+        )

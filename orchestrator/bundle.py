@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from orchestrator.atomic import atomic_write_bytes
 from orchestrator.errors import HostUnreachable, StepFailed
+from orchestrator.transport.base import CommandResult, Transport
 
 #: The folder of the checkout that holds the bundle's sources and its manifest.
 BUNDLE_DIR = "kernels"
@@ -287,7 +288,7 @@ def _remote_root(host: Any) -> str:
     return str(root)
 
 
-def _run(transport: Any, host: Any, argv: list[str], what: str):
+def _run(transport: Transport, host: Any, argv: list[str], what: str) -> CommandResult:
     r = transport.run(argv, timeout_s=BUNDLE_STEP_TIMEOUT_S)
     if r.lost or r.timed_out:
         raise HostUnreachable(
@@ -298,13 +299,13 @@ def _run(transport: Any, host: Any, argv: list[str], what: str):
     return r
 
 
-def verify_on_host(transport: Any, bundle: Bundle, host: Any) -> str:
+def verify_on_host(transport: Transport, bundle: Bundle, host: Any) -> str:
     """Check the bundle on the host; return ``ok`` or what is wrong (absent, *-mismatch, ...)."""
     r = _run(transport, host, check_argv(_remote_root(host), bundle.sha256), "hash check")
     return r.stdout.strip() or "no answer"
 
 
-def ship_bundle(transport: Any, bundle: Bundle, host: Any) -> BundleOnHost:
+def ship_bundle(transport: Transport, bundle: Bundle, host: Any) -> BundleOnHost:
     """Make ``<remote_root>/bundles/<sha>/`` hold exactly this bundle, verified on the host.
 
     Uploads the tarball only when the host has no copy whose sha256 matches; unpacks when
@@ -346,7 +347,7 @@ def ship_bundle(transport: Any, bundle: Bundle, host: Any) -> BundleOnHost:
     )
 
 
-def ensure_on_host(transport: Any, bundle: Bundle, host: Any) -> str:
+def ensure_on_host(transport: Transport, bundle: Bundle, host: Any) -> str:
     """Ship (once) and verify the bundle on ``host``; return the remote bundle directory."""
     return ship_bundle(transport, bundle, host).remote_dir
 
@@ -361,12 +362,12 @@ def _parse_pointers(text: str) -> Pointers:
     return Pointers(**vals)
 
 
-def switch_current(transport: Any, host: Any, sha: str) -> Pointers:
+def switch_current(transport: Transport, host: Any, sha: str) -> Pointers:
     """Atomically point ``<remote_root>/current`` at the unpacked bundle ``sha``."""
     r = _run(transport, host, switch_current_argv(_remote_root(host), sha), "switch of current")
     return _parse_pointers(r.stdout)
 
 
-def read_pointers(transport: Any, host: Any) -> Pointers:
+def read_pointers(transport: Transport, host: Any) -> Pointers:
     r = _run(transport, host, read_pointers_argv(_remote_root(host)), "pointer read")
     return _parse_pointers(r.stdout)

@@ -14,12 +14,19 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from orchestrator.envelope import Envelope
-from orchestrator.errors import ExitCode, Interrupted, OrchestratorError, UsageError
+from orchestrator.errors import ExitCode, InternalError, Interrupted, OrchestratorError, UsageError
+
+if TYPE_CHECKING:  # heavy modules are imported by the commands that need them
+    from orchestrator.approval import Approver
+    from orchestrator.engine import Engine
+    from orchestrator.inventory import Inventory
+    from orchestrator.planner import Plan
+    from orchestrator.specs import PhaseCatalog
 
 app = typer.Typer(
     name="orchestrator",
@@ -73,8 +80,7 @@ def _guard(command: str, as_json: bool, debug: bool, fn: Callable[[], Envelope])
     try:
         env = fn()
     except OrchestratorError as exc:
-        env = Envelope(command=command, ok=False, exit_code=int(exc.exit_code), errors=[exc.to_dict()])
-        env.plan = getattr(exc, "plan", None)
+        env = Envelope(command=command, ok=False, exit_code=int(exc.exit_code), errors=[exc.to_dict()], plan=exc.plan)
         if debug:
             traceback.print_exc()
         if as_json:
@@ -94,18 +100,12 @@ def _guard(command: str, as_json: bool, debug: bool, fn: Callable[[], Envelope])
     except typer.Exit:
         raise
     except Exception as exc:  # noqa: BLE001 - the one place that turns bugs into a clean exit
-        msg = f"internal error (bug): {type(exc).__name__}: {exc}"
+        bug = InternalError(f"internal error (bug): {type(exc).__name__}: {exc}", hint="rerun with --debug")
+        msg = bug.message
         if debug:
             traceback.print_exc()
         if as_json:
-            _emit_json(
-                Envelope(
-                    command=command,
-                    ok=False,
-                    exit_code=1,
-                    errors=[{"code": "INTERNAL", "exit_code": 1, "message": msg, "hint": "rerun with --debug"}],
-                )
-            )
+            _emit_json(Envelope(command=command, ok=False, exit_code=1, errors=[bug.to_dict()]))
         else:
             sys.stderr.write(f"Error: {msg}\nhint: rerun with --debug for the traceback\n")
         raise typer.Exit(1) from None
@@ -115,17 +115,19 @@ def _guard(command: str, as_json: bool, debug: bool, fn: Callable[[], Envelope])
         raise typer.Exit(env.exit_code)
 
 
-def _context(state_dir: Path | None, inventory: Path | None, phases_dir: Path | None, *, need_inventory: bool = True):
+def _context(
+    state_dir: Path | None, inventory: Path | None, phases_dir: Path | None
+) -> tuple[PhaseCatalog, Inventory, Path]:
     from orchestrator.inventory import load_inventory
     from orchestrator.paths import default_inventory, default_state_dir
     from orchestrator.specs import load_catalog
 
     catalog = load_catalog(phases_dir)
-    inv = load_inventory(inventory or default_inventory()) if need_inventory else None
+    inv = load_inventory(inventory or default_inventory())
     return catalog, inv, state_dir or default_state_dir()
 
 
-def _engine(state_dir: Path | None, inventory: Path | None, phases_dir: Path | None, as_json: bool):
+def _engine(state_dir: Path | None, inventory: Path | None, phases_dir: Path | None, as_json: bool) -> Engine:
     from orchestrator.engine import Engine
 
     catalog, inv, sd = _context(state_dir, inventory, phases_dir)
@@ -137,7 +139,7 @@ def _engine(state_dir: Path | None, inventory: Path | None, phases_dir: Path | N
     return Engine(catalog=catalog, inventory=inv, state_dir=sd, notify=notify)
 
 
-def _approver(as_json: bool, interactive: bool | None):
+def _approver(as_json: bool, interactive: bool | None) -> Approver:
     from orchestrator.approval import NonInteractive
 
     if as_json:
@@ -153,9 +155,15 @@ def _approver(as_json: bool, interactive: bool | None):
     return NonInteractive()
 
 
-def _plan_dict(plan: Any) -> Any:
-    """The plan as put into the envelope (the model itself: pydantic-core serializes it)."""
-    return plan
+def _plan_envelope(command: str, plan: Plan, as_json: bool) -> Envelope:
+    """The envelope of ``plan`` / ``run --dry-run``: exit 3 when the plan has problems."""
+    errors = plan.problem_errors()
+    if errors and not as_json:
+        from orchestrator.views import error_line
+
+        error_line(plan.problems[0], f"{len(plan.problems)} problem(s); fix the inventory or phase spec")
+    code = int(ExitCode.INVALID_SPEC) if errors else 0
+    return Envelope(command=command, ok=not errors, exit_code=code, dry_run=True, plan=plan, errors=errors)
 
 
 # ---------------------------------------------------------------------------------------- status
@@ -239,62 +247,28 @@ def run(
                 from orchestrator.views import render_plan
 
                 render_plan(plan, title="Dry run (nothing is executed)", show_actions=False)
-            code = int(ExitCode.INVALID_SPEC) if plan.problems else 0
-            errors = [{"code": "INVALID_SPEC", "exit_code": 3, "message": p} for p in plan.problems]
-            if errors and not as_json:
-                from orchestrator.views import error_line
-
-                error_line(plan.problems[0], f"{len(plan.problems)} problem(s); fix the inventory or phase spec")
-            return Envelope(
-                command="run", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(plan), errors=errors
-            )
+            return _plan_envelope("run", plan, as_json)
         from orchestrator.engine import RunOptions
 
         opts = RunOptions(forks=forks, approve=approve, rerun=yes, command=_cmdline())
-        try:
-            report = eng.run(
-                phases or [], all_phases=all_phases, limit=limit, options=opts, approver=_approver(as_json, interactive)
-            )
-        except OrchestratorError as exc:
-            if as_json:
-                try:
-                    exc.plan = _plan_dict(eng.plan(phases or [], all_phases=all_phases, limit=limit))  # type: ignore[attr-defined]
-                except OrchestratorError:
-                    pass
-            raise
+        report = eng.run(
+            phases or [], all_phases=all_phases, limit=limit, options=opts, approver=_approver(as_json, interactive)
+        )
         if not as_json:
-            from orchestrator.views import render_report
+            from orchestrator.views import error_line, render_report
 
             render_report(report)
-        from orchestrator.invocation import paste_command
-
-        errors = []
-        for rec in report.phases:
-            for h, hp in rec.hosts.items():
-                if hp.status.value in ("failed", "blocked", "interrupted"):
-                    errors.append(
-                        {
-                            "code": hp.status.value.upper(),
-                            "exit_code": report.exit_code,
-                            "message": hp.reason,
-                            "host": h,
-                            "phase": f"{rec.id}-{rec.name}",
-                            "hint": f"{paste_command('status')}; logs under {eng.state_dir}/runs/{report.run_id}/",
-                        }
-                    )
-        if errors and not as_json:
-            from orchestrator.views import error_line
-
-            e = errors[0]
-            error_line(f"phase {e['phase']} {e['code'].lower()} on {e['host']}: {e['message']}", e["hint"])
+            if report.errors:
+                e = report.errors[0]
+                error_line(f"phase {e['phase']} {e['code'].lower()} on {e['host']}: {e['message']}", e["hint"])
         return Envelope(
             command="run",
             ok=report.exit_code == 0,
             exit_code=report.exit_code,
             run_id=report.run_id,
-            plan=_plan_dict(report.plan),
+            plan=report.plan,
             results={"phases": report.phases, "skipped_phases": report.skipped_phases},
-            errors=errors,
+            errors=report.errors,
             warnings=report.warnings,
         )
 
@@ -328,13 +302,7 @@ def plan(
 
                 again = paste_command("run", *(phases or ["--all"]), "--approve", p.digest)
                 out.print(f"To run exactly this plan without a TTY: {again}")
-        errors = [{"code": "INVALID_SPEC", "exit_code": 3, "message": m} for m in p.problems]
-        code = int(ExitCode.INVALID_SPEC) if errors else 0
-        if errors and not as_json:
-            from orchestrator.views import error_line
-
-            error_line(p.problems[0], f"{len(p.problems)} problem(s); fix the inventory or phase spec")
-        return Envelope(command="plan", ok=not errors, exit_code=code, dry_run=True, plan=_plan_dict(p), errors=errors)
+        return _plan_envelope("plan", p, as_json)
 
     _guard("plan", as_json, debug, go)
 
@@ -368,14 +336,7 @@ def rollback(
                         for c in s.commands:
                             out.print(f"    [{c.host}] {c.display}")
                 out.print(f"Rollback digest: {digest}")
-            eng.audit.append(
-                decision="planned",
-                digest=digest,
-                phase=",".join(lp.spec.label for lp in selected),
-                hosts=p.hosts,
-                via="plan",
-                command=_cmdline(),
-            )
+            eng.record_planned_rollback(selected, p, digest, _cmdline())
             pd = p.model_dump(mode="json")
             pd["rollback_digest"] = digest
             return Envelope(command="rollback", ok=True, exit_code=0, dry_run=True, plan=pd)
@@ -397,6 +358,8 @@ def rollback(
             exit_code=report.exit_code,
             run_id=report.run_id,
             results={"phases": [r.model_dump(mode="json") for r in report.phases]},
+            errors=report.errors,
+            warnings=report.warnings,
         )
 
     _guard("rollback", as_json, debug, go)
@@ -491,7 +454,7 @@ def inventory_check(
         found: dict[str, Any] | None = None
         code = 0
         if with_facts:
-            from orchestrator.facts import gather
+            from orchestrator.facts import facts_errors, gather
             from orchestrator.transport.factory import make_transport
 
             found = gather(hosts, make_transport, forks=forks)
@@ -503,21 +466,11 @@ def inventory_check(
                 from orchestrator.views import render_facts
 
                 render_facts(found)
-        errors = [
-            {
-                "code": "UNREACHABLE" if f.get("unreachable") else "FAILED",
-                "exit_code": code,
-                "host": h,
-                "message": f.get("error"),
-            }
-            for h, f in (found or {}).items()
-            if not f.get("ok")
-        ]
         return Envelope(
             command="inventory check",
             ok=code == 0,
             exit_code=code,
-            errors=errors,
+            errors=facts_errors(found, code) if found else [],
             results={
                 "path": str(inv.path),
                 "canary": canary,
@@ -578,23 +531,11 @@ def main(argv: list[str] | None = None) -> None:
     except typer.TyperException as exc:  # click usage errors: bad flag, bad value, missing argument
         code = int(getattr(exc, "exit_code", ExitCode.USAGE))
         msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        _emit_json(
-            Envelope(
-                command=command,
-                ok=False,
-                exit_code=code,
-                errors=[{"code": "USAGE", "exit_code": code, "message": msg, "hint": f"orchestrator {command} --help"}],
-            )
-        )
+        usage = UsageError(msg, hint=f"orchestrator {command} --help").to_dict()
+        usage["exit_code"] = code
+        _emit_json(Envelope(command=command, ok=False, exit_code=code, errors=[usage]))
         sys.exit(code)
     except typer.Abort:
-        _emit_json(
-            Envelope(
-                command=command,
-                ok=False,
-                exit_code=130,
-                errors=[{"code": "INTERRUPTED", "exit_code": 130, "message": "aborted"}],
-            )
-        )
+        _emit_json(Envelope(command=command, ok=False, exit_code=130, errors=[Interrupted("aborted").to_dict()]))
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)

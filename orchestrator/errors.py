@@ -8,6 +8,7 @@ exact next command a user should run.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -44,8 +45,10 @@ class OrchestratorError(Exception):
         self.host = host
         self.phase = phase
         self.log_path = log_path
+        #: the plan the error refers to (shown in the ``--json`` envelope), when one was built
+        self.plan: Any = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "code": self.code,
             "exit_code": int(self.exit_code),
@@ -98,3 +101,10 @@ class StepFailed(OrchestratorError):
 class Interrupted(OrchestratorError):
     exit_code = ExitCode.INTERRUPTED
     code = "INTERRUPTED"
+
+
+class InternalError(OrchestratorError):
+    """A bug: anything unexpected, reported as one line (the traceback only with ``--debug``)."""
+
+    exit_code = ExitCode.FAILED
+    code = "INTERNAL"

@@ -66,9 +66,10 @@ def parse_nvidia_smi(r: CommandResult) -> dict[str, Any]:
 
 def parse_torch(r: CommandResult) -> dict[str, Any]:
     try:
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        doc = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return {"found": False, "error": f"exit {r.exit_code}"}
+        doc = None
+    return doc if isinstance(doc, dict) else {"found": False, "error": f"exit {r.exit_code}"}
 
 
 def parse_sglang(r: CommandResult) -> dict[str, Any]:
@@ -134,7 +135,8 @@ def gather(hosts: list[Any], factory: Any, *, forks: int = 10, timeout_s: float 
             r = collect(
                 transport, python, cwd=None, timeout_s=timeout_s, log_path=None, service_python=host.service.python
             )
-            return json.loads(r.stdout)
+            doc: dict[str, Any] = json.loads(r.stdout)
+            return doc
         except OrchestratorError as exc:
             return {"ok": False, "unreachable": exc.code == "UNREACHABLE", "error": exc.message}
         finally:
@@ -145,3 +147,17 @@ def gather(hosts: list[Any], factory: Any, *, forks: int = 10, timeout_s: float 
         return {}
     with cf.ThreadPoolExecutor(max_workers=min(forks, len(hosts))) as ex:
         return dict(zip([h.name for h in hosts], ex.map(one, hosts)))
+
+
+def facts_errors(found: dict[str, dict[str, Any]], exit_code: int) -> list[dict[str, Any]]:
+    """One envelope error per host whose facts could not be collected."""
+    return [
+        {
+            "code": "UNREACHABLE" if f.get("unreachable") else "FAILED",
+            "exit_code": exit_code,
+            "host": h,
+            "message": f.get("error"),
+        }
+        for h, f in found.items()
+        if not f.get("ok")
+    ]

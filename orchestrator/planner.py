@@ -1,19 +1,14 @@
-"""What a run would do, per phase and host, and the plan digest that approval binds to.
+"""What a run would do, per phase and host: the commands, each host's action, the digest.
 
 The plan is computed without connecting anywhere: commands are rendered from the phase
-specs and the inventory (placeholders, plans/0001 §4) and shown exactly as they would be sent
-(``render_remote_command`` for ssh hosts, ``shlex.join`` for local ones).
-
-**Digest** = sha256 of canonical JSON over (bundle sha256, the selected hosts, the selected
-phase specs' contents, the gate evidence recorded in state by phases that come earlier than
-the last selected phase). A *phase digest* is the same over one phase and the evidence of
-the phases before it. Same inputs, same digest; any change in them changes it.
+specs and the inventory (placeholders, plans/0001 §4) and shown exactly as they are sent
+(``render_remote_command`` for ssh hosts, ``cd <cwd> && shlex.join`` for local ones). The
+engine builds it once per command and :mod:`orchestrator.execution` runs exactly these
+commands (argv, cwd, timeout). Digests: :mod:`orchestrator.digest`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import shlex
 import sys
@@ -22,35 +17,35 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from orchestrator.digest import phase_digest, plan_digest
 from orchestrator.errors import SpecError
 from orchestrator.inventory import Host, Inventory
 from orchestrator.paths import bundle_source
 from orchestrator.placeholders import render
 from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement, Step
-from orchestrator.state import RunState, Status
+from orchestrator.state import CONTROLLER, RunState, Status
 from orchestrator.transport.remote_command import render_remote_command
 
-#: Host name under which ``runs_on: local`` steps are recorded (not a valid inventory name).
-CONTROLLER = "@local"
+__all__ = ["CONTROLLER", "HostAction", "Plan", "PhasePlan", "PlannedCommand", "PlannedStep", "build_plan"]
 
 
-def bundle_dir_for(host: Host | None, bundle_sha: str) -> str:
-    """``cwd`` of step commands: the checkout's ``kernels/`` locally, ``<remote_root>/bundles/<sha>``
-    (the same tree, unpacked) over ssh."""
+def bundle_dir_for(host: Host | None, bundle_sha: str, root: Path | None = None) -> str:
+    """``cwd`` of step commands: the checkout's ``kernels/`` (under ``root``) locally,
+    ``<remote_root>/bundles/<sha>`` (the same tree, unpacked) over ssh."""
     if host is None or host.is_local:
-        return str(bundle_source())
+        return str(bundle_source(root))
     return f"{host.remote_root.rstrip('/')}/bundles/{bundle_sha}"
 
 
-def host_values(host: Host | None, bundle_sha: str, state_dir: Path) -> dict[str, str | None]:
+def host_values(host: Host | None, bundle_sha: str, state_dir: Path, root: Path | None = None) -> dict[str, str | None]:
     """Placeholder values for ``host`` (None = the controller, for ``runs_on: local`` steps)."""
     if host is None:
         return {
             "python": sys.executable,
-            "bundle_dir": str(bundle_source()),
+            "bundle_dir": str(bundle_source(root)),
             "bundle_sha": bundle_sha,
             "host": CONTROLLER,
-            "state_host_dir": str((state_dir / "hosts" / "controller").resolve()),
+            "state_host_dir": str((state_dir / "hosts" / CONTROLLER).resolve()),
         }
     python = host.python or (sys.executable if host.is_local else "python3")
     return {
@@ -58,7 +53,7 @@ def host_values(host: Host | None, bundle_sha: str, state_dir: Path) -> dict[str
         "arch": host.arch,
         "host": host.name,
         "address": host.address,
-        "bundle_dir": bundle_dir_for(host, bundle_sha),
+        "bundle_dir": bundle_dir_for(host, bundle_sha, root),
         "bundle_sha": bundle_sha,
         "remote_root": host.remote_root,
         "service_python": host.service.python,
@@ -81,6 +76,9 @@ _PLACEHOLDER_FIELD = {
 
 
 class PlannedCommand(BaseModel):
+    """One step on one host as it is run: ``argv`` in ``cwd`` for at most ``timeout_s`` (the step's
+    ``timeout_s``, capped by the host's ``command_timeout_s``)."""
+
     host: str
     argv: list[str]
     display: str  # exactly what is executed: shlex.join locally, the remote shell line over ssh
@@ -118,6 +116,13 @@ class HostAction(BaseModel):
     host: str
     action: str  # run | resume | up_to_date | refused
     detail: str = ""
+    from_step: str | None = None  # resume: the first step that runs again
+
+    def describe(self) -> str:
+        """``+ run``, ``~ resume from switch``, ``= up_to_date``, ``! refused``."""
+        sym = {"run": "+", "resume": "~", "up_to_date": "=", "refused": "!"}.get(self.action, "?")
+        what = f"resume from {self.from_step}" if self.action == "resume" and self.from_step else self.action
+        return f"{sym} {what}"
 
 
 class PhasePlan(BaseModel):
@@ -128,7 +133,8 @@ class PhasePlan(BaseModel):
     spec_path: str
     spec_sha: str
     requires: int | None
-    needs_approval: bool
+    needs_approval: bool  # the spec has steps that change a live service
+    to_approve: bool = False  # running this plan asks for approval: needs_approval and a host runs or resumes it
     undo: str
     digest: str
     hosts: list[str]
@@ -147,67 +153,20 @@ class Plan(BaseModel):
     phases: list[PhasePlan]
     evidence: dict[str, Any]
     problems: list[str] = Field(default_factory=list)
+    #: placeholder values per host (``@local`` for the controller); not shown, used for gate values
+    values: dict[str, dict[str, str | None]] = Field(default_factory=dict, exclude=True)
 
     @property
     def needs_approval(self) -> bool:
-        return any(p.needs_approval for p in self.phases)
+        """Whether running this plan asks for approval (a phase up to date everywhere does not)."""
+        return any(p.to_approve for p in self.phases)
 
+    def phase(self, phase_id: int) -> PhasePlan:
+        return next(p for p in self.phases if p.id == phase_id)
 
-def _host_identity(h: Host) -> dict[str, Any]:
-    return {
-        "name": h.name,
-        "address": h.address,
-        "port": h.port,
-        "user": h.user,
-        "connection": h.connection,
-        "arch": h.arch,
-        "remote_root": h.remote_root,
-        "python": h.python,
-        "service": h.service.model_dump(mode="json"),
-    }
-
-
-def evidence_before(state: RunState, catalog: PhaseCatalog, order: int, hosts: list[str]) -> dict[str, Any]:
-    """Gate evidence (metrics and gate outcomes per host and step) of phases earlier than ``order``."""
-    out: dict[str, Any] = {}
-    wanted = set(hosts) | {CONTROLLER}
-    for lp in catalog.phases:
-        if lp.spec.order >= order:
-            continue
-        rec = state.phase(lp.spec.id)
-        if rec is None:
-            continue
-        per_host: dict[str, Any] = {}
-        for s in rec.steps:
-            for h, r in s.hosts.items():
-                if h not in wanted or (not r.metrics and not r.gates):
-                    continue
-                per_host.setdefault(h, {})[s.id] = {
-                    "status": r.status.value,
-                    "metrics": r.metrics,
-                    "gates": [
-                        {"gate": f"{g.metric} {g.op} {json.dumps(g.expected)}", "actual": g.actual, "passed": g.passed}
-                        for g in r.gates
-                    ],
-                }
-        if per_host:
-            out[lp.spec.label] = {"bundle_sha": rec.bundle_sha, "hosts": per_host}
-    return out
-
-
-def compute_digest(bundle_sha: str, hosts: list[Host], phases: list[LoadedPhase], evidence: dict[str, Any]) -> str:
-    doc = {
-        "bundle_sha": bundle_sha,
-        "hosts": [_host_identity(h) for h in hosts],
-        "phases": [lp.spec.model_dump(mode="json") for lp in phases],
-        "evidence": evidence,
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
-
-
-def phase_digest(lp: LoadedPhase, bundle_sha: str, hosts: list[Host], state: RunState, catalog: PhaseCatalog) -> str:
-    ev = evidence_before(state, catalog, lp.spec.order, [h.name for h in hosts])
-    return compute_digest(bundle_sha, hosts, [lp], ev)
+    def problem_errors(self) -> list[dict[str, Any]]:
+        """The plan's problems as envelope errors (exit 3)."""
+        return [SpecError(p).to_dict() for p in self.problems]
 
 
 def render_step(
@@ -268,6 +227,7 @@ def plan_step(
     bundle_sha: str,
     state_dir: Path,
     cache: dict[str, dict[str, str | None]] | None = None,
+    root: Path | None = None,
 ) -> PlannedStep:
     ps = PlannedStep(
         id=step.id,
@@ -290,8 +250,9 @@ def plan_step(
         key = host.name if host else CONTROLLER
         values = cache.get(key)
         if values is None:
-            values = cache[key] = host_values(host, bundle_sha, state_dir)
-        cwd = values["bundle_dir"] or str(bundle_source())
+            values = cache[key] = host_values(host, bundle_sha, state_dir, root)
+        cwd = values["bundle_dir"] or str(bundle_source(root))
+        timeout_s = step.timeout_s if host is None else min(step.timeout_s, host.command_timeout_s)
         if step.builtin:
             argv = [f"<builtin:{step.builtin}>", values["python"] or "python3"]
             display = (
@@ -301,11 +262,11 @@ def plan_step(
             )
         else:
             argv = render_step(step, host, values, inventory_path=inventory.path, phase_label=lp.spec.label)
-            display = display_command(host, argv, cwd, step.timeout_s)
+            display = display_command(host, argv, cwd, timeout_s)
         # built from already-validated values: skip re-validation (1500 commands for 100 hosts)
         ps.commands.append(
             PlannedCommand.model_construct(
-                host=key, argv=argv, display=display, cwd=cwd, timeout_s=step.timeout_s, wave=wave
+                host=key, argv=argv, display=display, cwd=cwd, timeout_s=timeout_s, wave=wave
             )
         )
     return ps
@@ -328,6 +289,10 @@ def ships_bundle(lp: LoadedPhase, host: Host) -> bool:
     return not host.is_local or lp.spec.needs_approval
 
 
+#: Host-phase statuses from which a run resumes (keeps the completed steps before the first undone one).
+RESUMABLE = (Status.interrupted, Status.in_progress, Status.failed, Status.blocked, Status.pending)
+
+
 def host_action(
     lp: LoadedPhase, host: Host, state: RunState, catalog: PhaseCatalog, bundle_sha: str, selected_ids: set[int]
 ) -> HostAction:
@@ -338,7 +303,8 @@ def host_action(
         prev = state.phase(req)
         prev_host = prev.hosts.get(host.name) if prev else None
         if prev_host is None or prev_host.status != Status.completed or prev_host.bundle_sha != bundle_sha:
-            label = catalog.by_id(req).spec.label if catalog.by_id(req) else str(req)
+            prev_lp = catalog.by_id(req)
+            label = prev_lp.spec.label if prev_lp else str(req)
             why = (
                 "has not passed"
                 if prev_host is None or prev_host.status != Status.completed
@@ -349,16 +315,25 @@ def host_action(
                 action="refused",
                 detail=f"phase {label} {why} on {host.name}; run `orchestrator run {req}` first",
             )
-    if hp is not None and hp.bundle_sha == bundle_sha and hp.spec_sha == lp.sha256:
+    if rec is not None and hp is not None and hp.bundle_sha == bundle_sha and hp.spec_sha == lp.sha256:
         if hp.status == Status.completed:
             return HostAction(host=host.name, action="up_to_date", detail="passed with this bundle and spec")
-        done = [
-            s.id
-            for s in rec.steps
-            if not s.rollback and s.hosts.get(host.name) and s.hosts[host.name].status == Status.completed
-        ]
-        if done and hp.status in (Status.interrupted, Status.in_progress, Status.failed, Status.blocked):
-            return HostAction(host=host.name, action="resume", detail=f"{hp.status.value}; keeps {', '.join(done)}")
+        done: list[str] = []
+        for step in lp.spec.steps:
+            sr = rec.step(step.id)
+            r = sr.hosts.get(CONTROLLER if step.runs_on == Placement.local else host.name) if sr else None
+            if r is None or r.status != Status.completed:
+                break
+            done.append(step.id)
+        # pending: rolled back (the undone steps were reset, the others kept)
+        if done and len(done) < len(lp.spec.steps) and hp.status in RESUMABLE:
+            first = lp.spec.steps[len(done)].id
+            return HostAction(
+                host=host.name,
+                action="resume",
+                from_step=first,
+                detail=f"{hp.status.value}; from {first}, keeps {', '.join(done)}",
+            )
     return HostAction(host=host.name, action="run")
 
 
@@ -370,8 +345,10 @@ def build_plan(
     state: RunState,
     bundle_sha: str,
     state_dir: Path,
+    root: Path | None = None,
 ) -> Plan:
-    """Plan ``selected`` phases (catalog order) on ``hosts``; never connects anywhere."""
+    """Plan ``selected`` phases (catalog order) on ``hosts``; never connects anywhere. ``root``:
+    the checkout whose ``kernels/`` local hosts run in (default: :func:`~orchestrator.paths.project_root`)."""
     selected = sorted(selected, key=lambda lp: lp.spec.order)
     ids = {lp.spec.id for lp in selected}
     names = [h.name for h in hosts]
@@ -384,15 +361,16 @@ def build_plan(
         rsteps: list[PlannedStep] = []
         for step in lp.spec.steps:
             try:
-                steps.append(plan_step(step, lp, hosts, inventory, bundle_sha, state_dir, cache))
+                steps.append(plan_step(step, lp, hosts, inventory, bundle_sha, state_dir, cache, root))
             except SpecError as exc:
                 pp_problems.append(exc.message)
         for step in lp.spec.rollback_steps:
             try:
-                rsteps.append(plan_step(step, lp, hosts, inventory, bundle_sha, state_dir, cache))
+                rsteps.append(plan_step(step, lp, hosts, inventory, bundle_sha, state_dir, cache, root))
             except SpecError as exc:
                 pp_problems.append(exc.message)
         problems += pp_problems
+        actions = [host_action(lp, h, state, catalog, bundle_sha, ids) for h in hosts]
         phases.append(
             PhasePlan(
                 id=lp.spec.id,
@@ -403,24 +381,25 @@ def build_plan(
                 spec_sha=lp.sha256,
                 requires=lp.spec.requires,
                 needs_approval=lp.spec.needs_approval,
+                to_approve=lp.spec.needs_approval and any(a.action in ("run", "resume") for a in actions),
                 undo=lp.spec.undo,
                 digest=phase_digest(lp, bundle_sha, hosts, state, catalog),
                 hosts=names,
-                actions=[host_action(lp, h, state, catalog, bundle_sha, ids) for h in hosts],
+                actions=actions,
                 bundle=[ship_action(h, bundle_sha) for h in hosts if ships_bundle(lp, h)],
                 steps=steps,
                 rollback_steps=rsteps,
                 problems=pp_problems,
             )
         )
-    last = max(lp.spec.order for lp in selected)
-    evidence = evidence_before(state, catalog, last, names)
+    digest, evidence = plan_digest(bundle_sha, hosts, selected, state, catalog)
     return Plan(
-        digest=compute_digest(bundle_sha, hosts, selected, evidence),
+        digest=digest,
         bundle_sha=bundle_sha,
         inventory=str(inventory.path),
         hosts=names,
         phases=phases,
         evidence=evidence,
         problems=problems,
+        values=cache,
     )

@@ -2,13 +2,14 @@
 
 **Layout** of the state dir: ``state.json`` (this model, pretty JSON), ``lock`` (the filelock),
 ``lock.json`` (who holds it: pid, hostname, start time, command), ``audit.jsonl`` (approvals),
-``runs/<run_id>/<host>/<phase>-<step>.log`` (captured output).
+``runs/<run_id>/<host>/<phase>-<step>.log`` (captured output; ``@local`` is this machine).
 
 **Lifecycle**: ``StateStore.lock()`` is held for a whole run; ``load()`` may be called without
 it (``status``); ``save()`` writes atomically (temp file, fsync, rename, fsync dir) and is
 called after every step transition, so a run killed at any point leaves a file that loads.
 A step found ``in_progress`` while nobody holds the lock was left by a dead run: it is shown
-(and, under the lock, recorded) as ``interrupted`` and runs again on resume.
+(and, under the lock, recorded) as ``interrupted`` and runs again on resume. The transitions of
+the records are functions in :mod:`orchestrator.records` (docs/state-machine.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from orchestrator.atomic import atomic_write_text
 from orchestrator.errors import StateConflict
 
 SCHEMA_VERSION = 1
+#: Host name under which ``runs_on: local`` steps are recorded, in state and in paths
+#: (``runs/<run>/@local/``, ``hosts/@local/``); not a valid inventory host name.
+CONTROLLER = "@local"
 #: Seconds a run waits for the lock before reporting who holds it (exit 6).
 ACQUIRE_WAIT_S = 1.0
 
@@ -166,33 +170,13 @@ class RunState(BaseModel):
         return self.phases.get(str(phase_id))
 
     def in_progress_steps(self) -> list[tuple[PhaseRecord, StepRecord, str]]:
-        out = []
+        out: list[tuple[PhaseRecord, StepRecord, str]] = []
         for p in self.phases.values():
             for s in p.steps:
                 for h, r in s.hosts.items():
                     if r.status == Status.in_progress:
                         out.append((p, s, h))
         return out
-
-    def mark_interrupted(self, reason: str) -> int:
-        """Turn every in_progress item into ``interrupted`` with ``reason``; returns how many."""
-        n = 0
-        for p in self.phases.values():
-            for s in p.steps:
-                touched = False
-                for r in s.hosts.values():
-                    if r.status == Status.in_progress:
-                        r.status, r.reason, r.finished_at = Status.interrupted, reason, r.finished_at or utcnow()
-                        touched = True
-                        n += 1
-                if touched or s.status == Status.in_progress:
-                    s.status, s.reason = Status.interrupted, reason
-            for hp in p.hosts.values():
-                if hp.status == Status.in_progress:
-                    hp.status, hp.reason = Status.interrupted, reason
-            if p.status == Status.in_progress:
-                p.status, p.reason = Status.interrupted, reason
-        return n
 
 
 class LockHolder(BaseModel):
@@ -297,11 +281,22 @@ class StateStore:
         self.audit_path = state_dir / "audit.jsonl"
 
     def load(self) -> RunState:
-        """The saved state, or a fresh one. A newer schema_version or an unreadable file -> exit 6."""
+        """The saved state, or a fresh one. A newer schema_version, or a file that cannot be read,
+        decoded or validated -> StateConflict (exit 6) naming the file, which is left untouched."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = self.path.read_bytes().decode("utf-8")
         except FileNotFoundError:
             return RunState()
+        except UnicodeDecodeError as exc:
+            raise StateConflict(
+                f"{self.path}: not valid UTF-8 (byte {exc.start}); the file was left untouched",
+                hint="restore it or move it away",
+            ) from None
+        except OSError as exc:
+            raise StateConflict(
+                f"{self.path}: cannot read the state file ({exc.strerror or exc}); the file was left untouched",
+                hint="fix its permissions, or restore it or move it away",
+            ) from None
         try:
             raw = json.loads(text)
         except ValueError as exc:
@@ -325,8 +320,10 @@ class StateStore:
         """Like :meth:`load`, but in_progress items of a dead run show as interrupted (not saved)."""
         state = self.load()
         if state.in_progress_steps() and not self.lock_held():
+            from orchestrator.records import mark_interrupted  # records imports this module
+
             who = f"run {state.last_run.run_id} (pid {state.last_run.pid})" if state.last_run else "an earlier run"
-            state.mark_interrupted(f"interrupted: {who} ended while this step was running")
+            mark_interrupted(state, f"interrupted: {who} ended while this step was running")
         return state
 
     def lock_held(self) -> bool:
