@@ -289,7 +289,8 @@ def _write_process_record(environ: Mapping[str, str] | None) -> Path | None:
     if folder is None:
         return None
     try:
-        return write_rank(rank_document(), folder)
+        with _LOCK:  # build and write as one step: a later write always carries newer counters
+            return write_rank(rank_document(), folder)
     except OSError:
         return None
 

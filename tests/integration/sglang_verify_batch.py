@@ -72,6 +72,7 @@ def build_verify_batch(
     visibility: torch.Tensor | None = None,
     kv_lora_rank: int = 512,
     qk_rope_head_dim: int = 64,
+    fp8_kv_cache: bool = False,
 ) -> VerifyBatch:
     """A TARGET_VERIFY batch of len(prefix_lens) requests with n draft tokens each."""
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -108,6 +109,7 @@ def build_verify_batch(
         max_context_len=ctx,
         kv_lora_rank=kv_lora_rank,
         qk_rope_head_dim=qk_rope_head_dim,
+        fp8_kv_cache=fp8_kv_cache,
     )
     backend = ATTENTION_BACKENDS["triton"](runner)
 
