@@ -141,6 +141,55 @@ def shape_bytes(d: dict, H: int, row_bytes: int, shared: bool) -> tuple[int, int
     return byt, n_used
 
 
+def diag(device, reps: int) -> dict:
+    """Where the small-T time goes (headline shape B=1, L=32k, n=4, H=8): graph replay with and
+    without the L2 flush, an empty graph (the replay-timing overhead), each split count, and the
+    CUPTI kernel durations of one replay (torch.profiler)."""
+    import torch
+    from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
+
+    spec = DsaCase("diag", (32768,), 4, 8, seed=3, poison=False)
+    d = make_inputs(spec, device)
+    q, kv, pt, sl = d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"]
+    timer = Timer(device)
+    res = {}
+    x = torch.zeros(1, device=device)
+    res["empty_graph_s"] = timer.time(lambda: x.add_(1), reps)
+    out = torch.empty(4, 8, 512, dtype=torch.bfloat16, device=device)
+    for kvname, cache in (("bf16", kv), ("fp8", None)):
+        if cache is None:
+            from dsa_verify.layout import quantize_rows
+
+            cache = quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)
+        for S in (1, 4, 8, 16, 32, 64):
+            ws = torch.empty(max(1, workspace_numel_for(q, cache, pt, num_splits=S)), device=device)
+            res[f"{kvname}_S{S}_s"] = timer.time(
+                lambda c=cache, S=S, ws=ws: dsa_verify_fwd(q, c, pt, sl, SM_SCALE, out=out, workspace=ws, num_splits=S),
+                reps,
+            )
+        ws = torch.empty(max(1, workspace_numel_for(q, cache, pt)), device=device)
+        fn = lambda c=cache, ws=ws: dsa_verify_fwd(q, c, pt, sl, SM_SCALE, out=out, workspace=ws)  # noqa: E731
+        saved = timer.flush
+        timer.flush = torch.empty(1, device=device)
+        res[f"{kvname}_auto_noflush_s"] = timer.time(fn, reps)
+        timer.flush = saved
+        from torch.profiler import ProfilerActivity, profile
+
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                timer.flush.fill_(1.0)
+                fn()
+            torch.cuda.synchronize()
+        res[f"{kvname}_kernels_us"] = {
+            e.key[:60]: round(e.device_time_total / max(1, e.count), 2)
+            for e in prof.key_averages()
+            if "dsa" in e.key or "fill" in e.key.lower()
+        }
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.dsa_bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -148,6 +197,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop the grid after this many seconds")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--out", default="", help="also write the JSON document to this file")
+    ap.add_argument("--diag", action="store_true", help="small-T time breakdown only")
     a = ap.parse_args(argv)
     try:
         import torch
@@ -162,6 +212,9 @@ def main(argv=None) -> int:
 
     device = torch.device("cuda", torch.cuda.current_device())
     arch, sms = _device_info(device)
+    if a.diag:
+        print(json.dumps(diag(device, a.reps), indent=1))
+        return 0
     t_start = time.time()
     ceil = measure_ceilings(device)
     bw, fl = ceil["copy_bytes_per_s"], ceil["bf16_matmul_flops_per_s"]

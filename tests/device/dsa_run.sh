@@ -3,6 +3,8 @@
 # install the carried wheels (.whl: SGLang 0.5.23 py-only zip + small deps) for SGLang's DSA
 # Triton kernel, then build check (sm_90a + sm_120a), parity (all configs, graph replay), bench.
 # Usage: bash tests/device/dsa_run.sh [BENCH_BUDGET_S] [parity args...]; results under $OUT.
+# DSA_MODE=diag: parity --quick, then the small-T time breakdown and the headline bench shapes.
+# .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
 set -o pipefail
 BUDGET=${1:-120}
 shift || true
@@ -12,6 +14,9 @@ export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip /tmp/site
+fi
+if [ -d .whl-dsa ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-dsa/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD/kernels:$PWD
 export ORCHESTRATOR_KERNEL_CACHE=/tmp/dsa_kc
@@ -25,6 +30,7 @@ from dsa_verify._build import build_check
 print(json.dumps({a: build_check(a) for a in ("sm_90a", "sm_120a")}, indent=1))
 PY
 python3 -c "import json; d=json.load(open('$OUT/dsa_build.json')); print({a: (v['ok'], v['summary']) for a, v in d.items()})"
+if [ "${DSA_MODE:-}" = diag ]; then set -- --quick "$@"; fi
 timeout 300 python3 -m verify_tools.dsa_parity --json "$@" > "$OUT/dsa_parity.json" 2> "$OUT/dsa_parity.err"
 echo "parity rc=$?"
 python3 - "$OUT/dsa_parity.json" <<'PY'
@@ -40,6 +46,12 @@ for r in d["cases"]:
               {k: r.get(k) for k in ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")})
 PY
 tail -5 "$OUT/dsa_parity.err"
+if [ "${DSA_MODE:-}" = diag ]; then
+  timeout 200 python3 -m verify_tools.dsa_bench --diag > "$OUT/dsa_diag.json" 2> "$OUT/dsa_diag.err"
+  cat "$OUT/dsa_diag.json"; tail -3 "$OUT/dsa_diag.err"
+  timeout 200 python3 -m verify_tools.dsa_bench --quick --out "$OUT/dsa_bench.json" 2> "$OUT/dsa_bench.err"
+  exit 0
+fi
 timeout 400 python3 -m verify_tools.dsa_bench --budget-s "$BUDGET" --out "$OUT/dsa_bench.json" 2> "$OUT/dsa_bench.err"
 echo "bench rc=$?"
 tail -5 "$OUT/dsa_bench.err"

@@ -251,14 +251,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     }
     const int* fl = flag + (C::FP8 ? STAGES : stage) * BN;
 
-    // ---- S = Q K^T: 16 rows x WN positions per warp ----
-    float sacc[C::NB_S][4];
+    // ---- S = Q K^T: 16 rows x WN positions per warp (two accumulator sets: even / odd k-steps,
+    // so consecutive mma.sync do not wait on each other's result) ----
+    float sacc[C::NB_S][4], sacc2[C::NB_S][4];
 #pragma unroll
-    for (int i = 0; i < C::NB_S; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+    for (int i = 0; i < C::NB_S; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[i][e] = sacc2[i][e] = 0.f;
     {
       const int qr = g * 16 + (lane & 15), qhi = lane >> 4, tb = c * C::WN;
 #pragma unroll 4
       for (int kk = 0; kk < D_QK / 16; ++kk) {
+        float (*acc)[4] = (kk & 1) ? sacc2 : sacc;
         uint32_t a0, a1, a2, a3;
         ldsm_x4(sQ + swz(qr, 2 * kk + qhi), a0, a1, a2, a3);
         if constexpr (C::NB_S % 2 == 0) {
@@ -268,8 +272,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
             const int row = tb + nb * 8 + (mi >> 1) * 8 + (lane & 7);
             uint32_t b0, b1, b2, b3;
             ldsm_x4(sK + swz(row, 2 * kk + (mi & 1)), b0, b1, b2, b3);
-            mma_bf16(sacc[nb], a0, a1, a2, a3, b0, b1);
-            mma_bf16(sacc[nb + 1], a0, a1, a2, a3, b2, b3);
+            mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
+            mma_bf16(acc[nb + 1], a0, a1, a2, a3, b2, b3);
           }
         } else {
 #pragma unroll
@@ -277,11 +281,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
             const int row = tb + nb * 8 + (lane & 7);
             uint32_t b0, b1;
             ldsm_x2(sK + swz(row, 2 * kk + ((lane >> 3) & 1)), b0, b1);
-            mma_bf16(sacc[nb], a0, a1, a2, a3, b0, b1);
+            mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
           }
         }
       }
     }
+#pragma unroll
+    for (int i = 0; i < C::NB_S; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[i][e] += sacc2[i][e];
     // ---- scale + mask, row max over this warp's columns ----
     float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
