@@ -525,24 +525,32 @@ class SSHTransport:
             raise ValueError(f"remote_path: {remote_path!r} is not an absolute path")
         parent, name = posixpath.split(remote_path)
         size = local_path.stat().st_size
-        mk = self.run(["mkdir", "-p", "--", parent], timeout_s=self.connect_timeout_s + 10)
+        # one round trip: the parent, and no partial upload of this name left by an earlier run (T17)
+        mk = self.run(["sh", "-c", _PREPARE_SH, "sh", parent, name], timeout_s=self.connect_timeout_s + 10)
         self._raise_if_bad(mk, f"mkdir -p {parent}")
         tmp = posixpath.join(parent, f".{name}.part-{uuid.uuid4().hex[:12]}")
         conn = self._open()
         sftp = None
+        failure: BaseException | None = None
         try:
-            sftp = self._open_sftp(conn)
-            sftp.put(str(local_path), tmp, confirm=True)
-            sftp.chmod(tmp, local_path.stat().st_mode & 0o777)
-        except OSError as exc:
-            if getattr(exc, "errno", None) in (errno.EACCES, errno.ENOSPC, errno.EDQUOT):
-                self.run(["rm", "-f", "--", tmp], timeout_s=self.connect_timeout_s + 10)
-                raise StepFailed(f"{self.host_name}: upload to {tmp} refused: {exc}", host=self.host_name) from None
+            try:
+                sftp = self._open_sftp(conn)
+            except _sftp_handshake_errors() as exc:
+                # the login shell printed into the sftp stream (a ~/.bashrc banner, T11): send the
+                # bytes over an exec channel instead, whose stdout nobody parses
+                log.warning("%s: sftp unusable (%s); uploading over an exec channel", self.host_name, exc)
+                self._put_exec(conn, local_path, tmp)
+            else:
+                sftp.put(str(local_path), tmp, confirm=True)
+                sftp.chmod(tmp, local_path.stat().st_mode & 0o777)
+        except TimeoutError as exc:  # a wedged sftp-server or host: lost
             self._drop()
             raise HostUnreachable(
                 f"{self.host_name}: upload of {local_path.name} to {self.target} failed: {type(exc).__name__}: {exc}",
                 host=self.host_name,
             ) from None
+        except OSError as exc:  # the host refused a write: find out why, on the host
+            failure = exc
         except _session_errors() as exc:
             self._drop()
             raise HostUnreachable(
@@ -552,9 +560,72 @@ class SSHTransport:
         finally:
             if sftp is not None:
                 _quiet_close(sftp)
+        if failure is not None:
+            self._upload_refused(failure, local_path, parent, tmp, size)
         mv = self.run(["mv", "-f", "--", tmp, remote_path], timeout_s=self.connect_timeout_s + 10)
         self._raise_if_bad(mv, f"mv {tmp} {remote_path}")
         return TransferResult(host=self.host_name, remote_path=remote_path, bytes=size, detail=f"uploaded {size} bytes")
+
+    def _upload_refused(self, exc: BaseException, local_path: Path, parent: str, tmp: str, size: int) -> None:
+        """Remove the partial file and raise StepFailed naming the cause (disk full: "no space
+        left on <host>:<path>"; sftp-server reports ENOSPC only as "Failure", so free space is
+        measured on the host); HostUnreachable when the host is gone too."""
+        try:
+            probe = self.run(
+                ["sh", "-c", _AFTER_FAILED_UPLOAD_SH, "sh", tmp, parent], timeout_s=self.connect_timeout_s + 10
+            )
+        except HostUnreachable:
+            raise HostUnreachable(
+                f"{self.host_name}: upload of {local_path.name} to {self.target} failed and the host is gone: {exc}",
+                host=self.host_name,
+            ) from None
+        if probe.lost or probe.timed_out:
+            raise HostUnreachable(
+                f"{self.host_name}: upload of {local_path.name} to {self.target} failed and the host is gone: {exc}",
+                host=self.host_name,
+            )
+        free: int | None = None
+        words = (probe.stdout.strip().splitlines() or [""])[-1].split()
+        if len(words) == 2 and all(w.isdigit() for w in words):
+            free = int(words[0]) * int(words[1])
+        code = getattr(exc, "errno", None)
+        if code in (errno.ENOSPC, errno.EDQUOT) or (free is not None and free < size):
+            free_s = f"; {free} bytes free there" if free is not None else ""
+            raise StepFailed(
+                f"no space left on {self.host_name}:{parent} (upload of {local_path.name}, {size} bytes{free_s}; "
+                "the partial file was removed)",
+                host=self.host_name,
+            )
+        raise StepFailed(
+            f"{self.host_name}: upload to {tmp} refused: {exc} (the partial file was removed)", host=self.host_name
+        )
+
+    def _put_exec(self, conn: Any, local_path: Path, tmp: str) -> None:
+        """Upload through ``cat > TMP`` on an exec channel (stdin carries the bytes); raises
+        OSError with the host's reason when the write fails (e.g. ENOSPC), TimeoutError when the
+        host stops reading for ``transfer_timeout_s``."""
+        mode = format(local_path.stat().st_mode & 0o777, "o")
+        chan = conn.transport.open_session(timeout=self.connect_timeout_s)
+        try:
+            chan.settimeout(self.transfer_timeout_s)
+            chan.exec_command(shlex.join(["sh", "-c", _CAT_UPLOAD_SH, "sh", tmp, mode, str(local_path.stat().st_size)]))
+            with open(local_path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 16), b""):
+                    chan.sendall(chunk)
+            chan.shutdown_write()
+            if not chan.status_event.wait(self.transfer_timeout_s):
+                raise TimeoutError(f"no exit status within {self.transfer_timeout_s}s")
+            err = b""
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+            rc = chan.recv_exit_status()
+        finally:
+            chan.close()
+        if rc != 0:
+            text = err.decode("utf-8", "replace").strip().splitlines()
+            why = text[-1] if text else f"exit {rc}"
+            code = errno.ENOSPC if "No space left" in why else errno.EDQUOT if "quota" in why.lower() else None
+            raise OSError(code, why)
 
     def _open_sftp(self, conn: Any) -> Any:
         """An SFTP session whose every read and write, the version handshake included, gives
@@ -575,6 +646,27 @@ class SSHTransport:
                 f"{self.host_name}: `{what}` failed (exit {r.exit_code}): {r.stderr_tail(3)}", host=self.host_name
             )
 
+
+#: ``mkdir -p`` the upload's parent and remove partial uploads of the same name (``.<name>.part-*``)
+#: that a failed or killed earlier run left behind.
+_PREPARE_SH = r"""
+mkdir -p -- "$1" || exit 1
+rm -f -- "$1"/."$2".part-*
+"""
+
+#: Receives an upload on stdin (the exec-channel fallback); checks the size that arrived.
+_CAT_UPLOAD_SH = r"""
+cat > "$1" || exit 1
+chmod "$2" -- "$1" || exit 1
+got=$(stat -c %s -- "$1") || exit 1
+[ "$got" = "$3" ] || { echo "short upload: $got of $3 bytes" >&2; exit 1; }
+"""
+
+#: After a refused upload: remove the partial file, print ``<available blocks> <block size>``.
+_AFTER_FAILED_UPLOAD_SH = r"""
+rm -f -- "$1"
+stat -f -c '%a %S' -- "$2" 2>/dev/null || echo unknown
+"""
 
 # ---------------------------------------------------------------------- commands in flight
 
@@ -717,6 +809,14 @@ def _connect_errors() -> tuple[type[BaseException], ...]:
     import paramiko
 
     return (paramiko.SSHException, OSError, EOFError)
+
+
+def _sftp_handshake_errors() -> tuple[type[BaseException], ...]:
+    """What opening SFTP raises when something else speaks on the channel (a login banner)."""
+    import paramiko
+    from paramiko.sftp import SFTPError
+
+    return (SFTPError, paramiko.SSHException, EOFError)
 
 
 def _session_errors() -> tuple[type[BaseException], ...]:

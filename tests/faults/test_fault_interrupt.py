@@ -142,3 +142,38 @@ def test_local_transport_records_and_reports_a_running_copy(tmp_path):
     th.join(10)
     assert pids_with("sleep 314.1") == []
     assert t.running_job("0-quick-probe") is None and not (tmp_path / "jobs" / "0-quick-probe.pid").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cli_interrupt_during_a_remote_step_kills_it_on_every_host_then_records_interrupted(fault_lab, tmp_path, sig):
+    from faultkit import Project, phase_doc
+
+    from tests.support.sshd_lab import inventory_doc, write_inventory
+
+    lab = fault_lab(2)
+    proj = Project(tmp_path, phase_doc(sleep_s=300, timeout_s=600))
+    remote = tmp_path / "remote"
+    inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, remote))
+    p = proj.popen("run", "0", "--inventory", str(inv), "--json", "--yes")
+    try:
+        pids = {
+            n: int(
+                wait_for(lambda n=n: (remote / n / "probe" / "pid").exists(), 60, f"step on {n}")
+                and (remote / n / "probe" / "pid").read_text()
+            )
+            for n in ("h1", "h2")
+        }
+        assert all(session_id(pid) == pgid_of(pid) for pid in pids.values())
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, (out[-800:], err[-800:])
+    # host side: the step (and its group) is gone on both hosts, its pid file too
+    for n, pid in pids.items():
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1][0] == "Z", n
+        assert not (remote / n / ".jobs" / "0-quick-probe.pid").exists(), n
+    st = proj.state_doc()
+    step = st["phases"]["0"]["steps"][0]
+    assert {n: step["hosts"][n]["status"] for n in ("h1", "h2")} == {"h1": "interrupted", "h2": "interrupted"}
