@@ -1,0 +1,294 @@
+"""CPU tests of the DSA verify kernel's Python side: fp8 656-byte layout, oracle semantics,
+inputs, argument validation, split plan and the nvcc/ptxas build check (sm_90a and sm_120a)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dsa_verify import api, layout, tiles  # noqa: E402
+from dsa_verify._build import build_check, parse_ptxas  # noqa: E402
+from dsa_verify.inputs import DsaCase, make_inputs, topk_overlap  # noqa: E402
+from dsa_verify.reference import dsa_verify_ref, used_mask  # noqa: E402
+
+
+# ---- fp8 656-byte rows ----
+def test_pack_unpack_roundtrip_bytes():
+    g = torch.Generator().manual_seed(0)
+    n = 7
+    nope = torch.randint(0, 256, (n, 512), generator=g, dtype=torch.uint8)
+    nope[nope == 0x7F] = 0  # keep NaN codes out of the equality check
+    nope[nope == 0xFF] = 0
+    scales = torch.rand(n, 4, generator=g) * 3
+    rope = torch.randn(n, 64, generator=g).to(torch.bfloat16)
+    rows = layout.pack_rows(nope, scales, rope)
+    assert rows.shape == (n, 656) and rows.dtype == torch.uint8
+    n2, s2, r2 = layout.unpack_rows(rows)
+    assert torch.equal(n2.view(torch.uint8), nope)
+    assert torch.equal(s2, scales)
+    assert torch.equal(r2.view(torch.int16), rope.view(torch.int16))
+    # byte offsets: scales at [512, 528), rope at [528, 656)
+    assert torch.equal(rows[:, 512:528].contiguous().view(torch.float32), scales)
+    assert torch.equal(rows[:, 528:].contiguous().view(torch.bfloat16).view(torch.int16), rope.view(torch.int16))
+
+
+def test_dequantize_is_e4m3_times_block_scale():
+    g = torch.Generator().manual_seed(1)
+    n = 3
+    codes = torch.randn(n, 512, generator=g).mul(50).clamp(-448, 448).to(torch.float8_e4m3fn)
+    scales = torch.tensor([[1.0, 2.0, 0.5, 2.0**-20]] * n)
+    rope = torch.randn(n, 64, generator=g).to(torch.bfloat16)
+    x = layout.dequantize_rows(layout.pack_rows(codes, scales, rope))
+    want = codes.to(torch.float64).reshape(n, 4, 128) * scales.double().reshape(n, 4, 1)
+    assert torch.equal(x[:, :512], want.reshape(n, 512))
+    assert torch.equal(x[:, 512:], rope.double())
+
+
+def test_quantize_matches_sglang_rule():
+    """scale = amax / 448 per 128 dims; all-zero block -> scale 0 and zero codes; error <= e4m3 step."""
+    g = torch.Generator().manual_seed(2)
+    kv = torch.randn(5, 576, generator=g).to(torch.bfloat16)
+    kv[1, 128:256] = 0
+    rows = layout.quantize_rows(kv)
+    _, s, rope = layout.unpack_rows(rows)
+    amax = kv[:, :512].float().reshape(5, 4, 128).abs().amax(-1)
+    assert torch.allclose(s, amax / 448.0)
+    assert s[1, 1] == 0
+    deq = layout.dequantize_rows(rows)
+    assert torch.equal(deq[1, 128:256], torch.zeros(128, dtype=torch.float64))
+    rel = (deq[:, :512] - kv[:, :512].double()).abs() / amax.double().repeat_interleave(128, 1).clamp(min=1e-30)
+    assert float(rel.max()) <= 2.0**-4  # e4m3: 3 mantissa bits, relative to the block amax
+    assert torch.equal(rope.view(torch.int16), kv[:, 512:].contiguous().view(torch.int16))
+
+
+def test_layout_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="rows"):
+        layout.unpack_rows(torch.zeros(2, 655, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="scales"):
+        layout.pack_rows(torch.zeros(2, 512, dtype=torch.uint8), torch.zeros(2, 3), torch.zeros(2, 64).bfloat16())
+    with pytest.raises(ValueError, match="kv"):
+        layout.quantize_rows(torch.zeros(2, 512))
+
+
+# ---- oracle semantics ----
+def _naive(q, rows, pt, sl, scale):
+    """Per-row loop: gather the used entries, exact softmax (float64)."""
+    T, H, _ = q.shape
+    out = torch.zeros(T, H, 512, dtype=torch.float64)
+    lse = torch.full((T, H), float("-inf"), dtype=torch.float64)
+    for t in range(T):
+        k = max(0, min(int(sl[t]), pt.shape[1]))
+        ids = [int(i) for i in pt[t, :k] if 0 <= int(i) < rows.shape[0]]
+        if not ids:
+            continue
+        kk = rows[ids]
+        s = q[t].double() @ kk.T * scale
+        lse[t] = torch.logsumexp(s, -1)
+        out[t] = torch.softmax(s, -1) @ kk[:, :512]
+    return out, lse
+
+
+def test_oracle_matches_naive_bf16_with_hostile_entries():
+    g = torch.Generator().manual_seed(3)
+    slots, T, H, K = 50, 6, 4, 16
+    kv = torch.randn(slots, 1, 576, generator=g).to(torch.bfloat16)
+    q = torch.randn(T, H, 576, generator=g).to(torch.bfloat16)
+    pt = torch.randint(0, slots, (T, K), generator=g, dtype=torch.int32)
+    pt[0, 3] = -1
+    pt[1, 0] = slots  # out of range: skipped
+    pt[2, 5] = 2**31 - 1
+    pt[3, :] = -1  # empty row
+    pt[4, 2] = pt[4, 1]  # duplicate slot counts twice
+    sl = torch.tensor([16, 10, 40, 16, -3, 0], dtype=torch.int32)  # > K clamps, < 0 and 0 are empty
+    o, lse = dsa_verify_ref(q, kv, pt, sl, 0.0625)
+    o2, l2 = _naive(q, kv.reshape(slots, 576).double(), pt, sl, 0.0625)
+    assert torch.allclose(o, o2, atol=1e-12) and torch.allclose(lse, l2)
+    assert torch.equal(o[3], torch.zeros(H, 512, dtype=torch.float64)) and bool(torch.isneginf(lse[3]).all())
+    assert bool(torch.isneginf(lse[4]).all()) and bool(torch.isneginf(lse[5]).all())
+
+
+def test_oracle_never_reads_unused_nan_slots():
+    g = torch.Generator().manual_seed(4)
+    kv = torch.randn(20, 576, generator=g).to(torch.bfloat16)
+    kv[0] = float("nan")  # slot 0 never used (SGLang's dummy page)
+    kv[7] = float("nan")
+    pt = torch.tensor([[3, 7, -1, -1], [1, 2, 4, 0]], dtype=torch.int32)
+    sl = torch.tensor([1, 3], dtype=torch.int32)  # slot 7 and slot 0 lie beyond seq_lens
+    q = torch.randn(2, 2, 576, generator=g).to(torch.bfloat16)
+    o, lse = dsa_verify_ref(q, kv, pt, sl, 0.1)
+    assert bool(torch.isfinite(o).all()) and bool(torch.isfinite(lse).all())
+    assert torch.allclose(o[0, 0], kv[3, :512].double())  # one entry: softmax weight 1
+
+
+def test_oracle_fp8_equals_oracle_on_dequantized_bf16_free_rows():
+    g = torch.Generator().manual_seed(5)
+    kv = torch.randn(30, 576, generator=g).to(torch.bfloat16)
+    rows = layout.quantize_rows(kv)
+    q = torch.randn(3, 2, 576, generator=g).to(torch.bfloat16)
+    pt = torch.randint(0, 30, (3, 8), generator=g, dtype=torch.int32)
+    sl = torch.tensor([8, 5, 2], dtype=torch.int32)
+    o, _ = dsa_verify_ref(q, rows.reshape(30, 1, 656), pt, sl, 0.0625)
+    o2, _ = _naive(q, layout.dequantize_rows(rows), pt, sl, 0.0625)
+    assert torch.allclose(o, o2, atol=1e-12)
+
+
+# ---- inputs: rows as the DSA backend builds them ----
+def test_inputs_chain_rows_and_padding():
+    c = DsaCase("t", (0, 30, 2045), 4, 8, topk=2048, seed=1, pad_rows=2)
+    d = make_inputs(c, "cpu")
+    pt, sl = d["page_table_1"], d["seq_lens"]
+    assert pt.dtype == torch.int32 and pt.shape == (3 * 4 + 2, 2048)
+    assert sl.tolist()[:12] == [1, 2, 3, 4, 31, 32, 33, 34, 2046, 2047, 2048, 2048]
+    assert sl.tolist()[12:] == [1, 1] and bool((pt[12:] == -1).all())
+    slots = d["meta"]["slots"]
+    for b, L in enumerate((0, 30, 2045)):
+        for i in range(4):
+            r = b * 4 + i
+            k = int(sl[r])
+            assert bool((pt[r, k:] == -1).all()) and bool((pt[r, :k] >= 64).all())  # page 0 never used
+            if L + i + 1 <= 2048:  # the row lists every causal token, itself included
+                assert set(pt[r, :k].tolist()) == set(slots[b][: L + i + 1].tolist())
+    # unused slots are NaN-poisoned, used ones finite
+    used = used_mask(pt, sl, d["meta"]["num_slots"])
+    live = torch.zeros(d["meta"]["num_slots"], dtype=torch.bool)
+    live[pt.long()[used]] = True
+    cache = d["kv_cache"].reshape(-1, 576).float()
+    assert bool(torch.isnan(cache[~live]).all()) and bool(torch.isfinite(cache[live]).all())
+
+
+def test_inputs_fp8_extreme_and_hostile():
+    c = DsaCase("t", (3000,), 4, 16, kv="fp8", extreme_scales=True, hostile=True, topk=512, seed=2)
+    d = make_inputs(c, "cpu")
+    assert d["kv_cache"].shape[1:] == (1, 656)
+    _, s, _ = layout.unpack_rows(d["kv_cache"].reshape(-1, 656)[64:128])
+    assert float(s.max() / s.min()) > 2.0**20  # scales span many binades across blocks
+    o, lse = dsa_verify_ref(d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"], c.sm_scale)
+    assert bool(torch.isfinite(o).all())
+    assert bool(torch.isneginf(lse[1]).all())  # seq_len -5
+    assert bool((d["page_table_1"] >= d["meta"]["num_slots"]).any()) and bool((d["page_table_1"] < -1).any())
+
+
+def test_topk_overlap_counts():
+    pt = torch.tensor([[1, 2, 3, 4], [2, 3, 4, 5], [9, 9, -1, -1]], dtype=torch.int32)
+    sl = torch.tensor([4, 4, 2], dtype=torch.int32)
+    r = topk_overlap(pt[:2], sl[:2], 2)
+    assert r["consecutive_overlap_mean"] == 0.75
+    assert r["unique_fraction_mean"] == 5 / 8
+
+
+# ---- argument validation (ValueError naming the argument) ----
+def _args(T=2, H=8, slots=10, K=16, kv="bf16"):
+    q = torch.zeros(T, H, 576, dtype=torch.bfloat16)
+    cache = (
+        torch.zeros(slots, 1, 576, dtype=torch.bfloat16)
+        if kv == "bf16"
+        else torch.zeros(slots, 1, 656, dtype=torch.uint8)
+    )
+    return [q, cache, torch.zeros(T, K, dtype=torch.int32), torch.zeros(T, dtype=torch.int32), 0.0625]
+
+
+def test_validate_accepts_sglang_shapes():
+    for kv in ("bf16", "fp8"):
+        sz = api.validate(*_args(kv=kv), require_cuda=False)
+        assert sz == {"T": 2, "H": 8, "topk": 16, "fp8": kv == "fp8"}
+    a = _args(kv="fp8")
+    a[1] = a[1].view(torch.float8_e4m3fn)
+    assert api.validate(*a, require_cuda=False)["fp8"]
+
+
+@pytest.mark.parametrize(
+    "idx,bad,name",
+    [
+        (0, torch.zeros(2, 8, 576, dtype=torch.float16), "q_all"),
+        (0, torch.zeros(2, 8, 512, dtype=torch.bfloat16), "q_all"),
+        (0, torch.zeros(2, 129, 576, dtype=torch.bfloat16), "q_all"),
+        (0, torch.zeros(2, 8, 1152, dtype=torch.bfloat16)[..., ::2], "q_all"),
+        (1, torch.zeros(10, 1, 576, dtype=torch.float16), "kv_cache"),
+        (1, torch.zeros(10, 1, 600, dtype=torch.uint8), "kv_cache"),
+        (1, torch.zeros(10, 2, 576, dtype=torch.bfloat16), "kv_cache"),
+        (1, torch.zeros(0, 1, 576, dtype=torch.bfloat16), "kv_cache"),
+        (2, torch.zeros(2, 16, dtype=torch.int64), "page_table_1"),
+        (2, torch.zeros(3, 16, dtype=torch.int32), "page_table_1"),
+        (2, torch.zeros(16, 2, dtype=torch.int32).T, "page_table_1"),
+        (3, torch.zeros(2, dtype=torch.int64), "seq_lens"),
+        (3, torch.zeros(3, dtype=torch.int32), "seq_lens"),
+        (4, float("nan"), "sm_scale"),
+        (4, -1.0, "sm_scale"),
+        (4, True, "sm_scale"),
+        (4, "0.1", "sm_scale"),
+    ],
+)
+def test_validate_names_the_bad_argument(idx, bad, name):
+    a = _args()
+    a[idx] = bad
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        api.validate(*a, require_cuda=False)
+
+
+def test_validate_out_and_lse():
+    a = _args()
+    with pytest.raises(ValueError, match="^out:"):
+        api.validate(*a, out=torch.zeros(2, 8, 576, dtype=torch.bfloat16), require_cuda=False)
+    with pytest.raises(ValueError, match="^lse:"):
+        api.validate(*a, lse=torch.zeros(2, 8, dtype=torch.float64), require_cuda=False)
+    with pytest.raises(ValueError, match="^q_all: must be a CUDA tensor"):
+        api.validate(*a)
+
+
+def test_why_unsupported_never_raises():
+    a = _args()
+    a[2] = "nope"
+    assert "page_table_1" in api.why_unsupported(*a)
+    assert not api.supports(*a)
+
+
+# ---- split plan (host-only: depends on T, H, topk, device) ----
+def test_split_plan_bounds():
+    for T in (1, 4, 8, 32, 64, 256, 1024):
+        for H in (8, 16, 64, 128):
+            for cfg in tiles.CONFIGS.values():
+                S, chunk = api.split_plan(T, H, 2048, 132, 2, cfg)
+                assert 1 <= S <= api.MAX_SPLITS and chunk % cfg.block_n == 0
+                assert (S - 1) * chunk < 2048 <= S * chunk  # every split non-empty by position
+    S, _ = api.split_plan(4, 8, 2048, 132, 2, tiles.M16)
+    assert S > 1  # small T splits the list
+    assert api.split_plan(1024, 8, 2048, 132, 2, tiles.M16)[0] == 1
+    assert api.workspace_numel(1, 4, 8) == 0 and api.workspace_numel(4, 4, 8) == 4 * 4 * 8 * 513
+
+
+def test_tiles_fit_the_arch_limits():
+    for arch, cfgs in tiles.ARCH_CONFIGS.items():
+        for c in cfgs:
+            for fp8 in (False, True):
+                assert c.smem_bytes(fp8) <= tiles.SMEM_LIMIT[arch], (arch, c.name, fp8)
+    assert tiles.default_config("sm_120a", 64) is tiles.M32 and tiles.default_config("sm_90a", 8) is tiles.M16
+    assert tiles.config_for_mangled("_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi32ELi2ELb1EEEEEvNS_6ParamsE") == (
+        tiles.M16,
+        True,
+    )
+
+
+# ---- build check: nvcc + ptxas, both arches, 0 spills ----
+def test_parse_ptxas_sample():
+    text = (
+        "ptxas info    : Compiling entry function '_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi32ELi16ELi3ELb0EEEEEvNS_6ParamsE' for 'sm_120a'\n"
+        "ptxas info    : Function properties for x\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 240 registers, used 1 barriers, 16 bytes smem\n"
+    )
+    k = parse_ptxas(text)[0]
+    assert (k["registers"], k["spill_store_bytes"], k["stack_bytes"], k["static_smem_bytes"]) == (240, 4, 8, 16)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_build_check_compiles_without_spills(arch, nvcc_path):
+    doc = build_check(arch, nvcc_path)
+    assert doc["ok"], doc["errors"]
+    assert doc["summary"]["spill_bytes"] == 0
+    names = {(k["tile_config"], k["fp8"]) for k in doc["kernels"] if k["tile_config"]}
+    assert names == {(c.name, f) for c in tiles.ARCH_CONFIGS[arch] for f in (False, True)}
+    assert all(k["smem_bytes"] <= tiles.SMEM_LIMIT[arch] for k in doc["kernels"])
+    assert math.isclose(len(doc["kernels"]), len(names) + 1)  # + the combine kernel
