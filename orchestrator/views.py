@@ -317,6 +317,8 @@ class InteractiveApprover:
     def approve(self, s: ApprovalSummary) -> bool:
         err.print(Text(f"\nApproval required: {s.action}", style="bold yellow"))
         err.print(f"  target hosts ({len(s.hosts)}): {', '.join(s.hosts)}")
+        for a in s.actions:  # "h1: ~ resume from switch" (engine-built, one per host)
+            err.print(f"    {a}")
         err.print(f"  bundle sha256: {s.bundle_sha}")
         err.print("  gate evidence from earlier phases:")
         for line in s.evidence or ["(none recorded)"]:
