@@ -229,13 +229,14 @@ def fp8_codes_inputs(spec: CaseSpec, device="cpu") -> dict:
     mask_indptr = torch.arange(0, 2 * B + 1, 2, dtype=torch.int64)
     dev = torch.device(device)
     ref_k = k_buffer.float()
+    k_buffer = k_buffer.to(dev)  # one device copy: v_buffer must be its view
     return dict(
         q_extend=q.to(dev),
         k_extend=k_extend.to(dev),
         v_extend=k_extend[..., :512].contiguous().to(dev),
         o_extend=torch.empty(B, H, 512, dtype=torch.bfloat16, device=dev),
-        k_buffer=k_buffer.to(dev),
-        v_buffer=k_buffer.to(dev)[..., :512],
+        k_buffer=k_buffer,
+        v_buffer=k_buffer[..., :512],
         qo_indptr=qo_indptr.to(dev),
         kv_indptr=kv_indptr.to(dev),
         kv_indices=kv_indices.to(dev),

@@ -16,6 +16,16 @@
 // FP8 = true (fp8 e4m3fn cache): prefix tiles go global -> registers (16-byte loads, issued where
 // the bf16 kernel issues its cp.async) and registers -> bf16 smem while PV of the current tile
 // runs; prefix logits are scaled by k_scale and prefix P by v_scale (draft rows are bf16).
+// p.fp8_sched places the fp8 register loads of tile j+1 and their smem store (measured side by side):
+//   0: loads after S(j) is issued, store while PV(j) runs (the loads have S + softmax to land);
+//   1: loads before S(j) is issued, store while PV(j) runs;
+//   2: loads before S(j) is issued, store after PV(j) completes (the whole iteration to land, the
+//      conversion not overlapped with the tensor cores).
+// OV = true (p.wg_overlap = 1; a template argument, since ptxas serializes every wgmma when a
+// run-time branch leaves a path where O is touched while PV is in flight): PV(j) is not waited for at the end of iteration j; S(j+1) is issued behind it
+// (the tensor cores stay busy across the top-of-loop barrier) and wgmma.wait_group 1 retires PV(j)
+// before tile j+2's loads reuse its stage and before the softmax touches O. The fp8 loads then
+// take schedule 0's places.
 #pragma once
 #include "mla_verify_kernel.cuh"
 
@@ -48,6 +58,7 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Pins accumulator registers so the compiler keeps every access on its side of a wgmma wait.
 template <int N>
@@ -76,7 +87,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_tb(float* d, uint64_t desc_a
 }
 
 
-template <bool FP8>
+template <bool FP8, bool OV>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -179,23 +190,28 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
     const uint32_t sK = sKV + (j & 1) * TILE;
     const bool draft = j >= w.n_pre;
+    constexpr bool ov = OV;
+    const bool early = FP8 && !ov && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
+    if (early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
 
     // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
-    float sc[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) sc[i] = 0.f;
-    fence_regs<16>(sc);
+    float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
+                   // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
     wgmma_fence();
     {
       const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < D_QK / 16; ++kk) {
         const uint64_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;  // start address field, 16 B units
-        wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, 1);
+        wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, kk > 0);
       }
     }
     wgmma_commit();
-    if (j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
+    if constexpr (ov) {  // PV(j-1) retired (S(j) may still run): its stage and P are free, O is final
+      wgmma_wait1();
+      fence_regs<128>(o);
+    }
+    if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
     cp_async_commit();
     wgmma_wait0();
     fence_regs<16>(sc);
@@ -285,10 +301,15 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
     }
     wgmma_commit();
-    store_fp8();  // tile j+1 (fp8) into the stage freed at this iteration's first barrier, under PV
-    wgmma_wait0();
-    fence_regs<128>(o);
+    if (!FP8 || ov || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
+    if constexpr (!ov) {
+      wgmma_wait0();
+      fence_regs<128>(o);
+      if (FP8 && p.fp8_sched == 2) store_fp8();
+    }
   }
+  wgmma_wait0();  // the last PV (overlap mode)
+  fence_regs<128>(o);
   cp_async_wait<0>();
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
