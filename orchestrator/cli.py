@@ -301,7 +301,7 @@ def plan(
                 from orchestrator.views import out
 
                 again = paste_command("run", *(phases or ["--all"]), "--approve", p.digest)
-                out.print(f"To run exactly this plan without a TTY: {again}")
+                out.print(f"To run exactly this plan without a TTY: {again}", soft_wrap=True)  # pasteable
         return _plan_envelope("plan", p, as_json)
 
     _guard("plan", as_json, debug, go)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import shlex
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 PROG = "orchestrator"
 
@@ -38,18 +37,41 @@ ACCEPTS: dict[str, frozenset[str]] = {
 }
 
 
-@dataclass(frozen=True)
 class Invocation:
-    """The carried options of the running command, as the user typed them (None: not given)."""
+    """The carried options of the running command, as the user typed them (None: not given).
 
-    inventory: str | None = None
-    state_dir: str | None = None
-    phases_dir: str | None = None
-    limit: str | None = None
+    A plain class, not a dataclass: it is created on every start, and ``status`` is meant to be quick."""
+
+    __slots__ = ("inventory", "state_dir", "phases_dir", "limit")
+
+    def __init__(
+        self,
+        inventory: str | None = None,
+        state_dir: str | None = None,
+        phases_dir: str | None = None,
+        limit: str | None = None,
+    ) -> None:
+        self.inventory = inventory
+        self.state_dir = state_dir
+        self.phases_dir = phases_dir
+        self.limit = limit
 
     def value(self, name: str) -> str | None:
         v: str | None = getattr(self, name)
         return v
+
+    def _key(self) -> tuple[str | None, ...]:
+        return (self.inventory, self.state_dir, self.phases_dir, self.limit)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Invocation) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__ if getattr(self, n) is not None)
+        return f"Invocation({fields})"
 
 
 _lock = threading.Lock()

@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.progress import ProgressSink
 from orchestrator.specs import PhaseCatalog
 from orchestrator.state import RunState
 
@@ -25,6 +24,7 @@ if TYPE_CHECKING:  # the engine is not imported by `status`
     from orchestrator.engine import RunReport
     from orchestrator.execution import Event
     from orchestrator.planner import Plan
+    from orchestrator.progress import ProgressSink
 
 CONTROLLER = "@local"  # orchestrator.planner.CONTROLLER, repeated to keep `status` lean
 APPROVE_WORD = "yes"  # orchestrator.approval.APPROVE_WORD
@@ -57,9 +57,11 @@ def styled(status: str) -> Text:
 
 
 def error_line(message: str, hint: str | None) -> None:
-    err.print(Text("Error: ", style="bold red") + Text(message))
+    """``Error: message`` and ``hint: ...`` on stderr, never hard-wrapped: a hint is often a
+    command to paste, and a line break inside it would break the paste."""
+    err.print(Text("Error: ", style="bold red") + Text(message), soft_wrap=True)
     if hint:
-        err.print(Text("hint: ", style="dim") + Text(hint))
+        err.print(Text("hint: ", style="dim") + Text(hint), soft_wrap=True)
 
 
 class EventRenderer:

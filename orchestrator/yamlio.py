@@ -9,7 +9,6 @@ value, so a second ``port:`` or ``steps:`` would replace the first without a wor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,13 +52,15 @@ class UniqueKeyLoader(_Base):  # type: ignore[misc]  # (C)SafeLoader is untyped
         return result
 
 
-@dataclass(frozen=True)
 class YamlDocument:
     """A loaded top-level mapping and the 1-based line of every key and list item in it."""
 
-    path: Path
-    data: dict[str, Any]
-    lines: dict[Loc, int] = field(default_factory=dict)
+    __slots__ = ("path", "data", "lines")
+
+    def __init__(self, path: Path, data: dict[str, Any], lines: dict[Loc, int] | None = None) -> None:
+        self.path = path
+        self.data = data
+        self.lines: dict[Loc, int] = lines if lines is not None else {}
 
     def line_of(self, loc: Loc) -> int | None:
         """The line of ``loc`` or of its nearest ancestor that is in the document."""
