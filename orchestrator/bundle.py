@@ -10,15 +10,16 @@ The tarball has sorted entries, mtime 0, uid/gid 0, fixed modes and no compiled 
 files, so the same sources always give the same hash. That hash is what approval digests,
 remote bundle directories (``<remote_root>/bundles/<sha>/``) and ``current`` refer to.
 
-On a host (any :class:`~orchestrator.transport.base.Transport`), :func:`ensure_on_host` /
-:func:`ship_bundle` keep ``bundles/<sha>.tar.gz`` (uploaded only when the host has no copy
-whose sha256 matches) and ``bundles/<sha>/`` (unpacked, with ``.sha256`` and a ``.manifest``
-of every file's sha256), and re-check both on the host each time they are called.
-:func:`switch_current` moves the ``current`` / ``previous`` symlinks with symlink + rename.
-Damaged trees are moved aside as ``<sha>.damaged.<pid>``, never deleted.
+On a host (any :class:`~orchestrator.transport.base.Transport`), :func:`ship_bundle` keeps
+``bundles/<sha>.tar.gz`` (uploaded only when the host has no copy whose sha256 matches) and
+``bundles/<sha>/`` (unpacked, with ``.sha256`` and a ``.manifest`` of every file's sha256),
+and re-checks both on the host each time it is called; :func:`verify_on_host` is that check
+alone. Damaged trees are moved aside as ``<sha>.damaged.<pid>``, never deleted. The
+``current`` / ``previous`` pointers belong to the host-side cut-over agent
+(``kernels/cutover_agent``, verb ``switch``), not to the controller.
 
-The engine packs once per command (:func:`pack_bytes`), writes those bytes with
-:func:`write_bundle`, re-hashes the file (:func:`file_sha256`) before shipping, and calls
+:mod:`orchestrator.shipping` packs once per command (:func:`pack_bytes`), writes those bytes
+with :func:`write_bundle`, re-hashes the file (:func:`file_sha256`) before shipping, and calls
 :func:`ship_bundle` before a host's first step of each phase and :func:`verify_on_host` before
 every later step (plans/0001 section 9).
 """
@@ -152,14 +153,14 @@ def bundle_sha(source_root: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Shipping the bundle to a host and the ``current`` pointer (plans/0001 section 4).
+# Shipping the bundle to a host (plans/0001 section 4).
 #
 # Every remote step below is a constant ``sh -c`` script; the values (paths, sha) travel as
 # positional arguments, quoted by the transport, so no inventory value is ever parsed as shell.
 
 _log = logging.getLogger(__name__)
 _SHA = re.compile(r"^[0-9a-f]{64}$")
-#: Seconds allowed for one bundle check / unpack / pointer switch on the host.
+#: Seconds allowed for one bundle check / unpack on the host.
 BUNDLE_STEP_TIMEOUT_S = 120
 
 #: Prints one word: ok | absent | tarball-mismatch <got> | unpacked-missing | unpacked-mismatch.
@@ -194,29 +195,6 @@ if [ -e "$dir" ]; then mv -T -- "$dir" "$dir.damaged.$$"; fi
 mv -T -- "$tmp" "$dir"
 """
 
-#: Points ``current`` at ``bundles/<sha>`` (and ``previous`` at the old target) with
-#: symlink + rename, so a reader sees the old or the new target, never neither.
-_SWITCH_SH = r"""
-set -eu
-root=$1 sha=$2
-[ -f "$root/bundles/$sha/.sha256" ] || { echo "bundle $sha is not unpacked under $root/bundles" >&2; exit 12; }
-old=$(readlink -- "$root/current" 2>/dev/null || true)
-if [ -n "$old" ] && [ "$old" != "bundles/$sha" ]; then
-  ln -sfn -- "$old" "$root/.previous.tmp.$$"
-  mv -Tf -- "$root/.previous.tmp.$$" "$root/previous"
-fi
-ln -sfn -- "bundles/$sha" "$root/.current.tmp.$$"
-mv -Tf -- "$root/.current.tmp.$$" "$root/current"
-echo "current=$(readlink -- "$root/current")"
-echo "previous=$(readlink -- "$root/previous" 2>/dev/null || true)"
-"""
-
-_READ_POINTERS_SH = r"""
-root=$1
-echo "current=$(readlink -- "$root/current" 2>/dev/null || true)"
-echo "previous=$(readlink -- "$root/previous" 2>/dev/null || true)"
-"""
-
 
 def _sh(script: str, *args: str) -> list[str]:
     return ["sh", "-c", script, "sh", *args]
@@ -242,13 +220,6 @@ class BundleOnHost(BaseModel):
     duration_s: float
 
 
-class Pointers(BaseModel):
-    """The ``current`` / ``previous`` symlinks under ``remote_root`` (bundle shas, or None)."""
-
-    current: str | None = None
-    previous: str | None = None
-
-
 def remote_bundle_paths(remote_root: str, sha: str) -> tuple[str, str]:
     """``(<remote_root>/bundles/<sha>, <remote_root>/bundles/<sha>.tar.gz)``."""
     if not remote_root.startswith("/"):
@@ -269,16 +240,6 @@ def check_argv(remote_root: str, sha: str) -> list[str]:
 def unpack_argv(remote_root: str, sha: str) -> list[str]:
     d, tar = remote_bundle_paths(remote_root, sha)
     return _sh(_UNPACK_SH + _CHECK_SH, tar, d, sha)
-
-
-def switch_current_argv(remote_root: str, sha: str) -> list[str]:
-    """Argv that atomically points ``current`` at ``bundles/<sha>`` (old target -> ``previous``)."""
-    remote_bundle_paths(remote_root, sha)
-    return _sh(_SWITCH_SH, remote_root.rstrip("/") or "/", sha)
-
-
-def read_pointers_argv(remote_root: str) -> list[str]:
-    return _sh(_READ_POINTERS_SH, remote_root.rstrip("/") or "/")
 
 
 def _remote_root(host: Any) -> str:
@@ -345,29 +306,3 @@ def ship_bundle(transport: Transport, bundle: Bundle, host: Any) -> BundleOnHost
         verified=True,
         duration_s=round(time.monotonic() - started, 3),
     )
-
-
-def ensure_on_host(transport: Transport, bundle: Bundle, host: Any) -> str:
-    """Ship (once) and verify the bundle on ``host``; return the remote bundle directory."""
-    return ship_bundle(transport, bundle, host).remote_dir
-
-
-def _parse_pointers(text: str) -> Pointers:
-    vals: dict[str, str | None] = {}
-    for line in text.splitlines():
-        key, _, target = line.partition("=")
-        if key in ("current", "previous"):
-            target = target.strip()
-            vals[key] = target.rsplit("/", 1)[-1] if target else None
-    return Pointers(**vals)
-
-
-def switch_current(transport: Transport, host: Any, sha: str) -> Pointers:
-    """Atomically point ``<remote_root>/current`` at the unpacked bundle ``sha``."""
-    r = _run(transport, host, switch_current_argv(_remote_root(host), sha), "switch of current")
-    return _parse_pointers(r.stdout)
-
-
-def read_pointers(transport: Transport, host: Any) -> Pointers:
-    r = _run(transport, host, read_pointers_argv(_remote_root(host)), "pointer read")
-    return _parse_pointers(r.stdout)

@@ -1,16 +1,15 @@
-"""ensure_on_host through the local transport (no sshd needed): the same host-side scripts
+"""ship_bundle through the local transport (no sshd needed): the same host-side scripts
 place and verify the bundle for ``connection: local`` hosts in cut-over phases."""
 
 from __future__ import annotations
 
-import os
 import types
 from pathlib import Path
 
 import pytest
 from labkit import make_bundle
 
-from orchestrator.bundle import read_pointers, ship_bundle, switch_current, verify_on_host
+from orchestrator.bundle import ship_bundle, verify_on_host
 from orchestrator.transport.local import LocalTransport
 
 
@@ -19,7 +18,7 @@ def host(tmp_path):
     return types.SimpleNamespace(name="local", remote_root=str(tmp_path / "root"))
 
 
-def test_local_ship_verify_and_switch(tmp_path, host):
+def test_local_ship_and_verify(tmp_path, host):
     bundle = make_bundle(tmp_path, "v1")
     t = LocalTransport("local")
     first = ship_bundle(t, bundle, host)
@@ -28,9 +27,6 @@ def test_local_ship_verify_and_switch(tmp_path, host):
     assert (again.uploaded, again.unpacked, again.found) == (False, False, "ok")
     Path(first.remote_dir, "hello.py").write_text("changed\n")
     assert verify_on_host(t, bundle, host) == "unpacked-mismatch"
-    assert switch_current(t, host, bundle.sha256).current == bundle.sha256
-    assert os.readlink(Path(host.remote_root, "current")) == f"bundles/{bundle.sha256}"
-    assert read_pointers(t, host).previous is None
 
 
 def test_a_failed_unpack_leaves_no_temporary_tree(tmp_path, host):

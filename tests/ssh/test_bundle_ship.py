@@ -1,4 +1,4 @@
-"""Shipping the bundle over SSH: upload once, verify on the host before every use, repair, pointers."""
+"""Shipping the bundle over SSH: upload once, verify on the host before every use, repair."""
 
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ from labkit import make_bundle, make_host
 from orchestrator.bundle import (
     BundleError,
     check_argv,
-    ensure_on_host,
-    read_pointers,
     remote_bundle_paths,
     ship_bundle,
-    switch_current,
     verify_on_host,
 )
 
@@ -48,13 +45,13 @@ def test_second_use_skips_the_upload_and_still_checks_the_hash(shared_lab, tmp_p
     again = ship_bundle(t, bundle, host)
     assert (again.uploaded, again.unpacked, again.found) == (False, False, "ok")
     assert os.stat(again.tarball).st_ino == inode  # the tarball was not rewritten
-    assert ensure_on_host(t, bundle, host) == first.remote_dir
+    assert ship_bundle(t, bundle, host).remote_dir == first.remote_dir
 
 
 def test_a_modified_unpacked_file_is_detected_and_repaired_from_the_tarball(shared_lab, tmp_path, transports, bundle):
     host = make_host(shared_lab, "h1", tmp_path)
     t = transports(host)
-    d = Path(ensure_on_host(t, bundle, host))
+    d = Path(ship_bundle(t, bundle, host).remote_dir)
     (d / "hello.py").write_text("print('tampered')\n")
     assert verify_on_host(t, bundle, host) == "unpacked-mismatch"
     repaired = ship_bundle(t, bundle, host)
@@ -66,7 +63,7 @@ def test_a_modified_unpacked_file_is_detected_and_repaired_from_the_tarball(shar
 def test_files_added_by_a_build_do_not_invalidate_the_bundle(shared_lab, tmp_path, transports, bundle):
     host = make_host(shared_lab, "h1", tmp_path)
     t = transports(host)
-    d = Path(ensure_on_host(t, bundle, host))
+    d = Path(ship_bundle(t, bundle, host).remote_dir)
     (d / "__pycache__").mkdir()
     (d / "__pycache__" / "x.pyc").write_bytes(b"\x00")
     assert verify_on_host(t, bundle, host) == "ok"
@@ -94,7 +91,7 @@ def test_a_local_bundle_that_does_not_match_its_sha_is_refused_on_the_host(share
 def test_hostile_remote_root_is_used_literally(shared_lab, tmp_path, transports, bundle):
     root = tmp_path / "odd root; $(touch canary) `touch canary` 'q'"
     host = make_host(shared_lab, "h1", tmp_path, remote_root=str(root))
-    d = ensure_on_host(transports(host), bundle, host)
+    d = ship_bundle(transports(host), bundle, host).remote_dir
     assert Path(d, ".sha256").is_file() and d.startswith(str(root))
     assert not any(tmp_path.rglob("canary")) and not Path("/root/canary").exists()
 
@@ -104,33 +101,3 @@ def test_bad_paths_and_shas_are_rejected_before_anything_is_sent():
         remote_bundle_paths("relative/dir", "a" * 64)
     with pytest.raises(ValueError, match="not a sha256 hex digest"):
         check_argv("/srv/x", "../../etc")
-
-
-def test_switch_current_moves_the_old_target_to_previous(shared_lab, tmp_path, transports, bundle):
-    v2 = make_bundle(tmp_path, "v2")
-    host = make_host(shared_lab, "h2", tmp_path)
-    t = transports(host)
-    ensure_on_host(t, bundle, host)
-    ensure_on_host(t, v2, host)
-    assert read_pointers(t, host).model_dump() == {"current": None, "previous": None}
-    assert switch_current(t, host, bundle.sha256).model_dump() == {"current": bundle.sha256, "previous": None}
-    p = switch_current(t, host, v2.sha256)
-    assert p.model_dump() == {"current": v2.sha256, "previous": bundle.sha256}
-    current = Path(host.remote_root, "current")
-    assert current.is_symlink() and os.readlink(current) == f"bundles/{v2.sha256}"
-    assert (current / "__init__.py").read_text() == 'VERSION = "v2"\n'
-    # switching to the same bundle keeps previous as it was
-    assert switch_current(t, host, v2.sha256).previous == bundle.sha256
-    assert not [n for n in os.listdir(host.remote_root) if n.startswith(".")], "no temp links left"
-
-
-def test_switch_to_a_bundle_that_is_not_unpacked_changes_nothing(shared_lab, tmp_path, transports, bundle):
-    host = make_host(shared_lab, "h3", tmp_path)
-    t = transports(host)
-    ensure_on_host(t, bundle, host)
-    switch_current(t, host, bundle.sha256)
-    with pytest.raises(
-        BundleError, match=r"h3: bundle switch of current failed \(exit 12\): bundle f{64} is not unpacked"
-    ):
-        switch_current(t, host, "f" * 64)
-    assert read_pointers(t, host).current == bundle.sha256
