@@ -380,12 +380,46 @@ def _load_baseline(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _read_active(root: Path) -> dict | None:
+    """``active.json`` as a dict, or None when absent or unreadable."""
+    try:
+        doc = json.loads((root / ACTIVE_NAME).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _ranks(active: dict | None) -> dict[str, dict]:
+    """Per-rank records of an ``active.json`` (one pseudo-rank for a record without ``ranks``)."""
+    if not active:
+        return {}
+    ranks = active.get("ranks")
+    if isinstance(ranks, dict):
+        return {k: v for k, v in ranks.items() if isinstance(v, dict)}
+    return {"process": active}
+
+
+def _target_verify(rank: dict) -> dict:
+    return ((rank.get("backends") or {}).get("target") or {}).get("verify") or {}
+
+
+def _declined_by_rank(active: dict | None) -> dict[str, int]:
+    return {k: int((_target_verify(r).get("eager") or {}).get("declined") or 0) for k, r in _ranks(active).items()}
+
+
 def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the baseline prompts again; compare token for token; latency ratio of medians."""
+    """Run the baseline prompts again; compare token for token; latency ratio of medians.
+
+    With a bundled config it also gates on what every service process recorded (active.json,
+    merged from ``active.d/<rank>.json``): every rank on the bundled kernel, no target-verify
+    call declined while the canary prompts ran (counters read before and after, after one
+    flush interval), every captured batch size on the bundled kernel.
+    """
     root = _root(args)
     base = _load_baseline(root / BASELINE_NAME)
     prompts = [o["prompt"] for o in base["outputs"]]
     max_new = int(base.get("max_new_tokens") or args.max_new_tokens)
+    before = _read_active(root)
     outputs = _run_prompts(args.generate_url, prompts, max_new, args.request_timeout)
     errors = sum(1 for o in outputs if "error" in o)
     mismatched = [b["prompt"] for b, c in zip(base["outputs"], outputs) if "error" not in c and not _same_output(b, c)]
@@ -402,13 +436,31 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
     health = check_health(args.health_url, args.request_timeout) if args.health_url else None
     if health is not None and not health["healthy"]:
         reasons.append("service unhealthy after the canary prompts")
+    # Each process flushes its counters within flush_interval_s of a change: wait that long twice.
+    flush_s = float((before or {}).get("flush_interval_s") or 0.5)
+    time.sleep(min(10.0, 2 * flush_s + 0.2))
     kernel_active, active, why = _kernel_active(root)
     if kernel_active is False:
         reasons.append(f"the service is not running the bundled kernel: {why}")
+    routing = _routing(before, active) if kernel_active is not None else {}
+    if kernel_active is not None:
+        if routing["declined_verify_calls"]:
+            reasons.append(
+                f"{routing['declined_verify_calls']} target-verify call(s) declined during the canary: "
+                f"{routing['declined_during_canary']}"
+            )
+        if routing["captured_sizes_not_bundled"]:
+            reasons.append(f"captured batch sizes not on the bundled kernel: {routing['captured_not_bundled']}")
     return {
         "ok": not reasons,
         "kernel_active": kernel_active,
         "active": active,
+        "ranks_total": routing.get("ranks_total"),
+        "ranks_all_active": None if kernel_active is None else kernel_active is True,
+        "declined_verify_calls": routing.get("declined_verify_calls"),
+        "declined_during_canary": routing.get("declined_during_canary"),
+        "captured_sizes_not_bundled": routing.get("captured_sizes_not_bundled"),
+        "captured_not_bundled": routing.get("captured_not_bundled"),
         "outputs_identical": identical,
         "mismatched_prompts": mismatched,
         "errors": errors,
@@ -422,12 +474,40 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
-    """Did the restarted service build the bundled backend the config asks for?
+def _routing(before: dict | None, after: dict | None) -> dict[str, Any]:
+    """Per-rank routing facts for the canary gates: declined calls while it ran, captures."""
+    ranks = _ranks(after)
+    start = _declined_by_rank(before)
+    delta: dict[str, dict[str, Any]] = {}
+    for key, rank in ranks.items():
+        eager = _target_verify(rank).get("eager") or {}
+        n = int(eager.get("declined") or 0)
+        # A record that restarted (new pid) counts from zero; one absent before counts whole.
+        old_pid = (_ranks(before).get(key) or {}).get("pid")
+        d = n - (start.get(key, 0) if old_pid == rank.get("pid") else 0)
+        if d > 0:
+            delta[key] = {"declined": d, "reasons": eager.get("reasons") or {}}
+    not_bundled = []
+    for key, rank in sorted(ranks.items()):
+        for bs, c in sorted((_target_verify(rank).get("captured") or {}).items(), key=lambda kv: int(kv[0])):
+            if c.get("kernel") != "bundled":
+                not_bundled.append({"rank": key, "bs": int(bs), "reasons": c.get("reasons") or {}})
+    return {
+        "ranks_total": len(ranks),
+        "declined_verify_calls": sum(v["declined"] for v in delta.values()),
+        "declined_during_canary": delta,
+        "captured_sizes_not_bundled": len(not_bundled),
+        "captured_not_bundled": not_bundled,
+    }
 
-    None when the config does not ask for it. The plugin writes ``active.json`` when a service
-    process builds its attention backend; it must name the configured bundle and be newer than
-    the config (written by a process started after the switch).
+
+def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
+    """Did every restarted service process build the bundled backend the config asks for?
+
+    None when the config does not ask for it. Each service process writes its record
+    (``active.d/<rank>.json``) when it builds its attention backend, merged into ``active.json``;
+    every rank must be on the bundled kernel, none missing (ranks 0..tp_size-1), each naming
+    the configured bundle and written after the config (by a process started after the switch).
     """
     cfg_path = root / CONFIG_NAME
     cfg = _read_config(root)
@@ -445,20 +525,32 @@ def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
         return False, None, f"{ACTIVE_NAME} unreadable ({exc})"
     if not isinstance(active, dict):
         return False, None, f"{ACTIVE_NAME} is not a JSON object"
-    if active.get("verify_kernel") != "bundled" or active.get("route") not in ("hook", "forward_extend"):
-        return (
-            False,
-            active,
-            f"{ACTIVE_NAME} says {active.get('verify_kernel')} (route {active.get('route')}): {active.get('reason')}",
-        )
-    if active.get("bundle_sha") != cfg.get("bundle_sha"):
-        return (
-            False,
-            active,
-            f"{ACTIVE_NAME} names bundle {str(active.get('bundle_sha'))[:12]}, config {str(cfg.get('bundle_sha'))[:12]}",
-        )
-    if float(active.get("written_at") or 0) < cfg_path.stat().st_mtime:
-        return False, active, f"{ACTIVE_NAME} is older than the switch: the service was not restarted"
+    ranks = _ranks(active)
+    if not ranks:
+        return False, active, f"{ACTIVE_NAME} holds no rank record"
+    mtime = cfg_path.stat().st_mtime
+    for key, rank in sorted(ranks.items()):
+        label = "" if key == "process" else f"rank {key}: "
+        if rank.get("verify_kernel") != "bundled" or rank.get("route") not in ("hook", "forward_extend"):
+            return (
+                False,
+                active,
+                f"{label}{ACTIVE_NAME} says {rank.get('verify_kernel')} (route {rank.get('route')}): {rank.get('reason')}",
+            )
+        if rank.get("bundle_sha") != cfg.get("bundle_sha"):
+            return (
+                False,
+                active,
+                f"{label}{ACTIVE_NAME} names bundle {str(rank.get('bundle_sha'))[:12]}, "
+                f"config {str(cfg.get('bundle_sha'))[:12]}",
+            )
+        if float(rank.get("written_at") or 0) < mtime:
+            return False, active, f"{label}{ACTIVE_NAME} is older than the switch: the service was not restarted"
+    inactive = active.get("ranks_inactive") or {}
+    if inactive:
+        return False, active, f"ranks not on the bundled kernel: {inactive}"
+    if active.get("ranks_missing"):
+        return False, active, f"ranks without a record (the plugin did not load there): {active['ranks_missing']}"
     return True, active, "ok"
 
 

@@ -394,6 +394,18 @@ def aggregate(ranks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return doc
 
 
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def merge_active(folder: Path) -> Path:
     """Re-merge ``folder/active.json`` from every record, under an exclusive lock."""
     import fcntl
@@ -403,7 +415,14 @@ def merge_active(folder: Path) -> Path:
     with open(folder / ACTIVE_DIR / ".lock", "a+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
-            atomic_write_json(folder / ACTIVE_NAME, aggregate(read_ranks(folder)))
+            ranks = read_ranks(folder)
+            for key, doc in list(ranks.items()):
+                # A record named by pid (rank unknown) of a process that is gone is stale: drop it.
+                # Rank-named records are overwritten by the next start of that rank instead.
+                if key.startswith("pid") and not _alive(doc.get("pid")):
+                    (folder / ACTIVE_DIR / f"{key}.json").unlink(missing_ok=True)
+                    del ranks[key]
+            atomic_write_json(folder / ACTIVE_NAME, aggregate(ranks))
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
     return folder / ACTIVE_NAME

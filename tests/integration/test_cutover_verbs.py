@@ -351,7 +351,7 @@ def test_canary_fails_when_the_service_did_not_load_the_plugin(standin, cutover)
     rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url)
     assert rc == 1 and doc["outputs_identical"] is True and doc["kernel_active"] is False
     # active.json is the one the stock start wrote: the bundled start left none of its own
-    assert any("not running the bundled kernel: active.json says stock" in r for r in doc["reasons"])
+    assert any("not running the bundled kernel: rank tp0: active.json says stock" in r for r in doc["reasons"])
     (root / "active.json").unlink()
     rc, doc = cutover("canary", "--root", str(root), "--generate-url", standin.generate_url)
     assert rc == 1 and any("no active.json" in r for r in doc["reasons"])
@@ -409,3 +409,51 @@ def test_the_built_wheel_matches_the_service_packages_pyproject():
     [(name, value)] = doc["project"]["entry-points"][cutover.PLUGIN_GROUP].items()
     assert f"{name} = {value}" == cutover.LOADER_ENTRY_POINT
     assert doc["tool"]["setuptools"]["packages"] == [cutover.LOADER_MODULE]
+
+
+def _cut_over(standin, cutover, **control):
+    """Baseline on stock, switch to SHA_A, restart with the given stand-in control, canary."""
+    root = standin.root
+    make_bundle(root, SHA_A)
+    standin.control(**control)
+    standin.restart()
+    standin.wait_up()
+    cutover("baseline", "--root", str(root), "--generate-url", standin.generate_url)
+    cutover("switch", "--root", str(root), "--to", SHA_A)
+    cutover("restart", "--restart-json", standin.restart_json, "--health-url", standin.health_url)
+    return cutover("canary", "--root", str(root), "--generate-url", standin.generate_url)
+
+
+def test_canary_passes_only_with_every_rank_on_the_bundled_kernel(standin, cutover):
+    rc, doc = _cut_over(standin, cutover, tp=4)
+    assert rc == 0 and doc["ok"], doc["reasons"]
+    assert (doc["ranks_total"], doc["ranks_all_active"], doc["declined_verify_calls"]) == (4, True, 0)
+    assert doc["captured_sizes_not_bundled"] == 0
+    active = json.loads((standin.root / "active.json").read_text())
+    assert sorted(active["ranks"]) == ["tp0", "tp1", "tp2", "tp3"]
+    # 8 baseline prompts ran on stock (not counted), 8 canary prompts on each of 4 ranks.
+    assert active["eager_routed"] == 4 * 8 and active["eager_declined"] == 0
+
+
+def test_canary_fails_when_verify_calls_are_declined_while_it_runs(standin, cutover):
+    rc, doc = _cut_over(standin, cutover, tp=2, decline_verify="bundled")
+    assert rc == 1 and doc["outputs_identical"] is True and doc["kernel_active"] is True
+    assert doc["declined_verify_calls"] == 2 * 8
+    assert doc["declined_during_canary"]["tp1"]["reasons"] == {"kv dtype fp8_e4m3 unsupported": 8}
+    assert any("declined during the canary" in r for r in doc["reasons"])
+
+
+def test_canary_fails_when_a_captured_batch_size_replays_sglangs_kernel(standin, cutover):
+    rc, doc = _cut_over(standin, cutover, tp=2, capture_on_sglang="bundled", captured_bs=[1, 2, 4])
+    assert rc == 1 and doc["declined_verify_calls"] == 0 and doc["captured_sizes_not_bundled"] == 2
+    assert {(c["rank"], c["bs"]) for c in doc["captured_not_bundled"]} == {("tp0", 4), ("tp1", 4)}
+
+
+def test_canary_fails_when_one_rank_never_recorded_the_plugin(standin, cutover):
+    rc, doc = _cut_over(standin, cutover, tp=4, rank_missing="bundled")
+    assert rc == 1 and doc["kernel_active"] is False and doc["ranks_all_active"] is False
+    # tp3's record is still the one its stock process wrote before the switch: never taken as bundled.
+    assert any("rank tp3: active.json says stock" in r for r in doc["reasons"]), doc["reasons"]
+    (standin.root / "active.d" / "tp3.json").unlink()
+    rc, doc = cutover("canary", "--root", str(standin.root), "--generate-url", standin.generate_url)
+    assert rc == 1 and any("without a record" in r and "['tp3']" in r for r in doc["reasons"]), doc["reasons"]

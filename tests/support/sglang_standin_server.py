@@ -46,7 +46,10 @@ KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 if str(KERNELS) not in sys.path:
     sys.path.insert(0, str(KERNELS))
 
-from sglang_verify_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config, record_active  # noqa: E402
+from sglang_verify_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from standin_ranks import StandinRanks  # noqa: E402  (per-rank records, in the plugin's format)
 
 VOCAB = 32000
 MODES = ("off", "bundled", "always")
@@ -61,8 +64,8 @@ class StandinState:
         self.config = load_config(env)
         self.control_path = control
         self.started_at = time.time()
-        if not self.active("plugin_missing"):
-            record_active(self.config, env, route="hook" if self.config.bundled else "stock", standin=True)
+        self.ranks = StandinRanks(self.config, env, self.active, self.control)
+        self.ranks.write_records()  # nothing when plugin_missing
 
     @property
     def backend(self) -> str:
@@ -148,6 +151,7 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             if state.active("extra_latency"):
                 time.sleep(float(control.get("extra_latency_ms", 0)) / 1000.0)
             ids = greedy_tokens(prompt, n)
+            state.ranks.verify_calls()
             if state.active("change_outputs"):
                 ids = ids[:-1] + [(ids[-1] + 1) % VOCAB]
             self._send(

@@ -1,0 +1,74 @@
+"""What the SGLang stand-in (tests/support/sglang_standin_server.py) writes for its TP ranks.
+
+STAND-IN, tests only. A real service runs one process per TP rank; each builds its backend
+through the plugin and writes ``<root>/active.d/tp<r>.json`` (then re-merges active.json).
+The stand-in is one process, so this object plays every rank in turn with the plugin's own
+helpers: ``sglang_verify_plugin.config`` (``set_rank``, ``set_stats_provider``,
+``record_active``: what the factory calls) and one ``BundledVerify`` per rank for the routing
+counters (``_count``: what the hook calls per verify call). The records are therefore the
+plugin's format, not a copy of it.
+
+Control keys (``<root>/standin_control.json``, read at start and per request):
+``tp`` (ranks, default 1); ``captured_bs`` (captured batch sizes, default [1, 2, 4, 8]); and
+the modes (``off``/``bundled``/``always``) ``decline_verify`` (every /generate counts one
+declined verify call per rank, reason ``decline_reason``, default ``kv dtype fp8_e4m3
+unsupported``), ``capture_on_sglang`` (the largest captured batch size is recorded on SGLang's
+kernel) and ``rank_missing`` (the last rank writes no record: the plugin did not load there).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sglang_verify_plugin import config as plugin_config
+from sglang_verify_plugin.verify_hook import BundledVerify
+
+CAPTURE_DECLINE = "mla_verify.supports() declined the shape"
+
+
+class StandinRanks:
+    def __init__(
+        self,
+        cfg: plugin_config.VerifyConfig,
+        env: Mapping[str, str],
+        active: Callable[[str], bool],
+        control: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.cfg, self.env, self.active, self.control = cfg, dict(env), active, control
+        self.lock = threading.Lock()
+        ctl = control()
+        self.tp = max(1, int(ctl.get("tp", 1) or 1))
+        self.ranks = [BundledVerify(kernel_loader=lambda: None, library_loader=lambda d: {}) for _ in range(self.tp)]
+        if cfg.bundled:
+            sizes = [int(b) for b in ctl.get("captured_bs", [1, 2, 4, 8])]
+            on_sglang = active("capture_on_sglang")
+            for bv in self.ranks:  # CUDA-graph capture at start: one call per captured batch size
+                for bs in sizes:
+                    bv._count(bs, True, CAPTURE_DECLINE if on_sglang and bs == max(sizes) else None)
+
+    def write_records(self) -> None:
+        """Each rank's record and the merge, as each rank's process would write them."""
+        if self.active("plugin_missing"):
+            return
+        with self.lock:
+            n = self.tp - 1 if self.active("rank_missing") else self.tp
+            for r in range(n):
+                plugin_config.reset_process_record()
+                plugin_config.set_rank(r, self.tp)
+                if self.cfg.bundled:
+                    plugin_config.set_stats_provider("target", self.ranks[r].stats)
+                route = "hook" if self.cfg.bundled else "stock"
+                plugin_config.record_active(self.cfg, self.env, route=route, standin=True)
+
+    def verify_calls(self) -> None:
+        """One eager target-verify call per rank for a /generate (declined if the control says so)."""
+        if not self.cfg.bundled:
+            return
+        reason = str(self.control().get("decline_reason") or "kv dtype fp8_e4m3 unsupported")
+        declined = self.active("decline_verify")
+        with self.lock:
+            for bv in self.ranks:
+                bv._count(None, False, reason if declined else None)
+        self.write_records()
