@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator import records
 from orchestrator.approval import Approvals, Approver, AuditLog, NonInteractive, rollback_summary, run_summary
+from orchestrator.bundle import Bundle
 from orchestrator.digest import phase_digest, rollback_digest
 from orchestrator.errors import (
     ExitCode,
@@ -122,7 +123,7 @@ class Engine:
     def bundle_sha(self) -> str:
         return self.shipper.sha
 
-    def shipping_bundle(self) -> Any:
+    def shipping_bundle(self) -> Bundle:
         """The bundle file that is shipped (:meth:`~orchestrator.shipping.BundleShipper.bundle`)."""
         return self.shipper.bundle()
 

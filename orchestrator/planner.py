@@ -22,6 +22,7 @@ from orchestrator.errors import SpecError
 from orchestrator.inventory import Host, Inventory
 from orchestrator.paths import bundle_source
 from orchestrator.placeholders import render
+from orchestrator.shipping import ships_bundle
 from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement, Step
 from orchestrator.state import CONTROLLER, RunState, Status
 from orchestrator.transport.remote_command import render_remote_command
@@ -284,11 +285,6 @@ def ship_action(host: Host, bundle_sha: str) -> PlannedShip:
     )
 
 
-def ships_bundle(lp: LoadedPhase, host: Host) -> bool:
-    """Whether ``host`` gets the bundle placed (and hash-checked) under its remote_root in this phase."""
-    return not host.is_local or lp.spec.needs_approval
-
-
 #: Host-phase statuses from which a run resumes (keeps the completed steps before the first undone one).
 RESUMABLE = (Status.interrupted, Status.in_progress, Status.failed, Status.blocked, Status.pending)
 
@@ -386,7 +382,7 @@ def build_plan(
                 digest=phase_digest(lp, bundle_sha, hosts, state, catalog),
                 hosts=names,
                 actions=actions,
-                bundle=[ship_action(h, bundle_sha) for h in hosts if ships_bundle(lp, h)],
+                bundle=[ship_action(h, bundle_sha) for h in hosts if ships_bundle(h, lp.spec.needs_approval)],
                 steps=steps,
                 rollback_steps=rsteps,
                 problems=pp_problems,

@@ -164,13 +164,6 @@ def skip_step(sr: StepRecord, host: str, reason: str) -> HostStepResult:
     return r
 
 
-def interrupt_host(rec: PhaseRecord, host: str, reason: str) -> None:
-    """A host stopped by the run's stop signal before its next step: ``interrupted`` (resumable)."""
-    hp = rec.hosts.setdefault(host, HostPhase())
-    if hp.status in (Status.in_progress, Status.pending):
-        hp.status, hp.reason = Status.interrupted, reason
-
-
 def mark_interrupted(state: RunState, reason: str) -> int:
     """Every ``in_progress`` item becomes ``interrupted`` with ``reason`` (a signal, or a run that
     died); returns how many step results changed. ``failed`` records (a rollback that did not
