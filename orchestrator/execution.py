@@ -177,7 +177,7 @@ class Execution:
         self._index(pp)
         names = [h.name for h in hosts]
         self.notify(Event(kind="phase_started", phase=spec.label, message=f"{spec.title} ({len(hosts)} hosts)"))
-        resume = {a.host: a.from_step for a in pp.actions if a.action == "resume" and a.from_step}
+        resume = {a.host: a.from_step for a in pp.actions if a.action == "resume"}
         with self._mu:
             rec = records.begin_phase(self.state, lp, names, self.run_id, self.shipper.sha, resume)
             self.touched = True

@@ -322,7 +322,11 @@ def host_action(
                 break
             done.append(step.id)
         # pending: rolled back (the undone steps were reset, the others kept)
-        if done and len(done) < len(lp.spec.steps) and hp.status in RESUMABLE:
+        if done and hp.status in RESUMABLE:
+            if len(done) == len(lp.spec.steps):  # every step completed; the run ended before the phase did
+                return HostAction(
+                    host=host.name, action="resume", detail=f"{hp.status.value}; every step completed, keeps them"
+                )
             first = lp.spec.steps[len(done)].id
             return HostAction(
                 host=host.name,

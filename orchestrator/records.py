@@ -60,11 +60,16 @@ def settle_phase(rec: PhaseRecord, hosts: list[str] | None = None) -> None:
 
 # ------------------------------------------------------------------------------ run: phases
 def begin_phase(
-    state: RunState, lp: LoadedPhase, hosts: list[str], run_id: str, bundle_sha: str, resume: dict[str, str]
+    state: RunState,
+    lp: LoadedPhase,
+    hosts: list[str],
+    run_id: str,
+    bundle_sha: str,
+    resume: dict[str, str | None],
 ) -> PhaseRecord:
     """``run``: the phase goes ``in_progress`` on ``hosts``. A host in ``resume`` (host -> first step
-    to run again) keeps its completed results of the steps before that step; every other result of
-    these hosts is cleared. A new bundle or spec starts a fresh record."""
+    to run again; None: every step had completed) keeps its completed results of the steps before
+    that step; every other result of these hosts is cleared. A new bundle or spec starts a fresh record."""
     spec = lp.spec
     old = state.phase(spec.id)
     fresh = old is None or old.bundle_sha != bundle_sha or old.spec_sha != lp.sha256
@@ -83,7 +88,7 @@ def begin_phase(
             keep = (
                 not is_rb
                 and h in resume
-                and order.index(step.id) < order.index(resume[h])
+                and (resume[h] is None or order.index(step.id) < order.index(str(resume[h])))
                 and h in sr.hosts
                 and sr.hosts[h].status == Status.completed
             )

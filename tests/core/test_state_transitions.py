@@ -136,6 +136,19 @@ def test_failed_step_rolls_back_resets_the_undone_steps_and_resumes_from_the_fir
     assert host_phase(svc, 1)["status"] == "completed"
 
 
+def test_a_run_killed_after_its_last_step_resumes_without_running_any_step_again(svc):
+    assert approve_run("1")[0] == 0
+    st = svc.state_json()  # as if SIGKILLed between the last step and the end of the phase
+    st["phases"]["1"]["status"] = st["phases"]["1"]["hosts"]["local"]["status"] = "in_progress"
+    (svc.state / "state.json").write_text(json.dumps(st))
+    a = action(svc, 1)
+    assert (a["action"], a["from_step"]) == ("resume", None) and "every step completed" in a["detail"]
+    n = calls(svc)
+    code, _ = approve_run("1")
+    assert code == 0 and calls(svc) == n
+    assert host_phase(svc, 1)["status"] == "completed"
+
+
 def test_orchestrator_rollback_resets_the_phase_and_the_phases_that_depend_on_it(svc):
     assert approve_run("1")[0] == 0
     assert invoke("run", "2").exit_code == 0
