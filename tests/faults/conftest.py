@@ -29,16 +29,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 @pytest.fixture
 def fault_lab(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
     """Factory for a private lab; every sshd (and what it started) is stopped by PID at teardown."""
-    labs: list[Lab] = []
-
-    def start(n: int, **kw: Any) -> Lab:
-        lab = sshd_lab.start_lab(tmp_path / f"lab{len(labs)}", n, **kw)
-        labs.append(lab)
-        return lab
-
-    yield start
-    survivors = [p for lab in labs for p in lab.stop_and_list_survivors()]
-    assert not survivors, f"sshd {survivors} survived teardown"
+    with sshd_lab.lab_factory(tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

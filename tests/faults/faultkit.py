@@ -11,30 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.sshd_lab import Lab, _cmdline, _is_live
+from tests.support.sshd_lab import Lab, _cmdline, _is_live, lab_host
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def host(lab: Lab, name: str, remote_root: Path, **overrides: Any) -> types.SimpleNamespace:
     """An inventory-like host for ``lab``'s ``name`` (the fields SSHTransport reads)."""
-    h = lab.host(name)
-    fields: dict[str, Any] = dict(
-        name=h.name,
-        address=h.address,
-        port=h.port,
-        user=lab.user,
-        connection="ssh",
-        ssh_key=lab.client_key,
-        known_hosts=lab.known_hosts,
-        remote_root=str(remote_root),
-        python=sys.executable,
-        proxy_jump=None,
-        connect_timeout_s=10,
-        command_timeout_s=60,
-    )
-    fields.update(overrides)
-    return types.SimpleNamespace(**fields)
+    return lab_host(lab, name, remote_root, **overrides)
 
 
 def pids_with(marker: str) -> list[int]:

@@ -1,17 +1,15 @@
-"""Fixtures for the kernel tests: repo root on sys.path, a CUDA fixture that skips with the reason."""
+"""Fixtures for the kernel tests: CUDA and nvcc fixtures that skip with the reason.
+
+The host tools import from ``kernels/`` (pyproject's pytest ``pythonpath`` holds it and the
+checkout root), as they do from the unpacked bundle on a host.
+"""
 
 from __future__ import annotations
 
 import shutil
 import socket
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 @pytest.fixture

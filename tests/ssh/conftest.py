@@ -35,16 +35,8 @@ def shared_lab(tmp_path_factory) -> Iterator[Lab]:
 @pytest.fixture
 def own_lab(tmp_path) -> Iterator[Callable[[int], Lab]]:
     """Factory for a private lab (for tests that kill hosts); stopped by PID at teardown."""
-    labs: list[Lab] = []
-
-    def start(n: int) -> Lab:
-        lab = sshd_lab.start_lab(tmp_path / f"lab{len(labs)}", n)
-        labs.append(lab)
-        return lab
-
-    yield start
-    survivors = [p for lab in labs for p in lab.stop_and_list_survivors()]
-    assert not survivors, f"sshd {survivors} survived teardown"
+    with sshd_lab.lab_factory(tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

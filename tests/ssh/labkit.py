@@ -6,36 +6,18 @@ tiny bundle. The sshd lab itself is tests/support/sshd_lab.py.
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import types
 from pathlib import Path
 
 from orchestrator.bundle import Bundle, build_bundle
-from tests.support.sshd_lab import Lab
+from tests.support.sshd_lab import Lab, lab_host
 
 
 def make_host(lab: Lab, name: str, remote_base: Path, **overrides) -> types.SimpleNamespace:
-    """A host with the inventory fields of plans/0001 section 6, pointing at a lab sshd."""
-    h = lab.host(name)
-    fields = dict(
-        name=h.name,
-        address=h.address,
-        port=h.port,
-        user=lab.user,
-        connection="ssh",
-        ssh_key=lab.client_key,
-        known_hosts=lab.known_hosts,
-        remote_root=str(remote_base / f"remote {h.name}"),  # a space on purpose
-        python=sys.executable,
-        arch="sm_120a",
-        groups=[],
-        service=None,
-        connect_timeout_s=10,
-        command_timeout_s=60,  # generous: a loaded CI box is slow to fork sshd
-    )
-    fields.update(overrides)
-    return types.SimpleNamespace(**fields)
+    """A lab host whose remote_root is ``remote_base/"remote <name>"`` (a space on purpose) unless overridden."""
+    overrides.setdefault("remote_root", remote_base / f"remote {name}")
+    return lab_host(lab, name, **overrides)
 
 
 class SilentServer:

@@ -34,7 +34,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -432,6 +433,55 @@ def running_lab(root: Path, n: int, **start: Any) -> Iterator[Lab]:
     finally:
         survivors = lab.stop_and_list_survivors()
     assert not survivors, f"sshd {survivors} of the lab under {root} survived teardown"
+
+
+@contextmanager
+def lab_factory(root: Path) -> Iterator[Callable[..., Lab]]:
+    """For tests that kill or reconfigure hosts: ``start(n, **start_lab_kw)`` starts a private lab
+    under ``root`` (any number of them); on leaving, every one is stopped by PID and, unless the
+    body raised, a surviving sshd fails the test. Skips where sshd is missing, like :func:`running_lab`."""
+    import pytest
+
+    reason = sshd_missing_reason()
+    if reason:
+        pytest.skip(f"ssh lab unavailable: {reason}")
+    labs: list[Lab] = []
+
+    def start(n: int, **kw: Any) -> Lab:
+        lab = start_lab(Path(root) / f"lab{len(labs)}", n, **kw)
+        labs.append(lab)
+        return lab
+
+    try:
+        yield start
+    finally:
+        survivors = [p for lab in labs for p in lab.stop_and_list_survivors()]
+    assert not survivors, f"sshd {survivors} survived teardown"
+
+
+def lab_host(lab: Lab, name: str, remote_root: Path | str, **overrides: Any) -> types.SimpleNamespace:
+    """An inventory-like host (the fields SSHTransport and the bundle code read) for ``lab``'s
+    ``name``, with its own ``remote_root``; ``overrides`` replace any field."""
+    h = lab.host(name)
+    fields: dict[str, Any] = dict(
+        name=h.name,
+        address=h.address,
+        port=h.port,
+        user=lab.user,
+        connection="ssh",
+        ssh_key=lab.client_key,
+        known_hosts=lab.known_hosts,
+        remote_root=str(remote_root),
+        python=sys.executable,
+        arch="sm_120a",
+        groups=[],
+        service=None,
+        proxy_jump=None,
+        connect_timeout_s=10,
+        command_timeout_s=60,  # generous: a loaded CI box is slow to fork sshd
+    )
+    fields.update(overrides)
+    return types.SimpleNamespace(**fields)
 
 
 def _main(argv: list[str]) -> int:
