@@ -192,6 +192,12 @@ def _ctas_per_sm(mod, device, cfg: tiles.TileConfig, fp8: bool) -> int:
 
 def resolve(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", num_splits=None):
     """(module, TileConfig, S, chunk) for a call shape on `device` (host-only, cached)."""
+    mod, cfg, S, chunk, _ = resolve_full(device, H, topk, T, fp8, tile_config, num_splits)
+    return mod, cfg, S, chunk
+
+
+def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", num_splits=None):
+    """resolve() plus whether the split grid fits one resident wave (early combine launch)."""
     from ._build import load
 
     arch, sms = _device_info(device)
@@ -211,7 +217,8 @@ def resolve(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", nu
             _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
         chunk = math.ceil(math.ceil(topk / num_splits) / cfg.block_n) * cfg.block_n
         S = math.ceil(topk / chunk)
-    return mod, cfg, S, chunk
+    one_wave = T * math.ceil(H / cfg.block_m) * S <= sms * _ctas_per_sm(mod, device, cfg, fp8)
+    return mod, cfg, S, chunk, one_wave
 
 
 def workspace_numel_for(q_all, kv_cache, page_table_1, tile_config="auto", num_splits=None) -> int:
@@ -244,7 +251,7 @@ def dsa_verify_fwd(
 
     sz = validate(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out, lse)
     T, H, topk, fp8 = sz["T"], sz["H"], sz["topk"], sz["fp8"]
-    mod, cfg, S, chunk = resolve(q_all.device, H, topk, T, fp8, tile_config, num_splits)
+    mod, cfg, S, chunk, one_wave = resolve_full(q_all.device, H, topk, T, fp8, tile_config, num_splits)
     if out is None:
         out = torch.empty(T, H, D_V, dtype=torch.bfloat16, device=q_all.device)
     if T == 0:
@@ -281,6 +288,7 @@ def dsa_verify_fwd(
         cfg.index,
         float(sm_scale) * LOG2E,
         workspace if need else None,
+        int(one_wave and S > 1),
     )
     return out
 

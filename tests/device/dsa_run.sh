@@ -4,6 +4,7 @@
 # Triton kernel, then build check (sm_90a + sm_120a), parity (all configs, graph replay), bench.
 # Usage: bash tests/device/dsa_run.sh [BENCH_BUDGET_S] [parity args...]; results under $OUT.
 # DSA_MODE=diag: parity --quick, then the small-T time breakdown and the headline bench shapes.
+# DSA_MODE=final: full parity, compute-sanitizer memcheck on a hostile case, the breakdown, the full bench.
 # .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
 set -o pipefail
 BUDGET=${1:-120}
@@ -46,6 +47,14 @@ for r in d["cases"]:
               {k: r.get(k) for k in ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")})
 PY
 tail -5 "$OUT/dsa_parity.err"
+if [ "${DSA_MODE:-}" = final ]; then
+  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m verify_tools.dsa_parity --json \
+    --cases hostile_b2_n4_h16_fp8,hostile_b2_n4_h64_bf16 --configs auto --no-graph --no-peer \
+    > "$OUT/dsa_memcheck.json" 2> "$OUT/dsa_memcheck.err"
+  echo "memcheck rc=$? (9 = errors found, 124 = timed out)"; grep -E "ERROR SUMMARY|Invalid" "$OUT/dsa_memcheck.err" | head -5
+  timeout 100 python3 -m verify_tools.dsa_bench --diag > "$OUT/dsa_diag.json" 2> "$OUT/dsa_diag.err"
+  python3 -c "import json; d=json.load(open('$OUT/dsa_diag.json')); print({k: (round(v*1e6, 2) if isinstance(v, float) else v) for k, v in d.items()})"
+fi
 if [ "${DSA_MODE:-}" = diag ]; then
   timeout 200 python3 -m verify_tools.dsa_bench --diag > "$OUT/dsa_diag.json" 2> "$OUT/dsa_diag.err"
   cat "$OUT/dsa_diag.json"; tail -3 "$OUT/dsa_diag.err"

@@ -13,7 +13,7 @@ namespace {
 
 void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
          at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
-         int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace) {
+         int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q must be a CUDA bf16 tensor");
   TORCH_CHECK(dsav::config_compiled((int)cfg), "tile config not compiled into this module");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -37,6 +37,7 @@ void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const
   p.S = (int)num_splits;
   p.chunk = (int)chunk;
   p.scale_log2 = (float)scale_log2;
+  p.early_trigger = (int)early_trigger;
   if (p.S > 1) {
     TORCH_CHECK(workspace.has_value() && workspace->defined(), "workspace required when num_splits > 1");
     const int64_t rows = (int64_t)p.T * p.H;

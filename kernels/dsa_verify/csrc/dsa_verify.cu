@@ -99,7 +99,8 @@ int config_ctas_per_sm(int cfg, bool fp8) {
 
 cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (p.T <= 0 || p.H <= 0) return cudaSuccess;
-  if (p.S < 1 || p.chunk < 1 || (p.S > 1 && (!p.ws_o || !p.ws_lse))) return cudaErrorInvalidValue;
+  if (p.S < 1 || p.S > COMBINE_MAX_SPLITS || p.chunk < 1 || (p.S > 1 && (!p.ws_o || !p.ws_lse)))
+    return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;
   if (cfg == 0) e = fp8 ? launch_split<M16F>(p, stream) : launch_split<M16B>(p, stream);
   if (cfg == 1) e = fp8 ? launch_split<M32F>(p, stream) : launch_split<M32B>(p, stream);

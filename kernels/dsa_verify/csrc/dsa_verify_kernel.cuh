@@ -111,6 +111,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int t = blockIdx.x, s = blockIdx.y, m = blockIdx.z;
   const int h0 = m * BM;
+  // the whole split grid is resident (host-checked): let the combine grid launch now; its
+  // griddepcontrol.wait still waits for this grid's completion and memory flush
+  if (p.early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (h0 >= p.H) return;
   const int64_t rows_total = (int64_t)p.T * p.H;
   int nv = p.seq_lens[t];
@@ -422,11 +425,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     }
 }
 
-// Merge the S partials of each (row, head): one warp per (row, 128-dim quarter), lane = 4 dims,
-// splits summed in index order (bitwise deterministic). Empty splits (lse = -inf) get weight 0
-// and their never-written partials are masked by a select. Launched with programmatic dependent
-// launch where available: griddepcontrol.wait orders it after the split kernel's writes.
+// Merge the S partials of each (row, head): one warp per (row, 128-dim quarter), lane = 4 dims.
+// Lane i holds the lse of splits i, i+32, ... (S <= 128), so the max and the weights come from
+// warp shuffles, and every partial load is unconditional and independent (many in flight: the
+// loop is unrolled 8). Weights are applied in split order (bitwise deterministic); an empty split
+// (lse = -inf) gets weight 0 and its never-written partial is discarded by a select, never
+// multiplied. Launched with programmatic dependent launch where available: griddepcontrol.wait
+// orders it after every write of the split kernel.
 constexpr int COMBINE_WARPS = 4;
+constexpr int COMBINE_MAX_SPLITS = 128;
 
 __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(const Params p) {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -436,21 +443,34 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
   const int64_t grow = unit >> 2;
   const int quarter = (int)(unit & 3);
   if (grow >= rows) return;
+  float l4[4];
   float mx = -INFINITY;
-  for (int s = 0; s < p.S; ++s) mx = fmaxf(mx, p.ws_lse[(int64_t)s * rows + grow]);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int s = lane + 32 * k;
+    l4[k] = s < p.S ? p.ws_lse[(int64_t)s * rows + grow] : -INFINITY;
+    mx = fmaxf(mx, l4[k]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   const float mref = mx == -INFINITY ? 0.f : mx;
+  float w4[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) w4[k] = l4[k] == -INFINITY ? 0.f : exp2f(l4[k] - mref);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
   const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
   const int64_t sstride4 = rows * (D_V / 4);
-#pragma unroll 4
+#pragma unroll 8
   for (int s = 0; s < p.S; ++s) {
-    const float lse = p.ws_lse[(int64_t)s * rows + grow];
-    const float w = lse == -INFINITY ? 0.f : exp2f(lse - mref);
-    if (w > 0.f) {
-      const float4 v = src[s * sstride4];
-      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-    }
+    const float4 v = src[s * sstride4];
+    const float wk = (s >> 5) == 0 ? w4[0] : (s >> 5) == 1 ? w4[1] : (s >> 5) == 2 ? w4[2] : w4[3];
+    const float w = __shfl_sync(0xffffffffu, wk, s & 31);
+    const bool on = w > 0.f;
+    acc.x += on ? w * v.x : 0.f;
+    acc.y += on ? w * v.y : 0.f;
+    acc.z += on ? w * v.z : 0.f;
+    acc.w += on ? w * v.w : 0.f;
     wsum += w;
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;

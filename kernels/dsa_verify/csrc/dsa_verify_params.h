@@ -15,6 +15,7 @@ struct Params {
   float* lse;                                    // [T, H] natural-log LSE (nullptr: not written)
   int T, H, topk, S, chunk;                      // rows, heads, index width, splits, positions per split
   float scale_log2;                              // sm_scale * log2(e)
+  int early_trigger;                             // 1: split grid fits one wave, trigger the combine launch early
   float* ws_o;                                   // [S, T*H, 512] fp32 normalized partials (S > 1)
   float* ws_lse;                                 // [S, T*H] fp32 log2-sum-exp partials (-inf: empty)
 };
