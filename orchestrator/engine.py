@@ -21,7 +21,6 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -38,12 +37,13 @@ from orchestrator.errors import (
     StepFailed,
     UsageError,
 )
-from orchestrator.execution import BAD, Event, Execution
+from orchestrator.execution import Event, Execution
 from orchestrator.inventory import Host, Inventory
 from orchestrator.invocation import paste_command
 from orchestrator.paths import project_root
 from orchestrator.planner import PhasePlan, Plan, build_plan, waves_for
 from orchestrator.progress import NULL_PROGRESS, ProgressSink
+from orchestrator.report import RunReport, exit_code, failure_errors
 from orchestrator.shipping import BundleShipper
 from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement
 from orchestrator.state import (
@@ -67,18 +67,6 @@ class RunOptions(BaseModel):
     approve: str | None = None  # --approve DIGEST
     rerun: bool = False  # --yes: re-run phases that already passed without asking
     command: str = ""
-
-
-class RunReport(BaseModel):
-    """What a run did: the plan it ran, the phase records it wrote, the exit code and the failures."""
-
-    run_id: str | None = None
-    plan: Plan
-    phases: list[PhaseRecord] = Field(default_factory=list)
-    skipped_phases: list[str] = Field(default_factory=list)
-    exit_code: int = 0
-    errors: list[dict[str, Any]] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
 
 
 def new_run_id(suffix: str = "") -> str:
@@ -422,32 +410,3 @@ class Engine:
             report.exit_code = int(ExitCode.FAILED if failed else ExitCode.OK)
             report.errors = failure_errors(report, self.state_dir)
             return report
-
-
-def exit_code(report: RunReport) -> int:
-    """1 if a host failed or was blocked (4 when every failure was a connection failure), else 0."""
-    bad = [h for p in report.phases for h in p.hosts.values() if h.status in BAD]
-    if not bad:
-        return int(ExitCode.OK)
-    if all("unreachable: " in (h.reason or "") for h in bad):
-        return int(ExitCode.UNREACHABLE)
-    return int(ExitCode.FAILED)
-
-
-def failure_errors(report: RunReport, state_dir: Path) -> list[dict[str, Any]]:
-    """One envelope error per host whose phase failed, was blocked or interrupted."""
-    out = []
-    for rec in report.phases:
-        for h, hp in rec.hosts.items():
-            if hp.status in BAD:
-                out.append(
-                    {
-                        "code": hp.status.value.upper(),
-                        "exit_code": report.exit_code,
-                        "message": hp.reason,
-                        "host": h,
-                        "phase": f"{rec.id}-{rec.name}",
-                        "hint": f"{paste_command('status')}; logs under {state_dir}/runs/{report.run_id}/",
-                    }
-                )
-    return out
