@@ -229,8 +229,7 @@ class Engine:
                     hint="run the same command again to resume",
                 ) from None
             except StateConflict as exc:  # the bundle changed under the run: stop, record why (exit 6)
-                ex.stop.set()
-                records.mark_interrupted(state, f"stopped: {exc.message}")
+                ex.halt(f"stopped: {exc.message}")
                 report.exit_code = int(exc.exit_code)
                 exc.plan = plan
                 raise

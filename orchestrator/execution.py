@@ -125,6 +125,12 @@ class Execution:
             if records.mark_interrupted(self.state, reason) or self.touched:
                 self.store.save(self.state)
 
+    def halt(self, reason: str) -> None:
+        """Stop starting commands (the run cannot go on, e.g. the bundle changed); in_progress -> interrupted."""
+        self.stop.set()
+        with self._mu:
+            records.mark_interrupted(self.state, reason)
+
     def close(self) -> None:
         for t in list(self._transports.values()):
             try:
