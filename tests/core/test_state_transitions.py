@@ -192,6 +192,7 @@ def test_a_failed_rollback_leaves_the_phase_failed_with_the_reason(svc):
 
 def test_an_interrupted_rollback_leaves_the_phase_failed_never_completed(svc):
     assert approve_run("1")[0] == 0
+    assert action(svc, 2)["action"] == "run"
     spec = svc.phases / "1-cut.yaml"
     doc = yaml.safe_load(spec.read_text())
     doc["rollback_steps"][0]["command"] = tool("--started", str(svc.undo_started), "--sleep", "60")
@@ -211,6 +212,7 @@ def test_an_interrupted_rollback_leaves_the_phase_failed_never_completed(svc):
     assert svc.state_json()["phases"]["1"]["status"] == "failed"
     assert step_result(svc, 1, "undo")["status"] == "interrupted"
     assert action(svc, 1)["action"] != "up_to_date"
+    assert action(svc, 2)["action"] == "refused"  # nothing builds on a half rolled back phase
     st = json.loads(invoke("status", "--json").stdout)["results"]["state"]["phases"]["1"]
     assert st["status"] == "failed"
 
