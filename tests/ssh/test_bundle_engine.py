@@ -13,8 +13,9 @@ import json
 
 import pytest
 import yaml
-from test_remote_phases import Project, host_results, quick_phase, step_results
+from labkit import Project, quick_phase
 
+from tests.support.cli import host_results, step_results
 from tests.support.sshd_lab import inventory_doc, write_inventory
 
 pytestmark = pytest.mark.ssh

@@ -16,110 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from labkit import SilentServer, make_bundle, make_host
+from labkit import Project, SilentServer, make_host, quick_phase
 
 from orchestrator.bundle import Bundle, verify_on_host
 from orchestrator.transport.ssh import SSHTransport
-from tests.support.cli import cli_argv, cli_env, run_cli_json
-from tests.support.paths import copy_kernels
+from tests.support.cli import host_results, step_results
 from tests.support.sshd_lab import _cmdline, inventory_doc, write_inventory
 
 pytestmark = pytest.mark.ssh
-
-REPO = Path(__file__).resolve().parents[2]
-
-#: A step that proves where it ran: it reads the bundle's ``.sha256`` marker from its cwd,
-#: notes that it started (under ``{remote_root}/probe``), sleeps, and prints one JSON document.
-PROBE = (
-    "import json,os,sys,time,pathlib; d=pathlib.Path(sys.argv[1]); d.mkdir(parents=True,exist_ok=True); "
-    "t=d/'.started'; t.write_text(str(os.getpid())); t.rename(d/'started'); time.sleep(float(sys.argv[2])); "
-    "print(json.dumps(dict(ok=True, marker=open('.sha256').read().strip(), "
-    "has_kernels=os.path.isfile('MANIFEST'), cwd=os.getcwd())))"
-)
-
-
-def quick_phase(sleep_s: float = 0.0, policy: dict | None = None, timeout_s: float = 60) -> dict:
-    return {
-        "id": 0,
-        "name": "quick",
-        "order": 0,
-        "title": "Quick remote probe",
-        "failure_policy": policy or {"mode": "continue", "max_failed_hosts": None},
-        "steps": [
-            {
-                "id": "probe",
-                "title": "Read the bundle marker on the host",
-                "runs_on": "each_host",
-                "command": ["{python}", "-c", PROBE, "{remote_root}/probe", str(sleep_s)],
-                "timeout_s": timeout_s,
-                "metrics": ["marker", "has_kernels"],
-                "gates": [
-                    {
-                        "metric": "marker",
-                        "op": "==",
-                        "value": "{bundle_sha}",
-                        "reason": "the step must run in the verified bundle directory",
-                    },
-                    {
-                        "metric": "has_kernels",
-                        "op": "==",
-                        "value": True,
-                        "reason": "the cwd is the unpacked bundle (it holds the MANIFEST)",
-                    },
-                ],
-            }
-        ],
-    }
-
-
-class Project:
-    """A state dir, a phases dir and a bundle root for one scenario, and the CLI to drive them."""
-
-    def __init__(self, tmp: Path, phase: dict | None) -> None:
-        self.tmp = tmp
-        self.state = tmp / "state"
-        if phase is None:  # the real phases and a frozen copy of this checkout's kernels/
-            self.root = tmp / "checkout"
-            copy_kernels(self.root)
-            self.phases = REPO / "phases"
-        else:
-            make_bundle(tmp, "scenario")  # writes a tiny kernels/ under tmp/src-scenario
-            self.root = tmp / "src-scenario"
-            self.phases = tmp / "phases"
-            self.phases.mkdir()
-            (self.phases / "0-quick.yaml").write_text(yaml.safe_dump(phase, sort_keys=False))
-
-    def env(self) -> dict[str, str]:
-        return cli_env(self.root, self.phases)
-
-    def argv(self, *args: str, state: bool = True) -> list[str]:
-        return cli_argv(*args, *(["--state-dir", str(self.state)] if state else []))
-
-    def cli(self, *args: str, timeout: float = 240, state: bool = True) -> tuple[int, dict]:
-        return run_cli_json(self.argv(*args, state=state), env=self.env(), cwd=self.tmp, timeout=timeout)
-
-    def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            self.argv(*args),
-            env=self.env(),
-            cwd=self.tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-
-
-def host_results(doc: dict, phase: str = "0") -> dict[str, dict]:
-    [rec] = [p for p in doc["results"]["phases"] if str(p["id"]) == phase]
-    return rec["hosts"]
-
-
-def step_results(doc: dict, step: str) -> dict[str, dict]:
-    [rec] = doc["results"]["phases"]
-    [s] = [s for s in rec["steps"] if s["id"] == step]
-    return s["hosts"]
 
 
 def tarball_inodes(doc: dict, remote: Path, hosts: list[str]) -> dict[str, int]:

@@ -51,3 +51,16 @@ def run_cli_json(argv: list[str], *, env: dict[str, str], cwd: Path, timeout: fl
         raise AssertionError(
             f"not one JSON document (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
         ) from None
+
+
+def host_results(doc: dict, phase: str = "0") -> dict[str, dict]:
+    """``results.phases[<phase>].hosts`` of a ``run --json`` document (one record per host)."""
+    [rec] = [p for p in doc["results"]["phases"] if str(p["id"]) == phase]
+    return rec["hosts"]
+
+
+def step_results(doc: dict, step: str) -> dict[str, dict]:
+    """Per-host results of ``step`` in a ``run --json`` document of exactly one phase."""
+    [rec] = doc["results"]["phases"]
+    [s] = [s for s in rec["steps"] if s["id"] == step]
+    return s["hosts"]
