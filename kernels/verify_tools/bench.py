@@ -174,8 +174,10 @@ def oracle_fp32(inp, B, L, n, H):
     return run
 
 
-def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us):
-    """The same shape with an fp8 e4m3fn cache: time, ratio to bf16, floor, error vs oracle."""
+def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "not asked")):
+    """The same shape with an fp8 e4m3fn cache: time, ratio to bf16, floor, error vs oracle; the
+    other tile configs; SGLang's extend_attention_fwd on the same fp8 cache (it casts q and P to
+    fp8) with both kernels' token agreement with the oracle (parity's LM head and near-tie rule)."""
     import dataclasses
 
     from mla_verify import mla_verify_fwd
@@ -206,12 +208,46 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us):
     fo = lambda: mla_verify_fwd(*args, **kw, fp8_schedule=0, wg_overlap=True)  # noqa: E731
     out["fp8_schedules_us"]["0+overlap"], _ = timer.time_graph_or_eager(fo)
     out["fp8_schedules_rel_err_vs_default"]["0+overlap"] = float((inp["o_extend"].float() - o8).norm() / o8.norm())
+    from mla_verify import tiles
+
+    arch = api.device_arch(inp["o_extend"].device)
+    out["fp8_configs_us"] = {}
+    for cfg in tiles.ARCH_CONFIGS[arch]:
+        if cfg is tiles.DEFAULT_CONFIG[arch]:
+            continue
+        fc = lambda c=cfg.name: mla_verify_fwd(*args, **kw, tile_config=c)  # noqa: E731
+        out["fp8_configs_us"][cfg.name], _ = timer.time_graph_or_eager(fc)
+        out.setdefault("fp8_configs_rel_err_vs_default", {})[cfg.name] = float(
+            (inp["o_extend"].float() - o8).norm() / o8.norm()
+        )
     need = B * (L + n) * 576 * 4 * 2 + B * n * H * (L + n) * 4 * 3
+    ref = None
     if need < 24 * 2**30:
         ref_inp = dict(inp, k_buffer=inp["ref_k_buffer"])
         ref = oracle_fp32(ref_inp, B, L, n, H)()
         out["fp8_rel_err_vs_oracle"] = float((o8 - ref).norm() / ref.norm())
-        ref = None
+    ext = sgl[0]
+    if ext is None:
+        out["sglang_fp8_skipped"] = sgl[2]
+    else:
+        o_s = torch.empty_like(inp["o_extend"])
+        s_args = list(args)
+        s_args[3] = o_s
+        try:
+            out["sglang_extend_fp8_us"], out["sglang_extend_fp8_timing"] = timer.time_graph_or_eager(
+                lambda: ext(*s_args, kw["k_scale"], kw["v_scale"], kw["sm_scale"]), warmup=1, iters=5
+            )
+            out["speedup_fp8_vs_sglang_extend_fp8"] = out["sglang_extend_fp8_us"] / out["fp8_us"]
+            if ref is not None:
+                from verify_tools.parity import lm_head, token_check
+
+                w = lm_head(o_s.device)
+                out["sglang_extend_fp8_rel_err_vs_oracle"] = float((o_s.float() - ref).norm() / ref.norm())
+                out["fp8_tokens_vs_oracle"] = token_check(o8, ref, w)
+                out["sglang_extend_fp8_tokens_vs_oracle"] = token_check(o_s.float(), ref, w)
+        except Exception as exc:  # noqa: BLE001
+            out["sglang_extend_fp8_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    ref = None
     inp = args = None
     torch.cuda.empty_cache()
     return out
@@ -400,7 +436,7 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False)
     inp = args = None  # free this shape's inputs before the next one
     torch.cuda.empty_cache()
     if fp8:
-        row.update(bench_fp8(torch, timer, spec, shape, ceilings, row["new_us"]))
+        row.update(bench_fp8(torch, timer, spec, shape, ceilings, row["new_us"], sgl))
     return row
 
 
