@@ -4,7 +4,8 @@ pyproject's pytest ``pythonpath`` holds the checkout root and ``kernels/``).
 - ``paths``: ``REPO``, ``KERNELS``, ``copy_kernels`` (a frozen copy of kernels/ for a test's checkout);
 - ``net``: ``free_port``, ``wait_healthy`` (HTTP 200), ``wait_banner`` (a TCP server's first bytes);
 - ``sshd_lab``: the sshd lab on loopback (``running_lab`` for fixtures; shell ``up``/``down``);
-- ``sglang_standin``: ``Standin``, the SGLang STAND-IN server (``sglang_standin_server.py``) started
-  through ``sglang_standin_launcher.py``, as an inventory's restart command runs it;
+- ``sglang_standin``: ``Standin``, the SGLang STAND-IN server (``sglang_standin_server.py``, its TP
+  ranks' records in ``sglang_standin_ranks.py``) started through ``sglang_standin_launcher.py``, as an
+  inventory's restart command runs it;
 - ``cli``: the orchestrator CLI as a subprocess (``cli_env``, ``cli_argv``, ``run_cli_json``).
 """

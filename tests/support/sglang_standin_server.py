@@ -46,10 +46,9 @@ KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 if str(KERNELS) not in sys.path:
     sys.path.insert(0, str(KERNELS))
 
-from sglang_verify_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config  # noqa: E402
+from sglang_standin_ranks import StandinRanks  # noqa: E402  (per-rank records, in the plugin's format; a sibling module)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from standin_ranks import StandinRanks  # noqa: E402  (per-rank records, in the plugin's format)
+from sglang_verify_plugin.config import CONFIG_ENV, CONFIG_NAME, load_config  # noqa: E402
 
 VOCAB = 32000
 MODES = ("off", "bundled", "always")
