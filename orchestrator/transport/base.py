@@ -112,6 +112,11 @@ class Transport(Protocol):
 
         Remote implementations quote every element with :func:`shlex.quote` and wrap the
         command in ``timeout`` on the host so a client-side timeout never leaves it running.
+        The command runs in its own process group; while it runs, the group is recorded under
+        the job name ``log_path.stem`` (``<phase label>-<step id>``) so that an interrupt
+        (:func:`orchestrator.transport.local.terminate_all`) kills it and a later run can find it
+        with :meth:`running_job`. ``CommandResult.warnings`` carries what the user should see
+        once (an ignored login banner, skipped known_hosts lines).
         """
         ...
 

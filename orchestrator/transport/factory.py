@@ -16,8 +16,8 @@ from orchestrator.transport.base import Transport
 from orchestrator.transport.local import LocalTransport
 
 TransportFactory = Callable[[Host], Transport]
-#: Where a host keeps the pid files of the steps running on it: ``<remote_root>/.jobs/``.
-JOBS_SUBDIR = ".jobs"
+#: Where a host keeps the pid files of the steps running on it: ``<remote_root>/jobs/``.
+JOBS_SUBDIR = "jobs"
 
 
 def make_transport(host: Host) -> Transport:

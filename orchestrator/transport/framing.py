@@ -40,47 +40,54 @@ alive() {
 """
 
 #: The wrapper (POSIX sh). ``$@`` after the six fixed arguments and ``--`` is the command
-#: (``timeout -k K N [env K=V...] argv...`` from :func:`render_remote_command`).
+#: (``timeout -k K N [env K=V...] argv...`` from :func:`remote_argv`). ``mk=1`` (a step)
+#: creates the jobs directory; other commands (bundle checks, facts probes) use it only where it
+#: exists, so a read-only check writes nothing on a host. Without a usable directory there is
+#: no pid file: the command still gets its own group and the dead man's switch. The started child is not a group leader, so ``setsid`` does not fork and
+#: ``$child`` is the new group's id.
 WRAPPER_SH = (
     _ALIVE_SH
     + r"""
-jobs=$1 job=$2 tok=$3 run=$4 cwd=$5 grace=$6
-shift 7
+jobs=$1 job=$2 tok=$3 run=$4 cwd=$5 grace=$6 mk=$7
+shift 8
 printf '%s:begin\n' "$tok"
 printf '%s:begin\n' "$tok" >&2
 end() { printf '\n%s:end %s\n' "$tok" "$1"; printf '\n%s:end %s\n' "$tok" "$1" >&2; exit "$1"; }
 if [ -n "$cwd" ]; then cd -- "$cwd" || end 1; fi
-mkdir -p -- "$jobs" 2>/dev/null || { echo "[orchestrator] cannot create the job directory $jobs" >&2; end 125; }
-pidf=$jobs/$job.pid
+pidf=
+if [ "$mk" = 1 ]; then mkdir -p -- "$jobs" 2>/dev/null; fi
+if [ -n "$jobs" ] && [ -d "$jobs" ] && [ -w "$jobs" ]; then pidf=$jobs/$job.pid; fi
 exec 3<&0
 setsid -w sh -c '
   f=$1 tok=$2 run=$3; shift 3
-  printf "pgid=%s run=%s started=%s token=%s\n" "$$" "$run" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$tok" > "$f.tmp.$$" &&
-    mv -f -- "$f.tmp.$$" "$f" || echo "[orchestrator] cannot write the pid file $f" >&2
+  if [ -n "$f" ]; then
+    printf "pgid=%s run=%s started=%s token=%s\n" "$$" "$run" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$tok" > "$f.tmp.$$" &&
+      mv -f -- "$f.tmp.$$" "$f" || rm -f -- "$f.tmp.$$"
+  fi
   exec "$@"' sh "$pidf" "$tok" "$run" "$@" </dev/null 3<&- &
 child=$!
+unrecord() { if [ -n "$pidf" ] && grep -q -- " token=$tok\$" "$pidf" 2>/dev/null; then rm -f -- "$pidf"; fi; }
 (
   trap '' HUP
   while read -r _ ; do :; done
-  pg=
+  pg=$child
   i=0
-  while [ -z "$pg" ] && [ $i -lt 50 ]; do
-    pg=$(sed -n "s/^pgid=\([0-9]*\) .* token=$tok\$/\1/p" "$pidf" 2>/dev/null); i=$((i+1))
-    [ -n "$pg" ] || sleep 0.1
+  until kill -TERM "-$pg" 2>/dev/null; do
+    kill -0 "$pg" 2>/dev/null || exit 0
+    i=$((i+1)); [ $i -lt 20 ] || exit 0
+    sleep 0.1
   done
-  [ -n "$pg" ] || exit 0
-  kill -TERM "-$pg" 2>/dev/null || exit 0
   i=0
   while alive && [ $i -lt $((grace*10)) ]; do sleep 0.1; i=$((i+1)); done
   kill -KILL "-$pg" 2>/dev/null
-  rm -f -- "$pidf"
+  unrecord
 ) <&3 >/dev/null 2>&1 &
 watch=$!
 exec 3<&-
 wait "$child"
 rc=$?
 kill "$watch" 2>/dev/null
-if grep -q -- " token=$tok\$" "$pidf" 2>/dev/null; then rm -f -- "$pidf"; fi
+unrecord
 end "$rc"
 """
 )
@@ -157,10 +164,21 @@ def job_name(raw: str) -> str:
     return name[:120]
 
 
-def wrap(command: list[str], *, jobs_dir: str, job: str, token: str, run_id: str, cwd: str | None, grace_s: int) -> str:
+def wrap(
+    command: list[str],
+    *,
+    jobs_dir: str,
+    job: str,
+    token: str,
+    run_id: str,
+    cwd: str | None,
+    grace_s: int,
+    create_jobs_dir: bool = True,
+) -> str:
     """The one line sent to sshd for ``command`` (already including ``timeout``)."""
+    mk = "1" if create_jobs_dir else "0"
     return shlex.join(
-        ["sh", "-c", WRAPPER_SH, "sh", jobs_dir, job, token, run_id, cwd or "", str(grace_s), "--", *command]
+        ["sh", "-c", WRAPPER_SH, "sh", jobs_dir, job, token, run_id, cwd or "", str(grace_s), mk, "--", *command]
     )
 
 

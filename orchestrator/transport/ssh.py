@@ -1,17 +1,23 @@
 """SSH transport: one Fabric ``Connection`` per inventory host, strict host keys, bounded time.
 
-Fabric's defaults are unsafe or hang-prone for a deploy tool (docs: ssh-test-hosts.md), so
-every Connection here is built the same way:
+Fabric's defaults are unsafe or hang-prone for a deploy tool (docs/ssh-traps.md), so every
+Connection here is built the same way:
 
-- an empty ``paramiko.SSHConfig()`` and ``lazy=True``: no ``~/.ssh/config`` or
-  ``/etc/fabric.*`` changes what we connect to; ``in_stream=False`` on every run (T1);
-- the inventory's ``known_hosts`` loaded into the client and ``RejectPolicy`` (T2): an unknown
-  or changed host key is refused, never added;
+- ``lazy=True`` (no ``/etc/fabric.*``) and an empty Fabric ssh_config: the user's ssh_config
+  (``~/.ssh/config`` or ``$ORCHESTRATOR_SSH_CONFIG``) is resolved here instead, so that ProxyJump
+  hops are built by us with strict host keys (T18, T21); ``in_stream=False`` on every run (T1);
+- known_hosts read by :mod:`orchestrator.transport.known_hosts` (``@revoked`` refused naming
+  file:line, ``@cert-authority`` and malformed lines warned, T14-T16) and a policy that rejects
+  every unknown key (T2): nothing is ever added;
 - ``connect_timeout`` in whole seconds >= 1 (T3) plus banner, auth and channel timeouts, a
   client-side ``timeout=`` on every run (T4) and ``timeout`` on the host around the command
   (T8), so neither a hung host nor an abandoned command outlives its bound;
-- commands are rendered by :func:`render_remote_command` (shlex-quoted; Fabric's ``env=``
-  is never used, T5); ``warn=True, hide=True`` and ``.exited`` checked (-1 = lost, T7).
+- commands are rendered by :func:`remote_argv` (shlex-quoted; Fabric's ``env=`` is never used,
+  T5) and run inside :mod:`orchestrator.transport.framing`'s wrapper: output between
+  per-command markers (a login banner is ignored, T11), the command in its own process group
+  recorded in ``<remote_root>/jobs/<job>.pid`` (killed on interrupt, T12) and killed on the host
+  when the channel goes away (T13); ``.exited`` checked (-1 = lost, T7);
+- agent keys are offered after ``ssh_key`` and ssh_config's IdentityFiles (T19).
 
 Connect, host-key and auth failures raise :class:`HostUnreachable` naming the host and the
 cause. Keys and ``connect_kwargs`` are never logged.
@@ -336,9 +342,9 @@ class SSHTransport:
 
     @property
     def jobs_dir(self) -> str:
-        """``<remote_root>/.jobs`` on the host (relative to the login directory without a remote_root)."""
+        """``<remote_root>/jobs`` on the host (relative to the login directory without a remote_root)."""
         root = _field(self.host, "remote_root", None)
-        return f"{str(root).rstrip('/')}/.jobs" if root else ".orchestrator/jobs"
+        return f"{str(root).rstrip('/')}/jobs" if root else ".orchestrator/jobs"
 
     def pid_file(self, job: str) -> str:
         return f"{self.jobs_dir}/{job_name(job)}.pid"
@@ -355,7 +361,7 @@ class SSHTransport:
         """Run ``argv`` on the host; see :class:`orchestrator.transport.base.Transport`.
 
         The command runs inside :data:`~orchestrator.transport.framing.WRAPPER_SH`: its own
-        process group recorded in ``<remote_root>/.jobs/<job>.pid`` (``job`` is the log file's
+        process group recorded in ``<remote_root>/jobs/<job>.pid`` (``job`` is the log file's
         stem: ``<phase label>-<step id>``), output read between per-command markers (a login
         banner is dropped and reported once in ``warnings``), killed when the channel closes.
         """
@@ -369,6 +375,7 @@ class SSHTransport:
         line = wrap(
             remote_argv(argv, env=env, timeout_s=timeout_s, kill_after_s=KILL_AFTER_S),
             jobs_dir=self.jobs_dir,
+            create_jobs_dir=log_path is not None,
             job=job,
             token=token,
             run_id=run_id,

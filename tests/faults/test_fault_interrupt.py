@@ -41,7 +41,7 @@ def test_terminate_all_kills_the_remote_groups_on_every_host_before_it_returns(f
         th.start()
     for n, (a, b) in markers.items():
         wait_for(lambda a=a, b=b: pids_with(f"sleep {a}") and pids_with(f"sleep {b}"), what=f"{n} step started")
-    pid_files = {n: tmp_path / n / ".jobs" / "0-quick-probe.pid" for n in ts}
+    pid_files = {n: tmp_path / n / "jobs" / "0-quick-probe.pid" for n in ts}
     for n, pf in pid_files.items():
         leader = int(pf.read_text().split()[0].split("=")[1])
         [child] = pids_with(f"sleep {markers[n][1]}")
@@ -72,7 +72,7 @@ def test_a_controller_killed_with_sigkill_leaves_no_process_on_the_host(fault_la
         ctl.kill()
         ctl.wait(10)
         wait_for(lambda: not pids_with("sleep 312.1") and not pids_with("sleep 312.2"), 15, "step killed on host")
-        wait_for(lambda: not (tmp_path / "r" / ".jobs" / "0-quick-probe.pid").exists(), 5, "pid file removed")
+        wait_for(lambda: not (tmp_path / "r" / "jobs" / "0-quick-probe.pid").exists(), 5, "pid file removed")
     finally:
         ctl.kill()
         for p in pids_with("sleep 312."):
@@ -103,7 +103,7 @@ def test_running_job_names_the_host_and_pid_of_an_earlier_copy_still_running(fau
         ctl.wait(10)
         wait_for(lambda: not pids_with("sleep 313.1"), 15, "the orphaned step killed by the host-side switch")
         assert t.running_job("0-quick-probe") is None
-        assert not (tmp_path / "r" / ".jobs" / "0-quick-probe.pid").exists()
+        assert not (tmp_path / "r" / "jobs" / "0-quick-probe.pid").exists()
     finally:
         for sig in (signal.SIGKILL, signal.SIGCONT):
             try:
@@ -116,7 +116,7 @@ def test_running_job_names_the_host_and_pid_of_an_earlier_copy_still_running(fau
 
 def test_a_stale_pid_file_is_removed_and_not_reported(fault_lab, tmp_path, closing):
     lab = fault_lab(1)
-    jobs = tmp_path / "r" / ".jobs"
+    jobs = tmp_path / "r" / "jobs"
     jobs.mkdir(parents=True)
     dead = os.fork()
     if dead == 0:
@@ -173,7 +173,7 @@ def test_cli_interrupt_during_a_remote_step_kills_it_on_every_host_then_records_
     # host side: the step (and its group) is gone on both hosts, its pid file too
     for n, pid in pids.items():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1][0] == "Z", n
-        assert not (remote / n / ".jobs" / "0-quick-probe.pid").exists(), n
+        assert not (remote / n / "jobs" / "0-quick-probe.pid").exists(), n
     st = proj.state_doc()
     step = st["phases"]["0"]["steps"][0]
     assert {n: step["hosts"][n]["status"] for n in ("h1", "h2")} == {"h1": "interrupted", "h2": "interrupted"}
