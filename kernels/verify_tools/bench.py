@@ -584,7 +584,14 @@ def main(argv=None) -> int:
             f"ext {r.get('sglang_extend_us', float('nan')):.0f}us ver {r.get('sglang_verify_us', float('nan')):.0f}us "
             f"oracle {r.get('oracle_us', float('nan')):.0f}us S={r['num_splits']} "
             f"configs {' '.join(f'{k}={v:.1f}' for k, v in r['configs_us'].items())}"
-            + (f" fp8 {r['fp8_us']:.1f}us x{r['fp8_over_bf16']:.2f}" if "fp8_us" in r else ""),
+            + (f" fp8 {r['fp8_us']:.1f}us x{r['fp8_over_bf16']:.2f} {r.get('fp8_configs_us')}" if "fp8_us" in r else "")
+            + (
+                f" sgl-ext-fp8 {r['sglang_extend_fp8_us']:.0f}us tokens ours/sgl "
+                f"{r.get('fp8_tokens_vs_oracle', {}).get('token_mismatches')}/"
+                f"{r.get('sglang_extend_fp8_tokens_vs_oracle', {}).get('token_mismatches')}"
+                if "sglang_extend_fp8_us" in r
+                else ""
+            ),
             file=sys.stderr,
         )
     gb_rows = []
