@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from tests.support.paths import load_service_loader
+
 pytestmark = pytest.mark.sglang
 
 
@@ -395,23 +397,7 @@ def test_registration_through_sglangs_entry_point_loader(sglang_ready, tmp_path,
 
 def test_the_loader_refuses_a_foreign_kernels_package(sglang_ready, tmp_path, monkeypatch):
     """A bundle whose `kernels` differs from the one already imported is not mixed in."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "mla_verify_loader_under_test",
-        os.path.join(
-            os.path.dirname(__file__),
-            "..",
-            "..",
-            "kernels",
-            "sglang_verify_plugin",
-            "service_package",
-            "mla_verify_loader",
-            "__init__.py",
-        ),
-    )
-    loader = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loader)
+    loader = load_service_loader("mla_verify_loader_under_test")
     root = tmp_path / "root"
     (root / "bundles" / ("c" * 64) / "sglang_verify_plugin").mkdir(parents=True)
     os.symlink("bundles/" + "c" * 64, root / "current")
@@ -421,23 +407,7 @@ def test_the_loader_refuses_a_foreign_kernels_package(sglang_ready, tmp_path, mo
 
 
 def test_the_loader_without_current_leaves_sglang_stock(sglang_ready, tmp_path, monkeypatch):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "mla_verify_loader_under_test2",
-        os.path.join(
-            os.path.dirname(__file__),
-            "..",
-            "..",
-            "kernels",
-            "sglang_verify_plugin",
-            "service_package",
-            "mla_verify_loader",
-            "__init__.py",
-        ),
-    )
-    loader = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loader)
+    loader = load_service_loader("mla_verify_loader_under_test2")
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_ROOT", str(tmp_path))
     monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(tmp_path / "verify_backend.json"))
     assert loader.load() is False

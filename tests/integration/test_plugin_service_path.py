@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import KERNELS
+from tests.support.paths import KERNELS, load_service_loader
 
 pytestmark = pytest.mark.sglang
 REPO = KERNELS.parent
@@ -471,16 +471,9 @@ def test_hugging_face_kernels_and_the_bundle_import_in_either_order(code):
 
 
 def test_the_loader_registers_after_hugging_face_kernels_was_imported(sglang_ready, tmp_path, monkeypatch):
-    import importlib.util
-
     import kernels as hf_kernels
 
-    spec = importlib.util.spec_from_file_location(
-        "mla_verify_loader_after_hf",
-        KERNELS / "sglang_verify_plugin" / "service_package" / "mla_verify_loader" / "__init__.py",
-    )
-    loader = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loader)
+    loader = load_service_loader("mla_verify_loader_after_hf")
     root = tmp_path / "root"
     (root / "bundles").mkdir(parents=True)
     os.symlink(KERNELS, root / "bundles" / ("c" * 64))

@@ -23,3 +23,20 @@ def copy_kernels(checkout: Path) -> Path:
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.o", "build", ".*"),
         )
     )
+
+
+#: The loader package the stage step pip-installs into the service python (an entry point of
+#: SGLang's plugin group; it is not importable from ``kernels/``).
+SERVICE_LOADER = KERNELS / "sglang_verify_plugin" / "service_package" / "mla_verify_loader" / "__init__.py"
+
+
+def load_service_loader(name: str):
+    """A fresh copy of the service loader module (:data:`SERVICE_LOADER`) imported as ``name``,
+    not entered in ``sys.modules``, so each test gets its own module state."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, SERVICE_LOADER)
+    assert spec is not None and spec.loader is not None, SERVICE_LOADER
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
