@@ -81,3 +81,34 @@ def test_bench_covers_the_anchor_rows_and_the_floor_counts_bytes_and_flops():
     assert any(h == 128 for (_, _, _, h) in shapes)
     by, fl = shape_bytes_flops(1, 32768, 8, 16)
     assert by > 32768 * 1152 and fl == 2 * 16 * 8 * (32768 + 8) * 1088
+
+
+def test_fp8_parity_cases_cover_the_cache_layout():
+    fp8 = [c for c in parity.CASES if c.kv_dtype == "fp8"]
+    assert any(max(c.prefix_lens) >= 65536 for c in fp8), "the seed shape with an fp8 cache"
+    assert any(c.k_scale != c.v_scale for c in fp8), "k_scale and v_scale applied separately"
+    assert any(c.k_scale != 1.0 for c in fp8)
+    assert any(c.extra.get("uint8_storage") for c in fp8), "MLATokenToKVPool's uint8 storage"
+    assert any(c.extra.get("fp8_codes") for c in fp8), "bit-exact dequantization probe"
+    assert {"tree", "chain"} <= {c.tree for c in fp8}
+
+
+def test_fp8_bytes_halve_the_kv_rows_only():
+    by16, fl16 = shape_bytes_flops(4, 131072, 4, 16)
+    by8, fl8 = shape_bytes_flops(4, 131072, 4, 16, kv_bytes_per_dim=1)
+    assert fl8 == fl16 and by16 - by8 == 4 * 131072 * 576
+
+
+def test_phase2_gate_metrics_exist_in_the_blocked_bench_document():
+    import yaml
+
+    from tests.support.paths import REPO
+    from verify_tools import bench
+
+    spec = yaml.safe_load((REPO / "phases" / "2-microbench.yaml").read_text())
+    summary = bench.blocked_doc("x")["summary"]
+    gates = [g["metric"] for s in spec["steps"] for g in s.get("gates", [])]
+    assert "summary.max_graph_buffer_ratio" in gates
+    assert all(m.split(".", 1)[1] in summary for m in gates)
+    assert min(bench.GRAPH_BUFFER_LENS) <= 512 and max(bench.GRAPH_BUFFER_LENS) >= 131072
+    assert bench.FP8_MEM_SHAPE in bench.FP8_SHAPES
