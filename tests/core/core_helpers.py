@@ -126,3 +126,22 @@ def invoke(*args: str, input: str | None = None):
     from orchestrator.cli import app
 
     return CliRunner().invoke(app, list(args), input=input)
+
+
+def bundle_on_host(host: Any, bundle: Any, *, uploaded: bool = True, found: str = "absent") -> Any:
+    """What ``bundle.ship_bundle`` returns once ``bundle`` is placed and verified on ``host``
+    (for tests that fake the shipping): ``<remote_root>/bundles/<sha>`` and its tarball."""
+    from orchestrator.bundle import BundleOnHost
+
+    d = f"{host.remote_root}/bundles/{bundle.sha256}"
+    return BundleOnHost(
+        host=host.name,
+        sha256=bundle.sha256,
+        remote_dir=d,
+        tarball=d + ".tar.gz",
+        uploaded=uploaded,
+        unpacked=True,
+        found=found,
+        verified=True,
+        duration_s=0.01,
+    )

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 import yaml
-from core_helpers import REPO, invoke, phase, step, tool
+from core_helpers import REPO, bundle_on_host, invoke, phase, step, tool
 
 SSH_INVENTORY = {
     "defaults": {"connection": "ssh", "known_hosts": "/k", "remote_root": "/srv/o"},
@@ -68,20 +68,8 @@ def fake_ship(monkeypatch):
 
     def ship_bundle(transport, bundle, host):
         calls.append(("ship", host.name, bundle.sha256))
-        d = f"{host.remote_root}/bundles/{bundle.sha256}"
         first = host.name not in {c[1] for c in calls[:-1] if c[0] == "ship"}
-        found = "absent" if first else "unpacked-mismatch"
-        return bundle_mod.BundleOnHost(
-            host=host.name,
-            sha256=bundle.sha256,
-            remote_dir=d,
-            tarball=d + ".tar.gz",
-            uploaded=first,
-            unpacked=True,
-            found=found,
-            verified=True,
-            duration_s=0.01,
-        )
+        return bundle_on_host(host, bundle, uploaded=first, found="absent" if first else "unpacked-mismatch")
 
     def verify_on_host(transport, bundle, host):
         calls.append(("check", host.name, bundle.sha256))

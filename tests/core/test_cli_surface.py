@@ -8,7 +8,7 @@ import sys
 import time
 
 import yaml
-from core_helpers import FAKE_TOOL, REPO, invoke, phase, step, tool
+from core_helpers import FAKE_TOOL, REPO, bundle_on_host, invoke, phase, step, tool
 
 EXAMPLE = REPO / "inventory" / "example-blackwell.yaml"
 
@@ -99,7 +99,7 @@ def test_dry_run_of_100_hosts_is_fast(ws, capsys):
     from orchestrator.specs import load_catalog
 
     eng = Engine(catalog=load_catalog(REPO / "phases"), inventory=load_inventory(ws.inventory), state_dir=ws.state)
-    eng.bundle_sha  # hash the bundle once (not part of planning)
+    _ = eng.bundle_sha  # hash the bundle once (not part of planning)
     t0 = time.perf_counter()
     plan = eng.plan([], all_phases=True)
     dt = time.perf_counter() - t0
@@ -271,18 +271,7 @@ def test_ssh_hosts_ship_the_bundle_once_and_run_in_the_bundle_dir(ws, monkeypatc
 
     def ship_bundle(transport, bundle, host):
         shipped.append(host.name)
-        d = f"{host.remote_root}/bundles/{bundle.sha256}"
-        return bundle_mod.BundleOnHost(
-            host=host.name,
-            sha256=bundle.sha256,
-            remote_dir=d,
-            tarball=d + ".tar.gz",
-            uploaded=True,
-            unpacked=True,
-            found="absent",
-            verified=True,
-            duration_s=0.1,
-        )
+        return bundle_on_host(host, bundle)
 
     def verify_on_host(transport, bundle, host):
         checked.append(host.name)
