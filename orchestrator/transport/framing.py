@@ -128,7 +128,7 @@ PROBE_SH = (
 pidf=$1
 line=$(cat -- "$pidf" 2>/dev/null) || { echo none; exit 0; }
 pg=$(printf '%s\n' "$line" | sed -n 's/^pgid=\([0-9][0-9]*\) .*/\1/p')
-if [ -n "$pg" ] && alive; then
+if [ -n "$pg" ] && { alive || { sleep 0.3; alive; }; }; then
   printf 'running %s\n' "$line"
 else
   rm -f -- "$pidf"
