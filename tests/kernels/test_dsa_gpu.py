@@ -1,0 +1,33 @@
+"""GPU tests of the DSA verify kernel (skipped with the reason on CPU-only machines): the quick
+parity suite (oracle, token exactness, determinism, graph replay) for every config built for
+the device, and the binding's smem bytes against tiles.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def test_binding_smem_matches_tiles(cuda_device):
+    from dsa_verify import tiles
+    from dsa_verify._build import load
+    from dsa_verify.api import _device_info
+
+    arch, _ = _device_info(cuda_device)
+    mod = load(arch)
+    for c in tiles.ARCH_CONFIGS[arch]:
+        assert mod.config_compiled(c.index)
+        for fp8 in (False, True):
+            assert mod.config_smem_bytes(c.index, fp8) == c.smem_bytes(fp8), (c.name, fp8)
+
+
+def test_quick_parity_passes(cuda_device, capsys):
+    from verify_tools import dsa_parity
+
+    code = dsa_parity.main(["--quick", "--json", "--no-peer"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, [c for c in doc["cases"] if not c["ok"]]
+    assert doc["summary"]["failed"] == 0 and doc["summary"]["total"] > 0
