@@ -7,12 +7,9 @@ tests/support/sglang_standin.py.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.paths import KERNELS
+from tests.support.tools import run_tool
 
 
 def make_bundle(root: Path, sha: str) -> Path:
@@ -26,13 +23,4 @@ def make_bundle(root: Path, sha: str) -> Path:
 
 def run_cutover(*args: str, timeout: float = 120.0) -> tuple[int, dict]:
     """Run ``python -m cutover_agent ARGS --json`` as the engine would; (exit code, document)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "cutover_agent", *args, "--json"],
-        cwd=KERNELS,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 1, f"expected one JSON line, got stdout={proc.stdout!r} stderr={proc.stderr[-500:]!r}"
-    return proc.returncode, json.loads(lines[0])
+    return run_tool("cutover_agent", *args, "--json", timeout=timeout)

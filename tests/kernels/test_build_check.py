@@ -3,14 +3,14 @@ memory within each arch's per-block limit; the ptxas parser reads spills, regist
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from mla_verify import tiles
-from tests.support.paths import KERNELS  # noqa: E402
+from tests.support.paths import KERNELS
+from tests.support.tools import run_tool
 from verify_tools.build_check import dynamic_smem, parse_ptxas
 
 SAMPLE = """ptxas info    : 0 bytes gmem
@@ -46,14 +46,7 @@ def test_dynamic_smem_comes_from_the_tile_template_arguments():
 
 
 def run_build(arch):
-    proc = subprocess.run(
-        [sys.executable, "-m", "verify_tools.build_check", "--arch", arch, "--json"],
-        cwd=str(KERNELS),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    return proc.returncode, json.loads(proc.stdout)
+    return run_tool("verify_tools.build_check", "--arch", arch, "--json", timeout=900)
 
 
 @pytest.mark.parametrize("arch,configs", [("sm_120a", {"sm120"}), ("sm_90a", {"sm90wg", "sm90", "sm120"})])
@@ -70,24 +63,8 @@ def test_real_nvcc_build_has_no_spills_and_fits_smem(nvcc_path, arch, configs):
 
 
 def test_missing_nvcc_is_blocked_with_exit_75(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verify_tools.build_check",
-            "--arch",
-            "sm_90a",
-            "--json",
-            "--nvcc",
-            str(tmp_path / "no-nvcc"),
-        ],
-        cwd=str(KERNELS),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    doc = json.loads(proc.stdout)
-    assert proc.returncode == 75 and doc["ok"] is False and "nvcc" in doc["blocked"]
+    code, doc = run_tool("verify_tools.build_check", "--arch", "sm_90a", "--json", "--nvcc", str(tmp_path / "no-nvcc"))
+    assert code == 75 and doc["ok"] is False and "nvcc" in doc["blocked"]
 
 
 def test_unknown_arch_is_a_usage_error():
