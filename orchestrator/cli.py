@@ -174,38 +174,9 @@ def status(
     """Show the persisted todo list: every phase and step, per-host results and gate evidence."""
 
     def go() -> Envelope:
-        from orchestrator.paths import default_state_dir
-        from orchestrator.specs import load_catalog
-        from orchestrator.state import StateStore
+        from orchestrator.fastpath import status_envelope  # shared with the Typer-free `python -m` path
 
-        sd = state_dir or default_state_dir()
-        store = StateStore(sd)
-        state = store.load_for_display()
-        catalog = load_catalog(phases_dir)
-        held = store.lock_held()
-        holder = store.lock_holder()
-        stale = holder.describe() if holder is not None and not held else None
-        if not as_json:
-            from orchestrator.views import err, render_status
-
-            render_status(state, catalog, str(store.path))
-            if held and holder is not None:
-                err.print(f"a run is in progress: {holder.describe()}")
-            if stale:
-                err.print(f"Warning: stale lock info from a run that is gone: {stale} (the next run takes over)")
-        results = {
-            "state_path": str(store.path),
-            "lock_held": held,
-            "lock_holder": holder,
-            "stale_lock": stale,
-            "phases_dir": str(catalog.directory),
-            "phases": [
-                {"id": lp.spec.id, "label": lp.spec.label, "steps": [s.id for s in lp.spec.steps]}
-                for lp in catalog.phases
-            ],
-            "state": state.model_dump(mode="json"),
-        }
-        return Envelope(command="status", ok=True, exit_code=0, results=results)
+        return status_envelope(state_dir, phases_dir, as_json)
 
     _guard("status", as_json, debug, go)
 

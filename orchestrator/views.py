@@ -33,7 +33,8 @@ APPROVE_WORD = "yes"  # orchestrator.approval.APPROVE_WORD
 def _console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     wide = None if stream.isatty() else 160  # pipes and CI logs: no 80-column wrapping
-    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=False, width=wide)
+    # no markup, highlighting or :emoji: codes: messages carry host names, paths and commands verbatim
+    return Console(stderr=stderr, highlight=False, markup=False, emoji=False, soft_wrap=False, width=wide)
 
 
 out = _console(False)
@@ -203,9 +204,10 @@ def render_status(state: RunState, catalog: PhaseCatalog, state_path: str) -> No
             bundle_summary(rec) if rec else "",
             (rec.reason or "") if rec else "",
         )
+        rollback_ids = {s.id for s in lp.spec.rollback_steps}  # ids are unique in a phase; `in` on models is slow
         for step in list(lp.spec.steps) + list(lp.spec.rollback_steps):
             sr = rec.step(step.id) if rec else None
-            is_rb = step in lp.spec.rollback_steps
+            is_rb = step.id in rollback_ids
             if is_rb and (sr is None or not sr.hosts):
                 continue
             st = sr.status.value if sr else "pending"

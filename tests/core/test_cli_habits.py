@@ -111,3 +111,66 @@ def test_plan_hint_pastes_as_is_with_the_users_flags(tmp_path):
     assert (state / "state.json").exists()
     r = cli("status", "--json", "--state-dir", str(state), "--phases-dir", str(w.phases), env=env)
     assert r.returncode == 0 and '"completed"' in r.stdout
+
+
+# ------------------------------------------------------------------ status without Typer (fastpath)
+def typer_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The same command through orchestrator.cli.main (Typer), never the fast path."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from orchestrator.cli import main; main(sys.argv[1:])", *args],
+        cwd=REPO,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_status_fast_path_prints_exactly_what_the_typer_command_prints(tmp_path):
+    from core_helpers import Workspace
+
+    w = Workspace(tmp_path)
+    w.hosts(["g1", "g2"])
+    w.write_phase(phase(0, "a", [step("s", tool("--metric", "n=7"), metrics=["n"])]))
+    env = w.env()
+    assert cli("run", "0", env=env).returncode == 0
+    cases = [
+        ["status"],
+        ["status", "--json"],
+        ["status", "--debug", f"--state-dir={w.state}", "--phases-dir", str(w.phases)],
+        ["status", "--state-dir", str(tmp_path / "empty")],
+        ["status", "--phases-dir", str(tmp_path / "missing")],  # exit 3: the Typer CLI reports it
+        ["status", "--json", "--phases-dir", str(tmp_path / "missing")],
+        ["status", "--help"],
+        ["status", "--no-such-flag"],
+        ["status", "--state-dir"],
+    ]
+    seen = set()
+    for args in cases:
+        fast, slow = cli(*args, env=env), typer_cli(*args, env=env)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr), args
+        seen.add(fast.returncode)
+    assert seen == {0, 2, 3}
+    assert '"n": 7' in cli("status", "--json", env=env).stdout
+    both = {**env, "ORCHESTRATOR_JSON": "1"}
+    assert cli("status", env=both).stdout == typer_cli("status", env=both).stdout
+
+
+def test_status_fast_path_imports_neither_typer_nor_fabric(tmp_path):
+    code = (
+        "import sys, runpy; sys.argv = ['orchestrator', 'status', '--json'];\n"
+        "try:\n    runpy.run_module('orchestrator', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'fabric', 'paramiko', 'rich'))\n"
+        "print(bad, file=sys.stderr)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env={**os.environ, "ORCHESTRATOR_STATE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "[]"
