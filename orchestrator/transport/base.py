@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from orchestrator.errors import StepFailed
+
 
 class CommandResult(BaseModel):
     """What one command did on one host.
@@ -71,6 +73,20 @@ class RemoteJob(BaseModel):
         )
 
 
+class JobStillRunning(StepFailed):
+    """``run`` refused to start a step because an earlier copy of it still runs on the host
+    (its message is :meth:`RemoteJob.describe`: host, pid, run, pid file)."""
+
+    code = "STILL_RUNNING"
+
+    def __init__(self, job: RemoteJob) -> None:
+        super().__init__(
+            job.describe() + "; not starting a second copy (wait for it to end, or stop that process group)",
+            host=job.host,
+        )
+        self.job = job
+
+
 #: Callables that kill remote commands still in flight (registered by the SSH transport when
 #: it is imported); :func:`orchestrator.transport.local.terminate_all` calls them all.
 _terminators: list[Callable[[float], int]] = []
@@ -115,8 +131,9 @@ class Transport(Protocol):
         The command runs in its own process group; while it runs, the group is recorded under
         the job name ``log_path.stem`` (``<phase label>-<step id>``) so that an interrupt
         (:func:`orchestrator.transport.local.terminate_all`) kills it and a later run can find it
-        with :meth:`running_job`. ``CommandResult.warnings`` carries what the user should see
-        once (an ignored login banner, skipped known_hosts lines).
+        with :meth:`running_job`; ``run`` itself raises :class:`JobStillRunning` instead of
+        starting a step whose earlier copy still runs. ``CommandResult.warnings`` carries what
+        the user should see once (an ignored login banner, skipped known_hosts lines).
         """
         ...
 

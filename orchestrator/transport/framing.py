@@ -57,6 +57,11 @@ if [ -n "$cwd" ]; then cd -- "$cwd" || end 1; fi
 pidf=
 if [ "$mk" = 1 ]; then mkdir -p -- "$jobs" 2>/dev/null; fi
 if [ -n "$jobs" ] && [ -d "$jobs" ] && [ -w "$jobs" ]; then pidf=$jobs/$job.pid; fi
+if [ -n "$pidf" ] && [ -f "$pidf" ]; then  # an earlier copy of this step still running: never start a second
+  old=$(cat -- "$pidf" 2>/dev/null)
+  pg=$(printf '%s\n' "$old" | sed -n 's/^pgid=\([0-9][0-9]*\) .*/\1/p')
+  if [ -n "$pg" ] && alive; then printf '%s:refused %s\n' "$tok" "$old"; end 97; fi
+fi
 exec 3<&0
 setsid -w sh -c '
   f=$1 tok=$2 run=$3; shift 3

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from orchestrator.atomic import atomic_write_text
-from orchestrator.transport.base import CommandResult, RemoteJob, TransferResult, terminators
+from orchestrator.transport.base import CommandResult, JobStillRunning, RemoteJob, TransferResult, terminators
 from orchestrator.transport.framing import job_name, parse_pid_line
 
 _live: set[subprocess.Popen[bytes]] = set()
@@ -113,6 +113,10 @@ class LocalTransport:
     ) -> CommandResult:
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a non-empty list of strings")
+        if log_path is not None:
+            earlier = self.running_job(log_path.stem)
+            if earlier is not None:
+                raise JobStillRunning(earlier)
         full_env = dict(os.environ)
         full_env.update(env or {})
         if log_path is not None:

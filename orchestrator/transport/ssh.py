@@ -42,7 +42,13 @@ from typing import Any, Protocol
 from orchestrator.atomic import atomic_write_text
 from orchestrator.errors import HostUnreachable, StepFailed
 from orchestrator.transport import known_hosts as known_hosts_mod
-from orchestrator.transport.base import CommandResult, RemoteJob, TransferResult, register_terminator
+from orchestrator.transport.base import (
+    CommandResult,
+    JobStillRunning,
+    RemoteJob,
+    TransferResult,
+    register_terminator,
+)
 from orchestrator.transport.framing import (
     FRAME_ONLY_SH,
     KILL_SH,
@@ -413,6 +419,20 @@ class SSHTransport:
             else:
                 elapsed = time.monotonic() - started
                 framed = unframe(r.stdout, r.stderr, token)
+                refused = f"{token}:refused "
+                if framed.stdout.startswith(refused):
+                    rec = parse_pid_line(framed.stdout[len(refused) :].splitlines()[0])
+                    if rec is not None:
+                        raise JobStillRunning(
+                            RemoteJob(
+                                host=self.host_name,
+                                job=job,
+                                pgid=rec.pgid,
+                                run_id=rec.run_id,
+                                started_at=rec.started_at,
+                                pid_file=self.pid_file(job),
+                            )
+                        )
                 code = framed.exit_code if framed.exit_code is not None else r.exited
                 if r.exited == -1:  # the channel closed without an exit status (T7)
                     self._drop()

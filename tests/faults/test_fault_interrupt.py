@@ -114,6 +114,44 @@ def test_running_job_names_the_host_and_pid_of_an_earlier_copy_still_running(fau
             os.kill(p, signal.SIGKILL)
 
 
+def test_a_second_copy_of_a_step_is_refused_while_the_first_still_runs(fault_lab, tmp_path, closing):
+    """The resume path: the same step started again while an earlier copy still runs on the host is
+    refused (JobStillRunning, naming host and pid); nothing new starts; once it is gone the step runs."""
+    from orchestrator.transport.base import JobStillRunning
+
+    lab = fault_lab(1)
+    h = host(lab, "h1", tmp_path / "r")
+    ctl = controller(h, ["sh", "-c", 'sleep "$0"', "316.1"], _log(tmp_path, "h1"))
+    canary = tmp_path / "second-copy-ran"
+    try:
+        [sleeper] = wait_for(lambda: pids_with("sleep 316.1"), what="first copy started")
+        os.kill(ctl.pid, signal.SIGSTOP)  # its controller is frozen: the copy keeps running
+        t = closing(SSHTransport(h))
+        log2 = tmp_path / "state" / "runs" / "20261201T010000Z-def456" / "h1" / "0-quick-probe.log"
+        with pytest.raises(JobStillRunning) as err:
+            t.run(["touch", str(canary)], timeout_s=10, log_path=log2)
+        assert err.value.exit_code == 1 and err.value.host == "h1"
+        assert f"h1: an earlier copy of 0-quick-probe is still running as pid {session_id(sleeper)}" in str(err.value)
+        assert "20261201T000000Z-abc123" in str(err.value), "names the run that started it"
+        assert not canary.exists() and pids_with("sleep 316.1") == [sleeper], "no second copy, the first untouched"
+        other = t.run(["true"], timeout_s=10, log_path=log2.with_name("0-quick-other.log"))
+        assert other.ok, "another step runs"
+        os.kill(ctl.pid, signal.SIGKILL)
+        os.kill(ctl.pid, signal.SIGCONT)
+        ctl.wait(10)
+        wait_for(lambda: not pids_with("sleep 316.1"), 15, "first copy gone")
+        again = t.run(["touch", str(canary)], timeout_s=10, log_path=log2)
+        assert again.ok and canary.exists()
+    finally:
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            try:
+                os.kill(ctl.pid, sig)
+            except ProcessLookupError:
+                pass
+        for p in pids_with("sleep 316.1"):
+            os.kill(p, signal.SIGKILL)
+
+
 def test_a_stale_pid_file_is_removed_and_not_reported(fault_lab, tmp_path, closing):
     lab = fault_lab(1)
     jobs = tmp_path / "r" / "jobs"
@@ -138,6 +176,13 @@ def test_local_transport_records_and_reports_a_running_copy(tmp_path):
     [sleeper] = wait_for(lambda: pids_with("sleep 314.1"), what="local step")
     job = wait_for(lambda: t.running_job("0-quick-probe"), what="local job record")
     assert job.pgid == sleeper and "still running as pid" in job.describe()
+    from orchestrator.transport.base import JobStillRunning
+
+    with pytest.raises(
+        JobStillRunning, match=f"local: an earlier copy of 0-quick-probe is still running as pid {sleeper}"
+    ):
+        t.run(["sleep", "314.2"], timeout_s=60, log_path=_log(tmp_path, "local"))
+    assert pids_with("sleep 314.2") == []
     terminate_all(1.0)
     th.join(10)
     assert pids_with("sleep 314.1") == []
@@ -177,3 +222,39 @@ def test_cli_interrupt_during_a_remote_step_kills_it_on_every_host_then_records_
     st = proj.state_doc()
     step = st["phases"]["0"]["steps"][0]
     assert {n: step["hosts"][n]["status"] for n in ("h1", "h2")} == {"h1": "interrupted", "h2": "interrupted"}
+
+
+def test_a_second_controller_is_refused_on_a_host_where_the_step_still_runs(fault_lab, tmp_path):
+    """Two state dirs (two operators, or a state restored from backup) drive the same host: the
+    second run's step fails on that host naming the pid, and no second copy starts there."""
+    from faultkit import Project, phase_doc
+
+    from tests.support.sshd_lab import inventory_doc, write_inventory
+
+    lab = fault_lab(1)
+    remote = tmp_path / "remote"
+    inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, remote))
+    first = Project(tmp_path / "a", phase_doc(sleep_s=300, timeout_s=600))
+    second = Project(tmp_path / "b", phase_doc(sleep_s=0, timeout_s=600))
+    p = first.popen("run", "0", "--inventory", str(inv), "--json", "--yes")
+    pid_path = remote / "h1" / "probe" / "pid"
+    try:
+        wait_for(pid_path.exists, 60, "first run's step on h1")
+        pid = int(pid_path.read_text())
+        os.kill(p.pid, signal.SIGSTOP)  # frozen: its connection stays open, so the host keeps the step
+        code, doc = second.cli("run", "0", "--inventory", str(inv), "--json", "--yes")
+        assert code == 1, doc
+        st = second.state_doc()
+        r = st["phases"]["0"]["steps"][0]["hosts"]["h1"]
+        assert r["status"] == "failed"
+        assert f"h1: an earlier copy of 0-quick-probe is still running as pid {session_id(pid)}" in r["reason"]
+        assert int(pid_path.read_text()) == pid and os.path.exists(f"/proc/{pid}"), "the first copy is untouched"
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        os.kill(p.pid, signal.SIGCONT)
+        p.communicate(timeout=30)
+    wait_for(
+        lambda: not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split(") ")[1][:1],
+        15,
+        "the first run's step killed once its controller died",
+    )
