@@ -292,3 +292,39 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert names == {(c.name, f) for c in tiles.ARCH_CONFIGS[arch] for f in (False, True)}
     assert all(k["smem_bytes"] <= tiles.SMEM_LIMIT[arch] for k in doc["kernels"])
     assert math.isclose(len(doc["kernels"]), len(names) + 1)  # + the combine kernel
+
+
+# ---- prebuilt library (services never compile) ----
+def test_prebuilt_only_mode_never_compiles(tmp_path, monkeypatch):
+    from dsa_verify import _build
+
+    monkeypatch.setenv("MLA_VERIFY_BUILD_DIR", str(tmp_path))
+    monkeypatch.setenv("MLA_VERIFY_PREBUILT_ONLY", "1")
+    monkeypatch.setattr(_build, "load_jit", lambda arch: pytest.fail("compiled in prebuilt-only mode"))
+    with pytest.raises(_build.PrebuiltUnavailable, match="missing"):
+        _build.load("sm_90a")
+    assert _build.prebuilt_dir("sm_90a") == tmp_path / "sm_90a" / "dsa_verify"
+
+
+def test_prebuilt_record_is_checked(tmp_path, monkeypatch):
+    import json as _json
+
+    from dsa_verify import _build
+
+    monkeypatch.setenv("MLA_VERIFY_BUILD_DIR", str(tmp_path))
+    d = _build.prebuilt_dir("sm_120a")
+    d.mkdir(parents=True)
+    lib = d / _build.LIBRARY_NAME
+    lib.write_bytes(b"not a library")
+    rec = {"arch": "sm_120a", "source_hash": _build.source_hash("sm_120a"), "sha256": "0" * 64}
+    (d / _build.RECORD_NAME).write_text(_json.dumps(rec))
+    with pytest.raises(_build.PrebuiltUnavailable, match="hash mismatch"):
+        _build.check_prebuilt("sm_120a")
+    rec["source_hash"] = "stale"
+    (d / _build.RECORD_NAME).write_text(_json.dumps(rec))
+    with pytest.raises(_build.PrebuiltUnavailable, match="other sources"):
+        _build.check_prebuilt("sm_120a")
+    rec.update(source_hash=_build.source_hash("sm_120a"), sha256=_build.sha256_file(lib), python="0.0")
+    (d / _build.RECORD_NAME).write_text(_json.dumps(rec))
+    with pytest.raises(_build.PrebuiltUnavailable, match="python"):
+        _build.check_prebuilt("sm_120a")

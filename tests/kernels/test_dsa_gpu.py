@@ -31,3 +31,16 @@ def test_quick_parity_passes(cuda_device, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, [c for c in doc["cases"] if not c["ok"]]
     assert doc["summary"]["failed"] == 0 and doc["summary"]["total"] > 0
+
+
+def test_prebuilt_library_builds_and_loads(cuda_device, tmp_path, monkeypatch):
+    from dsa_verify import _build
+    from dsa_verify.api import _device_info
+
+    arch, _ = _device_info(cuda_device)
+    monkeypatch.setenv("MLA_VERIFY_BUILD_DIR", str(tmp_path))
+    doc = _build.build_prebuilt(arch)
+    assert doc["ok"], doc.get("log_tail")
+    monkeypatch.setenv("MLA_VERIFY_PREBUILT_ONLY", "1")
+    mod = _build.load_prebuilt(arch)
+    assert callable(mod.fwd) and mod.config_compiled(0)
