@@ -1,10 +1,20 @@
 """Probe the host's SGLang integration surface before the plugin is staged (phase 3).
 
-``python -m cutover_agent.probe --json [--service-python PATH]`` imports the installed
-sglang (in this interpreter, or in the service's interpreter when given) and checks every
-attribute and signature the plugin relies on. It fails closed: anything missing, renamed
-or unimportable is a named entry in ``mismatches`` and ``compatible`` is false (exit 1).
-No sglang at all: ``{"ok": false, "blocked": ...}``, exit 75.
+``python -m cutover_agent.probe --json [--service-python PATH] [--root R] [--launch-args-json J]``
+imports the installed sglang (in this interpreter, or in the service's interpreter when given)
+and checks every attribute and signature the plugin relies on. It fails closed: anything
+missing, renamed or unimportable is a named entry in ``mismatches`` and ``compatible`` is false
+(exit 1). No sglang at all: ``{"ok": false, "blocked": ...}``, exit 75.
+
+It then resolves, with SGLang's own ``prepare_server_args`` + ``ServerArgs.resolve_once`` (the
+launcher's resolution: model overrides from the model's ``config.json``, platform defaults; no
+weights are read), which attention backend will serve target verify, the page size and the
+KV cache dtype for the service's launch arguments, and says whether the dense plugin engages
+(``plugin_engages``) or why not, with the flags that would make it engage (re-resolved with
+those flags to confirm). The launch arguments (what follows ``python -m sglang.launch_server``)
+come from ``--launch-args-json``, else ``<root>/service_launch_args.json`` (a JSON list), else
+the command line of the running ``sglang.launch_server`` / ``sglang serve`` process on this
+host. ``ok`` needs both: a compatible surface and a plugin that engages.
 """
 
 from __future__ import annotations
@@ -87,7 +97,230 @@ def _sglang_version(sglang: Any) -> str:
         return "unknown"
 
 
-def run_probe() -> dict[str, Any]:
+LAUNCH_ARGS_NAME = "service_launch_args.json"
+DENSE_FLAGS = ["--attention-backend", "triton"]
+DENSE_FLAGS_DECODE_ONLY = ["--decode-attention-backend", "triton", "--speculative-attention-mode", "decode"]
+KERNEL_KV_DTYPES = ("bfloat16",)
+#: SGLang platform facts (sglang.srt.runtime_context.override_platform) of the GPUs the kernel is
+#: built for. Used ONLY with --emulate-gpu: CPU tests resolve as if on that GPU; a host resolves
+#: with its real platform.
+EMULATED_GPUS: dict[str, dict[str, Any]] = {
+    "sm90": {
+        "is_cuda": True,
+        "is_hip": False,
+        "is_sm90": True,
+        "is_hopper_with_cuda_12_3": True,
+        "is_sm100": False,
+        "is_sm100_or_sm110": False,
+        "is_sm110": False,
+        "is_sm120": False,
+        "is_blackwell": False,
+        "has_flashinfer": False,
+        "device_sm": 90,
+        "device_capability": (9, 0),
+    },
+    "sm120": {
+        "is_cuda": True,
+        "is_hip": False,
+        "is_sm90": False,
+        "is_hopper_with_cuda_12_3": False,
+        "is_sm100": False,
+        "is_sm100_or_sm110": False,
+        "is_sm110": False,
+        "is_sm120": True,
+        "is_blackwell": True,
+        "has_flashinfer": False,
+        "device_sm": 120,
+        "device_capability": (12, 0),
+    },
+}
+
+
+def running_launch_args(proc_root: str = "/proc") -> tuple[list[str] | None, str]:
+    """The argv of the running SGLang server on this host (after the launcher), and where from."""
+    found: dict[tuple, int] = {}
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdigit()]
+    except OSError:
+        return None, f"{proc_root} not readable"
+    for pid in pids:
+        try:
+            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as fh:
+                argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+        except OSError:
+            continue
+        for i, a in enumerate(argv):
+            if a == "sglang.launch_server" and i > 0 and argv[i - 1] == "-m":
+                found.setdefault(tuple(argv[i + 1 :]), int(pid))
+                break
+            if a.endswith("sglang") and argv[i + 1 : i + 2] == ["serve"]:
+                found.setdefault(tuple(argv[i + 2 :]), int(pid))
+                break
+    if len(found) == 1:
+        (args, pid), *_ = found.items()
+        return list(args), f"command line of pid {pid}"
+    if not found:
+        return None, "no running sglang.launch_server / sglang serve process"
+    return None, f"{len(found)} SGLang servers with different arguments run here (pids {sorted(found.values())})"
+
+
+def find_launch_args(explicit: str | None, root: str | None) -> tuple[list[str] | None, str]:
+    """The service's launch arguments and their source, or (None, why they are unknown)."""
+    if explicit:
+        args = json.loads(explicit)
+        if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+            raise ValueError("--launch-args-json must be a JSON list of strings")
+        return args, "--launch-args-json"
+    if root:
+        path = Path(root) / LAUNCH_ARGS_NAME
+        if path.is_file():
+            args = json.loads(path.read_text(encoding="utf-8"))
+            if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+                raise ValueError(f"{path} must hold a JSON list of strings")
+            return args, str(path)
+    args, why = running_launch_args()
+    if args is not None:
+        return args, why
+    where = f"{Path(root) / LAUNCH_ARGS_NAME}, " if root else ""
+    return None, f"service launch arguments unknown ({why}): write {where}or pass --launch-args-json"
+
+
+def _resolve(launch_args: list[str], emulate: str | None) -> dict[str, Any]:
+    """SGLang's own resolution of ``launch_args``; the fields that decide the verify route."""
+    import contextlib
+
+    argv = list(launch_args)
+    ctx: Any = contextlib.nullcontext()
+    if emulate:
+        import torch
+
+        facts = EMULATED_GPUS[emulate]
+        torch.cuda.get_device_capability = lambda *a, **k: facts["device_capability"]
+        from sglang.srt.runtime_context import override_platform
+
+        ctx = override_platform(**facts)
+        if "--device" not in argv:
+            argv += ["--device", "cuda"]
+    from sglang.srt.arg_groups.model_override_base import attention_backends_of, model_config_of, resolved_view
+    from sglang.srt.server_args import prepare_server_args
+
+    with ctx:
+        args = prepare_server_args(argv)
+        args.resolve_once()
+        view = resolved_view(args)
+        prefill, decode = attention_backends_of(view)
+        mc = model_config_of(args)
+    mode = getattr(view, "speculative_attention_mode", None) or "prefill"
+    kv = str(getattr(view, "kv_cache_dtype", None) or "auto")
+    dtype = str(getattr(mc, "dtype", "") or "").replace("torch.", "")
+    return {
+        "model_path": getattr(view, "model_path", None),
+        "architectures": list(getattr(mc.hf_config, "architectures", None) or []),
+        "attention_arch": getattr(getattr(mc, "attention_arch", None), "name", None),
+        "kv_lora_rank": getattr(mc, "kv_lora_rank", None),
+        "qk_rope_head_dim": getattr(mc, "qk_rope_head_dim", None),
+        "index_topk": getattr(mc.hf_config, "index_topk", None),
+        "attention_backend": getattr(view, "attention_backend", None),
+        "prefill_attention_backend": prefill,
+        "decode_attention_backend": decode,
+        "speculative_algorithm": getattr(view, "speculative_algorithm", None),
+        "speculative_attention_mode": mode,
+        # SGLang runs target verify on the prefill backend unless --speculative-attention-mode decode.
+        "verify_backend": decode if mode == "decode" else prefill,
+        "page_size": getattr(view, "page_size", None),
+        "kv_cache_dtype": kv,
+        "kv_cache_dtype_effective": dtype if kv == "auto" else kv,
+        "dsa_prefill_backend": getattr(view, "dsa_prefill_backend", None),
+        "dsa_decode_backend": getattr(view, "dsa_decode_backend", None),
+    }
+
+
+def _drop_flag(argv: list[str], flag: str) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = True
+            continue
+        if a.startswith(flag + "="):
+            continue
+        out.append(a)
+    return out
+
+
+def serving_verdict(r: dict[str, Any]) -> tuple[list[str], list[str], bool]:
+    """(reasons the dense plugin does not engage, flags that would make it, whether it can at all)."""
+    reasons, flags = [], []
+    if not r.get("speculative_algorithm"):
+        reasons.append("no --speculative-algorithm: this server never runs target verify")
+    if r.get("attention_backend") == "dsa" or r.get("index_topk"):
+        reasons.append(
+            f"DSA model ({', '.join(r.get('architectures') or ['?'])}, index_topk {r.get('index_topk')}): SGLang "
+            f"serves it with the dsa backend (page_size {r.get('page_size')}, verify on "
+            f"{r.get('dsa_decode_backend')}); the dense plugin replaces only the triton backend and cannot serve it"
+        )
+        return reasons, [], False
+    if r.get("attention_arch") != "MLA" or r.get("kv_lora_rank") != 512 or r.get("qk_rope_head_dim") != 64:
+        reasons.append(
+            f"not a 512+64 MLA model (attention {r.get('attention_arch')}, kv_lora_rank {r.get('kv_lora_rank')}, "
+            f"rope {r.get('qk_rope_head_dim')}): the kernel is absorbed-MLA 576/512 only"
+        )
+        return reasons, [], False
+    if r.get("verify_backend") != "triton":
+        reasons.append(
+            f"target verify runs on the {r.get('verify_backend')} backend (SGLang's pick for these flags), "
+            "not triton: the plugin replaces only the triton backend"
+        )
+        flags += DENSE_FLAGS
+    if r.get("kv_cache_dtype_effective") not in KERNEL_KV_DTYPES:
+        reasons.append(f"kv cache dtype {r.get('kv_cache_dtype_effective')}: the bundled kernel reads bf16 only")
+        flags += ["--kv-cache-dtype", "bfloat16"]
+    if r.get("page_size") not in (None, 1):
+        reasons.append(f"page_size {r.get('page_size')}: the kernel reads page_size-1 token slot indices")
+        flags += ["--page-size", "1"]
+    return reasons, flags, True
+
+
+def resolve_serving(launch_args: list[str], emulate: str | None = None) -> dict[str, Any]:
+    """Which backend/page size/KV dtype the service will get, and whether the plugin engages."""
+    try:
+        r = _resolve(launch_args, emulate)
+    except BaseException as exc:  # SystemExit from argparse too: fail closed, named
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {
+            "resolved": False,
+            "plugin_engages": False,
+            "reasons": [f"SGLang could not resolve the launch arguments: {type(exc).__name__}: {exc}"],
+            "engage_flags": [],
+            "launch_args": launch_args,
+        }
+    reasons, flags, possible = serving_verdict(r)
+    doc = {"resolved": True, **r, "launch_args": launch_args, "plugin_engages": not reasons, "reasons": reasons}
+    doc["engage_flags"] = flags
+    doc["engage_flags_verified"] = None
+    if reasons and possible and flags:
+        fixed = list(launch_args)
+        for f in flags[0::2]:
+            fixed = _drop_flag(fixed, f)
+        fixed += flags
+        try:
+            again = serving_verdict(_resolve(fixed, emulate))[0]
+        except BaseException as exc:  # noqa: BLE001 - the suggestion is reported unverified
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            again = [f"{type(exc).__name__}: {exc}"]
+        only_spec = [x for x in again if x.startswith("no --speculative-algorithm")]
+        doc["engage_flags_verified"] = again == only_spec
+        doc["engage_flags_remaining_reasons"] = again
+    return doc
+
+
+def run_probe(
+    launch_args: list[str] | None = None, launch_source: str | None = None, emulate: str | None = None
+) -> dict[str, Any]:
     """Check the surface in this interpreter; return the probe document."""
     try:
         sglang = importlib.import_module("sglang")
@@ -191,9 +424,24 @@ def run_probe() -> dict[str, Any]:
     except Exception:  # informational only
         eps = []
     compatible = not p.mismatches
+    if launch_args is None:
+        serving = {
+            "resolved": False,
+            "plugin_engages": False,
+            "reasons": [launch_source or "service launch arguments unknown"],
+            "engage_flags": [],
+        }
+    else:
+        serving = resolve_serving(launch_args, emulate)
+        serving["launch_args_source"] = launch_source
+    engages = bool(serving.get("plugin_engages"))
     return {
-        "ok": compatible,
+        "ok": compatible and engages,
         "compatible": compatible,
+        "plugin_engages": engages,
+        "serving": serving,
+        "serving_reasons": serving.get("reasons", []),
+        "engage_flags": serving.get("engage_flags", []),
         "sglang_version": version,
         "version_tested": version in TESTED_VERSIONS,
         "tested_versions": list(TESTED_VERSIONS),
@@ -206,14 +454,14 @@ def run_probe() -> dict[str, Any]:
     }
 
 
-def probe_in(service_python: str, timeout_s: float) -> tuple[dict[str, Any], int]:
+def probe_in(service_python: str, timeout_s: float, extra: list[str] | None = None) -> tuple[dict[str, Any], int]:
     """Run this probe inside another interpreter (the service's), from this bundle."""
     bundle_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [bundle_root, env.get("PYTHONPATH")]))
     try:
         proc = subprocess.run(
-            [service_python, "-m", "cutover_agent.probe", "--json"],
+            [service_python, "-m", "cutover_agent.probe", "--json", *(extra or [])],
             cwd=bundle_root,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -255,22 +503,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--service-python", help="probe the sglang installed for this interpreter")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--root", help=f"the host's remote_root (reads {LAUNCH_ARGS_NAME} there)")
+    parser.add_argument("--launch-args-json", help="the service's SGLang launch arguments as a JSON list")
+    parser.add_argument(
+        "--emulate-gpu",
+        choices=sorted(EMULATED_GPUS),
+        help="CPU tests only: resolve as on this GPU (SGLang's override_platform); hosts use their real GPU",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_OK
     if args.service_python:
-        doc, code = probe_in(args.service_python, args.timeout)
+        extra = [
+            a
+            for pair in (("--root", args.root), ("--launch-args-json", args.launch_args_json))
+            if pair[1]
+            for a in pair
+        ]
+        if args.emulate_gpu:
+            extra += ["--emulate-gpu", args.emulate_gpu]
+        doc, code = probe_in(args.service_python, args.timeout, extra)
         doc["service_python"] = args.service_python
     else:
-        doc = run_probe()
-        code = EXIT_BLOCKED if doc.get("blocked") else (EXIT_OK if doc["compatible"] else EXIT_FAILED)
+        try:
+            launch, source = find_launch_args(args.launch_args_json, args.root)
+        except ValueError as exc:
+            launch, source = None, f"unusable launch arguments: {exc}"
+        doc = run_probe(launch, source, args.emulate_gpu)
+        code = EXIT_BLOCKED if doc.get("blocked") else (EXIT_OK if doc["ok"] else EXIT_FAILED)
     if args.json:
         print(json.dumps(doc, sort_keys=True))
     else:
         print(f"sglang {doc.get('sglang_version')}: {'compatible' if doc.get('compatible') else 'NOT compatible'}")
         for m in doc.get("mismatches", []):
             print(f"  mismatch: {m}")
+        print(f"plugin engages: {doc.get('plugin_engages')}")
+        for r in doc.get("serving_reasons", []):
+            print(f"  not engaged: {r}")
+        if doc.get("engage_flags"):
+            print(f"  flags that would make it engage: {' '.join(doc['engage_flags'])}")
         if doc.get("blocked"):
             print(f"  blocked: {doc['blocked']}")
     return code
