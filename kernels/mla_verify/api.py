@@ -30,7 +30,6 @@ D_QK, D_V = 576, 512
 MAX_SPLITS = 128
 FP8_SCHEDULES = (0, 1, 2)  # fp8 loader placements of the wgmma kernel (csrc/mla_verify_wgmma.cuh)
 FP8_SCHEDULE_DEFAULT = 0
-WG_OVERLAP_DEFAULT = False  # wgmma kernel: issue S(j+1) behind PV(j) (csrc/mla_verify_wgmma.cuh)
 
 
 def _fp8_cache_dtypes() -> tuple:
@@ -288,15 +287,13 @@ def mla_verify_fwd(
     num_splits=None,
     tile_config="auto",
     fp8_schedule=None,
-    wg_overlap=None,
 ):
     """MLA verify attention; writes o_extend [T, H, 512] in place and returns it.
 
     sm_scale defaults to 576**-0.5 (SGLang's default for Lq = 576). `workspace`: optional fp32
     CUDA tensor with >= workspace_numel(S, T, H) elements (pass one under CUDA-graph capture).
     `num_splits` / `tile_config` ("auto", "sm90wg", "sm90", "sm120") override the heuristics (testing);
-    `fp8_schedule` (0/1/2) picks the fp8 loader placement of the wgmma kernel and `wg_overlap` (bool)
-    its PV/S overlap (testing, benchmarks).
+    `fp8_schedule` (0/1/2) picks the fp8 loader placement of the wgmma kernel (testing, benchmarks).
     """
     import torch
 
@@ -335,9 +332,6 @@ def mla_verify_fwd(
         fp8_schedule = FP8_SCHEDULE_DEFAULT
     if fp8_schedule not in FP8_SCHEDULES:
         _fail("fp8_schedule", f"must be one of {FP8_SCHEDULES}, got {fp8_schedule!r}")
-    wg_overlap = WG_OVERLAP_DEFAULT if wg_overlap is None else wg_overlap
-    if not isinstance(wg_overlap, bool):
-        _fail("wg_overlap", f"must be a bool, got {wg_overlap!r}")
     if not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
     need = workspace_numel(num_splits, T, H)
@@ -385,7 +379,6 @@ def mla_verify_fwd(
         float(k_scale) if sizes["kv_fp8"] else 1.0,
         float(v_scale) if sizes["kv_fp8"] else 1.0,
         int(fp8_schedule),
-        int(wg_overlap),
     )
     return o_extend
 

@@ -205,9 +205,6 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
         out.setdefault("fp8_schedules_rel_err_vs_default", {})[str(sched)] = float(
             (inp["o_extend"].float() - o8).norm() / o8.norm()
         )
-    fo = lambda: mla_verify_fwd(*args, **kw, fp8_schedule=0, wg_overlap=True)  # noqa: E731
-    out["fp8_schedules_us"]["0+overlap"], _ = timer.time_graph_or_eager(fo)
-    out["fp8_schedules_rel_err_vs_default"]["0+overlap"] = float((inp["o_extend"].float() - o8).norm() / o8.norm())
     from mla_verify import tiles
 
     arch = api.device_arch(inp["o_extend"].device)
@@ -385,13 +382,6 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False)
         alt_fn = lambda c=cfg.name: mla_verify_fwd(*args, sm_scale=scale, tile_config=c)  # noqa: E731
         row["configs_us"][cfg.name], _ = timer.time_graph_or_eager(alt_fn)
         row["configs_rel_err_vs_default"][cfg.name] = float(
-            (o_new.float() - new_out.float()).norm() / new_out.float().norm()
-        )
-    if default.engine == "wgmma":  # the PV/S overlap variant of the wgmma kernel, same run
-        name = f"{default.name}+overlap"
-        ov_fn = lambda: mla_verify_fwd(*args, sm_scale=scale, wg_overlap=not api.WG_OVERLAP_DEFAULT)  # noqa: E731
-        row["configs_us"][name], _ = timer.time_graph_or_eager(ov_fn)
-        row["configs_rel_err_vs_default"][name] = float(
             (o_new.float() - new_out.float()).norm() / new_out.float().norm()
         )
     if want_oracle:

@@ -205,8 +205,7 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
     outs = []
     for _ in range(REPEATS):
         inp["o_extend"].fill_(float("nan"))  # nothing may survive from a previous run
-        base, _, variant = tile_config.partition("+")  # "sm90wg+overlap": the PV/S overlap variant
-        mla_verify_fwd(*args, **kernel_kwargs(inp), tile_config=base, wg_overlap=variant == "overlap")
+        mla_verify_fwd(*args, **kernel_kwargs(inp), tile_config=tile_config)
         torch.cuda.synchronize()
         outs.append(inp["o_extend"].clone())
     out = outs[0]
@@ -300,8 +299,6 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     arch = device_arch(dev)
     cfgs = [c.name for c in tiles.ARCH_CONFIGS[arch]] if a.configs == "all" else [tiles.DEFAULT_CONFIG[arch].name]
-    if a.configs == "all":  # the wgmma kernel's PV/S overlap variant (wg_overlap=True) too
-        cfgs += [f"{c.name}+overlap" for c in tiles.ARCH_CONFIGS[arch] if c.engine == "wgmma"]
     w = lm_head(dev)
     results = []
     for spec in cases:

@@ -16,7 +16,6 @@ struct Params {
   float k_scale;         // fp8: prefix logits use scale_log2 * k_scale (draft rows are bf16, unscaled)
   float v_scale;         // fp8: prefix P is multiplied by v_scale before the PV product
   int fp8_sched;         // fp8 wgmma loader schedule (mla_verify_wgmma.cuh): 0, 1 or 2
-  int wg_overlap;        // wgmma kernel: 1 = PV(j-1) still running while S(j) is issued (wait_group 1)
   const void* qo_indptr; const void* kv_indptr; const void* mask_indptr;
   const int64_t* kv_indices; int64_t n_kv_indices;
   const uint8_t* mask; int64_t mask_numel;

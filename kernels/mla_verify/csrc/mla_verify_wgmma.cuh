@@ -21,11 +21,10 @@
 //   1: loads before S(j) is issued, store while PV(j) runs;
 //   2: loads before S(j) is issued, store after PV(j) completes (the whole iteration to land, the
 //      conversion not overlapped with the tensor cores).
-// OV = true (p.wg_overlap = 1; a template argument, since ptxas serializes every wgmma when a
-// run-time branch leaves a path where O is touched while PV is in flight): PV(j) is not waited for at the end of iteration j; S(j+1) is issued behind it
-// (the tensor cores stay busy across the top-of-loop barrier) and wgmma.wait_group 1 retires PV(j)
-// before tile j+2's loads reuse its stage and before the softmax touches O. The fp8 loads then
-// take schedule 0's places.
+// A PV(j)/S(j+1) overlap variant (no wait after PV, wgmma.wait_group 1 after the next S) was
+// tried at c067e24 and removed: ptxas serialized all its wgmmas (C7514, every HGMMA followed by
+// WARPGROUP.DEPBAR), so its measured slowdown says nothing about the schedule
+// (docs/kernels/dense-verify-notes.md, v4).
 #pragma once
 #include "mla_verify_kernel.cuh"
 
@@ -58,7 +57,6 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Pins accumulator registers so the compiler keeps every access on its side of a wgmma wait.
 template <int N>
@@ -87,7 +85,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_tb(float* d, uint64_t desc_a
 }
 
 
-template <bool FP8, bool OV>
+template <bool FP8>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -190,8 +188,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
     const uint32_t sK = sKV + (j & 1) * TILE;
     const bool draft = j >= w.n_pre;
-    constexpr bool ov = OV;
-    const bool early = FP8 && !ov && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
+    const bool early = FP8 && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
     if (early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
 
     // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
@@ -207,10 +204,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       }
     }
     wgmma_commit();
-    if constexpr (ov) {  // PV(j-1) retired (S(j) may still run): its stage and P are free, O is final
-      wgmma_wait1();
-      fence_regs<128>(o);
-    }
     if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
     cp_async_commit();
     wgmma_wait0();
@@ -301,15 +294,11 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
     }
     wgmma_commit();
-    if (!FP8 || ov || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
-    if constexpr (!ov) {
-      wgmma_wait0();
-      fence_regs<128>(o);
-      if (FP8 && p.fp8_sched == 2) store_fp8();
-    }
+    if (!FP8 || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
+    wgmma_wait0();
+    fence_regs<128>(o);
+    if (FP8 && p.fp8_sched == 2) store_fp8();
   }
-  wgmma_wait0();  // the last PV (overlap mode)
-  fence_regs<128>(o);
   cp_async_wait<0>();
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
