@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.support import sshd_lab
-from tests.support.cli import cli_argv, cli_env, run_cli_json
+from tests.support.cli import cli_argv, cli_env, popen_cli, run_cli_json
 from tests.support.net import free_port
 from tests.support.paths import REPO, copy_kernels
 from tests.support.sglang_standin import Standin
@@ -278,15 +278,8 @@ def _kill_after_host_2_switch(fleet) -> dict:
     for s in fleet.standins.values():
         s.control(startup_delay_s=1.5)  # slow restarts so the kill lands inside the rollout
     digest = fleet.digest("plan", "3")
-    proc = subprocess.Popen(
-        fleet.argv("run", "3", "--json", "--approve", digest),
-        env=fleet.env(),
-        cwd=fleet.tmp,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+    proc = popen_cli(
+        fleet.argv("run", "3", "--json", "--approve", digest), env=fleet.env(), cwd=fleet.tmp, start_new_session=True
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # kill once host 2 has been switched

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.bundle import Bundle, build_bundle
-from tests.support.cli import cli_argv, cli_env, run_cli_json
+from tests.support.cli import cli_argv, cli_env, popen_cli, run_cli_json
 from tests.support.paths import REPO, copy_kernels
 from tests.support.sshd_lab import Lab, lab_host
 
@@ -143,12 +143,4 @@ class Project:
         return run_cli_json(self.argv(*args, state=state), env=self.env(), cwd=self.tmp, timeout=timeout)
 
     def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            self.argv(*args),
-            env=self.env(),
-            cwd=self.tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
+        return popen_cli(self.argv(*args), env=self.env(), cwd=self.tmp)

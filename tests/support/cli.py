@@ -53,6 +53,21 @@ def run_cli_json(argv: list[str], *, env: dict[str, str], cwd: Path, timeout: fl
         ) from None
 
 
+def popen_cli(argv: list[str], *, env: dict[str, str], cwd: Path, **kw: Any) -> subprocess.Popen:
+    """Start ``argv`` without waiting (stdin closed, stdout and stderr piped as text), for tests that
+    signal the CLI mid-run; ``kw`` goes to Popen (e.g. ``start_new_session=True``)."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        **kw,
+    )
+
+
 def host_results(doc: dict, phase: str = "0") -> dict[str, dict]:
     """``results.phases[<phase>].hosts`` of a ``run --json`` document (one record per host)."""
     [rec] = [p for p in doc["results"]["phases"] if str(p["id"]) == phase]
