@@ -8,7 +8,6 @@ Tests inject their own factory (any callable ``Host -> Transport``) into the eng
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from orchestrator.errors import HostUnreachable
 from orchestrator.inventory import Host
@@ -16,14 +15,14 @@ from orchestrator.transport.base import Transport
 from orchestrator.transport.local import LocalTransport
 
 TransportFactory = Callable[[Host], Transport]
-#: Where a host keeps the pid files of the steps running on it: ``<remote_root>/jobs/``.
+#: Where an ssh host keeps the pid files of the steps running on it: ``<remote_root>/jobs/``.
 JOBS_SUBDIR = "jobs"
 
 
 def make_transport(host: Host) -> Transport:
     """A new transport for ``host``; raises HostUnreachable if the ssh transport is unavailable."""
     if host.is_local:
-        return LocalTransport(host.name, jobs_dir=Path(host.remote_root) / JOBS_SUBDIR)
+        return LocalTransport(host.name)  # job records under <state>/jobs/<host>/ (from the step's log path)
     try:
         from orchestrator.transport.ssh import SSHTransport  # noqa: PLC0415 - lazy on purpose
     except ImportError as exc:

@@ -6,9 +6,11 @@ while the command runs, stdout into ``log_path`` with suffix ``.stdout``; both a
 returned in the :class:`CommandResult`. Never raises for a non-zero exit; a missing executable
 is exit 127 with the reason on stderr.
 
-With a ``jobs_dir``, a command run with a ``log_path`` is recorded while it runs in
-``<jobs_dir>/<log stem>.pid`` (its process group), the same record the SSH transport keeps on a
-host, so :meth:`LocalTransport.running_job` can tell a resume that an earlier copy still runs.
+A command run with a step's ``log_path`` (``<state>/runs/<run>/<host>/<job>.log``) is recorded
+while it runs in ``<jobs_dir>/<job>.pid`` (its process group), the record the SSH transport keeps
+on a host: ``jobs_dir`` defaults to ``<state>/jobs/<host>/`` (this machine writes nothing outside
+the state dir), so :meth:`LocalTransport.running_job` can tell a resume that an earlier copy still
+runs, and ``run`` refuses to start a second one.
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ class LocalTransport:
         self.kill_after_s = kill_after_s
         self.jobs_dir = jobs_dir
 
+    def _adopt_jobs_dir(self, log_path: Path) -> None:
+        """``<state>/jobs/<host>`` from a step log ``<state>/runs/<run>/<host>/<job>.log``."""
+        if self.jobs_dir is None and log_path.parent.parent.parent.name == "runs":
+            self.jobs_dir = log_path.parent.parent.parent.parent / "jobs" / log_path.parent.name
+
     def _pid_file(self, job: str) -> Path | None:
         return None if self.jobs_dir is None else self.jobs_dir / f"{job_name(job)}.pid"
 
@@ -114,6 +121,7 @@ class LocalTransport:
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a non-empty list of strings")
         if log_path is not None:
+            self._adopt_jobs_dir(log_path)
             earlier = self.running_job(log_path.stem)
             if earlier is not None:
                 raise JobStillRunning(earlier)

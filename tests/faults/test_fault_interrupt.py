@@ -258,3 +258,25 @@ def test_a_second_controller_is_refused_on_a_host_where_the_step_still_runs(faul
         15,
         "the first run's step killed once its controller died",
     )
+
+
+def test_local_transport_keeps_job_records_in_the_state_dir(tmp_path):
+    """A ``connection: local`` host writes its job records under ``<state>/jobs/<host>/`` (nothing
+    outside the state dir) and refuses a second copy of a running step."""
+    from orchestrator.transport.base import JobStillRunning
+
+    t = LocalTransport("local")
+    log = _log(tmp_path, "local")
+    th = threading.Thread(target=lambda: t.run(["sleep", "317.1"], timeout_s=60, log_path=log))
+    th.start()
+    try:
+        [sleeper] = wait_for(lambda: pids_with("sleep 317.1"), what="local step")
+        pid_file = tmp_path / "state" / "jobs" / "local" / "0-quick-probe.pid"
+        wait_for(pid_file.exists, what="record in the state dir")
+        with pytest.raises(JobStillRunning, match=f"still running as pid {sleeper}"):
+            LocalTransport("local").run(["sleep", "317.2"], timeout_s=60, log_path=log)
+        assert pids_with("sleep 317.2") == []
+    finally:
+        terminate_all(1.0)
+        th.join(10)
+    assert pids_with("sleep 317.1") == [] and not pid_file.exists()
