@@ -409,19 +409,35 @@ class DefragHook:
     last_skip_detail: str | None = None
     last_run: dict | None = None
     on_change: Callable[[DefragHook], None] | None = None
+    on_count: Callable[[DefragHook], None] | None = None  # told after every run or counted skip
 
     @property
     def applied(self) -> bool:
+        """Attached to a supported scheduler and not disabled (it may run)."""
         return self.target is not None and self.unsupported is None and self.disabled is None
 
     def status(self) -> dict[str, Any]:
+        """What active.json says: ``defrag_applied`` only once a run has happened in this process.
+
+        Under SGLang's overlap scheduler (the default with EAGLE) the previous batch is in flight
+        at nearly every busy step and the hook skips (``defrag_skipped_overlap``); a hook that is
+        attached but never ran reports ``defrag_applied: false`` with those counts.
+        """
         note = None
+        overlap = int(self.skips.get("overlap_batch_in_flight", 0))
         if self.unsupported:
             note = f"defrag hook not attached: {self.unsupported}"
         elif self.disabled:
             note = f"defrag hook disabled after an error: {self.disabled}"
+        elif self.runs == 0:
+            note = (
+                f"defrag hook attached but has not run yet ({self.steps} scheduler step(s) seen, "
+                f"{overlap} skipped with an overlap batch in flight, skips {dict(self.skips)})"
+            )
         return {
-            "defrag_applied": self.applied,
+            "defrag_applied": self.applied and self.runs > 0,
+            "defrag_attached": self.applied,
+            "defrag_skipped_overlap": overlap,
             "defrag_note": note,
             "defrag_hook": f"Scheduler.{HOOK_METHOD}",
             "defrag_runs": self.runs,
@@ -442,6 +458,13 @@ class DefragHook:
             except Exception:  # noqa: BLE001 - reporting must never break serving
                 log.exception("defrag: status report failed")
 
+    def _counted(self) -> None:
+        if self.on_count is not None:
+            try:
+                self.on_count(self)
+            except Exception:  # noqa: BLE001 - reporting must never break serving
+                log.exception("defrag: count report failed")
+
     def step(self) -> str:
         """One scheduler step: maybe run. Returns "ran" or the skip reason. Never raises."""
         if not self.applied:
@@ -455,6 +478,7 @@ class DefragHook:
             reason = skip.args[0]
             self.skips[reason] += 1
             self.last_skip_detail = skip.args[1] if len(skip.args) > 1 else None
+            self._counted()
             if reason in ("inconsistent", "unowned_rows"):
                 log.warning("defrag skipped (%s): %s", reason, self.last_skip_detail)
             return reason
@@ -674,12 +698,22 @@ def _report(hook: DefragHook) -> None:
     record_defrag(requested=True)
 
 
+def _report_counts(hook: DefragHook) -> None:
+    """After a run or a skip: new counters for this process's record, written by the plugin's
+    background flusher (no file I/O on the scheduler thread)."""
+    from sglang_verify_plugin.config import mark_dirty, set_defrag_status, start_flusher
+
+    set_defrag_status(**hook.status())
+    start_flusher()
+    mark_dirty()
+
+
 def attach(sched: Any, settings: DefragSettings, report: Callable[[DefragHook], None] | None = _report) -> DefragHook:
     """Create (once) the hook state for ``sched`` and report it (active.json)."""
     hook = sched.__dict__.get(STATE_ATTR)
     if hook is not None:
         return hook
-    hook = DefragHook(settings=settings, on_change=report)
+    hook = DefragHook(settings=settings, on_change=report, on_count=_report_counts if report is _report else None)
     try:
         hook.target = target_of(sched)
         log.info(

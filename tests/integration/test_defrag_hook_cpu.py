@@ -717,8 +717,13 @@ def test_plugin_register_installs_the_hook_only_when_defrag_is_on(sgl, tmp_path,
         hook = defrag_hook.attach(s, _settings())  # what the wrapper does at the first step
         assert hook.applied
         active = json.loads((tmp_path / "active.json").read_text())
-        assert active["defrag_applied"] is True and active["defrag_note"] is None
+        # Attached is not applied: nothing has run yet, and active.json says so.
+        assert active["defrag_attached"] is True and active["defrag_applied"] is False
+        assert "has not run yet" in active["defrag_note"]
         assert (active["verify_kernel"], active["route"], active["bundle_sha"]) == ("bundled", "hook", "a" * 64)
+        assert hook.step() == "ran"
+        active = json.loads((tmp_path / "active.json").read_text())
+        assert active["defrag_applied"] is True and active["defrag_note"] is None
     finally:
         plugin.unregister()
     assert not defrag_hook.installed(sgl.Scheduler)
@@ -728,3 +733,42 @@ def test_plugin_register_installs_the_hook_only_when_defrag_is_on(sgl, tmp_path,
 
     assert defrag_status()["defrag_applied"] is False and "interval_steps" in defrag_status()["defrag_note"]
     assert not defrag_hook.installed(sgl.Scheduler)
+
+
+def test_under_the_overlap_scheduler_a_hook_that_never_ran_reports_not_applied_with_counts(sgl, tmp_path, monkeypatch):
+    """SGLang's overlap loop keeps the previous batch in result_queue at every busy step: the hook
+    skips each time, and active.json must say defrag_applied false with the skipped_overlap count."""
+    from sglang_verify_plugin import defrag_hook
+    from sglang_verify_plugin.config import flush
+
+    cfg = tmp_path / "verify_backend.json"
+    cfg.write_text(json.dumps({"verify_kernel": "stock", "defrag": True}))
+    monkeypatch.setenv("ORCHESTRATOR_VERIFY_CONFIG", str(cfg))
+    monkeypatch.setattr("sglang_verify_plugin.config._DEFRAG_STATUS", {})
+
+    class OverlapScheduler(sgl.Scheduler):
+        def get_next_batch_to_run(self, *a, **k):
+            return "batch"
+
+    defrag_hook.install(_settings(), scheduler_cls=OverlapScheduler)
+    try:
+        world = World(sgl, seed=9)
+        rtt = world.rtp.req_to_token.clone()
+        s = _scheduler_instance(sgl, world, OverlapScheduler)
+        s.enable_overlap, s.result_queue = True, [("batch", "result")]  # busy: a batch always in flight
+        for _ in range(5):
+            s.get_next_batch_to_run()
+        hook = s.__dict__[defrag_hook.STATE_ATTR]
+        assert hook.runs == 0 and hook.skips["overlap_batch_in_flight"] == 5
+        assert sgl.torch.equal(world.rtp.req_to_token, rtt), "nothing moved"
+        flush()
+        active = json.loads((tmp_path / "active.json").read_text())
+        assert active["defrag_attached"] is True and active["defrag_applied"] is False
+        assert active["defrag_skipped_overlap"] == 5 and active["defrag_runs"] == 0
+        assert "5 skipped with an overlap batch in flight" in active["defrag_note"]
+        s.result_queue = []  # an idle step: the hook runs
+        s.get_next_batch_to_run()
+        active = json.loads((tmp_path / "active.json").read_text())
+        assert hook.runs == 1 and active["defrag_applied"] is True and active["defrag_skipped_overlap"] == 5
+    finally:
+        defrag_hook.uninstall(OverlapScheduler)
