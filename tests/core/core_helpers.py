@@ -145,3 +145,24 @@ def bundle_on_host(host: Any, bundle: Any, *, uploaded: bool = True, found: str 
         verified=True,
         duration_s=0.01,
     )
+
+
+#: ``python -c OFFLINE_CLI ARGS``: the CLI with every socket connect refused (an AssertionError
+#: if anything tries); prints ``FABRIC <imported?> EXIT <code>`` on stderr when it returns.
+OFFLINE_CLI = (
+    "import sys, socket\n"
+    "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
+    "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
+    "from orchestrator.cli import main\n"
+    "code = 0\n"
+    "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+    "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n"
+)
+
+
+def cli_offline(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI in a fresh interpreter that cannot open a connection (see :data:`OFFLINE_CLI`);
+    a run that neither connected nor imported fabric and exited 0 has ``FABRIC False EXIT 0`` in stderr."""
+    return subprocess.run(
+        [sys.executable, "-c", OFFLINE_CLI, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )

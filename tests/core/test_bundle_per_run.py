@@ -12,12 +12,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
-from core_helpers import REPO, bundle_on_host, invoke, phase, step, tool
+from core_helpers import bundle_on_host, cli_offline, invoke, phase, step, tool
 
 SSH_INVENTORY = {
     "defaults": {"connection": "ssh", "known_hosts": "/k", "remote_root": "/srv/o"},
@@ -297,19 +295,9 @@ def test_dry_run_lists_the_ship_action_per_ssh_host_and_connects_nowhere(ws):
         )
     )
     ws.write_phase(phase(0, "a", [step("s", tool())]))
-    code = (
-        "import sys, socket\n"
-        "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
-        "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
-        "from orchestrator.cli import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
-        "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n"
-    )
     env = {**__import__("os").environ, **ws.env()}
     for args in (["run", "0", "--dry-run", "--json"], ["plan", "0", "--json"]):
-        r = subprocess.run(
-            [sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-        )
+        r = cli_offline(*args, env=env)
         assert "FABRIC False EXIT 0" in r.stderr, r.stderr
         plan = json.loads(r.stdout)["plan"]
         sha = plan["bundle_sha"]
@@ -325,14 +313,7 @@ def test_dry_run_lists_the_ship_action_per_ssh_host_and_connects_nowhere(ws):
             }
             for h in ("g1", "g2")
         ], "local hosts run in the checkout in a phase that changes no service"
-    r = subprocess.run(
-        [sys.executable, "-c", code, "run", "0", "--dry-run"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = cli_offline("run", "0", "--dry-run", env=env)
     assert "FABRIC False EXIT 0" in r.stderr, r.stderr
     for h in ("g1", "g2"):
         assert f"bundle [{h}] ship {sha[:12]} -> /srv/o/bundles/{sha}" in r.stdout

@@ -8,7 +8,7 @@ import sys
 import time
 
 import yaml
-from core_helpers import FAKE_TOOL, REPO, bundle_on_host, invoke, phase, step, tool
+from core_helpers import FAKE_TOOL, REPO, bundle_on_host, cli_offline, invoke, phase, step, tool
 
 EXAMPLE = REPO / "inventory" / "example-blackwell.yaml"
 
@@ -32,21 +32,8 @@ def test_status_imports_neither_torch_nor_fabric(ws):
 
 
 def test_dry_run_of_all_phases_on_the_example_fleet_is_one_document_and_connects_nowhere(ws):
-    code = (
-        "import sys, socket\n"
-        "def refuse(*a, **k):\n    raise AssertionError('dry-run opened a connection')\n"
-        "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
-        "from orchestrator.cli import main\n"
-        "try:\n    main(['run', '--all', '--dry-run', '--json', '--inventory', sys.argv[1], '--phases-dir', sys.argv[2]])\n"
-        "except SystemExit as e:\n    code = e.code\n"
-        "print('FABRIC', 'fabric' in sys.modules, 'EXIT', code, file=sys.stderr)\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code, str(EXAMPLE), str(REPO / "phases")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    r = cli_offline(
+        "run", "--all", "--dry-run", "--json", "--inventory", str(EXAMPLE), "--phases-dir", str(REPO / "phases")
     )
     assert "FABRIC False EXIT 0" in r.stderr, r.stderr
     doc = json.loads(r.stdout)  # exactly one document
