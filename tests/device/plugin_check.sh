@@ -7,9 +7,37 @@
 #                apache-tvm-ffi compressed-tensors gguf openai uvicorn fastapi opentelemetry-api
 #                httpx2 httpcore2 truststore (openai's HTTP stack; absent from the device image)
 # sgl_kernel (373 MB) is not carried: tests/integration/sgl_kernel_import_shim.py serves its
-# import names and raises if anything calls into it. Usage: bash tests/device/plugin_check.sh [quick|full]
+# import names and raises if anything calls into it. Usage: bash tests/device/plugin_check.sh [quick|full|prebuilt]
+#
+# prebuilt (no carry needed; KERNELS_DIR=<a frozen copy of kernels/> optional): phase 0's
+# ahead-of-time library build (verify_tools.build_check --library), then service-like processes
+# timed from launch to their first verify call: 8 at once on the prebuilt library (the plugin's
+# own preflight, prebuilt-only mode), 1 on it, then 1 and 8 at once on today's first-call JIT
+# (fresh cache each). Writes $OUT/{library,prebuilt8,prebuilt1,jit1,jit8}.json + prebuilt.log.
 set -o pipefail
 MODE=${1:-full}
+if [ "$MODE" = prebuilt ]; then
+  OUT=${OUT:-/tmp/plugin-gpu-out}; mkdir -p "$OUT"; LOG="$OUT/prebuilt.log"
+  export PYTHONUNBUFFERED=1 MAX_JOBS=16
+  ROOT=$PWD; K=${KERNELS_DIR:-kernels}; cd "$K" || exit 2
+  START=$(date +%s); DEADLINE=$((START + ${PREBUILT_BUDGET_S:-230}))
+  left() { echo $((DEADLINE - $(date +%s))); }
+  step() {  # step NAME LIMIT CMD...
+    local n=$1 lim=$2; shift 2; local l; l=$(left); [ "$l" -lt "$lim" ] && lim=$l
+    if [ "$lim" -lt 15 ]; then echo "SKIP $n: budget" | tee -a "$LOG"; return; fi
+    echo "== $n (limit ${lim}s, t=$(( $(date +%s) - START ))s)" | tee -a "$LOG"
+    timeout "$lim" "$@" > "$OUT/$n.json" 2>>"$LOG"; echo "$n rc=$?" | tee -a "$LOG"
+    head -c 1500 "$OUT/$n.json" | tee -a "$LOG"; echo | tee -a "$LOG"
+  }
+  echo "== $(nvidia-smi -L 2>&1 | head -1); $(python3 -c 'import torch;print("torch",torch.__version__)'); $(nvcc --version | tail -1)" | tee -a "$LOG"
+  T="$ROOT/tests/integration/first_verify_timing.py"
+  step library 150 python3 -m verify_tools.build_check --arch sm_90a --library --json
+  step prebuilt8 60 python3 "$T" --mode prebuilt --procs 8 --timeout 55
+  step prebuilt1 40 python3 "$T" --mode prebuilt --procs 1 --timeout 35
+  step jit1 150 python3 "$T" --mode jit --procs 1 --cache "$(mktemp -d)" --timeout 145
+  step jit8 150 python3 "$T" --mode jit --procs 8 --cache "$(mktemp -d)" --timeout 145
+  exit 0
+fi
 OUT=${OUT:-/tmp/plugin-gpu-out}; mkdir -p "$OUT"
 LOG="$OUT/plugin_gpu.log"
 export PYTHONUNBUFFERED=1 ORCHESTRATOR_KERNEL_CACHE=${ORCHESTRATOR_KERNEL_CACHE:-/tmp/mlav-cache}
