@@ -150,6 +150,7 @@ def make_inputs(spec: CaseSpec, device="cpu") -> dict:
     if ref_k is not None:
         out["ref_k_buffer"], out["ref_v_buffer"] = ref_k.to(dev), ref_v.to(dev)
     out["parents"] = parents
+    out["draft_slots"] = draft_slots.to(dev)  # cache slots holding the drafts' KV (paged peers append them)
     out["meta"] = {"B": B, "T": T, "H": H, "prefix_lens": L, "draft_lens": n, "pool_slots": pool}
     return out
 

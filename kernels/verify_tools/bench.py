@@ -30,6 +30,11 @@ mask_indptr are fixed too, and the split count is fixed at capture (the host see
 sizes). One graph is captured, then for each real prefix length (GRAPH_BUFFER_LENS) the buffers are
 rewritten in place and the replay is timed; `ratio` = replay time / the exact-length call's time
 (graph captured on exact-size tensors), both in this run. Phase 2 gates the worst ratio.
+Peers, same inputs, same run, each skipped with its reason in the row: SGLang extend_attention_fwd
+and verify_shared_kv_fwd (sglang importable), FlashInfer's BatchMLAPagedAttentionWrapper with the
+fa2 and fa3 backends (flashinfer importable; page_size 1, causal, the drafts' KV appended to each
+request's pages), FlashMLA (not carried: FLASHMLA_SKIP). `fastest_peer` / `speedup_vs_fastest_peer`
+name the fastest one that ran and our speedup over it (> 1: we are faster).
 Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 """
 
@@ -250,6 +255,55 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
     return out
 
 
+PEER_KEYS = ("sglang_extend_us", "sglang_verify_us", "flashinfer_fa2_us", "flashinfer_fa3_us")
+FLASHMLA_SKIP = (
+    "FlashMLA dense decode needs page_size 64 and a device build of its public source (sm_90a); "
+    "not carried with this bundle"
+)
+
+
+def flashinfer_peer(torch, timer, inp, B, L, n, H, scale, ours):
+    """FlashInfer's MLA paged attention (page_size 1, causal chain, the drafts' KV appended to each
+    request's page list), FA2 and FA3 backends, timed like ours; {key: value} for the row, with
+    `flashinfer_<backend>_skipped` reasons when flashinfer is missing or a backend fails."""
+    out = {}
+    try:
+        import flashinfer
+    except Exception as exc:  # noqa: BLE001 - any import failure is a skip reason
+        reason = f"flashinfer not importable: {type(exc).__name__}: {exc}"[:200]
+        return {"flashinfer_fa2_skipped": reason, "flashinfer_fa3_skipped": reason}
+    dev = inp["q_extend"].device
+    kb = inp["k_buffer"]
+    ckv, kpe = kb[:, :, :512].contiguous(), kb[:, :, 512:].contiguous()  # [slots, page_size 1, dim]
+    q_nope, q_pe = inp["q_extend"][..., :512].contiguous(), inp["q_extend"][..., 512:].contiguous()
+    idx = inp["kv_indices"].view(B, L)
+    drafts = inp["draft_slots"].view(B, n)
+    kv_indices = torch.cat([idx, drafts], 1).reshape(-1).to(torch.int32)
+    kv_len = torch.full((B,), L + n, dtype=torch.int32, device=dev)
+    kv_indptr = torch.arange(0, B + 1, dtype=torch.int32, device=dev) * (L + n)
+    qo_indptr = inp["qo_indptr"].to(torch.int32)
+    ws = torch.empty(128 * 2**20, dtype=torch.int8, device=dev)
+    for backend in ("fa2", "fa3"):
+        try:
+            w = flashinfer.mla.BatchMLAPagedAttentionWrapper(ws, backend=backend)
+            w.plan(qo_indptr, kv_indptr, kv_indices, kv_len, H, 512, 64, 1, True, scale, torch.bfloat16, torch.bfloat16)
+            o = torch.empty_like(inp["o_extend"])
+
+            def run(w=w, o=o):
+                try:
+                    return w.run(q_nope, q_pe, ckv, kpe, out=o)
+                except TypeError:
+                    return w.run(query=(q_nope, q_pe), kv_cache=(ckv, kpe), out=o)
+
+            us, mode = timer.time_graph_or_eager(run)
+            out[f"flashinfer_{backend}_us"], out[f"flashinfer_{backend}_timing"] = us, mode
+            out[f"rel_err_vs_flashinfer_{backend}"] = float((ours - o.float()).norm() / o.float().norm())
+        except Exception as exc:  # noqa: BLE001
+            out[f"flashinfer_{backend}_skipped"] = f"{type(exc).__name__}: {exc}"[:300]
+    ws = None
+    return out
+
+
 def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
     """SGLang's CUDA-graph use: fixed max-size index/mask buffers, one capture, in-place rewrites."""
     from mla_verify import api, mla_verify_fwd, tiles
@@ -395,6 +449,8 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False)
             del ref
         else:
             row["oracle_skipped"] = f"needs ~{need / 2**30:.0f} GiB"
+    row.update(flashinfer_peer(torch, timer, inp, B, L, n, H, scale, new_out.float()))
+    row["flashmla_skipped"] = FLASHMLA_SKIP
     ext, ver, reason = sgl
     if ext is None:
         row["sglang_skipped"] = reason
@@ -423,6 +479,10 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False)
                 row["sglang_verify_skipped"] = "verify_shared_kv_fwd returned False (shape not handled)"
         except Exception as exc:  # noqa: BLE001
             row["sglang_verify_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    peers = {k[: -len("_us")]: row[k] for k in PEER_KEYS if k in row}
+    if peers:  # the fastest peer that ran, and our speedup over it (> 1: we are faster)
+        best = min(peers, key=peers.get)
+        row["fastest_peer"], row["speedup_vs_fastest_peer"] = best, peers[best] / row["new_us"]
     inp = args = None  # free this shape's inputs before the next one
     torch.cuda.empty_cache()
     if fp8:
@@ -451,6 +511,7 @@ def summarize(rows, ceilings, gb_rows=()):
         "min_speedup_vs_sglang_verify": min(vals("speedup_vs_sglang_verify"), default=None),
         "min_sol_pct_long_ctx": min(sol_long) if sol_long else None,
         "min_sol_pct": min(vals("sol_pct"), default=None),
+        "min_speedup_vs_fastest_peer": min(vals("speedup_vs_fastest_peer"), default=None),
         "geomean_speedup_vs_oracle": math.exp(sum(map(math.log, orc)) / len(orc)) if orc else None,
         "max_rel_err_vs_oracle": max(vals("rel_err_vs_oracle"), default=None),
         "copy_bw_gbs": ceilings[0] / 1e9,
