@@ -28,6 +28,7 @@ from . import tiles
 LOG2E = 1.4426950408889634
 D_QK, D_V = 576, 512
 MAX_SPLITS = 128
+PARTIAL_CAP_BYTES = 48 * 2**20  # fp32 split partials written + read back, below the H200's 50 MB L2
 FP8_SCHEDULES = (0, 1, 2)  # fp8 loader placements of the wgmma kernel (csrc/mla_verify_wgmma.cuh)
 FP8_SCHEDULE_DEFAULT = 0
 
@@ -203,9 +204,13 @@ def choose_num_splits(
 ) -> int:
     """Prefix splits per request from host-known sizes only (no device read: graph safe).
 
-    Targets about one wave (num_sms * CTAs/SM) of CTAs, keeps >= 2 KV tiles per split, and caps
-    the fp32 partial traffic (S * rows * 513 * 4 B, written then read back) to the KV bytes or
-    32 MiB (L2-resident), whichever is larger. `prefix_tokens_total` may overestimate (CUDA-graph buffers).
+    Targets about one wave (num_sms * CTAs/SM) of CTAs with >= 1 KV tile per split, caps the fp32
+    partial traffic (S * rows * 513 * 4 B, written then read back) to the KV bytes or 48 MiB
+    (L2-resident), whichever is larger, then evens the splits out to whole tiles: k = ceil(tiles / S)
+    tiles each, S = ceil(tiles / k), so no split is empty or short by more than a tile (v3 asked for
+    >= 2 tiles and a 32 MiB cap, and its device-side rounding of ceil(L / S) up to whole tiles left
+    B=1 at 4k / 8k / 16k with 32 / 43 / 52 busy splits of 2 / 3 / 5 tiles; v4: 64 of 1 / 2 / 4).
+    `prefix_tokens_total` may overestimate (CUDA-graph buffers).
     `ctas_per_sm` defaults to the config's residency on sm_90 (tiles.ctas_per_sm gives it per arch).
     """
     m_tiles = math.ceil(max_len_extend * H / cfg.block_m)
@@ -213,13 +218,14 @@ def choose_num_splits(
     slots = num_sms * (ctas_per_sm or cfg.ctas_per_sm_hint)
     if ctas >= 0.8 * slots:
         return 1
-    l_avg = prefix_tokens_total / B
+    tiles_avg = max(1, math.ceil(prefix_tokens_total / B / cfg.block_n))
     s = max(1, slots // ctas)
-    s = min(s, max(1, int(l_avg // (2 * cfg.block_n))))
+    s = min(s, tiles_avg)
     rows = B * max_len_extend * H
-    part_cap = max(prefix_tokens_total * 1152, 32 * 2**20)
-    s = min(s, max(1, int(part_cap // (rows * 513 * 4 * 2))))
-    return int(max(1, min(s, MAX_SPLITS)))
+    part_cap = max(prefix_tokens_total * 1152, PARTIAL_CAP_BYTES)
+    s = max(1, min(s, int(part_cap // (rows * 513 * 4 * 2)), MAX_SPLITS))
+    per_split = math.ceil(tiles_avg / s)
+    return int(math.ceil(tiles_avg / per_split))
 
 
 def workspace_numel(num_splits: int, T: int, H: int) -> int:

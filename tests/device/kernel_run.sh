@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
-# Usage: bash tests/device/kernel_run.sh quick|full|final|dev     (writes JSON/logs/PNG under $OUT)
+# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits     (writes JSON/logs/PNG under $OUT)
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
+#   splits: small parity, then the B=1 split counts of the v3 rule against the current one, same run.
 set -o pipefail
 MODE=${1:-quick}
 OUT=${OUT:-/tmp/mlav-out}; mkdir -p "$OUT"
@@ -43,8 +44,34 @@ from mla_verify.api import device_arch
 a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
 say "parity"
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k,fp8_codes_exact
-if [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
+if [ "$MODE" = splits ]; then PARGS="--cases b1_full_nomask_h16,b1_n1_h128_prefix4k,b4_prefix0_mixed_h16,seed_b1_prefix65k_n8_h16_chain,fp8_codes_exact"
+elif [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
 timeout 240 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
+if [ "$MODE" = splits ]; then
+  say "split counts: v3 rule vs current, B=1 n=8 H=16, graph replay, L2 flushed"
+  timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/splits.txt"
+import math, torch
+from mla_verify import api, tiles, mla_verify_fwd
+from mla_verify.inputs import CaseSpec, make_inputs, kernel_args
+from verify_tools.bench import Timer
+def v3(B, n, H, total, sms, cfg, cps):  # the v3 heuristic, verbatim in effect
+    ctas = B * math.ceil(n * H / cfg.block_m); slots = sms * cps
+    if ctas >= 0.8 * slots: return 1
+    s = max(1, slots // ctas); s = min(s, max(1, int(total / B // (2 * cfg.block_n))))
+    s = min(s, max(1, int(max(total * 1152, 32 * 2**20) // (B * n * H * 513 * 8)))); return max(1, min(s, 128))
+t = Timer(torch, torch.cuda.get_device_properties(0).L2_cache_size)
+cfg = tiles.SM90WG; sms = torch.cuda.get_device_properties(0).multi_processor_count
+for L in (4096, 8192, 16384, 32768):
+    inp = make_inputs(CaseSpec("s", (L,), (8,), 16, tree="chain", poison=False, seed=L), "cuda"); a = kernel_args(inp)
+    s3 = v3(1, 8, 16, L, sms, cfg, 1); s4 = api.choose_num_splits(1, 8, 16, L, sms, cfg, 1)
+    res = {}
+    for s in sorted({s3, s4, 16, 32, 64, 66}):
+        us, _ = t.time_graph_or_eager(lambda s=s: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], num_splits=s)); res[s] = (us, inp["o_extend"].float().clone())
+    ref = res[s3][1]
+    print(f"L={L} v3 S={s3} {res[s3][0]:.1f}us  v4 S={s4} {res[s4][0]:.1f}us  ratio v4/v3 {res[s4][0] / res[s3][0]:.3f}  all: " + " ".join(f"S{s}={v[0]:.1f}(d{float((v[1]-ref).norm()/ref.norm()):.0e})" for s, v in res.items()))
+PY
+  exit 0
+fi
 say "bench"
 if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = dev ]; then
   BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,1:131072:8:16,32:8192:8:16,8:32768:8:16,4:32768:8:128,4:131072:4:16"

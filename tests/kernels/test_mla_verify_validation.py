@@ -111,10 +111,21 @@ def test_split_count_fills_about_one_wave_and_caps_partials(B, L, n, H, cfg):
         "at most one wave unless the batch alone exceeds it"
     )
     if L:
-        assert s <= max(1, L // (2 * cfg.block_n)), "each split keeps >= 2 KV tiles"
+        tiles_ = -(-L // cfg.block_n)
+        assert s <= tiles_, "each split keeps >= 1 KV tile"
+        per = -(-tiles_ // s)
+        assert -(-tiles_ // per) == s, "whole tiles per split: no split left empty by the rounding"
     partial_traffic = s * B * n * H * 513 * 4 * 2
-    assert s == 1 or partial_traffic <= max(B * L * 1152, 32 * 2**20)
+    assert s == 1 or partial_traffic <= max(B * L * 1152, api.PARTIAL_CAP_BYTES)
     assert s == api.choose_num_splits(B, n, H, B * L, 132, cfg), "deterministic for a shape"
+
+
+def test_b1_short_context_splits_fill_the_chip_with_whole_tiles():
+    # measured on the H200 (v4): 64 one-tile splits beat 32 two-tile splits at B=1 L=4k
+    assert api.choose_num_splits(1, 8, 16, 4096, 132, tiles.SM90WG) == 64
+    assert api.choose_num_splits(1, 8, 16, 8192, 132, tiles.SM90WG) == 64
+    assert api.choose_num_splits(1, 8, 16, 32768, 132, tiles.SM90WG) == 64
+    assert api.choose_num_splits(4, 4, 16, 4 * 131072, 132, tiles.SM90WG) == 33
 
 
 def test_long_single_request_gets_many_splits_and_big_batches_one():
