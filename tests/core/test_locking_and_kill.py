@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,11 @@ from core_helpers import phase, step, tool
 
 from orchestrator.errors import StateConflict
 from orchestrator.state import RunLock, RunState, StateStore, Status
+from tests.support.waiting import wait_until
 
 
 def wait_for(path: Path, timeout: float = 60) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > end:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.05)
+    wait_until(path.exists, timeout, f"{path} to appear")
 
 
 @pytest.fixture

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import types
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.support.sshd_lab import Lab, _cmdline, _is_live, lab_host
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,15 +30,7 @@ def pids_with(marker: str) -> list[int]:
     return out
 
 
-def wait_for(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+wait_for = wait_until  # the fault tests' name for it
 
 
 def session_id(pid: int) -> int:
