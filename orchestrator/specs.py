@@ -238,23 +238,56 @@ class PhaseSpec(Strict):
         raise KeyError(step_id)
 
 
-class LoadedPhase(BaseModel):
-    """A validated spec plus where it came from and the sha256 of its canonical contents."""
+class LoadedPhase:
+    """A validated spec plus where it came from and the sha256 of its canonical contents.
 
-    model_config = ConfigDict(frozen=True)
+    Read-only. A plain class, not a model: ``status`` builds one per phase file on every start,
+    and the sha256 (a canonical JSON dump of the spec) is computed on first use only."""
 
-    spec: PhaseSpec
-    path: Path
-    sha256: str
+    __slots__ = ("_spec", "_path", "_sha256")
+
+    def __init__(self, spec: PhaseSpec, path: Path, sha256: str | None = None) -> None:
+        self._spec = spec
+        self._path = path
+        self._sha256 = sha256
+
+    @property
+    def spec(self) -> PhaseSpec:
+        return self._spec
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = _canonical_sha(self._spec)
+        return self._sha256
+
+    def __repr__(self) -> str:
+        return f"LoadedPhase({self._spec.label!r}, path={str(self._path)!r})"
 
 
-class PhaseCatalog(BaseModel):
-    """All phases of a phases dir, sorted by ``order``."""
+class PhaseCatalog:
+    """All phases of a phases dir, sorted by ``order`` (read-only)."""
 
-    model_config = ConfigDict(frozen=True)
+    __slots__ = ("_directory", "_phases")
 
-    directory: Path
-    phases: list[LoadedPhase]
+    def __init__(self, directory: Path, phases: list[LoadedPhase]) -> None:
+        self._directory = directory
+        self._phases = list(phases)
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def phases(self) -> list[LoadedPhase]:
+        return self._phases
+
+    def __repr__(self) -> str:
+        return f"PhaseCatalog({str(self._directory)!r}, {[lp.spec.label for lp in self._phases]})"
 
     def resolve(self, key: str | int) -> LoadedPhase:
         """Find a phase by id (``"3"``), name (``integration``) or label (``3-integration``)."""
@@ -286,7 +319,7 @@ def load_phase(path: Path) -> LoadedPhase:
         raise SpecError(
             validation_error_line(path, exc, data, ydoc), hint="see phases/*.yaml and plans/0001 §4"
         ) from None
-    return LoadedPhase(spec=spec, path=path, sha256=_canonical_sha(spec))
+    return LoadedPhase(spec=spec, path=path)
 
 
 def default_phases_dir() -> Path:

@@ -53,14 +53,25 @@ class UniqueKeyLoader(_Base):  # type: ignore[misc]  # (C)SafeLoader is untyped
 
 
 class YamlDocument:
-    """A loaded top-level mapping and the 1-based line of every key and list item in it."""
+    """A loaded top-level mapping and the 1-based line of every key and list item in it.
 
-    __slots__ = ("path", "data", "lines")
+    The lines are worked out from the node tree on first use (only an error message needs them)."""
 
-    def __init__(self, path: Path, data: dict[str, Any], lines: dict[Loc, int] | None = None) -> None:
+    __slots__ = ("path", "data", "_node", "_lines")
+
+    def __init__(self, path: Path, data: dict[str, Any], node: yaml.Node | None = None) -> None:
         self.path = path
         self.data = data
-        self.lines: dict[Loc, int] = lines if lines is not None else {}
+        self._node = node
+        self._lines: dict[Loc, int] | None = None
+
+    @property
+    def lines(self) -> dict[Loc, int]:
+        if self._lines is None:
+            self._lines = {}
+            if self._node is not None:
+                _record_lines(self._node, self.data, (), self._lines)
+        return self._lines
 
     def line_of(self, loc: Loc) -> int | None:
         """The line of ``loc`` or of its nearest ancestor that is in the document."""
@@ -93,16 +104,11 @@ def _record_lines(node: yaml.Node, data: Any, loc: Loc, lines: dict[Loc, int]) -
             _record_lines(item_node, item, loc + (i,), lines)
 
 
-def _parse(text: str) -> tuple[Any, dict[Loc, int]]:
+def _parse(text: str) -> tuple[Any, yaml.Node | None]:
     loader = UniqueKeyLoader(text)
     try:
         node = loader.get_single_node()
-        if node is None:
-            return None, {}
-        data = loader.construct_document(node)
-        lines: dict[Loc, int] = {}
-        _record_lines(node, data, (), lines)
-        return data, lines
+        return (None, None) if node is None else (loader.construct_document(node), node)
     finally:
         loader.dispose()
 
@@ -119,7 +125,7 @@ def load_yaml_document(path: Path, *, what: str) -> YamlDocument:
     if "\x00" in text:
         raise SpecError(f"{path}: NUL byte in {what} file")
     try:
-        data, lines = _parse(text)
+        data, node = _parse(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -127,7 +133,7 @@ def load_yaml_document(path: Path, *, what: str) -> YamlDocument:
         raise SpecError(f"{path}{where}: malformed YAML: {problem}", hint=f"fix the {what} syntax") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: {what} must be a mapping at the top level, got {type(data).__name__}")
-    return YamlDocument(path=path, data=data, lines=lines)
+    return YamlDocument(path=path, data=data, node=node)
 
 
 def load_yaml_mapping(path: Path, *, what: str) -> dict[str, Any]:
