@@ -136,6 +136,18 @@ def test_failed_step_rolls_back_resets_the_undone_steps_and_resumes_from_the_fir
     assert host_phase(svc, 1)["status"] == "completed"
 
 
+def test_an_automatic_rollback_also_resets_the_phases_that_depend_on_it(svc):
+    assert approve_run("1")[0] == 0
+    assert invoke("run", "2").exit_code == 0
+    svc.fail.write_text("x")
+    d = plan_doc("1")["digest"]
+    r = invoke("run", "1", "--yes", "--json", "--approve", d)  # re-run the passed phase: it fails, rolls back
+    assert r.exit_code == 1, r.output
+    dep = host_phase(svc, 2)
+    assert dep["status"] == "pending" and "phase 1-cut was rolled back on local" in dep["reason"]
+    assert action(svc, 2)["action"] == "refused"
+
+
 def test_a_run_killed_after_its_last_step_resumes_without_running_any_step_again(svc):
     assert approve_run("1")[0] == 0
     st = svc.state_json()  # as if SIGKILLed between the last step and the end of the phase
