@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 FAKE_TOOL = Path(__file__).with_name("fake_tool.py")
 
 

@@ -9,10 +9,9 @@ import types
 from pathlib import Path
 from typing import Any
 
+from tests.support.paths import REPO
 from tests.support.sshd_lab import Lab, _cmdline, _is_live, lab_host
 from tests.support.waiting import wait_until
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def host(lab: Lab, name: str, remote_root: Path, **overrides: Any) -> types.SimpleNamespace:

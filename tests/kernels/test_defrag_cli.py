@@ -13,8 +13,6 @@ import torch
 
 from tests.support.paths import KERNELS  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def run(*args: str):
     env = dict(os.environ, PYTHONPATH=str(KERNELS))

@@ -26,8 +26,6 @@ from kv_defrag.validate import check_index, count_bad_slots, fill_pattern, run_v
 from kv_defrag.workload import ChurnConfig, simulate_churn
 from tests.support.paths import KERNELS  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def lost_after(pool, plan, kv, rtt):
     idx = check_index(pool, rtt, plan.free_after)
