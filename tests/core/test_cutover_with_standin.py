@@ -5,38 +5,27 @@ approve, switch, restart, canary; and, when the new kernel changes outputs, auto
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 
 import pytest
 import yaml
 from core_helpers import REPO, invoke
 
-from tests.support.net import free_port, wait_healthy
-from tests.support.sglang_standin import LAUNCHER
+from tests.support.net import free_port
+from tests.support.paths import copy_kernels
+from tests.support.sglang_standin import Standin
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def service(ws):
-    for mod in ("kernels/cutover_agent/__main__.py",):
-        if not (REPO / mod).exists() or not LAUNCHER.exists():
-            pytest.skip(f"{mod} or the stand-in launcher is not in this checkout")
     # the bundle must hold the real cut-over tool: a frozen copy of kernels/, so edits made to the
     # shared tree while the test runs cannot change the bundle between `plan` and `run`
-    shutil.copytree(
-        REPO / "kernels",
-        ws.checkout / "kernels",
-        dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.o", "build", ".*"),
-    )
+    copy_kernels(ws.checkout)
     root = ws.root / "remote" / "local"
     root.mkdir(parents=True)
-    port = free_port()
-    restart = [sys.executable, str(LAUNCHER), "restart", "--root", str(root), "--port", str(port)]
-    base = f"http://127.0.0.1:{port}"
+    standin = Standin(root, free_port())
     ws.inventory.write_text(
         yaml.safe_dump(
             {
@@ -46,9 +35,9 @@ def service(ws):
                         "connection": "local",
                         "remote_root": str(root),
                         "service": {
-                            "restart": restart,
-                            "health_url": base + "/health",
-                            "generate_url": base + "/generate",
+                            "restart": standin.restart_argv,
+                            "health_url": standin.health_url,
+                            "generate_url": standin.generate_url,
                             "python": sys.executable,
                             "health_timeout_s": 60,
                         },
@@ -67,11 +56,11 @@ def service(ws):
         if g["metric"] == "latency_ratio":
             g["value"] = 1000
     (ws.phases / "3-integration.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    subprocess.run(restart, check=True, timeout=60)
-    wait_healthy(base + "/health")
+    standin.restart()
+    standin.wait_up(30)
     ws.service_root = root
     yield ws
-    subprocess.run([sys.executable, str(LAUNCHER), "stop", "--root", str(root), "--port", str(port)], timeout=60)
+    standin.stop()
 
 
 def approve_and_run(ws) -> tuple[int, dict]:
