@@ -15,6 +15,10 @@ those flags to confirm). The launch arguments (what follows ``python -m sglang.l
 come from ``--launch-args-json``, else ``<root>/service_launch_args.json`` (a JSON list), else
 the command line of the running ``sglang.launch_server`` / ``sglang serve`` process on this
 host. ``ok`` needs both: a compatible surface and a plugin that engages.
+
+``library_loadable`` says whether the prebuilt kernel library (phase 0) loads in this
+interpreter on this host's GPU the way a service process loads it (None: no torch or no GPU
+here, with the reason); phase 3 gates on it separately.
 """
 
 from __future__ import annotations
@@ -318,6 +322,29 @@ def resolve_serving(launch_args: list[str], emulate: str | None = None) -> dict[
     return doc
 
 
+def library_check() -> dict[str, Any]:
+    """Does the prebuilt kernel library phase 0 built load HERE (the service's Python and torch,
+    this host's GPU), exactly as each service process will (hash, sources, arch, torch, Python)?"""
+    try:
+        import torch
+    except ImportError as exc:
+        return {"loadable": None, "reason": f"torch is not importable in {sys.executable} ({exc})"}
+    if not torch.cuda.is_available():
+        return {
+            "loadable": None,
+            "reason": f"no CUDA device visible to {sys.executable}: the library cannot be checked",
+        }
+    try:
+        from mla_verify import _build
+
+        arch = _build.arch_for_capability(*torch.cuda.get_device_capability())
+        _build.load_prebuilt(arch)
+        rec = _build.check_prebuilt(arch)
+    except (ImportError, ValueError) as exc:
+        return {"loadable": False, "reason": str(exc)}
+    return {"loadable": True, **{k: rec.get(k) for k in ("arch", "path", "sha256", "torch", "python")}}
+
+
 def run_probe(
     launch_args: list[str] | None = None, launch_source: str | None = None, emulate: str | None = None
 ) -> dict[str, Any]:
@@ -435,7 +462,10 @@ def run_probe(
         serving = resolve_serving(launch_args, emulate)
         serving["launch_args_source"] = launch_source
     engages = bool(serving.get("plugin_engages"))
+    library = library_check()
     return {
+        "library": library,
+        "library_loadable": library.get("loadable"),
         "ok": compatible and engages,
         "compatible": compatible,
         "plugin_engages": engages,

@@ -238,6 +238,23 @@ def library(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict
     }
 
 
+def library_if_cuda_torch(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict:
+    """The ptxas check's companion: build the loadable library when this interpreter's torch has
+    CUDA (the library is bound to it); otherwise say why it was not built (``library.skipped``).
+    Not ok only when a build was possible and failed. The service checks the library's torch and
+    Python against its own at load, so one built by another interpreter is declined, named."""
+    try:
+        import torch
+    except ImportError as exc:
+        why = f"torch is not importable in {sys.executable} ({exc})"
+    else:
+        if getattr(torch.version, "cuda", None):
+            return library(arch, nvcc, out_dir, timeout_s)
+        why = f"torch {torch.__version__} in {sys.executable} has no CUDA (cpp_extension cannot build or link it)"
+    lib = {"built": False, "loadable": False, "skipped": f"{why}: no loadable library built here", "sha256": None}
+    return {"ok": True, "library": lib, "errors": [], "summary": {"library_built": False, "library_loadable": False}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.build_check", description=__doc__.splitlines()[0])
     ap.add_argument("--arch", required=True, choices=ARCHES, help="target: sm_90a (Hopper) or sm_120a (Blackwell)")
@@ -249,7 +266,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--out-dir", default=None, help="with --library: folder for the library (default <bundle>/build/<arch>)"
     )
-    ap.add_argument("--timeout", type=float, default=1800.0, help="with --library: build time limit in seconds")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="library build time limit in seconds")
+    ap.add_argument("--no-library", action="store_true", help="ptxas check only (no loadable library)")
     a = ap.parse_args(argv)
     nvcc = (
         a.nvcc
@@ -288,6 +306,12 @@ def main(argv=None) -> int:
             code = 0 if doc["ok"] else 1
     else:
         doc = build(a.arch, nvcc)
+        if not a.no_library:
+            lib_doc = library_if_cuda_torch(a.arch, nvcc, a.out_dir, a.timeout)
+            doc["library"] = lib_doc["library"]
+            doc["errors"] += lib_doc["errors"]
+            doc["summary"].update({k: v for k, v in lib_doc["summary"].items() if k != "arch"})
+            doc["ok"] = doc["ok"] and lib_doc["ok"]
         code = 0 if doc["ok"] else 1
     if a.json:
         print(json.dumps(doc, indent=1))

@@ -487,3 +487,41 @@ def test_the_loader_registers_after_hugging_face_kernels_was_imported(sglang_rea
         assert sys.modules["kernels"] is hf_kernels and callable(hf_kernels.get_kernel)
     finally:
         plugin.unregister()
+
+
+# ----------------------------------------------------------------------------- phase 0 / probe
+
+
+def test_phase0s_build_step_says_why_it_built_no_library_on_a_cpu_torch():
+    """The build step builds the loadable library only where torch has CUDA; here it says why not
+    (the service would then decline, named, and phase 3's probe gate library_loadable fails)."""
+    import torch
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed: the build step is blocked before the library")
+    if torch.version.cuda:
+        pytest.skip("CUDA torch here: the library would really be built (covered on the GPU machine)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify_tools.build_check", "--arch", "sm_90a", "--json"],
+        cwd=str(KERNELS),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["summary"]["spill_bytes"] == 0
+    lib = doc["library"]
+    assert lib["built"] is False and lib["loadable"] is False and lib["sha256"] is None
+    assert "has no CUDA" in lib["skipped"] and doc["summary"]["library_built"] is False
+
+
+def test_the_probe_reports_whether_the_prebuilt_library_loads_in_the_service_python():
+    import torch
+
+    from cutover_agent.probe import library_check
+
+    doc = library_check()
+    if not torch.cuda.is_available():
+        assert doc["loadable"] is None and "no CUDA device" in doc["reason"]
+    else:
+        assert doc["loadable"] in (True, False) and (doc["loadable"] or doc["reason"])
