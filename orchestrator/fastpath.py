@@ -22,9 +22,8 @@ if TYPE_CHECKING:
     from orchestrator.envelope import Envelope
 
 
-def status_envelope(state_dir: Path | None, phases_dir: Path | None, as_json: bool) -> Envelope:
-    """The body of ``orchestrator status``: render the todo list (human) and return the envelope."""
-    from orchestrator.envelope import Envelope
+def _status(state_dir: Path | None, phases_dir: Path | None, *, render: bool) -> dict[str, Any]:
+    """Load state, specs and lock info; render the table on stdout when ``render``; the results."""
     from orchestrator.paths import default_state_dir
     from orchestrator.specs import load_catalog
     from orchestrator.state import StateStore
@@ -45,18 +44,26 @@ def status_envelope(state_dir: Path | None, phases_dir: Path | None, as_json: bo
         "phases": [
             {"id": lp.spec.id, "label": lp.spec.label, "steps": [s.id for s in lp.spec.steps]} for lp in catalog.phases
         ],
-        "state": state.model_dump(mode="json"),
+        "state": state,
     }
-    env = Envelope(command="status", ok=True, exit_code=0, results=results)
-    if not as_json:  # last: whatever can fail has been done before the first line is printed
-        from orchestrator.views import err, render_status
+    if render:  # last: whatever can fail has been done before the first line is printed
+        from orchestrator.statusview import err, render_status
 
         render_status(state, catalog, str(store.path))
         if held and holder is not None:
             err.print(f"a run is in progress: {holder.describe()}")
         if stale:
             err.print(f"Warning: stale lock info from a run that is gone: {stale} (the next run takes over)")
-    return env
+    return results
+
+
+def status_envelope(state_dir: Path | None, phases_dir: Path | None, as_json: bool) -> Envelope:
+    """The body of ``orchestrator status``: render the todo list (human) and return the envelope."""
+    from orchestrator.envelope import Envelope
+
+    results = _status(state_dir, phases_dir, render=not as_json)
+    results["state"] = results["state"].model_dump(mode="json")
+    return Envelope(command="status", ok=True, exit_code=0, results=results)
 
 
 def parse_status_argv(args: Sequence[str]) -> tuple[Path | None, Path | None, bool] | None:
@@ -101,6 +108,9 @@ def run_status_fast(args: Sequence[str]) -> int | None:
         return None
     state_dir, phases_dir, as_json = parsed
     try:
+        if not as_json:  # the envelope is only printed with --json
+            _status(state_dir, phases_dir, render=True)
+            return 0
         env = status_envelope(state_dir, phases_dir, as_json)
     except KeyboardInterrupt:  # as orchestrator.cli._guard reports it
         if as_json:
