@@ -52,6 +52,10 @@ done
 if [ -f .whl/sglang-0.5.23-pyonly.zip ]; then python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip "$SITE" >>"$LOG" 2>&1; fi
 export PYTHONPATH="$SITE:$PWD/kernels:$PWD:$PWD/tests/integration"
 echo "== $(nvidia-smi -L 2>&1 | head -1); commit $(git rev-parse --short HEAD 2>/dev/null); mode $MODE" | tee -a "$LOG"
+# The plugin only LOADS the prebuilt library (register() = prebuilt-only, as in a service): build
+# it first, exactly as phase 0 does (verify_tools.build_check --library), into kernels/build/.
+(cd kernels && timeout 300 python3 -m verify_tools.build_check --arch sm_90a --library --json > "$OUT/library.json" 2>>"$LOG")
+echo "library build rc=$? $(python3 -c 'import json,sys;d=json.load(open(sys.argv[1]));l=d.get("library",{});print("built",l.get("built"),"loadable",l.get("loadable"),"sha256",l.get("sha256"),"s",l.get("build_seconds"))' "$OUT/library.json" 2>&1)" | tee -a "$LOG"
 ARGS="--json --out $OUT/plugin_gpu.json"
 [ "$MODE" = quick ] && ARGS="$ARGS --quick"
 timeout 540 python3 tests/integration/plugin_gpu_check.py $ARGS > "$OUT/plugin_gpu.stdout" 2>>"$LOG"

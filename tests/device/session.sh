@@ -12,7 +12,8 @@
 #   .whl-orch           the orchestrator's own dependencies (typer, rich, fabric, paramiko, ...)
 #                       (re-create: pip download --only-binary :all: --python-version 3.12 --platform
 #                       manylinux2014_x86_64 -d .whl-orch typer rich fabric==3.2.3 paramiko==5.1.0 filelock pyyaml)
-# Optional: SESSION_STAGES="jit defrag_hook plugin orchestrator pytest_gpu" (default: all, in that order).
+# Optional: SESSION_STAGES="jit prebuilt defrag_hook plugin orchestrator pytest_gpu" (default: all but
+# prebuilt, in that order). prebuilt = plugin_check.sh prebuilt (AOT library, first-call timings).
 set -u -o pipefail
 FINAL_OUT=${OUT:-/tmp/session-out}; mkdir -p "$FINAL_OUT"
 W=/tmp/session; rm -rf "$W"; mkdir -p "$W"
@@ -38,6 +39,7 @@ python3 -m zipfile -e .whl/sglang-0.5.23-pyonly.zip "$SITE" >>"$LOG" 2>&1
 export PYTHONPATH=$SITE:$PWD/kernels:$PWD
 STAGES=${SESSION_STAGES:-"jit defrag_hook plugin orchestrator pytest_gpu"}
 want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+want prebuilt && run_stage prebuilt 240 bash tests/device/plugin_check.sh prebuilt
 want jit && run_stage jit_build 150 python3 -c "import time;t=time.time();from mla_verify._build import load;load('sm_90a');print('jit build s',round(time.time()-t,1))"
 want defrag_hook && run_stage defrag_hook 150 python3 tests/integration/with_sgl_kernel_shim.py kv_defrag.scheduler_gpu_check --json
 want plugin && run_stage plugin 120 bash tests/device/plugin_check.sh quick
