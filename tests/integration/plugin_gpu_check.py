@@ -172,7 +172,20 @@ def run_case(spec, w, graph: bool) -> dict:
     }
     if graph:
         row["graph_replay_equal"] = _graph_check(vb, o_plugin)
-    row["ok"] = ran_bundled and finite and tok["token_mismatches"] == 0 and row.get("graph_replay_equal", True) is True
+        # What the process record (active.d/<rank>.json) says this capture replays, per batch size.
+        row["captured_routing"] = be.bundled_verify.stats()["captured"]
+    row["library"] = be.bundled_verify.library
+    row["static_decline"] = be.bundled_verify.static_decline
+    captured = row.get("captured_routing")
+    # A captured case must have recorded its batch size, on the bundled kernel (never vacuous).
+    captured_ok = not graph or (bool(captured) and all(c["kernel"] == "bundled" for c in captured.values()))
+    row["ok"] = (
+        ran_bundled
+        and finite
+        and tok["token_mismatches"] == 0
+        and row.get("graph_replay_equal", True) is True
+        and captured_ok
+    )
     row["seconds"] = round(time.time() - t0, 2)
     return row
 
