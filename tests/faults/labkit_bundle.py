@@ -5,13 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.bundle import Bundle, build_bundle
+from orchestrator.bundle import Bundle
+from tests.support.bundles import bundle_from
 
 
 def big_bundle(tmp: Path, payload_bytes: int) -> Bundle:
-    src = tmp / "src-big"
-    (src / "kernels" / "data").mkdir(parents=True, exist_ok=True)
-    (src / "kernels" / "__init__.py").write_text("")
-    (src / "kernels" / "data" / "blob.bin").write_bytes(os.urandom(payload_bytes))
-    (src / "kernels" / "MANIFEST").write_text("*.py\ndata/*.bin\n")
-    return build_bundle(src, tmp / "bundles")
+    files = {"__init__.py": "", "data/blob.bin": os.urandom(payload_bytes)}
+    return bundle_from(tmp / "src-big", files, "*.py\ndata/*.bin\n", tmp / "bundles")

@@ -12,17 +12,13 @@ from faultkit import BANNER, Project, add_banner, host, phase_doc
 
 from orchestrator.bundle import ship_bundle, verify_on_host
 from orchestrator.transport.ssh import SSHTransport
+from tests.support.bundles import make_bundle
 from tests.support.sshd_lab import inventory_doc, write_inventory
 
 pytestmark = pytest.mark.ssh
 
 
 def _bundle(tmp: Path):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ssh"))
-    from labkit import make_bundle  # noqa: PLC0415
-
     return make_bundle(tmp, "banner")
 
 

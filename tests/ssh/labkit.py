@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.bundle import Bundle, build_bundle
+from tests.support.bundles import make_bundle
 from tests.support.cli import cli_argv, cli_env, popen_cli, run_cli_json
 from tests.support.paths import REPO, copy_kernels
 from tests.support.sshd_lab import Lab, lab_host
@@ -55,19 +55,6 @@ class SilentServer:
         for c in self.accepted:
             c.close()
         self.sock.close()
-
-
-def make_bundle(tmp: Path, marker: str = "v1") -> Bundle:
-    """A small kernels/ tree packed with build_bundle (independent of the real kernels/)."""
-    src = tmp / f"src-{marker}"
-    (src / "kernels" / "csrc").mkdir(parents=True, exist_ok=True)
-    (src / "kernels" / "__init__.py").write_text(f'VERSION = "{marker}"\n')
-    (src / "kernels" / "hello.py").write_text(
-        "import json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv[1:]}))\n"
-    )
-    (src / "kernels" / "csrc" / "k.cu").write_text(f"// kernel {marker}\n__global__ void k() {{}}\n")
-    (src / "kernels" / "MANIFEST").write_text("*.py\ncsrc/*.cu\n")
-    return build_bundle(src, tmp / "bundles")
 
 
 # ------------------------------------------------- the CLI against lab hosts (tests/ssh scenarios)

@@ -7,10 +7,10 @@ import types
 from pathlib import Path
 
 import pytest
-from labkit import make_bundle
 
 from orchestrator.bundle import ship_bundle, verify_on_host
 from orchestrator.transport.local import LocalTransport
+from tests.support.bundles import make_bundle
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from labkit import make_bundle, make_host
+from labkit import make_host
 
 from orchestrator.bundle import (
     BundleError,
@@ -15,6 +15,7 @@ from orchestrator.bundle import (
     ship_bundle,
     verify_on_host,
 )
+from tests.support.bundles import make_bundle
 
 pytestmark = pytest.mark.ssh
 
