@@ -5,6 +5,7 @@ pyproject's pytest ``pythonpath`` holds the checkout root and ``kernels/``).
   ``load_service_loader`` (the loader the stage step installs into the service python);
 - ``net``: ``free_port``, ``wait_healthy`` (HTTP 200), ``wait_banner`` (a TCP server's first bytes);
 - ``waiting``: ``wait_until`` (a condition, with a deadline);
+- ``bundles``: ``make_bundle`` (a tiny bundle), ``bundle_from`` (files + MANIFEST, packed);
 - ``sshd_lab``: the sshd lab on loopback (``running_lab`` and ``lab_factory`` for fixtures, ``lab_host``;
   shell ``up``/``down``);
 - ``sglang_standin``: ``Standin``, the SGLang STAND-IN server (``sglang_standin_server.py``, its TP
