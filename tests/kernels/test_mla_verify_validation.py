@@ -111,21 +111,20 @@ def test_split_count_fills_about_one_wave_and_caps_partials(B, L, n, H, cfg):
         "at most one wave unless the batch alone exceeds it"
     )
     if L:
-        tiles_ = -(-L // cfg.block_n)
-        assert s <= tiles_, "each split keeps >= 1 KV tile"
-        per = -(-tiles_ // s)
-        assert -(-tiles_ // per) == s, "whole tiles per split: no split left empty by the rounding"
+        assert s <= -(-L // cfg.block_n) + 1, "at most one split per KV tile, plus one for the drafts"
     partial_traffic = s * B * n * H * 513 * 4 * 2
     assert s == 1 or partial_traffic <= max(B * L * 1152, api.PARTIAL_CAP_BYTES)
     assert s == api.choose_num_splits(B, n, H, B * L, 132, cfg), "deterministic for a shape"
 
 
-def test_b1_short_context_splits_fill_the_chip_with_whole_tiles():
-    # measured on the H200 (v4): 64 one-tile splits beat 32 two-tile splits at B=1 L=4k
-    assert api.choose_num_splits(1, 8, 16, 4096, 132, tiles.SM90WG) == 64
-    assert api.choose_num_splits(1, 8, 16, 8192, 132, tiles.SM90WG) == 64
-    assert api.choose_num_splits(1, 8, 16, 32768, 132, tiles.SM90WG) == 64
+def test_b1_splits_give_the_draft_tile_its_own_split():
+    # v4 (measured on the H200): 64 prefix splits and one more that runs only the draft tile
+    for L in (4096, 8192, 16384, 32768, 131072):
+        assert api.choose_num_splits(1, 8, 16, L, 132, tiles.SM90WG) == 65
     assert api.choose_num_splits(4, 4, 16, 4 * 131072, 132, tiles.SM90WG) == 33
+    assert api.choose_num_splits(8, 8, 16, 8 * 32768, 132, tiles.SM90WG) == 8
+    assert api.choose_num_splits(1, 8, 16, 100, 132, tiles.SM90WG) == 3, "two prefix tiles, one draft split"
+    assert api.choose_num_splits(1, 8, 16, 0, 132, tiles.SM90WG) == 1
 
 
 def test_long_single_request_gets_many_splits_and_big_batches_one():
