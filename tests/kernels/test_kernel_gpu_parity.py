@@ -1,6 +1,8 @@
 """GPU tests (skipped with the reason on hosts without CUDA): the parity quick set passes, both
 tile configs and both split paths match the oracle, CUDA-graph replay equals the eager call,
-and out-of-range slot ids (past the pool, -1) never fault: they read as zero K/V rows (api.py)."""
+and out-of-range slot ids (past the pool, -1) never fault: they read as zero K/V rows (api.py);
+the fp8 cache matches the oracle on every config, split path and loader schedule; a max-sized
+index buffer (CUDA-graph style) gives the exact-length result."""
 
 from __future__ import annotations
 
@@ -88,3 +90,34 @@ def test_binding_smem_matches_the_python_tile_table(cuda_device):
         assert mod.config_compiled(cfg.index)
         assert mod.config_smem_bytes(cfg.index) == cfg.smem_bytes
         assert mod.config_block_m(cfg.index) == cfg.block_m
+
+
+SPEC8 = CaseSpec(
+    "gpu_varlen_tree_fp8", (3000, 0, 517), (8, 4, 16), 16, seed=23, kv_dtype="fp8", k_scale=0.5, v_scale=2.0
+)
+
+
+@pytest.mark.parametrize("splits", [1, 7])
+def test_fp8_cache_every_config_split_path_and_loader_schedule_matches_the_oracle(cuda_device, splits):
+    inp = make_inputs(SPEC8, cuda_device)
+    ref = mla_verify_ref(**oracle_kwargs(inp))  # on the dequantized cache values
+    kw = {"k_scale": inp["k_scale"], "v_scale": inp["v_scale"], "sm_scale": inp["sm_scale"]}
+    for cfg in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
+        for sched in api.FP8_SCHEDULES if cfg.engine == "wgmma" else (api.FP8_SCHEDULE_DEFAULT,):
+            inp["o_extend"].fill_(float("nan"))
+            mla_verify_fwd(*kernel_args(inp), **kw, num_splits=splits, tile_config=cfg.name, fp8_schedule=sched)
+            assert rel_err(inp["o_extend"], ref) <= parity.REL_FRO_BOUND, (cfg.name, sched)
+
+
+def test_max_sized_index_buffer_gives_the_exact_length_result(cuda_device):
+    """SGLang's CUDA-graph path: kv_indices is a larger buffer than the prefixes use (the split
+    count comes from its size); the output must match the exact-size call within the bound."""
+    inp = make_inputs(SPEC, cuda_device)
+    ref = mla_verify_ref(**oracle_kwargs(inp))
+    args = list(kernel_args(inp))
+    big = torch.zeros(args[8].numel() * 40, dtype=torch.int64, device=cuda_device)
+    big[: args[8].numel()] = args[8]
+    args[8] = big
+    inp["o_extend"].fill_(float("nan"))
+    mla_verify_fwd(*args, sm_scale=inp["sm_scale"])
+    assert rel_err(inp["o_extend"], ref) <= parity.REL_FRO_BOUND
