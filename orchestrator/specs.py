@@ -10,7 +10,6 @@ document) and checks typed ``gates`` over them. ``rollback_steps`` are only run 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -99,8 +98,10 @@ class Step(Strict):
     command: list[str] | None = None
     builtin: Literal["facts"] | None = None
     timeout_s: float = Field(default=600, gt=0, le=24 * 3600)
-    metrics: list[str] = Field(default_factory=list)
-    gates: list[Gate] = Field(default_factory=list)
+    # plain [] defaults (pydantic copies them per instance): a builtin default_factory makes
+    # pydantic inspect.signature(list), which compiles tokenize's regexes at every start
+    metrics: list[str] = []
+    gates: list[Gate] = []
     requires_approval: bool = False
     changes: str | None = None  # what it changes, shown in the approval summary
     rollback: str | None = None  # id of a rollback step in the same phase
@@ -184,7 +185,7 @@ class PhaseSpec(Strict):
     waves: list[WaveSize] = Field(default_factory=_canary_wave)
     undo: str = ""  # how to undo, shown in the approval summary
     steps: list[Step] = Field(min_length=1)
-    rollback_steps: list[Step] = Field(default_factory=list)
+    rollback_steps: list[Step] = []
 
     @field_validator("name")
     @classmethod
@@ -306,6 +307,8 @@ class PhaseCatalog:
 
 
 def _canonical_sha(spec: PhaseSpec) -> str:
+    import hashlib  # only plan/run need it (hashlib's OpenSSL binding is a cost at every start)
+
     doc = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(doc.encode()).hexdigest()
 
