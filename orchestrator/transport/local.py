@@ -80,6 +80,10 @@ class LocalTransport:
         self.kill_after_s = kill_after_s
         self.jobs_dir = jobs_dir
 
+    def drain_warnings(self) -> list[str]:
+        """Nothing to warn about on this machine (see ``SSHTransport.drain_warnings``)."""
+        return []
+
     def _adopt_jobs_dir(self, log_path: Path) -> None:
         """``<state>/jobs/<host>`` from a step log ``<state>/runs/<run>/<host>/<job>.log``."""
         if self.jobs_dir is None and log_path.parent.parent.parent.name == "runs":

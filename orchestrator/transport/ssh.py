@@ -143,6 +143,7 @@ class SSHTransport:
         self._banner_reported = False
         self._known: KnownHosts | None = None
         self._pending_warnings: list[str] = []
+        self._undrained: list[str] = []
         self._hop = _hop
 
     # ------------------------------------------------------------------ connection
@@ -463,7 +464,9 @@ class SSHTransport:
                 f"{self.host_name}: the login shell printed {n} line(s) before each command "
                 f"(ignored; first: {first!r}); make ~/.bashrc print only in interactive shells"
             )
-            log.warning("%s", warnings[0])
+            log.warning("%s", warnings[-1])
+        with self._mu:
+            self._undrained += warnings
         result = CommandResult(
             host=self.host_name,
             argv=list(argv),
@@ -475,6 +478,14 @@ class SSHTransport:
         if log_path is not None:
             _write_log(Path(log_path), shown, result)
         return result
+
+    def drain_warnings(self) -> list[str]:
+        """Warnings not yet taken (each given once): a login banner that is being ignored (T11),
+        known_hosts lines skipped (T15, T16). The engine shows them after a step; they are also
+        in the ``warnings`` of the first CommandResult that met them."""
+        with self._mu:
+            out, self._undrained = self._undrained, []
+        return out
 
     # ------------------------------------------------------------------ process groups on the host
 

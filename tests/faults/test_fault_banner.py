@@ -47,6 +47,10 @@ def test_bundle_ships_and_verifies_on_a_banner_host_without_a_false_repair(fault
     assert verify_on_host(t, bundle, h) == "ok"
     again = ship_bundle(t, bundle, h)
     assert (again.found, again.uploaded, again.unpacked) == ("ok", False, False), "no false repair"
+    # the warning met by the bundle check (whose result nobody shows) waits for the engine, once
+    [warning] = t.drain_warnings()
+    assert warning.startswith("h1: the login shell printed") and BANNER in warning
+    assert t.drain_warnings() == []
     # host side: exactly the tarball and the tree, no damaged copies, no partial uploads
     names = sorted(p.name for p in (root / "bundles").iterdir())
     assert names == [bundle.sha256, f"{bundle.sha256}.tar.gz"], names
