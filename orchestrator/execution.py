@@ -421,6 +421,10 @@ class Execution:
                     log_path.parent.mkdir(parents=True, exist_ok=True)
                 result = transport.run(cmd.argv, timeout_s=cmd.timeout_s, cwd=cmd.cwd, log_path=log_path)
             outcome = interpret(step, result, self.values.get(name, {}))
+            for w in getattr(transport, "drain_warnings", list)():  # once each: login banner, known_hosts lines
+                with self._mu:
+                    self.warnings.append(w)
+                self.notify(Event(kind="warning", phase=spec.label, host=name, message=w))
             r.exit_code, r.duration_s = result.exit_code, round(result.duration_s, 3)
             r.status, r.reason, r.metrics, r.gates = outcome.status, outcome.reason, outcome.metrics, outcome.gates
         except HostUnreachable as exc:

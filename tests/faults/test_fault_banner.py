@@ -65,6 +65,8 @@ def test_a_phase_runs_on_a_banner_host_through_the_cli(fault_lab, tmp_path):
     inv = write_inventory(tmp_path / "inv.yaml", inventory_doc(lab, remote))
     code, doc = proj.cli("run", "0", "--inventory", str(inv), "--json", "--yes")
     assert code == 0, doc.get("errors")
+    banner_warnings = [w for w in doc["warnings"] if BANNER in w]
+    assert len(banner_warnings) == 1 and banner_warnings[0].startswith("h1: the login shell printed"), doc["warnings"]
     st = proj.state_doc()
     for n in ("h1", "h2"):
         assert st["phases"]["0"]["hosts"][n]["status"] == "completed"
