@@ -86,3 +86,24 @@ def test_ship_bundle_on_a_full_disk_fails_the_host_with_the_cause(fault_lab, tmp
     assert err.value.exit_code == 1 and not isinstance(err.value, HostUnreachable), err.value
     assert f"no space left on h1:{small_fs / 'root' / 'bundles'}" in str(err.value)
     assert _parts(small_fs / "root" / "bundles") == []
+
+
+def test_a_full_disk_on_one_host_fails_that_host_with_exit_1_and_the_others_complete(fault_lab, tmp_path, small_fs):
+    from faultkit import Project, phase_doc
+
+    from tests.support.sshd_lab import inventory_doc, write_inventory
+
+    lab = fault_lab(2)
+    proj = Project(tmp_path / "p", phase_doc())
+    (proj.root / "kernels" / "blob.py").write_text("# " + os.urandom(1 << 20).hex() + "\n")  # ~1 MB gzipped
+    doc = inventory_doc(lab, tmp_path / "remote")
+    doc["hosts"][0]["remote_root"] = str(small_fs / "root")  # h1: 512 KiB
+    inv = write_inventory(tmp_path / "inv.yaml", doc)
+    code, out = proj.cli("run", "0", "--inventory", str(inv), "--json", "--yes")
+    assert code == 1, out  # a step failed; not 4 (unreachable)
+    step = proj.state_doc()["phases"]["0"]["steps"][0]["hosts"]
+    assert step["h2"]["status"] == "completed"
+    assert step["h1"]["status"] == "failed"
+    assert f"no space left on h1:{small_fs / 'root' / 'bundles'}" in step["h1"]["reason"], step["h1"]
+    assert not step["h1"]["reason"].startswith("unreachable")
+    assert _parts(small_fs / "root" / "bundles") == []
