@@ -140,6 +140,10 @@ def test_proxy_jump_from_ssh_config(fault_lab, tmp_path, closing, monkeypatch):
 
 @pytest.fixture
 def agent(tmp_path) -> object:
+    import shutil
+
+    if not (shutil.which("ssh-agent") and shutil.which("ssh-add")):
+        pytest.skip("ssh-agent/ssh-add not installed (openssh-client)")
     sock = tmp_path / "agent.sock"
     proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(sock.exists, 10, "ssh-agent socket")
