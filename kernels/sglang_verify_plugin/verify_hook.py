@@ -206,7 +206,7 @@ class BundledVerify:
                 "declined_calls": e["declined"],
                 "reasons": dict(e["reasons"]),
             }
-            for bs, e in sorted(self.captured.items())
+            for bs, e in sorted(dict(self.captured).items())  # one C-level copy: the flusher thread reads
         }
         return {
             "static_decline": self.static_decline,
