@@ -13,7 +13,9 @@ Run ON the host, one verb per call, each printing one JSON document with ``--jso
 
 Layout under ``R`` (the host's remote_root): ``bundles/<sha>/`` (with ``.sha256``),
 ``current`` and ``previous`` (relative symlinks ``bundles/<sha>``, replaced atomically),
-``verify_backend.json`` (read by the plugin at service start) and ``baseline.json``.
+``verify_backend.json`` (read by the plugin at service start), ``baseline.json``, and what the
+service processes recorded: ``active.d/<rank>.json`` (one per TP rank) merged into ``active.json``
+(the canary gates on every rank, declined verify calls during its prompts and captured sizes).
 Exit codes: 0 ok, 1 a check failed, 2 usage, 75 blocked (cannot run here).
 Stdlib only; never imports ``orchestrator``.
 """
