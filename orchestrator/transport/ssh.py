@@ -756,10 +756,17 @@ def terminate_remote(kill_after_s: float = 2.0, bound_s: float = 30.0) -> int:
     for th in threads:
         th.start()
     deadline = time.monotonic() + bound_s
+    again: KeyboardInterrupt | None = None
     for th in threads:
-        th.join(max(0.0, deadline - time.monotonic()))
+        while th.is_alive() and time.monotonic() < deadline:
+            try:  # a second Ctrl-C must not cut the kills short: finish them, then pass it on
+                th.join(max(0.0, min(0.2, deadline - time.monotonic())))
+            except KeyboardInterrupt as exc:
+                again = exc
     for i, (t, pf, _) in enumerate(jobs):
         log.warning("interrupt: %s: %s -> %s", t.host_name, pf, verdicts.get(i, "no answer within the bound"))
+    if again is not None:
+        raise again
     return len(jobs)
 
 
