@@ -1,16 +1,66 @@
-"""``python -m orchestrator`` runs the CLI; :func:`main` is also the console script's entry point.
+"""``python -m orchestrator`` runs the CLI; :func:`main` is also meant as the console script's entry.
 
-A plain ``orchestrator status`` is answered without importing Typer (:mod:`orchestrator.fastpath`);
-everything else, and every error, goes to :func:`orchestrator.cli.main`.
+Two things keep a cold start short (``orchestrator status`` is run often, by people and scripts):
+
+- a plain ``orchestrator status`` is answered without importing Typer (:mod:`orchestrator.fastpath`);
+  everything else, and every error, goes to :func:`orchestrator.cli.main`;
+- third-party pydantic plugins are not looked for (:func:`skip_pydantic_plugin_discovery`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import types
+from typing import Any
+
+_LOADER = "pydantic.plugin._loader"
+
+
+class _NoPluginsLoader(types.ModuleType):
+    """Stands in for ``pydantic.plugin._loader``: no plugins; any other name from the real module."""
+
+    def get_plugins(self) -> tuple[()]:
+        return ()
+
+    def __getattr__(self, name: str) -> Any:  # a name a later pydantic may add: the real one
+        if name.startswith("__"):  # the import system probes __path__ etc.: not a package
+            raise AttributeError(name)
+        import importlib.util
+        from pathlib import Path
+
+        import pydantic.plugin
+
+        path = Path(pydantic.plugin.__file__).with_name("_loader.py")
+        spec = importlib.util.spec_from_file_location(f"{_LOADER}.real", path)
+        if spec is None or spec.loader is None:
+            raise AttributeError(name)
+        real = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(real)
+        return getattr(real, name)
+
+
+def skip_pydantic_plugin_discovery() -> bool:
+    """Tell pydantic, before it builds its first model, that there are no plugins; True if done.
+
+    The orchestrator's models use no pydantic plugin, but pydantic looks for plugins (the entry
+    points of every installed distribution) when it builds its first model, which imports
+    ``importlib.metadata`` and scans them: about a sixth of the cold start of ``status``. This
+    is like ``PYDANTIC_DISABLE_PLUGINS=__all__`` without the scan's import, and without putting
+    that variable into the environment of the commands the orchestrator runs. Not done if
+    pydantic already looked, if ``PYDANTIC_DISABLE_PLUGINS`` is set (pydantic then decides), or
+    if ``ORCHESTRATOR_PYDANTIC_PLUGINS=1`` (load them as pydantic normally does)."""
+    if _LOADER in sys.modules or "PYDANTIC_DISABLE_PLUGINS" in os.environ:
+        return False
+    if os.environ.get("ORCHESTRATOR_PYDANTIC_PLUGINS") == "1":
+        return False
+    sys.modules[_LOADER] = _NoPluginsLoader(_LOADER, "no pydantic plugins in the orchestrator CLI")
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    skip_pydantic_plugin_discovery()
     from orchestrator.fastpath import run_status_fast
 
     code = run_status_fast(args)

@@ -163,6 +163,7 @@ def test_status_fast_path_imports_neither_typer_nor_fabric(tmp_path):
         "try:\n    runpy.run_module('orchestrator', run_name='__main__')\n"
         "except SystemExit as e:\n    assert e.code == 0, e.code\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'fabric', 'paramiko', 'rich'))\n"
+        "bad += [m for m in ('importlib.metadata',) if m in sys.modules]\n"
         "print(bad, file=sys.stderr)"
     )
     r = subprocess.run(
@@ -174,3 +175,30 @@ def test_status_fast_path_imports_neither_typer_nor_fabric(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_the_cli_entry_skips_pydantic_plugin_discovery_unless_asked(tmp_path):
+    """pydantic's plugin scan (importlib.metadata over every installed distribution) is skipped by
+    ``python -m orchestrator``; ORCHESTRATOR_PYDANTIC_PLUGINS=1 or PYDANTIC_DISABLE_PLUGINS keep
+    pydantic's own behaviour; any other name of the loader module still resolves."""
+    code = (
+        "import sys\n"
+        "from orchestrator.__main__ import skip_pydantic_plugin_discovery\n"
+        "done = skip_pydantic_plugin_discovery()\n"
+        "from pydantic import BaseModel\n"
+        "class M(BaseModel):\n    x: int\n"
+        "import pydantic.plugin._loader as L\n"
+        "print(done, type(L).__name__, list(L.get_plugins()), L.PYDANTIC_ENTRY_POINT_GROUP)"
+    )
+    base = {
+        k: v for k, v in os.environ.items() if k not in ("PYDANTIC_DISABLE_PLUGINS", "ORCHESTRATOR_PYDANTIC_PLUGINS")
+    }
+
+    def run(**env: str) -> str:
+        r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**base, **env}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    assert run() == "True _NoPluginsLoader [] pydantic"
+    assert run(ORCHESTRATOR_PYDANTIC_PLUGINS="1") == "False module [] pydantic"
+    assert run(PYDANTIC_DISABLE_PLUGINS="__all__") == "False module [] pydantic"
