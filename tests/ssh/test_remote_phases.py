@@ -40,7 +40,8 @@ def test_phase0_on_three_hosts_end_to_end(own_lab, tmp_path):
     lab = own_lab(3)
     proj = Project(tmp_path, None)
     remote = tmp_path / "remote"
-    inv = write_inventory(tmp_path / "inventory.yaml", inventory_doc(lab, remote))
+    inv_doc = inventory_doc(lab, remote)
+    inv = write_inventory(tmp_path / "inventory.yaml", inv_doc)
     names = ["h1", "h2", "h3"]
 
     code, doc = proj.cli("run", "0", "--inventory", str(inv), "--json")
@@ -53,7 +54,9 @@ def test_phase0_on_three_hosts_end_to_end(own_lab, tmp_path):
         assert facts[h]["status"] == "completed" and facts[h]["metrics"], facts[h]
         assert build[h]["metrics"]["summary.arch"] == "sm_120a"
         assert all(g["passed"] for g in build[h]["gates"]) and len(build[h]["gates"]) == 2
-        assert build[h]["command"].startswith(f"cd {remote / h / 'bundles' / sha} && timeout -k 10 900 ")
+        # the build step's 900 s, capped by the hosts' command_timeout_s
+        limit = min(900, inv_doc["defaults"]["command_timeout_s"])
+        assert build[h]["command"].startswith(f"cd {remote / h / 'bundles' / sha} && timeout -k 10 {limit:g} ")
         assert Path(build[h]["log_path"]).is_file()
         assert (remote / h / "bundles" / sha / ".sha256").read_text() == sha + "\n"
     state = json.loads((proj.state / "state.json").read_text())
