@@ -131,12 +131,11 @@ def _engine(state_dir: Path | None, inventory: Path | None, phases_dir: Path | N
     from orchestrator.engine import Engine
 
     catalog, inv, sd = _context(state_dir, inventory, phases_dir)
-    notify = None
-    if not as_json:
-        from orchestrator.views import on_event
+    if as_json:  # --json: no progress lines (NullProgress), one document at the end
+        return Engine(catalog=catalog, inventory=inv, state_dir=sd)
+    from orchestrator.views import human_progress, on_event
 
-        notify = on_event
-    return Engine(catalog=catalog, inventory=inv, state_dir=sd, notify=notify)
+    return Engine(catalog=catalog, inventory=inv, state_dir=sd, notify=on_event, progress=human_progress())
 
 
 def _approver(as_json: bool, interactive: bool | None) -> Approver:

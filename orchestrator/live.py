@@ -164,6 +164,9 @@ class LiveProgress:
             return
         with self._t.lock:
             self._spinners.pop(key, None)
+        with self._mu:  # redraw without the finished step first: Rich reprints the last frame below a print
+            if self._live is not None and self._t.running:
+                self._live.refresh()
         self.console.print(finished_line(host, phase, step, status, duration_s))
         with self._mu:
             if not self._t.running and self._live is not None:

@@ -43,6 +43,7 @@ __all__ = [
     "error_line",
     "evidence_summary",
     "host_bundle",
+    "human_progress",
     "on_event",
     "out",
     "render_facts",
@@ -63,9 +64,12 @@ class EventRenderer:
 
     The end line is followed by the step's reason and, unless it completed, where its log is."""
 
-    def __init__(self, sink: ProgressSink | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, sink: ProgressSink | None = None, clock: Callable[[], float] = time.monotonic, *, forward: bool = True
+    ) -> None:
         self._sink = sink
         self._clock = clock
+        self.forward = forward  # False once the engine calls the sink itself (it knows the durations)
         self._mu = threading.Lock()
         self._started: dict[tuple[str, str, str], float] = {}
 
@@ -84,12 +88,14 @@ class EventRenderer:
         elif e.kind == "step_started":
             with self._mu:
                 self._started.setdefault(key, self._clock())
-            self.sink.step_started(*key)
+            if self.forward:
+                self.sink.step_started(*key)
         elif e.kind == "step_finished":
             st = e.status or ""
             with self._mu:
                 t0 = self._started.pop(key, None)
-            self.sink.step_finished(*key, st, 0.0 if t0 is None else self._clock() - t0)
+            if self.forward:
+                self.sink.step_finished(*key, st, 0.0 if t0 is None else self._clock() - t0)
             if e.message:
                 err.print(Text(f"      {e.message}", style=STYLE.get(st, "")))
             if st != "completed" and e.log_path:
@@ -114,12 +120,24 @@ class EventRenderer:
 _renderer: EventRenderer | None = None
 
 
-def on_event(e: Event) -> None:
-    """The CLI's ``notify`` callback: one :class:`EventRenderer` per process."""
+def _the_renderer() -> EventRenderer:
     global _renderer
     if _renderer is None:
         _renderer = EventRenderer()
-    _renderer(e)
+    return _renderer
+
+
+def on_event(e: Event) -> None:
+    """The CLI's ``notify`` callback: one :class:`EventRenderer` per process."""
+    _the_renderer()(e)
+
+
+def human_progress() -> ProgressSink:
+    """The progress sink for the engine (``Engine(progress=...)``): live lines on a terminal,
+    plain start/end lines otherwise. From then on :func:`on_event` leaves step lines to it."""
+    r = _the_renderer()
+    r.forward = False
+    return r.sink
 
 
 def render_plan(plan: Plan, *, title: str, show_actions: bool) -> None:

@@ -124,10 +124,57 @@ def test_human_run_without_tty_prints_start_and_end_lines_and_json_prints_none(w
     ws.write_phase(phase(0, "a", [step("s", tool("--metric", "n=1"))]))
     r = invoke("run", "0")
     assert r.exit_code == 0, r.output
-    for h in ("g1", "g2"):
-        assert f"[{h}] 0-a s started" in r.stderr, r.stderr
-        assert f"[{h}] 0-a s ✓ completed in " in r.stderr, r.stderr
+    for h in ("g1", "g2"):  # once each: the engine feeds the sink, on_event no longer forwards steps
+        assert r.stderr.count(f"[{h}] 0-a s started") == 1, r.stderr
+        assert r.stderr.count(f"[{h}] 0-a s ✓ completed in ") == 1, r.stderr
     rj = invoke("run", "0", "--yes", "--json")
     assert rj.exit_code == 0, rj.output
     assert json.loads(rj.stdout)["ok"] is True
     assert "started" not in rj.stderr and "✓" not in rj.stderr
+
+
+def test_engine_fed_renderer_leaves_step_lines_to_the_sink():
+    rec = Recorder()
+    r = EventRenderer(rec, forward=False)
+    r(Event(kind="step_started", phase="0-a", step="s", host="h1"))
+    r(Event(kind="step_finished", phase="0-a", step="s", host="h1", status="failed", message="boom"))
+    assert rec.calls == []
+
+
+def test_on_a_terminal_each_running_host_has_a_live_line_with_elapsed_time(ws):
+    """A real pty: the live area (cursor hidden, redrawn) shows `[host] phase step <elapsed>` for
+    both hosts while the step runs; the finished lines stay; the live area is gone at the end."""
+    import os
+    import pty
+    import re
+
+    ws.hosts(["g1", "g2"])
+    ws.write_phase(phase(0, "slow", [step("build", tool("--sleep", "1.2"))]))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "run", "0"],
+        cwd=REPO,
+        env={**os.environ, **ws.env(), "TERM": "xterm", "COLUMNS": "100"},
+        stdin=slave,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    text = b"".join(chunks).decode("utf-8", "replace")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert "\x1b[?25l" in text and "\x1b[?25h" in text  # Rich's live area: cursor hidden, then shown
+    for h in ("g1", "g2"):
+        assert re.search(rf"\[{h}\] 0-slow build \d+\.\ds", plain), plain
+        assert f"[{h}] 0-slow build ✓ completed in " in plain
+    assert "started" not in plain  # plain start lines are for pipes only
