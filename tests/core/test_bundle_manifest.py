@@ -5,7 +5,8 @@ On a copy of this checkout's ``kernels/`` (plus its ``docs/``) in a temp folder:
 - editing a docs or results file, or a ``.md`` inside ``kernels/``, leaves the bundle sha unchanged;
 - editing a ``.cu`` source, a ``.py`` of a shipped package, or the manifest changes it;
 - a file that matches no manifest pattern (notes, results, build outputs, caches) is not packed;
-- without ``kernels/MANIFEST`` there is no bundle: a clear error naming the missing file.
+- without ``kernels/MANIFEST`` there is no bundle: a clear error naming the missing file (in
+  ``bundle.py`` and through the CLI, which plans nothing).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import bundle
+from tests.support.cli import cli_argv, cli_env, run_cli_json
 from tests.support.paths import REPO, copy_kernels
 
 #: Suffixes of files that document or record, never run: none of them is ever in the bundle.
@@ -132,3 +134,15 @@ def test_a_missing_manifest_is_a_clear_error_naming_the_file(checkout):
     (checkout / "kernels" / "MANIFEST").unlink()
     with pytest.raises(bundle.BundleError, match=r"kernels/MANIFEST: cannot read the bundle manifest"):
         bundle.bundle_sha(checkout)
+
+
+def test_the_cli_names_the_missing_manifest_and_plans_nothing(checkout, tmp_path):
+    (checkout / "kernels" / "MANIFEST").unlink()
+    env = cli_env(checkout, REPO / "phases")
+    argv = cli_argv(
+        "run", "0", "--dry-run", "--json", "--inventory", str(REPO / "inventory" / "example-blackwell.yaml")
+    )
+    code, doc = run_cli_json([*argv, "--state-dir", str(tmp_path / "state")], env=env, cwd=tmp_path, timeout=120)
+    assert (code, doc["plan"]) == (1, None)
+    [err] = doc["errors"]
+    assert err["code"] == "BUNDLE" and err["message"].startswith(f"{checkout / 'kernels' / 'MANIFEST'}: ")
