@@ -10,23 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.paths import REPO
-from tests.support.sshd_lab import Lab, _cmdline, _is_live, lab_host
+from tests.support.sshd_lab import Lab, lab_host, pids_with  # noqa: F401  (pids_with: the fault tests import it from here)
 from tests.support.waiting import wait_until
 
 
 def host(lab: Lab, name: str, remote_root: Path, **overrides: Any) -> types.SimpleNamespace:
     """An inventory-like host for ``lab``'s ``name`` (the fields SSHTransport reads)."""
     return lab_host(lab, name, remote_root, **overrides)
-
-
-def pids_with(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker`` (never this test process)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit() and int(p.name) != os.getpid() and marker in _cmdline(int(p.name)):
-            if _is_live(int(p.name)):
-                out.append(int(p.name))
-    return out
 
 
 wait_for = wait_until  # the fault tests' name for it

@@ -21,7 +21,7 @@ from labkit import Project, SilentServer, make_host, quick_phase
 from orchestrator.bundle import Bundle, verify_on_host
 from orchestrator.transport.ssh import SSHTransport
 from tests.support.cli import host_results, step_results
-from tests.support.sshd_lab import _cmdline, inventory_doc, write_inventory
+from tests.support.sshd_lab import inventory_doc, pids_with, write_inventory
 
 pytestmark = pytest.mark.ssh
 
@@ -327,5 +327,4 @@ def test_a_step_past_its_timeout_is_killed_on_the_host(own_lab, tmp_path):
         assert r["status"] == "failed" and "timed out" in r["reason"], (h, r)
     assert elapsed < 30, "the run did not wait for the 31 s step"
     time.sleep(0.3)
-    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(int(p.name))]
-    assert left == [], "host-side `timeout` killed the step (T8)"
+    assert pids_with(marker) == [], "host-side `timeout` killed the step (T8)"

@@ -14,7 +14,7 @@ from labkit import make_host
 from orchestrator.errors import HostUnreachable
 from orchestrator.transport.base import Transport
 from orchestrator.transport.ssh import CLIENT_GRACE_S, SSHTransport
-from tests.support.sshd_lab import _cmdline, _is_live
+from tests.support.sshd_lab import cmdline, is_live, pids_with
 
 pytestmark = pytest.mark.ssh
 
@@ -64,8 +64,7 @@ def test_timeout_kills_the_command_on_the_host(shared_lab, tmp_path, transports)
     assert r.timed_out and not r.ok and not r.lost
     assert elapsed < 1 + CLIENT_GRACE_S + 1, elapsed
     time.sleep(0.2)
-    still = [p for p in Path("/proc").iterdir() if p.name.isdigit() and f"sleep {marker}" in _cmdline(int(p.name))]
-    assert still == [], "the host-side timeout should have killed the command"
+    assert pids_with(f"sleep {marker}") == [], "the host-side timeout should have killed the command"
     # the connection is still usable after a timeout
     assert t.run(["true"], timeout_s=5).ok
 
@@ -258,9 +257,9 @@ def test_lab_teardown_also_ends_commands_orphaned_by_a_dead_listener(own_lab, tm
     os.kill(h1.pid, signal.SIGKILL)  # only the listener: the session and its command live on (T10)
     time.sleep(0.2)
     cmd_pid = int(started.read_text())
-    assert _is_live(cmd_pid)
+    assert is_live(cmd_pid)
     assert cmd_pid in lab.kill_host("h1")
-    assert not _is_live(cmd_pid)
+    assert not is_live(cmd_pid)
     runner.join(10)
     assert not runner.is_alive()
 
@@ -289,7 +288,7 @@ def test_an_upload_to_a_host_that_stops_answering_fails_within_the_idle_bound(ow
     sftp: list[int] = []
     while not sftp:  # the host's sftp-server appears once the upload starts
         assert time.monotonic() < deadline and th.is_alive(), outcome
-        sftp = [p for p in descendants(lab.host("h1").pid) if "sftp-server" in _cmdline(p)]
+        sftp = [p for p in descendants(lab.host("h1").pid) if "sftp-server" in cmdline(p)]
         if when == "mid-write":  # wait until data has landed on the host
             parts = list((tmp_path / "remote").glob(".big.bin.part-*"))
             sftp = sftp if parts and parts[0].stat().st_size > 0 else []

@@ -117,7 +117,7 @@ def _ppid(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def _is_live(pid: int) -> bool:
+def is_live(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -156,17 +156,27 @@ def session_pids(address: str, port: int) -> list[int]:
             continue
         for var in env.split(b"\0"):
             if var.startswith(b"SSH_CONNECTION=") and var.endswith(suffix):
-                if _is_live(int(entry.name)):
+                if is_live(int(entry.name)):
                     out.append(int(entry.name))
                 break
     return out
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def pids_with(marker: str) -> list[int]:
+    """Live processes whose command line contains ``marker`` (never this test process)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid() and marker in cmdline(int(entry.name)):
+            if is_live(int(entry.name)):
+                out.append(int(entry.name))
+    return out
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -178,7 +188,7 @@ def _signal(pid: int, sig: int) -> None:
 
 def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
     deadline = time.monotonic() + timeout_s
-    left = [p for p in pids if _is_live(p)]
+    left = [p for p in pids if is_live(p)]
     while left and time.monotonic() < deadline:
         time.sleep(0.02)
         for p in left:
@@ -186,7 +196,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
                 os.waitpid(p, os.WNOHANG)
             except ChildProcessError:
                 pass
-        left = [p for p in left if _is_live(p)]
+        left = [p for p in left if is_live(p)]
     return left
 
 
@@ -262,7 +272,7 @@ class Lab:
         """
         h = self.host(name)
         victims = session_pids(h.address, h.port)
-        if h.pid is not None and _is_live(h.pid) and h.config in _cmdline(h.pid):
+        if h.pid is not None and is_live(h.pid) and h.config in cmdline(h.pid):
             victims = descendants(h.pid) + [h.pid] + victims
         victims = list(dict.fromkeys(p for p in victims if p != os.getpid()))
         for p in victims:
@@ -287,7 +297,7 @@ class Lab:
         """:meth:`stop`, then the listener PIDs that are still alive (a clean teardown has none)."""
         pids = self.pids()
         self.stop()
-        return [p for p in pids if _is_live(p)]
+        return [p for p in pids if is_live(p)]
 
     # -- clients
     def write_known_hosts(self, path: Path | None = None, *, wrong_key_for: set[str] = frozenset()) -> Path:
