@@ -10,6 +10,7 @@ Two things keep a cold start short (``orchestrator status`` is run often, by peo
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import types
 from typing import Any
@@ -58,11 +59,19 @@ def skip_pydantic_plugin_discovery() -> bool:
     return True
 
 
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # as orchestrator.cli.main does: SIGTERM is reported like Ctrl-C (130)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     skip_pydantic_plugin_discovery()
     from orchestrator.fastpath import run_status_fast
 
+    try:
+        signal.signal(signal.SIGTERM, _sigterm)
+    except ValueError:  # not the main thread (embedded use)
+        pass
     code = run_status_fast(args)
     if code is not None:
         sys.exit(code)
