@@ -7,7 +7,14 @@
 #                apache-tvm-ffi compressed-tensors gguf openai uvicorn fastapi opentelemetry-api
 #                httpx2 httpcore2 truststore (openai's HTTP stack; absent from the device image)
 # sgl_kernel (373 MB) is not carried: tests/integration/sgl_kernel_import_shim.py serves its
-# import names and raises if anything calls into it. Usage: bash tests/device/plugin_check.sh [quick|full|prebuilt]
+# import names and raises if anything calls into it. Usage: bash tests/device/plugin_check.sh [quick|full|prebuilt|graph]
+#
+# graph (same carry): the bundled kernel through SGLang's own TritonAttnBackend CUDA-graph path
+# for target verify (plugin_graph_path_check.py: one runner sized for the largest context,
+# init_cuda_graph_state, capture per batch size with out_graph(in_capture=True) + in_graph +
+# forward_extend, replay at several real lengths after in-place rewrites and out_graph replay
+# prep), token-exact vs SGLang's extend_attention_fwd and timed vs the exact-length call.
+# Writes $OUT/plugin_graph_path.json + plugin_gpu.log. GRAPH_ARGS overrides the script's args.
 #
 # prebuilt (no carry needed; KERNELS_DIR=<a frozen copy of kernels/> optional): phase 0's
 # ahead-of-time library build (verify_tools.build_check --library), then service-like processes
@@ -56,6 +63,36 @@ echo "== $(nvidia-smi -L 2>&1 | head -1); commit $(git rev-parse --short HEAD 2>
 # it first, exactly as phase 0 does (verify_tools.build_check --library), into kernels/build/.
 (cd kernels && timeout 300 python3 -m verify_tools.build_check --arch sm_90a --library --json > "$OUT/library.json" 2>>"$LOG")
 echo "library build rc=$? $(python3 -c 'import json,sys;d=json.load(open(sys.argv[1]));l=d.get("library",{});print("built",l.get("built"),"loadable",l.get("loadable"),"sha256",l.get("sha256"),"s",l.get("build_seconds"))' "$OUT/library.json" 2>&1)" | tee -a "$LOG"
+if [ "$MODE" = graph ]; then
+  # shellcheck disable=SC2086  # GRAPH_ARGS is a word list on purpose
+  timeout "${GRAPH_TIMEOUT_S:-240}" python3 tests/integration/plugin_graph_path_check.py --json \
+    --out "$OUT/plugin_graph_path.json" ${GRAPH_ARGS:---mixed --budget-s 170} > "$OUT/plugin_graph_path.stdout" 2>>"$LOG"
+  rc=$?
+  echo "plugin_graph_path_check rc=$rc" | tee -a "$LOG"
+  python3 - "$OUT/plugin_graph_path.json" <<'PY' 2>&1 | tee -a "$LOG"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("no JSON:", e); sys.exit(0)
+print("ok", d.get("ok"), "blocked", d.get("blocked"), d.get("device"), "sglang", d.get("sglang_version"), d.get("seconds"), "s")
+print("setup", d.get("setup"))
+for e in d.get("capture_errors", []):
+    print("  capture ERROR", e)
+print("summary", d.get("summary"))
+for c in d.get("cases", []):
+    if "error" in c:
+        print(f"  B={c.get('B')} L={c.get('prefix_lens')} ERROR {c['error']} {c.get('traceback', '')[-600:]}")
+    else:
+        print(f"  B={c['B']} L={c['prefix_lens'][:4]} ok={c['ok']} tok={c['token_mismatches_graph_vs_sglang']}"
+              f" ties={c['near_ties_graph_vs_sglang']} direct={c['replay_equal_direct_bundled_on_graph_metadata']}"
+              f" ratio(g/exact-g)={c.get('ratio_replay_vs_exact_graph', 0):.3f} ratio(g/eager)={c.get('ratio_replay_vs_exact_eager', 0):.3f}"
+              f" ms replay={c.get('graph_replay_ms', 0):.4f} exact_g={c.get('exact_length_graph_ms', 0):.4f}"
+              f" eager={c.get('exact_length_eager_ms', 0):.4f} sglang={c.get('sglang_eager_ms', 0):.4f}"
+              f" rel(g,s)={c['rel_err_graph_vs_sglang']:.2e} {c['seconds']}s")
+PY
+  exit $rc
+fi
 ARGS="--json --out $OUT/plugin_gpu.json"
 [ "$MODE" = quick ] && ARGS="$ARGS --quick"
 timeout 540 python3 tests/integration/plugin_gpu_check.py $ARGS > "$OUT/plugin_gpu.stdout" 2>>"$LOG"
