@@ -6,6 +6,8 @@
 #   .whl-plugin  what TritonAttnBackend and SGLang's MLA test kit import beyond that:
 #                apache-tvm-ffi compressed-tensors gguf openai uvicorn fastapi opentelemetry-api
 #                httpx2 httpcore2 truststore (openai's HTTP stack; absent from the device image)
+#   .whl-pydantic (optional, carry it too) pydantic 2.14.4, pydantic_core 2.50.5, annotated_types,
+#                typing_inspection, typing_extensions: absent from the device image, sglang imports them
 # sgl_kernel (373 MB) is not carried: tests/integration/sgl_kernel_import_shim.py serves its
 # import names and raises if anything calls into it. Usage: bash tests/device/plugin_check.sh [quick|full|prebuilt|graph]
 #
@@ -50,7 +52,7 @@ LOG="$OUT/plugin_gpu.log"
 export PYTHONUNBUFFERED=1 ORCHESTRATOR_KERNEL_CACHE=${ORCHESTRATOR_KERNEL_CACHE:-/tmp/mlav-cache}
 SITE=/tmp/site-plugin
 mkdir -p "$SITE"
-for d in .whl .whl-plugin; do
+for d in .whl .whl-plugin .whl-pydantic; do
   if ls "$d"/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$d"/*.whl >>"$LOG" 2>&1 \
       || echo "pip install of $d failed (see log)" | tee -a "$LOG"
