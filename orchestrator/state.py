@@ -15,10 +15,8 @@ the records are functions in :mod:`orchestrator.records` (docs/state-machine.md)
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import json
 import os
-import socket
 import sys
 from enum import Enum
 from pathlib import Path
@@ -70,8 +68,8 @@ class HostStepResult(BaseModel):
     duration_s: float | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    gates: list[GateOutcome] = Field(default_factory=list)
+    metrics: dict[str, Any] = {}
+    gates: list[GateOutcome] = []
     log_path: str | None = None
     reason: str | None = None
     command: str | None = None
@@ -88,7 +86,7 @@ class StepRecord(BaseModel):
     reason: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    hosts: dict[str, HostStepResult] = Field(default_factory=dict)
+    hosts: dict[str, HostStepResult] = {}
 
 
 class BundleEvidence(BaseModel):
@@ -133,8 +131,8 @@ class PhaseRecord(BaseModel):
     finished_at: str | None = None
     bundle_sha: str | None = None
     spec_sha: str | None = None
-    hosts: dict[str, HostPhase] = Field(default_factory=dict)
-    steps: list[StepRecord] = Field(default_factory=list)
+    hosts: dict[str, HostPhase] = {}
+    steps: list[StepRecord] = []
 
     def step(self, step_id: str) -> StepRecord | None:
         for s in self.steps:
@@ -152,8 +150,8 @@ class RunInfo(BaseModel):
     started_at: str
     finished_at: str | None = None
     exit_code: int | None = None
-    phases: list[int] = Field(default_factory=list)
-    hosts: list[str] = Field(default_factory=list)
+    phases: list[int] = []
+    hosts: list[str] = []
     plan_digest: str | None = None
 
 
@@ -163,7 +161,7 @@ class RunState(BaseModel):
     updated_at: str = Field(default_factory=utcnow)
     inventory: str | None = None
     bundle_sha: str | None = None
-    phases: dict[str, PhaseRecord] = Field(default_factory=dict)
+    phases: dict[str, PhaseRecord] = {}
     last_run: RunInfo | None = None
 
     def phase(self, phase_id: int) -> PhaseRecord | None:
@@ -202,6 +200,8 @@ def pid_alive(pid: int) -> bool:
 
 def current_user() -> str:
     try:
+        import getpass
+
         return getpass.getuser()
     except Exception:  # no passwd entry in some containers
         return str(os.getuid())
@@ -230,6 +230,8 @@ class RunLock:
             return None
 
     def acquire(self) -> RunLock:
+        import socket
+
         from filelock import Timeout
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -327,20 +329,26 @@ class StateStore:
         return state
 
     def lock_held(self) -> bool:
-        """True if some live process holds the run lock (probed without taking it for long)."""
-        from filelock import FileLock, Timeout
+        """True if some live process holds the run lock: a non-blocking ``flock`` probe of
+        ``<state_dir>/lock`` (the lock filelock takes on Unix), released at once. Imports no
+        filelock, so ``status`` stays lean."""
+        import fcntl
 
-        if not (self.dir / "lock").exists():
-            return False
-        probe = FileLock(str(self.dir / "lock"), timeout=0, thread_local=False)
         try:
-            probe.acquire(timeout=0)
-        except Timeout:
+            fd = os.open(self.dir / "lock", os.O_RDONLY)
+        except OSError:  # no lock file (never run) or unreadable: nobody can be holding it here
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             return True
         except OSError:
             return False
-        probe.release()
-        return False
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
 
     def lock_holder(self) -> LockHolder | None:
         """The holder info written next to the lock (possibly left by a run that died)."""

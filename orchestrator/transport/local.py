@@ -63,13 +63,29 @@ def terminate_all(kill_after_s: float = 2.0) -> int:
 
 
 def _group_alive(pgid: int) -> bool:
+    """True while a process of group ``pgid`` is running. ``killpg(pgid, 0)`` also succeeds
+    while the group holds only zombies (killed, not yet reaped by their new parent), so the
+    members are then read from ``/proc`` and zombies (state ``Z``) do not count."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue  # exited meanwhile
+        # after "pid (comm)": state ppid pgrp ...
+        if len(fields) >= 3 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 class LocalTransport:
