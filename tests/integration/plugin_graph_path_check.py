@@ -39,6 +39,7 @@ Exit 0 pass, 1 a check failed, 75 blocked (no CUDA / no sglang).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -588,7 +589,10 @@ def run(args) -> dict:
         "device": torch.cuda.get_device_name(0) if not args.dry_run else "cpu (dry run, reference stand-in)",
         "torch": torch.__version__,
         "sglang_version": getattr(sglang, "__version__", None),
-        "commit": _git_head(),
+        # The checkout's HEAD as git reports it there; a device copy's .git can be stale, so the
+        # script's own hash and the library's source_hash (setup.library) identify what ran.
+        "git_head_reported": _git_head(),
+        "script_sha256": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
         "args": {k: getattr(args, k) for k in ("batch_sizes", "lens", "n", "heads", "iters", "mixed", "seed")},
         "setup": setup_info,
         "capture_errors": errors,
