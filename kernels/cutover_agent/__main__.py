@@ -50,8 +50,8 @@ from sglang_verify_plugin.config import (
     read_config_file,
     validate,
 )
+from tool_contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, emit
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCKED = 0, 1, 2, 75
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 BASELINE_NAME = "baseline.json"
 #: Same as the inventory's ``service.health_timeout_s`` default; phases pass the host's own value
@@ -785,9 +785,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _emit(doc: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(doc, sort_keys=True, default=str))
-        return
+    emit(doc, as_json, human=_print_verb, indent=None, sort_keys=True, default=str)
+
+
+def _print_verb(doc: dict[str, Any]) -> None:
     status = "ok" if doc.get("ok") else "FAILED"
     print(f"{doc.get('verb')}: {status}")
     for key in ("error", "healthy", "outputs_identical", "latency_ratio", "rolled_back", "current", "changed"):

@@ -36,7 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCKED = 0, 1, 2, 75
+from tool_contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code
+
 TESTED_VERSIONS = ("0.5.23",)
 EXTEND_ARGS = (
     "q_extend",
@@ -561,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             launch, source = None, f"unusable launch arguments: {exc}"
         doc = run_probe(launch, source, args.emulate_gpu)
-        code = EXIT_BLOCKED if doc.get("blocked") else (EXIT_OK if doc["ok"] else EXIT_FAILED)
+        code = exit_code(doc)
     if args.json:
         print(json.dumps(doc, sort_keys=True))
     else:

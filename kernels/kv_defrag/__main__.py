@@ -11,7 +11,9 @@ import argparse
 import json
 import sys
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BLOCKED = 0, 1, 2, 75
+from tool_contract import EXIT_BLOCKED, EXIT_OK, EXIT_USAGE, emit
+from tool_contract import EXIT_FAILED as EXIT_FAIL
+
 CPU_DEFAULT_SLOTS, CPU_DEFAULT_LAYERS = 16384, 4
 GPU_DEFAULT_SLOTS, MAX_LAYERS = 1 << 20, 61  # DeepSeek-V3: 61 layers
 
@@ -52,12 +54,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _emit(doc: dict, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(doc, default=float))
-        return
+    emit(doc, as_json, human=_print_summary, indent=None, default=float)
+
+
+def _print_summary(doc: dict) -> None:
     s = doc.get("summary", {})
-    if "blocked" in doc:
-        print(f"blocked: {doc['blocked']}")
     for k, v in s.items():
         if isinstance(v, dict):
             v = ", ".join(f"{kk}={vv:.4g}" if isinstance(vv, float) else f"{kk}={vv}" for kk, vv in v.items())

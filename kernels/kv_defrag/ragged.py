@@ -15,6 +15,7 @@ numpy only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,3 +55,18 @@ def ragged_pool(num_slots: int, rows: list[np.ndarray], free_slots: np.ndarray) 
     rtt = np.lib.stride_tricks.as_strided(base, shape=(len(rows) + 1, width), strides=(0, 0), writeable=False)
     slots = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows]) if rows else np.zeros(0, dtype=np.int64)
     return RaggedPoolIndex(int(num_slots), rtt, lens, np.asarray(free_slots, dtype=np.int64), slots=slots)
+
+
+def tree_nodes_with_slots(tree_cache: Any) -> list[Any]:
+    """The radix-tree nodes of an SGLang ``RadixCache`` that hold KV slots (``node.value``, a
+    1-D tensor of slot ids; the root excluded), depth-first; ``[]`` for a disabled cache. Their
+    slots are the evictable rows a defrag run must move with the live requests."""
+    if getattr(tree_cache, "disable", False):
+        return []
+    out, stack = [], list(tree_cache.root_node.children.values())
+    while stack:
+        n = stack.pop()
+        if n.value is not None and len(n.value):
+            out.append(n)
+        stack.extend(n.children.values())
+    return out

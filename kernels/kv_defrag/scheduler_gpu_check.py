@@ -12,16 +12,17 @@ moving or ``--runs`` is reached; then checks what tests/integration/test_defrag_
 checks on CPU: every live request's and cached prefix's bytes identical in every layer, the
 tree matches the same keys, no slot with two owners, the free list the exact complement,
 runs per request lower. Prints one JSON document; ``ok`` is the verdict. Without CUDA or
-sglang: ``{"ok": false, "skipped": "<reason>"}`` and exit 75.
+sglang: ``{"ok": false, "blocked": "<reason>"}`` and exit 75 (the tool contract, ``tool_contract``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from array import array
+
+from tool_contract import blocked_doc, emit
 
 
 def _world(sgl, torch, slots, layers, seed, max_ctx=8192, rows=512, dev="cuda"):
@@ -121,10 +122,10 @@ def run(args) -> dict:
     try:
         import torch
     except ImportError as exc:
-        return {"ok": False, "skipped": f"torch not importable: {exc}"}
+        return blocked_doc(f"torch not importable: {exc}")
     dev = args.device
     if dev == "cuda" and not torch.cuda.is_available():
-        return {"ok": False, "skipped": "CUDA is not available on this host"}
+        return blocked_doc("CUDA is not available on this host")
     if dev == "cpu":  # smoke only: SGLang's CPU import path needs what tests/integration sets up
         import os
         from pathlib import Path
@@ -149,7 +150,7 @@ def run(args) -> dict:
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
     except Exception as exc:  # noqa: BLE001
-        return {"ok": False, "skipped": f"sglang 0.5.23 not importable: {type(exc).__name__}: {exc}"}
+        return blocked_doc(f"sglang 0.5.23 not importable: {type(exc).__name__}: {exc}")
     sgl = dict(locals())
     from sglang_verify_plugin.defrag_hook import DefragHook, DefragSettings, Target
 
@@ -222,9 +223,9 @@ def run(args) -> dict:
     if torch.unique(pairs[0]).numel() != pairs.shape[1] or torch.unique(pairs[1]).numel() != pairs.shape[1]:
         errors.append("a slot has two owners (remap not a bijection)")
     free = alloc.get_all_free_pages()
-    from sglang_verify_plugin.defrag_hook import _tree_nodes
+    from kv_defrag.ragged import tree_nodes_with_slots
 
-    live_slots = torch.unique(torch.cat(rows1 + [n.value for n in _tree_nodes(tree)]))
+    live_slots = torch.unique(torch.cat(rows1 + [n.value for n in tree_nodes_with_slots(tree)]))
     if (
         torch.unique(free).numel() != free.numel()
         or torch.isin(free, live_slots).any()
@@ -291,10 +292,7 @@ def main(argv=None) -> int:
         doc = run(args)
     except Exception as exc:  # noqa: BLE001 - one JSON document whatever happens
         doc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(doc, indent=2, sort_keys=True, default=str))
-    if doc.get("skipped"):
-        return 75
-    return 0 if doc.get("ok") else 1
+    return emit(doc, True, indent=2, sort_keys=True, default=str)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ from typing import Any
 
 import numpy as np
 
+from kv_defrag.ragged import tree_nodes_with_slots
+
 log = logging.getLogger("sglang_verify_plugin.defrag")
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
@@ -193,18 +195,6 @@ class _State:
     pool: Any  # RaggedPoolIndex over owner rows then node rows
 
 
-def _tree_nodes(tree_cache: Any) -> list:
-    if getattr(tree_cache, "disable", False):
-        return []
-    out, stack = [], list(tree_cache.root_node.children.values())
-    while stack:
-        n = stack.pop()
-        if n.value is not None and len(n.value):
-            out.append(n)
-        stack.extend(n.children.values())
-    return out
-
-
 def gather(target: Target) -> _State:
     """Read the between-steps state; :class:`DefragSkip` if it is not self-consistent."""
     import torch
@@ -234,7 +224,7 @@ def gather(target: Target) -> _State:
         sub = rtt[torch.as_tensor(rows_a, device=rtt.device), :width].cpu().numpy()
     else:
         sub = np.zeros((rows_a.size, width), dtype=np.int32)
-    nodes = _tree_nodes(target.tree_cache)
+    nodes = tree_nodes_with_slots(target.tree_cache)
     node_vals = [n.value.detach().cpu().numpy().astype(np.int64) for n in nodes]
     free = alloc.get_all_free_pages().detach().cpu().numpy().astype(np.int64)
     free.sort()

@@ -48,8 +48,10 @@ import statistics
 import sys
 
 from mla_verify.inputs import CaseSpec, kernel_args, make_inputs
+from tool_contract import EXIT_BLOCKED
+from tool_contract import blocked_doc as tool_blocked_doc
+from tool_contract import emit as emit_doc
 
-EXIT_BLOCKED = 75
 WARMUP, ITERS = 3, 10
 SANITY_REL_ERR = 1e-2  # new kernel vs oracle / SGLang per shape (parity has the tight bound)
 
@@ -561,12 +563,11 @@ def plot(rows, path):
 
 
 def blocked_doc(reason):
-    return {
-        "ok": False,
-        "blocked": reason,
-        "device": None,
-        "rows": [],
-        "summary": {
+    return tool_blocked_doc(
+        reason,
+        device=None,
+        rows=[],
+        summary={
             "min_speedup_vs_sglang_extend": None,
             "speedup_vs_sglang_extend_b1_32k": None,
             "min_sol_pct_long_ctx": None,
@@ -576,7 +577,7 @@ def blocked_doc(reason):
             "copy_bw_gbs": None,
             "matmul_tflops": None,
         },
-    }
+    )
 
 
 def parse_shapes(text):
@@ -687,12 +688,10 @@ def main(argv=None) -> int:
 
 
 def emit(doc, as_json, code):
-    if as_json:
-        print(json.dumps(doc, indent=1))
-        return code
-    if doc.get("blocked"):
-        print(f"BLOCKED: {doc['blocked']}")
-        return code
+    return emit_doc(doc, as_json, code, human=None if doc.get("blocked") else _print_table)
+
+
+def _print_table(doc):
     from rich.console import Console
     from rich.table import Table
 
@@ -715,7 +714,6 @@ def emit(doc, as_json, code):
         )
     Console().print(t)
     print(json.dumps(doc["summary"]))
-    return code
 
 
 if __name__ == "__main__":

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from mla_verify import tiles
 from mla_verify._build import CSRC, PREBUILT_ENV, nvcc_flags, prebuilt_dir
+from tool_contract import EXIT_BLOCKED, emit
 
-EXIT_BLOCKED = 75
 ARCHES = ("sm_90a", "sm_120a")
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
@@ -313,22 +313,20 @@ def main(argv=None) -> int:
             doc["summary"].update({k: v for k, v in lib_doc["summary"].items() if k != "arch"})
             doc["ok"] = doc["ok"] and lib_doc["ok"]
         code = 0 if doc["ok"] else 1
-    if a.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        if doc.get("blocked"):
-            print(f"BLOCKED: {doc['blocked']}")
-        if "library" in doc:
-            print(json.dumps(doc["library"], indent=1))
-        for k in doc.get("kernels", []):
-            print(
-                f"{k['name'][:60]:<60} cfg={k['tile_config'] or '-':<6} regs={k['registers']:>3} "
-                f"spill={k['spill_bytes']} stack={k['stack_bytes']} smem={k['smem_bytes']}"
-            )
-        for e in doc.get("errors", []):
-            print("ERROR:", e)
-        print(("OK" if doc["ok"] else "FAILED"), json.dumps(doc["summary"]))
-    return code
+    return emit(doc, a.json, code, human=_print_report)
+
+
+def _print_report(doc: dict) -> None:
+    if "library" in doc:
+        print(json.dumps(doc["library"], indent=1))
+    for k in doc.get("kernels", []):
+        print(
+            f"{k['name'][:60]:<60} cfg={k['tile_config'] or '-':<6} regs={k['registers']:>3} "
+            f"spill={k['spill_bytes']} stack={k['stack_bytes']} smem={k['smem_bytes']}"
+        )
+    for e in doc.get("errors", []):
+        print("ERROR:", e)
+    print(("OK" if doc["ok"] else "FAILED"), json.dumps(doc["summary"]))
 
 
 if __name__ == "__main__":

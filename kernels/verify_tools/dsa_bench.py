@@ -30,7 +30,8 @@ import time
 
 from dsa_verify.inputs import DsaCase, make_inputs, topk_overlap
 
-EXIT_BLOCKED = 75
+from tool_contract import EXIT_BLOCKED, blocked_doc, emit
+
 SM_SCALE = 0.0625
 TOPK = 2048
 HEADLINE = ((1, 32768, 4, 8), (1, 32768, 8, 8), (8, 32768, 8, 8), (32, 32768, 8, 8), (32, 32768, 8, 64))
@@ -202,9 +203,9 @@ def main(argv=None) -> int:
     try:
         import torch
     except Exception as exc:
-        return _emit({"ok": False, "blocked": f"torch not importable: {exc}"}, a, EXIT_BLOCKED)
+        return _emit(blocked_doc(f"torch not importable: {exc}"), a, EXIT_BLOCKED)
     if not torch.cuda.is_available():
-        return _emit({"ok": False, "blocked": f"no CUDA device on host {socket.gethostname()}"}, a, EXIT_BLOCKED)
+        return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a, EXIT_BLOCKED)
     from dsa_verify.api import _device_info, dsa_verify_fwd, resolve, workspace_numel_for
     from dsa_verify.layout import quantize_rows
 
@@ -322,23 +323,21 @@ def _emit(doc: dict, a, code: int) -> int:
     if getattr(a, "out", ""):
         with open(a.out, "w") as f:
             f.write(text)
-    if a.json:
-        print(text)
-    else:
-        if doc.get("blocked"):
-            print(f"BLOCKED: {doc['blocked']}")
-        for r in doc.get("rows", []):
-            st = r.get("sglang_triton", {})
-            print(
-                f"B={r['B']:<2} L={r['L']:<6} n={r['n']} H={r['H']:<2} {r['kv']:<4} {r['config']} S={r['splits']:<3} "
-                f"ours/floor={r.get('ours_s', float('nan')) / r['floor_s']:.2f} "
-                f"vs_triton={r.get('speedup_vs_sglang_triton', float('nan')):.2f}x "
-                f"triton/floor={st.get('s', float('nan')) / r['floor_s']:.2f} "
-                f"fp8/bf16={r.get('fp8_over_bf16_time', float('nan')):.2f} "
-                f"uniq={r['overlap']['unique_fraction_mean'] or float('nan'):.2f}"
-            )
-        print(f"left out: {len(doc.get('left_out', []))}")
-    return code
+    return emit(doc, a.json, code, human=_print_rows)
+
+
+def _print_rows(doc: dict) -> None:
+    for r in doc.get("rows", []):
+        st = r.get("sglang_triton", {})
+        print(
+            f"B={r['B']:<2} L={r['L']:<6} n={r['n']} H={r['H']:<2} {r['kv']:<4} {r['config']} S={r['splits']:<3} "
+            f"ours/floor={r.get('ours_s', float('nan')) / r['floor_s']:.2f} "
+            f"vs_triton={r.get('speedup_vs_sglang_triton', float('nan')):.2f}x "
+            f"triton/floor={st.get('s', float('nan')) / r['floor_s']:.2f} "
+            f"fp8/bf16={r.get('fp8_over_bf16_time', float('nan')):.2f} "
+            f"uniq={r['overlap']['unique_fraction_mean'] or float('nan'):.2f}"
+        )
+    print(f"left out: {len(doc.get('left_out', []))}")
 
 
 if __name__ == "__main__":

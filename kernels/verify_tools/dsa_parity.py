@@ -31,6 +31,9 @@ import time
 
 from dsa_verify.inputs import DsaCase, make_inputs
 
+from tool_contract import EXIT_BLOCKED, emit
+from tool_contract import blocked_doc as tool_blocked_doc
+
 U_BF16 = 2.0**-9
 REL_FRO_BOUND = 4 * U_BF16
 MAX_ABS_BOUND = 8 * U_BF16
@@ -39,7 +42,6 @@ LSE_BOUND_FP8 = 8 * U_BF16  # fp8 rows: the dequantized K is rounded to bf16 (u/
 NEAR_TIE_EPS = 0.01
 VOCAB = 4096
 REPEATS = 3
-EXIT_BLOCKED = 75
 
 CASES = (
     DsaCase("glm5_b1_n4_h8_L32k_bf16", (32768,), 4, 8, seed=1, notes="the headline shape (GLM-5 TP8, MTP n=4)"),
@@ -284,7 +286,7 @@ def graph_case(spec: DsaCase, cfg: str, w, device) -> dict:
 
 
 def blocked_doc(reason: str) -> dict:
-    return {"ok": False, "blocked": reason, "cases": [], "summary": {"passed": 0, "failed": 0, "total": 0}}
+    return tool_blocked_doc(reason, cases=[], summary={"passed": 0, "failed": 0, "total": 0})
 
 
 def main(argv=None) -> int:
@@ -358,19 +360,17 @@ def main(argv=None) -> int:
 
 
 def _emit(doc: dict, as_json: bool, code: int) -> int:
-    if as_json:
-        print(json.dumps(doc, indent=1))
-    else:
-        if doc.get("blocked"):
-            print(f"BLOCKED: {doc['blocked']}")
-        for r in doc["cases"]:
-            print(
-                f"{'PASS' if r['ok'] else 'FAIL'} {r['case']:<40} {r.get('config', ''):<5} "
-                f"rel={r.get('rel_fro', r.get('replay_B', {}).get('rel_fro', float('nan'))):.2e} "
-                f"{r.get('error', '')}"
-            )
-        print(json.dumps(doc["summary"]))
-    return code
+    return emit(doc, as_json, code, human=_print_cases)
+
+
+def _print_cases(doc: dict) -> None:
+    for r in doc["cases"]:
+        print(
+            f"{'PASS' if r['ok'] else 'FAIL'} {r['case']:<40} {r.get('config', ''):<5} "
+            f"rel={r.get('rel_fro', r.get('replay_B', {}).get('rel_fro', float('nan'))):.2e} "
+            f"{r.get('error', '')}"
+        )
+    print(json.dumps(doc["summary"]))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ import sys
 import time
 
 from mla_verify.inputs import CaseSpec, fp8_codes_inputs, kernel_args, kernel_kwargs, make_inputs, oracle_kwargs
+from tool_contract import EXIT_BLOCKED, emit
+from tool_contract import blocked_doc as tool_blocked_doc
 
 U_BF16 = 2.0**-9
 REL_FRO_BOUND = 4 * U_BF16
@@ -42,7 +44,6 @@ MAX_ABS_BOUND = 8 * U_BF16
 NEAR_TIE_EPS = 0.01
 VOCAB = 4096
 REPEATS = 3
-EXIT_BLOCKED = 75
 
 CASES = (
     CaseSpec(
@@ -248,12 +249,11 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
 
 
 def blocked_doc(reason: str) -> dict:
-    return {
-        "ok": False,
-        "blocked": reason,
-        "device": None,
-        "cases": [],
-        "summary": {
+    return tool_blocked_doc(
+        reason,
+        device=None,
+        cases=[],
+        summary={
             "cases_total": 0,
             "cases_failed": 0,
             "max_rel_err": None,
@@ -261,7 +261,7 @@ def blocked_doc(reason: str) -> dict:
             "near_ties": None,
             "deterministic": None,
         },
-    }
+    )
 
 
 def main(argv=None) -> int:
@@ -340,19 +340,17 @@ def main(argv=None) -> int:
 
 
 def _emit(doc: dict, as_json: bool, code: int) -> int:
-    if as_json:
-        print(json.dumps(doc, indent=1))
-    else:
-        if doc.get("blocked"):
-            print(f"BLOCKED: {doc['blocked']}")
-        for r in doc["cases"]:
-            print(
-                f"{'PASS' if r['ok'] else 'FAIL'} {r['name']:<36} {r['tile_config']:<6} rel_err={r['rel_err']:.2e} "
-                f"max_abs={r['max_abs_err_rel']:.2e} token_mismatches={r['token_mismatches']} "
-                f"near_ties={r['near_ties']} deterministic={r['deterministic']}"
-            )
-        print("summary:", json.dumps(doc["summary"]))
-    return code
+    return emit(doc, as_json, code, human=_print_cases)
+
+
+def _print_cases(doc: dict) -> None:
+    for r in doc["cases"]:
+        print(
+            f"{'PASS' if r['ok'] else 'FAIL'} {r['name']:<36} {r['tile_config']:<6} rel_err={r['rel_err']:.2e} "
+            f"max_abs={r['max_abs_err_rel']:.2e} token_mismatches={r['token_mismatches']} "
+            f"near_ties={r['near_ties']} deterministic={r['deterministic']}"
+        )
+    print("summary:", json.dumps(doc["summary"]))
 
 
 if __name__ == "__main__":
