@@ -6,6 +6,8 @@
 #                 that the device image lacks
 #   .whl-plugin/  what TritonAttnBackend and SGLang's MLA test kit import beyond that
 #   .whl-orch/    the orchestrator's own dependencies (tests/device/session.sh runs it on the H200)
+#   .whl-pydantic/ pydantic 2 and its compiled core (SGLang's kernel modules and the plugin graph check
+#                 import it; the device image has none)
 # The device's python is 3.12 (torch, triton, transformers, numpy come with its image).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,7 +16,7 @@ PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platfo
       --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64)
 dl() { local dir=$1; shift; python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
          --implementation cp "${PLAT[@]}" -d "$dir" "$@"; }
-mkdir -p .whl .whl-plugin .whl-orch
+mkdir -p .whl .whl-plugin .whl-orch .whl-pydantic
 if [ ! -f .whl/sglang-0.5.23-pyonly.zip ]; then
   tmp=$(mktemp -d); python3 -m pip download -q --no-deps -d "$tmp" sglang==0.5.23
   (cd "$tmp" && python3 -m zipfile -e sglang-0.5.23-*.whl x && cd x && python3 -m zipfile -c ../sglang-0.5.23-pyonly.zip sglang sglang-0.5.23.dist-info)
@@ -26,4 +28,6 @@ dl .whl-plugin apache-tvm-ffi==0.1.15.post2 compressed-tensors==0.20.1 gguf==0.1
   uvicorn==0.54.0 fastapi==0.165.0 opentelemetry-api==1.45.2 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
 dl .whl-orch typer rich fabric==3.2.3 paramiko==5.1.0 invoke decorator deprecated filelock pyyaml pydantic \
   pydantic-core annotated-types typing-inspection bcrypt pynacl cryptography cffi pycparser
-du -sh .whl .whl-plugin .whl-orch
+dl .whl-pydantic pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+  typing-extensions==4.16.0
+du -sh .whl .whl-plugin .whl-orch .whl-pydantic
