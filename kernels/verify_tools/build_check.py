@@ -306,6 +306,7 @@ def main(argv=None) -> int:
             code = 0 if doc["ok"] else 1
     else:
         doc = build(a.arch, nvcc)
+        add_dsa_build(doc, a.arch, nvcc)
         if not a.no_library:
             lib_doc = library_if_cuda_torch(a.arch, nvcc, a.out_dir, a.timeout)
             doc["library"] = lib_doc["library"]
@@ -314,6 +315,22 @@ def main(argv=None) -> int:
             doc["ok"] = doc["ok"] and lib_doc["ok"]
         code = 0 if doc["ok"] else 1
     return emit(doc, a.json, code, human=_print_report)
+
+
+def add_dsa_build(doc: dict, arch: str, nvcc: str) -> None:
+    """Compile the sparse (DSA) verify kernel too (``dsa_verify._build.build_check``): its report
+    under ``doc["dsa"]``, its errors prefixed ``dsa_verify:`` in ``doc["errors"]``, and
+    ``summary.dsa_kernels`` / ``summary.dsa_spill_bytes`` (phase 0 gates on the latter)."""
+    from dsa_verify._build import build_check as dsa_build_check
+
+    dsa = dsa_build_check(arch, nvcc)
+    doc["dsa"] = {k: dsa.get(k) for k in ("ok", "compile_seconds", "kernels", "errors", "summary")}
+    doc["errors"] += [f"dsa_verify: {e}" for e in dsa.get("errors", [])]
+    summary = dsa.get("summary") or {}
+    doc["summary"]["dsa_kernels"] = summary.get("kernels", 0)
+    doc["summary"]["dsa_spill_bytes"] = summary.get("spill_bytes")
+    doc["summary"]["dsa_max_smem_bytes"] = summary.get("max_smem_bytes")
+    doc["ok"] = doc["ok"] and bool(dsa.get("ok"))
 
 
 def _print_report(doc: dict) -> None:
