@@ -317,13 +317,71 @@ def main(argv=None) -> int:
     return emit(doc, a.json, code, human=_print_report)
 
 
+def dsa_build(arch: str, nvcc: str) -> dict:
+    """Compile ``dsa_verify/csrc/dsa_verify.cu`` (the sparse DSA verify kernel) for ``arch`` to a
+    cubin with ``-Xptxas -v`` (no GPU, no torch); per kernel registers, spills, stack and smem
+    (static + the dynamic bytes its launcher asks for, from ``dsa_verify.tiles``). ``ok`` needs
+    every tile config (bf16 and fp8) present, 0 spill bytes and smem within the arch's limit."""
+    from dsa_verify import tiles as dsa_tiles
+    from dsa_verify._build import CSRC as DSA_CSRC
+    from dsa_verify._build import nvcc_flags as dsa_nvcc_flags
+
+    flags = dsa_nvcc_flags(arch)
+    limit = dsa_tiles.SMEM_LIMIT[arch]
+    exe = nvcc
+    with tempfile.TemporaryDirectory(prefix="dsav-build-") as tmp:
+        cmd = [exe, *flags, "-Xptxas", "-v", "-cubin", "-I", str(DSA_CSRC), str(DSA_CSRC / "dsa_verify.cu")]
+        cmd += ["-o", os.path.join(tmp, "dsa_verify.cubin")]
+        t0 = time.time()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        secs = round(time.time() - t0, 2)
+    log = proc.stdout + proc.stderr
+    kernels = parse_ptxas(log)
+    for k in kernels:
+        found = dsa_tiles.config_for_mangled(k["name"])
+        k["tile_config"] = found[0].name if found else None
+        k["fp8"] = found[1] if found else None
+        k["dynamic_smem_bytes"] = found[0].smem_bytes(found[1]) if found else 0
+        k["smem_bytes"] = k["static_smem_bytes"] + k["dynamic_smem_bytes"]
+        k["spill_bytes"] = k["spill_store_bytes"] + k["spill_load_bytes"]
+        k["smem_ok"] = k["smem_bytes"] <= limit
+    want = {(c.name, f) for c in dsa_tiles.ARCH_CONFIGS[arch] for f in (False, True)}
+    got = {(k["tile_config"], k["fp8"]) for k in kernels if k["tile_config"]}
+    spill = sum(k["spill_bytes"] for k in kernels)
+    errors = []
+    if proc.returncode != 0:
+        errors.append(f"nvcc exited {proc.returncode}: {log.strip()[-2000:]}")
+    elif not kernels:
+        errors.append("ptxas reported no kernels")
+    if want - got and proc.returncode == 0:
+        errors.append(f"configs missing from the cubin: {sorted(want - got)}")
+    if spill:
+        errors.append(f"{spill} spill bytes")
+    if not all(k["smem_ok"] for k in kernels):
+        errors.append(f"smem above the {limit} B per-block limit of {arch}")
+    return {
+        "ok": not errors,
+        "arch": arch,
+        "command": cmd,
+        "compile_seconds": secs,
+        "kernels": kernels,
+        "errors": errors,
+        "summary": {
+            "arch": arch,
+            "kernels": len(kernels),
+            "spill_bytes": spill,
+            "max_registers": max((k["registers"] or 0 for k in kernels), default=0),
+            "max_smem_bytes": max((k["smem_bytes"] for k in kernels), default=0),
+            "smem_limit_bytes": limit,
+        },
+    }
+
+
 def add_dsa_build(doc: dict, arch: str, nvcc: str) -> None:
-    """Compile the sparse (DSA) verify kernel too (``dsa_verify._build.build_check``): its report
+    """Compile the sparse (DSA) verify kernel too (:func:`dsa_build`): its report
     under ``doc["dsa"]``, its errors prefixed ``dsa_verify:`` in ``doc["errors"]``, and
     ``summary.dsa_kernels`` / ``summary.dsa_spill_bytes`` (phase 0 gates on the latter)."""
-    from dsa_verify._build import build_check as dsa_build_check
-
-    dsa = dsa_build_check(arch, nvcc)
+    dsa = dsa_build(arch, nvcc)
     doc["dsa"] = {k: dsa.get(k) for k in ("ok", "compile_seconds", "kernels", "errors", "summary")}
     doc["errors"] += [f"dsa_verify: {e}" for e in dsa.get("errors", [])]
     summary = dsa.get("summary") or {}

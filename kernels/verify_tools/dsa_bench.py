@@ -29,7 +29,6 @@ import sys
 import time
 
 from dsa_verify.inputs import DsaCase, make_inputs, topk_overlap
-
 from tool_contract import EXIT_BLOCKED, blocked_doc, emit
 
 SM_SCALE = 0.0625
@@ -124,6 +123,7 @@ class Timer:
 def shape_bytes(d: dict, H: int, row_bytes: int, shared: bool) -> tuple[int, int]:
     """(bytes, used entries) of one call: used KV rows (distinct per request if `shared`) + idx + q + out."""
     import torch
+
     from dsa_verify.reference import used_mask
 
     pt, sl = d["page_table_1"], d["seq_lens"]
@@ -147,6 +147,7 @@ def diag(device, reps: int) -> dict:
     without the L2 flush, an empty graph (the replay-timing overhead), each split count, and the
     CUPTI kernel durations of one replay (torch.profiler)."""
     import torch
+
     from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
 
     spec = DsaCase("diag", (32768,), 4, 8, seed=3, poison=False)
@@ -208,7 +209,6 @@ def main(argv=None) -> int:
         return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a, EXIT_BLOCKED)
     from dsa_verify.api import _device_info, dsa_verify_fwd, resolve, workspace_numel_for
     from dsa_verify.layout import quantize_rows
-
     from verify_tools.dsa_parity import sglang_triton
 
     device = torch.device("cuda", torch.cuda.current_device())

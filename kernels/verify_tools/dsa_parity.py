@@ -30,7 +30,6 @@ import sys
 import time
 
 from dsa_verify.inputs import DsaCase, make_inputs
-
 from tool_contract import EXIT_BLOCKED, emit
 from tool_contract import blocked_doc as tool_blocked_doc
 
@@ -188,6 +187,7 @@ def configs_for(arch: str, which: str) -> list:
 
 def run_case(spec: DsaCase, cfg: str, w, device, peer=None) -> dict:
     import torch
+
     from dsa_verify.api import dsa_verify_fwd
     from dsa_verify.reference import dsa_verify_ref
 
@@ -243,6 +243,7 @@ def run_case(spec: DsaCase, cfg: str, w, device, peer=None) -> dict:
 def graph_case(spec: DsaCase, cfg: str, w, device) -> dict:
     """Capture with draw A, rewrite q / cache / page_table_1 / seq_lens in place with draw B, replay."""
     import torch
+
     from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
     from dsa_verify.reference import dsa_verify_ref
 

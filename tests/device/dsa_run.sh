@@ -26,9 +26,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,te
   > "$OUT/gpu.txt" 2>&1
 cd kernels || exit 1
 python3 - > "$OUT/dsa_build.json" <<'PY'
-import json
-from dsa_verify._build import build_check
-print(json.dumps({a: build_check(a) for a in ("sm_90a", "sm_120a")}, indent=1))
+import json, shutil
+from verify_tools.build_check import dsa_build
+print(json.dumps({a: dsa_build(a, shutil.which("nvcc")) for a in ("sm_90a", "sm_120a")}, indent=1))
 PY
 python3 -c "import json; d=json.load(open('$OUT/dsa_build.json')); print({a: (v['ok'], v['summary']) for a, v in d.items()})"
 if [ "${DSA_MODE:-}" = diag ]; then set -- --quick "$@"; fi

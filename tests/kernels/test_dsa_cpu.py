@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dsa_verify import api, layout, tiles  # noqa: E402
-from dsa_verify._build import build_check, parse_ptxas  # noqa: E402
 from dsa_verify.inputs import DsaCase, make_inputs, topk_overlap  # noqa: E402
 from dsa_verify.reference import dsa_verify_ref, used_mask  # noqa: E402
+from verify_tools.build_check import dsa_build, parse_ptxas  # noqa: E402
 
 
 # ---- fp8 656-byte rows ----
@@ -285,7 +285,7 @@ def test_parse_ptxas_sample():
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 def test_build_check_compiles_without_spills(arch, nvcc_path):
-    doc = build_check(arch, nvcc_path)
+    doc = dsa_build(arch, nvcc_path)
     assert doc["ok"], doc["errors"]
     assert doc["summary"]["spill_bytes"] == 0
     names = {(k["tile_config"], k["fp8"]) for k in doc["kernels"] if k["tile_config"]}
