@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from orchestrator.atomic import append_line
 from orchestrator.digest import evidence_before
 from orchestrator.errors import ApprovalError, OrchestratorError, StateConflict
+from orchestrator.invocation import paste_command
 from orchestrator.planner import PhasePlan
 from orchestrator.specs import LoadedPhase, PhaseCatalog
 from orchestrator.state import RunState, current_user, utcnow
@@ -116,7 +117,7 @@ def run_summary(
         ],
         evidence=evidence_lines(ev),
         changes=[f"{s.id}: {s.changes or s.title}" for s in spec.steps if s.requires_approval],
-        undo=spec.undo or f"orchestrator rollback {spec.id}",
+        undo=spec.undo or paste_command("rollback", str(spec.id)),
         digest=digest,
         plan_digest=plan_digest,
         waves=waves,
@@ -139,7 +140,7 @@ def rollback_summary(selected: list[LoadedPhase], hosts: list[str], bundle_sha: 
             for lp in reversed(selected)
             for s in lp.spec.rollback_steps
         ],
-        undo="re-run the phase: orchestrator run " + " ".join(str(lp.spec.id) for lp in selected),
+        undo="re-run the phase: " + paste_command("run", *(str(lp.spec.id) for lp in selected)),
         digest=digest,
     )
 
@@ -212,7 +213,7 @@ def check_token(
     StateConflict (6). Anything else -> ApprovalError (5).
     """
     acc = set(accepted)
-    hint = f"review it with `orchestrator plan {phase}` and pass --approve <digest>"
+    hint = f"review it with `{paste_command('plan', str(phase))}` and pass --approve <digest>"
     if not token:
         raise ApprovalError(
             f"phase {phase} changes a live service and needs approval (no TTY: --approve DIGEST)",

@@ -272,7 +272,7 @@ class Engine:
             more = f" (+{len(plan.problems) - 1} more)" if len(plan.problems) > 1 else ""
             raise SpecError(
                 plan.problems[0] + more,
-                hint="fix the inventory or the phase spec; `orchestrator plan` lists every problem",
+                hint=f"fix the inventory or the phase spec; `{paste_command('plan')}` lists every problem",
             )
         for pp in plan.phases:
             refused = [a for a in pp.actions if a.action == "refused"]

@@ -34,6 +34,7 @@ from orchestrator import facts, records
 from orchestrator.approval import Approvals
 from orchestrator.errors import HostUnreachable, OrchestratorError, StateConflict
 from orchestrator.inventory import Host, Inventory
+from orchestrator.invocation import paste_command
 from orchestrator.outcome import interpret
 from orchestrator.planner import PhasePlan, PlannedCommand, waves_for
 from orchestrator.progress import NULL_PROGRESS, ProgressSink
@@ -307,7 +308,7 @@ class Execution:
         if not rids:
             return why
         if self.stop.is_set():
-            return f"{why}; not rolled back: the run was stopped (`orchestrator rollback {spec.id}` rolls it back)"
+            return f"{why}; not rolled back: the run was stopped (`{paste_command('rollback', str(spec.id))}` rolls it back)"
         with self._mu:
             records.begin_rollback(rec, host.name, rids, self.run_id, f"orchestrator rollback {spec.id}", None)
             self.store.save(self.state)

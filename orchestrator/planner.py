@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from orchestrator.digest import phase_digest, plan_digest
 from orchestrator.errors import SpecError
 from orchestrator.inventory import Host, Inventory
+from orchestrator.invocation import paste_command
 from orchestrator.paths import bundle_source
 from orchestrator.placeholders import render
 from orchestrator.shipping import ships_bundle
@@ -309,7 +310,7 @@ def host_action(
             return HostAction(
                 host=host.name,
                 action="refused",
-                detail=f"phase {label} {why} on {host.name}; run `orchestrator run {req}` first",
+                detail=f"phase {label} {why} on {host.name}; run `{paste_command('run', str(req))}` first",
             )
     if rec is not None and hp is not None and hp.bundle_sha == bundle_sha and hp.spec_sha == lp.sha256:
         if hp.status == Status.completed:

@@ -24,6 +24,7 @@ from pathlib import Path
 from orchestrator import bundle as bundle_mod
 from orchestrator.errors import OrchestratorError, StateConflict
 from orchestrator.inventory import Host
+from orchestrator.invocation import paste_command
 from orchestrator.transport.base import Transport
 
 RERUN_HINT = "run the command again: it packs kernels/ anew and shows a new plan and digest"
@@ -129,7 +130,7 @@ class BundleShipper:
                         f"{host.name}: bundle {b.short} failed its hash check on the host before step {step_id} "
                         f"of phase {phase_label} ({out.verdict}): {remote_dir} no longer matches the manifest "
                         "written when it was unpacked (a file was edited, removed or replaced on the host); not "
-                        f"repaired mid-phase: `orchestrator run {phase_id}` re-checks it and re-unpacks it from "
+                        f"repaired mid-phase: `{paste_command('run', str(phase_id))}` re-checks it and re-unpacks it from "
                         "the verified tarball",
                         host=host.name,
                         phase=phase_label,
