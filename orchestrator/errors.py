@@ -12,7 +12,7 @@ from typing import Any
 
 
 class ExitCode(IntEnum):
-    """Process exit codes (DESIGN.md, stable contract)."""
+    """Process exit codes (docs/contract.md, the stable contract)."""
 
     OK = 0
     FAILED = 1  # a step or gate failed on at least one host

@@ -2,8 +2,8 @@
 
 plans/0001 §2: one JSON document on stdout with ``ok``; exit 75 with ``blocked: <reason>``
 means the step cannot run here (never ``completed``); exit 0 when ok, 1 when a check failed.
-A ``python -m kernels.X`` whose module is absent from the bundle is ``blocked`` too
-("tool kernels.X is not in the bundle"): a reason outside the step's own code.
+A ``python -m <package>.<tool>`` whose module is absent from the bundle is ``blocked`` too
+("tool <package>.<tool> is not in the bundle"): a reason outside the step's own code.
 """
 
 from __future__ import annotations

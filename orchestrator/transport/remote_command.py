@@ -2,7 +2,7 @@
 
 Every element is quoted with :func:`shlex.quote`; environment values too (Fabric's ``env=``
 sends values unquoted, so it is never used). The command is wrapped in ``timeout`` on the
-host so that a client-side timeout never leaves it running (ssh-test-hosts.md, T5/T8).
+host so that a client-side timeout never leaves it running (docs/ssh-traps.md, T5/T8).
 """
 
 from __future__ import annotations

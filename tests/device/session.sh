@@ -2,7 +2,7 @@
 # One device-tool call on the H200 that runs every GPU-only check outside the kernel's own
 # device_run.sh, in one machine start: JIT build of the bundled kernel, the SGLang plugin's
 # verify path against SGLang's extend_attention_fwd (tests/device/plugin_check.sh), the
-# live KV-defrag hook on real SGLang structures (kv_defrag.scheduler_gpu_check), the
+# live KV-defrag hook on real SGLang structures (sglang_verify_plugin.defrag_gpu_check), the
 # GPU-marked pytest tests, and the orchestrator itself running phases 0-2 on this host
 # (connection: local, arch sm_90a) with SGLang importable so phase 2 compares against it.
 # Every stage has its own time limit inside one global deadline, so the call ends inside the
@@ -41,7 +41,7 @@ STAGES=${SESSION_STAGES:-"jit defrag_hook plugin orchestrator pytest_gpu"}
 want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 want prebuilt && run_stage prebuilt 240 bash tests/device/plugin_check.sh prebuilt
 want jit && run_stage jit_build 150 python3 -c "import time;t=time.time();from mla_verify._build import load;load('sm_90a');print('jit build s',round(time.time()-t,1))"
-want defrag_hook && run_stage defrag_hook 150 python3 tests/integration/with_sgl_kernel_shim.py kv_defrag.scheduler_gpu_check --json
+want defrag_hook && run_stage defrag_hook 150 python3 tests/integration/with_sgl_kernel_shim.py sglang_verify_plugin.defrag_gpu_check --json
 want plugin && run_stage plugin 120 bash tests/device/plugin_check.sh quick
 if want orchestrator; then
   printf 'hosts:\n  - name: h200\n    connection: local\n    arch: sm_90a\n    remote_root: %s\n' "$W/orch-root" > "$W/inventory.yaml"

@@ -1,7 +1,7 @@
 """Run a module as __main__ with the sgl_kernel import shim installed (GPU test machine only).
 
 Usage: python tests/integration/with_sgl_kernel_shim.py MODULE [ARGS...]
-e.g.   python tests/integration/with_sgl_kernel_shim.py kv_defrag.scheduler_gpu_check --json
+e.g.   python tests/integration/with_sgl_kernel_shim.py sglang_verify_plugin.defrag_gpu_check --json
 The device image has no sgl_kernel (373 MB, not carried); sglang's scheduler modules import it at
 module level. The shim (sgl_kernel_import_shim.py) serves the import names and raises if anything
 calls into it, so a check that ran through it did not use sgl_kernel.

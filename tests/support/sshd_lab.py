@@ -3,7 +3,7 @@
 The one implementation every SSH test uses (tests/ssh, tests/integration, tests/core).
 Each host gets its own sshd, host key, config and log under ``DIR/<name>/``; one client key
 is authorized on all of them and ``DIR/known_hosts`` holds one ``[addr]:port`` line per host
-(ssh-test-hosts.md 2.5, T9). Everything is stopped by PID: the listener's per-connection
+(docs/ssh-traps.md, T9). Everything is stopped by PID: the listener's per-connection
 children first (they outlive the listener, T10), then the listener.
 
 In a pytest fixture (skips with the reason where sshd is missing; at teardown stops the lab
@@ -316,7 +316,7 @@ class Lab:
 def inventory_doc(
     lab: Lab, remote_base: Path, *, python: str | None = None, hosts: list[str] | None = None, **defaults: object
 ) -> dict:
-    """An inventory (DESIGN.md format) for the lab's hosts; each host has its own remote_root.
+    """An inventory (docs/contract.md format) for the lab's hosts; each host has its own remote_root.
 
     ``defaults`` override the generated ``defaults:`` (e.g. ``connect_timeout_s=2``).
     """

@@ -1,9 +1,9 @@
 """GPU check of the live defrag hook on real SGLang 0.5.23 structures (not yet run on a GPU).
 
-CPU smoke (no GPU needed, small sizes): ``python -m kv_defrag.scheduler_gpu_check --json
+CPU smoke (no GPU needed, small sizes): ``python -m sglang_verify_plugin.defrag_gpu_check --json
 --device cpu --slots 40000 --layers 2``.
 
-``python -m kv_defrag.scheduler_gpu_check --json`` builds, on CUDA, SGLang's
+``python -m sglang_verify_plugin.defrag_gpu_check --json`` builds, on CUDA, SGLang's
 ``ReqToTokenPool``, ``MLATokenToKVPool`` (bf16, ``--layers`` x ``--slots``), a
 ``TokenToKVPoolAllocator`` and a ``RadixCache``; churns them with SGLang's own calls (admit,
 batched decode allocation, insert finished requests into the tree, free duplicates, evict);
@@ -147,11 +147,27 @@ def run(args) -> dict:
         except ImportError:
             pass
     try:
-        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-        from sglang.srt.mem_cache.radix_cache import RadixKey
+        from sglang.srt.managers.schedule_batch import ReqKvInfo
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
     except Exception as exc:  # noqa: BLE001
         return blocked_doc(f"sglang 0.5.23 not importable: {type(exc).__name__}: {exc}")
-    sgl = dict(locals())
+    # named explicitly (a dict(locals()) lost them once to an unused-import autofix)
+    sgl = {
+        "ReqKvInfo": ReqKvInfo,
+        "TokenToKVPoolAllocator": TokenToKVPoolAllocator,
+        "EvictParams": EvictParams,
+        "InsertParams": InsertParams,
+        "MatchPrefixParams": MatchPrefixParams,
+        "CacheInitParams": CacheInitParams,
+        "MLATokenToKVPool": MLATokenToKVPool,
+        "ReqToTokenPool": ReqToTokenPool,
+        "RadixCache": RadixCache,
+        "RadixKey": RadixKey,
+    }
     from sglang_verify_plugin.defrag_hook import DefragHook, DefragSettings, Target
 
     t0 = time.perf_counter()
@@ -273,7 +289,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kv_defrag.scheduler_gpu_check")
+    ap = argparse.ArgumentParser(prog="python -m sglang_verify_plugin.defrag_gpu_check")
     ap.add_argument("--json", action="store_true", help="print one JSON document (always JSON)")
     ap.add_argument("--slots", type=int, default=200_000)
     ap.add_argument("--layers", type=int, default=8)
