@@ -36,24 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mla_verify.inputs import KERNEL_ARGS as EXTEND_ARGS  # extend_attention_fwd's first 13 parameters
 from tool_contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code
 
 TESTED_VERSIONS = ("0.5.23",)
-EXTEND_ARGS = (
-    "q_extend",
-    "k_extend",
-    "v_extend",
-    "o_extend",
-    "k_buffer",
-    "v_buffer",
-    "qo_indptr",
-    "kv_indptr",
-    "kv_indices",
-    "custom_mask",
-    "is_causal",
-    "mask_indptr",
-    "max_len_extend",
-)
 EXTEND_KWARGS = ("k_scale", "v_scale", "sm_scale", "logit_cap")
 EXTEND_MODULES = (
     "sglang.kernels.ops.attention.extend_attention",

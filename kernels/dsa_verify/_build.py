@@ -23,7 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from mla_verify._build import PrebuiltUnavailable, build_root, interpreter_tags, prebuilt_only, sha256_file
+from mla_verify._build import (
+    PrebuiltUnavailable,
+    build_root,
+    interpreter_tags,
+    prebuilt_only,
+    sha256_file,
+)
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("binding.cpp", "dsa_verify.cu")
@@ -34,15 +40,6 @@ LIBRARY_NAME = f"{EXT_NAME}.so"
 RECORD_NAME = "build.json"
 CXX_FLAGS = ["-O2", "-std=c++17"]
 _MODULES: dict = {}
-
-
-def arch_for_capability(major: int, minor: int) -> str:
-    """'sm_90a' for compute capability 9.x, 'sm_120a' for 12.x; ValueError otherwise."""
-    if major == 9:
-        return "sm_90a"
-    if major == 12:
-        return "sm_120a"
-    raise ValueError(f"unsupported compute capability {major}.{minor}: need 9.x (sm_90a) or 12.x (sm_120a)")
 
 
 def nvcc_flags(arch: str) -> list[str]:

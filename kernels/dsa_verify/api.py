@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from mla_verify.api import device_info
+
 from . import tiles
 from .layout import BF16_ROW, FP8_ROW_BYTES
 
@@ -161,23 +163,8 @@ def workspace_numel(num_splits: int, T: int, H: int) -> int:
     return 0 if num_splits <= 1 else num_splits * T * H * 513
 
 
-_DEVICE_INFO: dict = {}
 _OCC: dict = {}
 _WS_CACHE: dict = {}
-
-
-def _device_info(device) -> tuple:
-    key = (device.type, device.index)
-    info = _DEVICE_INFO.get(key)
-    if info is None:
-        import torch
-
-        from ._build import arch_for_capability
-
-        props = torch.cuda.get_device_properties(device)
-        info = (arch_for_capability(props.major, props.minor), props.multi_processor_count)
-        _DEVICE_INFO[key] = info
-    return info
 
 
 def _ctas_per_sm(mod, device, cfg: tiles.TileConfig, fp8: bool) -> int:
@@ -200,7 +187,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     """resolve() plus whether the split grid fits one resident wave (early combine launch)."""
     from ._build import load
 
-    arch, sms = _device_info(device)
+    arch, sms = device_info(device)
     if tile_config == "auto":
         cfg = tiles.default_config(arch, H)
     else:
@@ -297,7 +284,7 @@ def why_unsupported(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out=None,
     """None when dsa_verify_fwd handles this call, else the reason (never raises)."""
     try:
         validate(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out, lse)
-        _device_info(q_all.device)
+        device_info(q_all.device)
     except (ValueError, TypeError, RuntimeError, AssertionError, AttributeError) as exc:
         return str(exc)
     return None

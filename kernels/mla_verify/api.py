@@ -262,8 +262,8 @@ def _workspace(device, numel: int):
 _DEVICE_INFO: dict = {}
 
 
-def _device_info(device) -> tuple:
-    """(arch, SM count) of a CUDA device, cached (host-side only, no sync)."""
+def device_info(device) -> tuple:
+    """(arch, SM count) of a CUDA device, cached (host-side only, no sync); the DSA kernel uses it too."""
     key = (device.type, device.index)
     info = _DEVICE_INFO.get(key)
     if info is None:
@@ -278,7 +278,7 @@ def _device_info(device) -> tuple:
 
 
 def device_arch(device) -> str:
-    return _device_info(device)[0]
+    return device_info(device)[0]
 
 
 def mla_verify_fwd(
@@ -334,7 +334,7 @@ def mla_verify_fwd(
         logit_cap,
     )
     B, T, H = sizes["B"], sizes["T"], sizes["H"]
-    arch, sms = _device_info(q_extend.device)
+    arch, sms = device_info(q_extend.device)
     if tile_config == "auto":
         cfg = tiles.DEFAULT_CONFIG[arch]
     else:

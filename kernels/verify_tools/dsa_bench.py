@@ -207,12 +207,12 @@ def main(argv=None) -> int:
         return _emit(blocked_doc(f"torch not importable: {exc}"), a, EXIT_BLOCKED)
     if not torch.cuda.is_available():
         return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a, EXIT_BLOCKED)
-    from dsa_verify.api import _device_info, dsa_verify_fwd, resolve, workspace_numel_for
+    from dsa_verify.api import device_info, dsa_verify_fwd, resolve, workspace_numel_for
     from dsa_verify.layout import quantize_rows
     from verify_tools.dsa_parity import sglang_triton
 
     device = torch.device("cuda", torch.cuda.current_device())
-    arch, sms = _device_info(device)
+    arch, sms = device_info(device)
     if a.diag:
         print(json.dumps(diag(device, a.reps), indent=1))
         return 0

@@ -305,10 +305,10 @@ def main(argv=None) -> int:
         return _emit(blocked_doc(f"torch not importable: {exc}"), a.json, EXIT_BLOCKED)
     if not torch.cuda.is_available():
         return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a.json, EXIT_BLOCKED)
-    from dsa_verify.api import _device_info
+    from dsa_verify.api import device_info
 
     device = torch.device("cuda", torch.cuda.current_device())
-    arch, sms = _device_info(device)
+    arch, sms = device_info(device)
     names = [c.name for c in CASES]
     wanted = set(QUICK) if a.quick else set(names)
     if a.cases:

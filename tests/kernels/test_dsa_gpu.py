@@ -14,9 +14,9 @@ pytestmark = pytest.mark.gpu
 def test_binding_smem_matches_tiles(cuda_device):
     from dsa_verify import tiles
     from dsa_verify._build import load
-    from dsa_verify.api import _device_info
+    from dsa_verify.api import device_info
 
-    arch, _ = _device_info(cuda_device)
+    arch, _ = device_info(cuda_device)
     mod = load(arch)
     for c in tiles.ARCH_CONFIGS[arch]:
         assert mod.config_compiled(c.index)
@@ -35,9 +35,9 @@ def test_quick_parity_passes(cuda_device, capsys):
 
 def test_prebuilt_library_builds_and_loads(cuda_device, tmp_path, monkeypatch):
     from dsa_verify import _build
-    from dsa_verify.api import _device_info
+    from dsa_verify.api import device_info
 
-    arch, _ = _device_info(cuda_device)
+    arch, _ = device_info(cuda_device)
     monkeypatch.setenv("MLA_VERIFY_BUILD_DIR", str(tmp_path))
     doc = _build.build_prebuilt(arch)
     assert doc["ok"], doc.get("log_tail")

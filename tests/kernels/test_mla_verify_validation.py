@@ -170,7 +170,7 @@ def fake_launch(monkeypatch):
     ext = FakeExtension()
     real_validate = api.validate
     monkeypatch.setattr(api, "validate", lambda *a, **k: real_validate(*a, require_cuda=False, **k))
-    monkeypatch.setattr(api, "_device_info", lambda dev: ("sm_90a", 132))
+    monkeypatch.setattr(api, "device_info", lambda dev: ("sm_90a", 132))
     monkeypatch.setattr(build, "load", lambda arch: ext)
     monkeypatch.setattr(api, "_workspace", lambda dev, n: torch.empty(n, dtype=torch.float32))
     return ext
