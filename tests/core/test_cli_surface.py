@@ -196,6 +196,34 @@ def test_status_cold_start_is_at_most_3x_importing_pydantic_and_yaml(capsys):
     )
 
 
+def test_a_status_process_ends_at_once_but_in_process_callers_and_exit_handlers_keep_theirs(ws):
+    """``python -m orchestrator status`` (and the console script) end with os._exit once the
+    output is flushed, so the output arrives whole; called in a process that has more to do
+    (an argument list, or a ``__main__`` that is not the orchestrator's), ``main`` raises
+    SystemExit and leaves the garbage collector as it found it; a registered exit handler
+    (coverage, say) still runs."""
+    ws.write_phase(phase(0, "a", [step("s", tool())]))
+    whole = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "status", "--json"], cwd=REPO, capture_output=True, text=True
+    )
+    assert whole.returncode == 0 and json.loads(whole.stdout)["command"] == "status"
+    in_process = (
+        "import gc, sys\nfrom orchestrator.__main__ import main\n"
+        "try:\n    main(['status', '--json'])\nexcept SystemExit as e:\n    print('EXIT', e.code, gc.isenabled(), file=sys.stderr)\n"
+    )
+    r = py(in_process)
+    assert r.returncode == 0 and "EXIT 0 True" in r.stderr, r.stderr
+    json.loads(r.stdout)
+    handler = (
+        "import atexit, sys\nfrom orchestrator.__main__ import main\n"
+        "atexit.register(lambda: print('HANDLER RAN', file=sys.stderr))\n"
+        "sys.argv = ['orchestrator', 'status', '--json']\nsys.exit(main())\n"
+    )
+    r = py(handler)  # this __main__ has `main` (like the console script), so it is the process entry
+    assert r.returncode == 0 and "HANDLER RAN" in r.stderr, r.stderr
+    json.loads(r.stdout)
+
+
 def test_readme_test_command_is_byte_identical_to_ci():
     """.ci/run runs exactly the README's test command: the line after its marker comment."""
     readme = (REPO / "README.md").read_text()
