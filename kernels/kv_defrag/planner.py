@@ -333,17 +333,26 @@ def _multi_run(seg: np.ndarray) -> bool:
     return seg.size > 1 and bool(np.any(seg[1:] != seg[:-1] + 1))
 
 
+class _BudgetSpent(Exception):
+    """Internal: the round's move budget is spent; the planner returns what it committed."""
+
+
 class _RoundPlanner:
     """Plans one round. mode "incremental": destinations are free slots only, a gap moves only
     if that merges it with a neighbour or reduces its run count. mode "compact": the space is
     every slot that is not pinned (free or held by a token that is not in a good run), and
     every unpinned token gets a destination (possibly its own slot is reused by another)."""
 
-    def __init__(self, flat: _Flat, min_run: int | None, mode: str, split: bool = False):
+    def __init__(self, flat: _Flat, min_run: int | None, mode: str, split: bool = False, max_moves: int | None = None):
         self.flat = flat
         self.min_run = min_run
         self.mode = mode
         self.split = split and mode == "incremental"
+        # Work budget (incremental rounds only): planning stops at the first placement that
+        # would take the round past ``max_moves`` moves, so the Python placement loop, the
+        # planner's dominant cost, is bounded by the budget rather than by the pool.
+        self.budget = max_moves if mode == "incremental" else None
+        self.n_moved = 0
         n = flat.num_slots
         self.s = flat.s
         run_start, run_len, run_id = _runs(flat)
@@ -366,17 +375,20 @@ class _RoundPlanner:
         reqs, lens = self.flat.reqs, self.flat.lens
         offs = np.cumsum(lens) - lens
         order = np.lexsort((reqs, -lens))  # longest first, ties by row id
-        for k in order.tolist():
-            i0, ln = int(offs[k]), int(lens[k])
-            rs = self.s[i0 : i0 + ln]
-            unfixed = ~self.fixed[rs]
-            if not unfixed.any():
-                continue
-            if self.mode == "incremental" and self.min_run is None and self._try_anchor(rs, unfixed):
-                continue
-            for a, b in _gaps(unfixed):
-                if not self._place_gap(rs, a, b) and self.split:
-                    self._place_split(rs, a, b)
+        try:
+            for k in order.tolist():
+                i0, ln = int(offs[k]), int(lens[k])
+                rs = self.s[i0 : i0 + ln]
+                unfixed = ~self.fixed[rs]
+                if not unfixed.any():
+                    continue
+                if self.mode == "incremental" and self.min_run is None and self._try_anchor(rs, unfixed):
+                    continue
+                for a, b in _gaps(unfixed):
+                    if not self._place_gap(rs, a, b) and self.split:
+                        self._place_split(rs, a, b)
+        except _BudgetSpent:
+            pass
         if not self.src:
             z = np.zeros(0, dtype=np.int64)
             return z, z
@@ -385,6 +397,21 @@ class _RoundPlanner:
         return src[keep], dst[keep]
 
     def _commit(self, moved: np.ndarray, dst: np.ndarray) -> None:
+        if self.budget is not None and self.n_moved + moved.size > self.budget:
+            # Over budget: stop the round here (every committed move stays valid on its own:
+            # its destination was free at the round start). Only a round that has committed
+            # nothing yet takes a prefix of this placement (cut at a run boundary when one
+            # fits), so a budget smaller than every gap still makes progress.
+            left = self.budget - self.n_moved
+            if self.n_moved == 0 and left > 0:
+                brk = np.flatnonzero(moved[1 : left + 1] != moved[:left] + 1) + 1
+                cut = int(brk[-1]) if brk.size else left
+                self._record(moved[:cut], dst[:cut])
+            raise _BudgetSpent
+        self._record(moved, dst)
+
+    def _record(self, moved: np.ndarray, dst: np.ndarray) -> None:
+        self.n_moved += int(moved.size)
         self.fixed[moved] = True
         self.new[moved] = dst
         self.src.append(moved.astype(np.int64))
@@ -588,6 +615,9 @@ def plan_defrag(
     compact: bool = True,
     max_levels: int = 64,
     split: bool = False,
+    max_moves: int | None = None,
+    frag_before: FragStats | None = None,
+    check: bool = True,
 ) -> Plan:
     """Plan the relocation of ``pool`` (see module docstring). Pure and deterministic.
 
@@ -599,6 +629,13 @@ def plan_defrag(
     split: incremental rounds may split a gap that fits no free extent whole into pieces over
         several free extents (see ``_RoundPlanner._place_split``); for pools with no large
         free extent (heavily churned, mostly full), where whole gaps never fit.
+    max_moves: work budget, moves over all rounds (>= 1), or None. Planning stops at the first
+        placement that would exceed it (a round that has placed nothing takes a prefix of its
+        first placement, cut at a run boundary), so planning time is bounded by the budget;
+        only incremental rounds are planned under a budget (``compact`` must be False).
+        ``stop_reason`` then says ``max_moves=N reached``.
+    frag_before: ``fragmentation(pool, min_run)`` when the caller already has it (trusted).
+    check: validate ``pool`` first (a caller that has just validated it may pass False).
     """
     if min_run is not None and (not isinstance(min_run, (int, np.integer)) or min_run < 1):
         raise PoolError(f"min_run: must be an integer >= 1 or None, got {min_run!r}")
@@ -606,49 +643,60 @@ def plan_defrag(
         raise PoolError(f"max_rounds: must be an integer >= 1, got {max_rounds!r}")
     if not isinstance(max_levels, (int, np.integer)) or max_levels < 0:
         raise PoolError(f"max_levels: must be an integer >= 0, got {max_levels!r}")
-    validate_pool(pool)
+    if max_moves is not None:
+        if not isinstance(max_moves, (int, np.integer)) or max_moves < 1:
+            raise PoolError(f"max_moves: must be an integer >= 1 or None, got {max_moves!r}")
+        if compact:
+            raise PoolError("max_moves: a budgeted plan has incremental rounds only (pass compact=False)")
+    if check:
+        validate_pool(pool)
     cur = _Flat.of(pool)
-    before = _frag(cur, min_run)
+    before = _frag(cur, min_run) if frag_before is None else frag_before
     n = pool.num_slots
     total = np.arange(n + 1, dtype=np.int64)
     rounds: list[Round] = []
     notes: list[str] = []
     if pool.free_slots.size == 0:
         notes.append("no free slot: incremental rounds cannot move anything")
+    state = {"frag": before, "moves": 0}  # fragmentation of ``cur``; moves planned so far
 
-    def add(mode: str, src: np.ndarray, dst: np.ndarray) -> None:
+    def add(mode: str, src: np.ndarray, dst: np.ndarray, frag: FragStats) -> None:
         nonlocal total, cur
         rounds.append(Round(mode, src, dst, schedule(src, dst, n, max_levels)))
         step = np.arange(n + 1, dtype=np.int64)
         step[src] = dst
         total = step[total]
         cur = cur.moved(src, dst)
+        state["frag"] = frag
+        state["moves"] += int(src.size)
 
     def incremental() -> str:
-        frag = _frag(cur, min_run)
         for _ in range(max_rounds):
-            src, dst = _RoundPlanner(cur, min_run, "incremental", split).run()
+            left = None if max_moves is None else max_moves - state["moves"]
+            if left is not None and left < 1:
+                return f"max_moves={max_moves} reached"
+            src, dst = _RoundPlanner(cur, min_run, "incremental", split, max_moves=left).run()
             if src.size == 0:
                 return "converged"
             trial = _frag(cur.moved(src, dst), min_run)
-            if not _better(trial, frag):  # e.g. shared slots pulled back and forth: stop
+            if not _better(trial, state["frag"]):  # e.g. shared slots pulled back and forth: stop
                 return "converged (last round dropped: no gain)"
-            add("incremental", src, dst)
-            frag = trial
+            add("incremental", src, dst, trial)
+        if max_moves is not None and state["moves"] >= max_moves:
+            return f"max_moves={max_moves} reached"
         return f"max_rounds={max_rounds} reached"
 
     stop = incremental()
-    frag = _frag(cur, min_run)
+    frag = state["frag"]
     if compact and frag.frac_tokens_in_good_runs < 1.0:
         src, dst = _RoundPlanner(cur, min_run, "compact").run()
         if src.size:
             trial = _frag(cur.moved(src, dst), min_run)
             if _better(trial, frag):
-                add("compact", src, dst)
+                add("compact", src, dst, trial)
                 stop = incremental() + " after compaction"
             else:
                 notes.append("compaction round dropped: it did not lower fragmentation")
-    after = _frag(cur, min_run)
     return Plan(
         num_slots=n,
         min_run=min_run,
@@ -657,7 +705,7 @@ def plan_defrag(
         free_after=cur.free,
         tokens_moved=int(sum(r.src.size for r in rounds)),
         frag_before=before,
-        frag_after=after,
+        frag_after=state["frag"],
         stop_reason=stop,
         notes=notes,
     )

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +73,7 @@ HOOK_METHOD = "get_next_batch_to_run"
 _MARK = "_orchestrator_defrag_wrapper"
 STATE_ATTR = "_orchestrator_defrag"
 KV_DIM = 576
+STALL_WINDOW = 1024  # tries kept for the stall percentiles in active.json
 
 
 class DefragUnsupported(Exception):
@@ -88,8 +89,15 @@ class DefragSettings:
     interval_steps: int = 64  # try at most once every this many scheduler steps
     min_runs_per_row: float = 2.0  # trigger: mean runs per row (requests + tree nodes)
     min_live_tokens: int = 1024  # trigger: at least this many live row positions
-    max_tokens_per_run: int = 65536  # cap on slots moved by one run, all its rounds (bounds the stall)
-    max_rounds_per_run: int = 8  # incremental rounds per run (each: plan, verify, copy, swap)
+    # Planning budget of one run (one scheduler step), all its rounds: the planner stops placing
+    # once this many slots would move, so the run's CPU time is bounded by the budget (plus a
+    # per-round floor that grows with the pool), not by how fragmented the pool is. Measured
+    # stall: docs/kernels/kv-defrag-results.md, "Scheduler-thread stall".
+    max_tokens_per_run: int = 4096
+    max_rounds_per_run: int = 1  # incremental rounds per run (each: gather, plan, verify, copy, swap)
+    # A run that stopped on its budget (more to do) is resumed this many steps later (capped at
+    # interval_steps); a run that converged, or a skip, waits interval_steps.
+    continue_interval_steps: int = 4
     backend: str = "auto"  # executor backend: auto (Triton on CUDA), torch, triton
 
     @classmethod
@@ -105,6 +113,8 @@ class DefragSettings:
             raise ValueError("defrag_options.max_tokens_per_run must be an integer >= 1")
         if not (isinstance(s.max_rounds_per_run, int) and s.max_rounds_per_run >= 1):
             raise ValueError("defrag_options.max_rounds_per_run must be an integer >= 1")
+        if not (isinstance(s.continue_interval_steps, int) and s.continue_interval_steps >= 1):
+            raise ValueError("defrag_options.continue_interval_steps must be an integer >= 1")
         if not (isinstance(s.min_live_tokens, int) and s.min_live_tokens >= 0):
             raise ValueError("defrag_options.min_live_tokens must be an integer >= 0")
         if not isinstance(s.min_runs_per_row, (int, float)) or s.min_runs_per_row < 1:
@@ -225,7 +235,10 @@ def gather(target: Target) -> _State:
     else:
         sub = np.zeros((rows_a.size, width), dtype=np.int32)
     nodes = tree_nodes_with_slots(target.tree_cache)
-    node_vals = [n.value.detach().cpu().numpy().astype(np.int64) for n in nodes]
+    node_vals = []
+    if nodes:  # one device->host copy for all node values (not one synchronising copy per node)
+        flat = torch.cat([n.value.detach().reshape(-1) for n in nodes]).cpu().numpy().astype(np.int64)
+        node_vals = np.split(flat, np.cumsum([int(n.value.numel()) for n in nodes])[:-1])
     free = alloc.get_all_free_pages().detach().cpu().numpy().astype(np.int64)
     free.sort()
     if free.size > 1 and np.any(free[1:] == free[:-1]):
@@ -241,11 +254,10 @@ def gather(target: Target) -> _State:
 
 def make_plan(state: _State, settings: DefragSettings, budget: int | None = None, first: bool = True):
     """One round's plan (one incremental round, split over free extents where a gap fits none
-    whole, capped at ``budget`` moves, default ``max_tokens_per_run``), or :class:`DefragSkip`.
-    ``first``: the run's first round (the trigger thresholds apply only there)."""
-    from dataclasses import replace
-
-    from kv_defrag.planner import Round, fragmentation, plan_defrag, schedule
+    whole), planned under a budget of ``budget`` moves (default ``max_tokens_per_run``): the
+    planner stops placing once the budget would be exceeded, so planning time is bounded by it;
+    or :class:`DefragSkip`. ``first``: the run's first round (the trigger thresholds apply only there)."""
+    from kv_defrag.planner import fragmentation, plan_defrag
 
     before = fragmentation(state.pool)
     if first and (before.live_tokens < settings.min_live_tokens or before.runs_per_request < settings.min_runs_per_row):
@@ -255,31 +267,21 @@ def make_plan(state: _State, settings: DefragSettings, budget: int | None = None
     cap = settings.max_tokens_per_run if budget is None else int(budget)
     if cap < 1:
         raise DefragSkip("budget_spent")
-    plan = plan_defrag(state.pool, min_run=None, max_rounds=1, compact=False, split=True)
+    # state.pool was validated by gather(); the planner need not validate it again
+    plan = plan_defrag(
+        state.pool,
+        min_run=None,
+        max_rounds=1,
+        compact=False,
+        split=True,
+        max_moves=cap,
+        frag_before=before,
+        check=False,
+    )
     if not plan.rounds:
         raise DefragSkip("nothing_to_move")
-    rnd = plan.rounds[0]
-    if rnd.src.size > cap:
-        k = cap
-        src, dst = rnd.src[:k], rnd.dst[:k]
-        n = plan.num_slots
-        remap = np.arange(n + 1, dtype=np.int64)
-        remap[src] = dst
-        isfree = np.zeros(n + 1, dtype=bool)
-        isfree[state.free] = True
-        isfree[src] = True
-        isfree[dst] = False
-        free_after = np.flatnonzero(isfree[1:]).astype(np.int64) + 1
-        after = fragmentation(state.pool.remapped(remap, free_after))
-        plan = replace(
-            plan,
-            rounds=(Round("incremental", src, dst, schedule(src, dst, n)),),
-            remap=remap,
-            free_after=free_after,
-            tokens_moved=int(k),
-            frag_after=after,
-            notes=plan.notes + [f"capped at max_tokens_per_run={k}"],
-        )
+    if plan.rounds[0].src.size > cap:
+        raise AssertionError(f"the planner moved {plan.rounds[0].src.size} slots over its budget of {cap}")
     if plan.frag_after.runs >= before.runs:
         raise DefragSkip("no_gain")
     return plan
@@ -313,7 +315,9 @@ def verify_plan(state: _State, plan) -> None:
         raise AssertionError("remap does not match the moves")
     after = state.pool.remapped(plan.remap, plan.free_after)
     after.validate()  # free list == exact complement of the remapped live slots
-    if np.unique(after.slots).size != np.unique(state.pool.slots).size:
+    live_after = np.zeros(n + 1, dtype=bool)
+    live_after[after.slots] = True
+    if int(live_after.sum()) != int(live.sum()):  # distinct live slots before == after
         raise AssertionError("two live slots map to one")
 
 
@@ -348,10 +352,17 @@ def execute(target: Target, state: _State, plan, settings: DefragSettings) -> Ru
         if changed.any():
             new_rows = (torch.as_tensor(state.rows[changed], device=dev), torch.as_tensor(new_sub[changed], device=dev))
     new_vals = []
+    changed_nodes, changed_vals = [], []
     for node, vals in zip(state.nodes, state.node_vals):
         nv = remap[vals]
         if not np.array_equal(nv, vals):
-            new_vals.append((node, torch.as_tensor(nv, dtype=node.value.dtype, device=node.value.device)))
+            changed_nodes.append(node)
+            changed_vals.append(nv)
+    if changed_nodes:  # one host->device copy, then one tensor of its own per node
+        v0 = changed_nodes[0].value
+        flat = torch.as_tensor(np.concatenate(changed_vals), dtype=v0.dtype, device=v0.device)
+        for node, piece in zip(changed_nodes, torch.split(flat, [int(v.size) for v in changed_vals])):
+            new_vals.append((node, piece.to(dtype=node.value.dtype, device=node.value.device).clone()))
     new_free = torch.as_tensor(plan.free_after, dtype=torch.int64, device=alloc.free_pages.device)
     new_release = alloc.release_pages.new_empty((0,))
     # 2. copies, every layer of every pool on this slot space; then synchronise
@@ -400,6 +411,14 @@ class DefragHook:
     last_run: dict | None = None
     on_change: Callable[[DefragHook], None] | None = None
     on_count: Callable[[DefragHook], None] | None = None  # told after every run or counted skip
+    next_step: int = 1  # the scheduler step of the next try (step-counted: TP ranks stay in lockstep)
+    # The hook's own time on the scheduler thread for each try (runs and skips alike; the
+    # steps it waits out cost nothing): total, planning (CPU: gather, plan, verify) and copy
+    # + index swap, milliseconds, the last STALL_WINDOW tries. status() reports their p50/p99/max.
+    stall_ms: deque = field(default_factory=lambda: deque(maxlen=STALL_WINDOW))
+    plan_ms: deque = field(default_factory=lambda: deque(maxlen=STALL_WINDOW))
+    copy_ms: deque = field(default_factory=lambda: deque(maxlen=STALL_WINDOW))
+    ran: deque = field(default_factory=lambda: deque(maxlen=STALL_WINDOW))  # that try moved slots
 
     @property
     def applied(self) -> bool:
@@ -438,8 +457,24 @@ class DefragHook:
             "defrag_skips": dict(self.skips),
             "defrag_last_error": self.disabled,
             "defrag_last_run": self.last_run,
+            "defrag_stall_ms": self.stall_summary(),
             "defrag_settings": dict(self.settings.__dict__),
         }
+
+    def stall_summary(self) -> dict[str, Any]:
+        """p50 / p99 / max of the hook's time on the scheduler thread per try (ms; the last
+        ``STALL_WINDOW`` tries), and of its planning and copy parts."""
+        out: dict[str, Any] = {"tries": len(self.stall_ms), "runs": int(sum(self.ran))}
+        ran = [x for x, r in zip(self.stall_ms, self.ran) if r]
+        for name, xs in (("total", self.stall_ms), ("plan", self.plan_ms), ("copy", self.copy_ms), ("run", ran)):
+            if xs:
+                a = np.asarray(xs, dtype=np.float64)
+                out[name] = {
+                    "p50": round(float(np.percentile(a, 50)), 3),
+                    "p99": round(float(np.percentile(a, 99)), 3),
+                    "max": round(float(a.max()), 3),
+                }
+        return out
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -460,10 +495,17 @@ class DefragHook:
         if not self.applied:
             return "not_applied"
         self.steps += 1
-        if (self.steps - 1) % self.settings.interval_steps:
+        if self.steps < self.next_step:
             return "interval"
+        import time
+
+        self.next_step = self.steps + self.settings.interval_steps
+        self._plan_s = self._copy_s = 0.0
+        t0 = time.perf_counter()
+        result = "failed"
         try:
-            return self._run()
+            result = self._run()
+            return result
         except DefragSkip as skip:
             reason = skip.args[0]
             self.skips[reason] += 1
@@ -477,6 +519,11 @@ class DefragHook:
             log.exception("defrag failed; disabled for this process")
             self._changed()
             return "failed"
+        finally:
+            self.stall_ms.append((time.perf_counter() - t0) * 1e3)
+            self.plan_ms.append(self._plan_s * 1e3)
+            self.copy_ms.append(self._copy_s * 1e3)
+            self.ran.append(result == "ran")
 
     def _run(self) -> str:
         import time
@@ -510,14 +557,17 @@ class DefragHook:
             try:
                 plan = make_plan(state, s, budget=s.max_tokens_per_run - moved, first=rounds == 0)
             except DefragSkip as skip:
+                self._plan_s += time.perf_counter() - t0
                 if rounds == 0:
                     raise
                 stop = skip.args[0]
                 break
             verify_plan(state, plan)
             t1 = time.perf_counter()
+            self._plan_s += t1 - t0
             res = execute(t, state, plan, s)
             t2 = time.perf_counter()
+            self._copy_s += t2 - t1
             rounds += 1
             moved += res.tokens_moved
             nbytes += res.bytes_moved
@@ -543,6 +593,8 @@ class DefragHook:
             }
         self.runs += 1
         self.last_run["stop"] = stop
+        if stop.startswith(("max_tokens_per_run", "max_rounds_per_run")):  # more to do: resume soon
+            self.next_step = self.steps + min(s.continue_interval_steps, s.interval_steps)
         self._changed()
         return "ran"
 
