@@ -1,13 +1,21 @@
-"""SGLang backend plugin: the bundled MLA target-verify kernel inside the Triton backend.
+"""SGLang backend plugin: the bundled target-verify kernels inside SGLang's attention backends.
 
-``register()`` replaces the factory under the name ``"triton"`` in SGLang's
-``ATTENTION_BACKENDS`` (so every name check against "triton" keeps working). The factory
-reads the config (``verify_backend.json`` / ``ORCHESTRATOR_VERIFY_DISABLE``) each time a
-process builds its backend, i.e. at service start, and returns:
+``register()`` replaces two factories in SGLang's ``ATTENTION_BACKENDS``, keeping their names
+(SGLang compares them in many places), one route per model family:
+
+- ``"triton"`` (dense MLA: DeepSeek-V3/R1, Kimi K2) -> the bundled ``mla_verify`` kernel;
+- ``"dsa"`` (DeepSeek Sparse Attention: GLM-5, DeepSeek-V3.2) -> the bundled ``dsa_verify``
+  kernel (:mod:`sglang_verify_plugin.dsa_backend`). Not installed (logged) when this SGLang has
+  no importable dsa backend; the dense route is unaffected.
+
+Each factory reads the config (``verify_backend.json`` / ``ORCHESTRATOR_VERIFY_DISABLE``) each
+time a process builds its backend, i.e. at service start, and returns:
 
 - :class:`~sglang_verify_plugin.backend.BundledVerifyTritonBackend` when the config says
-  ``"bundled"``;
-- SGLang's own backend (the stock factory) otherwise: the kill switch, without uninstalling.
+  ``"bundled"`` and its ``model_family`` is ``dense_mla`` (or absent), resp. the dsa subclass
+  when it says ``"bundled"`` and ``model_family: dsa``;
+- SGLang's own backend (the stock factory) otherwise: the kill switch, without uninstalling;
+  the route the cut-over did not enable records ``route: stock`` with the reason.
 
 ``register()`` also puts the process in prebuilt-only mode (``MLA_VERIFY_PREBUILT_ONLY=1``):
 the kernel loads the library phase 0 built and hash-recorded, and never compiles (no nvcc,
@@ -56,10 +64,16 @@ def make_factory(
         cfg = config_loader()
         role = runner_role(runner)
         set_rank(**runner_rank(runner))
-        if not cfg.bundled or getattr(runner.model_config, "is_encoder_decoder", False):
-            log.info("verify kernel: stock Triton (%s)", cfg.reason)
+        reason = cfg.reason
+        if cfg.bundled and cfg.model_family not in (None, "dense_mla"):
+            reason = (
+                f"{cfg.reason}, model_family={cfg.model_family}: the bundle was cut over for the "
+                f"{cfg.model_family} route, not the dense (triton) one"
+            )
+        if reason != cfg.reason or not cfg.bundled or getattr(runner.model_config, "is_encoder_decoder", False):
+            log.info("verify kernel: stock Triton (%s)", reason)
             backend = stock(runner)
-            record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, cfg.reason), role=role, route="stock")
+            record_active(VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, reason), role=role, route="stock")
             return backend
         from sglang_verify_plugin.backend import BundledVerifyTritonBackend
 
@@ -88,6 +102,11 @@ def register(config_loader: Callable[[], VerifyConfig] = load_config) -> bool:
     current = backends[BACKEND_NAME]
     stock = getattr(current, _STOCK_ATTR, current)
     backends[BACKEND_NAME] = make_factory(stock, config_loader)
+    from sglang_verify_plugin.dsa_backend import register_dsa
+
+    why_not = register_dsa(config_loader)
+    if why_not is not None:
+        log.error("DSA verify route not registered (dense route unaffected): %s", why_not)
     install_defrag(config_loader)
     return True
 
@@ -124,6 +143,9 @@ def unregister() -> bool:
         uninstall()
     except ImportError:
         pass
+    from sglang_verify_plugin.dsa_backend import unregister_dsa
+
+    unregister_dsa()
     stock = getattr(current, _STOCK_ATTR, None)
     if stock is None:
         return False

@@ -2,7 +2,10 @@
 
 Read once when a process builds its attention backend ("at start"). The file lives at
 ``ORCHESTRATOR_VERIFY_CONFIG`` (``<remote_root>/verify_backend.json`` on a host) and holds
-``{"verify_kernel": "bundled"|"stock", "bundle_sha": ..., "defrag": false}``.
+``{"verify_kernel": "bundled"|"stock", "bundle_sha": ..., "defrag": false, "model_family": ...}``:
+``model_family`` (``dense_mla``, the default, or ``dsa``) says which route the cut-over enabled:
+the ``triton`` factory serves ``dense_mla``, the ``dsa`` factory serves ``dsa``; the other one
+stays SGLang's own.
 ``ORCHESTRATOR_VERIFY_DISABLE=1`` forces the stock Triton path whatever the file says.
 Stdlib only: imported by the SGLang plugin and by ``cutover_agent``.
 """
@@ -26,8 +29,11 @@ CONFIG_NAME = "verify_backend.json"
 ACTIVE_NAME = "active.json"  # the merge of every service process's record (what really runs)
 ACTIVE_DIR = "active.d"  # one record per service process (TP rank): <key>.json
 FLUSH_INTERVAL_S = 0.5  # a process's routing counters reach its record within this many seconds
-ACTIVE_ROUTES = ("hook", "forward_extend")
+#: active.json routes on which a rank's target verify runs the bundled kernel, per model family.
+ROUTES_BY_FAMILY = {"dense_mla": ("hook", "forward_extend"), "dsa": ("dsa",)}
+ACTIVE_ROUTES = tuple(r for routes in ROUTES_BY_FAMILY.values() for r in routes)
 VERIFY_KERNELS = ("bundled", "stock")
+MODEL_FAMILIES = tuple(ROUTES_BY_FAMILY)
 
 
 class ConfigError(ValueError):
@@ -43,6 +49,7 @@ class VerifyConfig:
     defrag: bool
     reason: str  # one line: where the decision came from
     extra: Mapping[str, Any] = field(default_factory=dict)
+    model_family: str | None = None  # None: dense_mla (configs written before the dsa route)
 
     @property
     def bundled(self) -> bool:
@@ -65,6 +72,9 @@ def validate(doc: Any) -> dict[str, Any]:
         raise ConfigError(f"{CONFIG_NAME}: bundle_sha must be a string or null, got {sha!r}")
     if not isinstance(doc.get("defrag", False), bool):
         raise ConfigError(f"{CONFIG_NAME}: defrag must be true or false, got {doc.get('defrag')!r}")
+    fam = doc.get("model_family")
+    if fam is not None and fam not in MODEL_FAMILIES:
+        raise ConfigError(f"{CONFIG_NAME}: model_family must be one of {MODEL_FAMILIES} or null, got {fam!r}")
     return doc
 
 
@@ -106,13 +116,14 @@ def load_config(environ: Mapping[str, str] | None = None) -> VerifyConfig:
         return VerifyConfig("stock", None, False, f"unusable config: {exc}")
     if not doc:
         return VerifyConfig("stock", None, False, f"{path} does not exist")
-    known = {"verify_kernel", "bundle_sha", "defrag"}
+    known = {"verify_kernel", "bundle_sha", "defrag", "model_family"}
     return VerifyConfig(
         verify_kernel=doc.get("verify_kernel", "stock"),
         bundle_sha=doc.get("bundle_sha"),
         defrag=bool(doc.get("defrag", False)),
         reason=f"{path}: verify_kernel={doc.get('verify_kernel', 'stock')}",
         extra={k: v for k, v in doc.items() if k not in known},
+        model_family=doc.get("model_family"),
     )
 
 
@@ -326,6 +337,14 @@ def rank_inactive_reason(doc: dict[str, Any]) -> str | None:
     return None
 
 
+def route_family(route: Any) -> str | None:
+    """``dsa`` for the dsa route, ``dense_mla`` for the triton routes, None for stock/declined/none."""
+    for family, routes in ROUTES_BY_FAMILY.items():
+        if route in routes:
+            return family
+    return None
+
+
 def aggregate(ranks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """``active.json``: every rank's record plus what holds for all of them (never last-writer-wins)."""
     docs = [ranks[k] for k in sorted(ranks)]
@@ -364,6 +383,8 @@ def aggregate(ranks: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "verify_kernel": common("verify_kernel", "mixed"),
         "bundle_sha": common("bundle_sha"),
         "route": common("route", "mixed"),
+        # which bundled route every rank runs: dense_mla | dsa; "mixed" or None (not bundled) otherwise
+        "route_family": _common_family(docs),
         "reason": next(iter(inactive.values()), None) if inactive else common("reason"),
         "pid": docs[0].get("pid") if len(docs) == 1 else None,
         "pids": sorted(d.get("pid") for d in docs if d.get("pid") is not None),
@@ -392,6 +413,13 @@ def aggregate(ranks: dict[str, dict[str, Any]]) -> dict[str, Any]:
         for field in ("defrag_runs", "defrag_tokens_moved", "defrag_bytes_moved", "defrag_skipped_overlap"):
             doc[field] = sum(int(d.get(field) or 0) for d in req)
     return doc
+
+
+def _common_family(docs: list[dict[str, Any]]) -> str | None:
+    families = {route_family(d.get("route")) for d in docs}
+    if len(families) != 1:
+        return "mixed" if docs else None
+    return families.pop()
 
 
 def _alive(pid: Any) -> bool:

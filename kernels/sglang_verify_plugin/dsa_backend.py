@@ -1,9 +1,12 @@
 """SGLang `dsa` backend with target verify routed to the bundled sparse MLA kernel (dsa_verify).
 
-`register_dsa()` replaces `ATTENTION_BACKENDS["dsa"]` (the name is kept: SGLang compares it in
-several places) with a factory returning `BundledDsaVerifyBackend`, a subclass of SGLang 0.5.23's
-`DeepseekSparseAttnBackend` (its isinstance checks accept a subclass). Only the target model's
-backend comes from this factory; the MTP draft worker builds `DeepseekSparseAttnBackend` itself.
+`sglang_verify_plugin.register()` replaces `ATTENTION_BACKENDS["dsa"]` (the name is kept: SGLang
+compares it in several places) with :func:`make_dsa_factory`'s factory. Each time a process
+builds its attention backend it reads the config (`verify_backend.json`): with
+`verify_kernel: bundled` and `model_family: dsa` it returns `BundledDsaVerifyBackend`, a subclass
+of SGLang 0.5.23's `DeepseekSparseAttnBackend` (its isinstance checks accept a subclass);
+otherwise SGLang's own backend (stock factory). Only the target model's backend comes from this
+factory; the MTP draft worker builds `DeepseekSparseAttnBackend` itself.
 
 Routing: `forward_extend` marks the call when `forward_batch.forward_mode.is_target_verify()`
 (TARGET_VERIFY goes through forward_extend, and SGLang then runs its decode impl). The decode
@@ -12,41 +15,141 @@ impls that receive the verify tensors after the KV save and the index transform 
 `_forward_flashmla_kv` (sm_90, fp8). On a marked call each one hands q_all [T, H, 576],
 kv_cache, page_table_1 [T, 2048] and dsa_cache_seqlens_int32 to `dsa_verify.dsa_verify_fwd`;
 anything the bundled kernel does not support (why_unsupported: shape, dtype, stride, device;
-skip-softmax thresholds; v_head_dim != 512; index kpool > 1; a kernel error) falls back to
-SGLang's own impl, and every decision is counted per reason in `route_stats()` (per process =
-per TP rank) so active.json can report the route truthfully. Draft extend and prefill are never
-routed. The workspace is persistent per (T, H, kv format) and owned by the backend instance
+skip-softmax thresholds; v_head_dim != 512; index kpool > 1; the prebuilt library missing; a
+kernel error) falls back to SGLang's own impl. Draft extend and prefill are never routed.
+
+Every routed or declined verify call is counted per backend (= per TP rank process) with the
+same record the dense route writes (:meth:`stats`): per CUDA-graph-captured batch size which
+kernel the graph replays, eager calls routed/declined with reasons, the static decline (no
+prebuilt library: every call declined) and the library record. The process record
+(`active.d/<rank>.json`, merged into `active.json`) carries `route: "dsa"`.
+
+The workspace is persistent per (T, H, kv format) and owned by the backend instance
 (allocated on first use, before or inside CUDA-graph capture, then reused by every replay).
 """
 
 from __future__ import annotations
 
-import threading
+import logging
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
-ROUTE_BUNDLED = "bundled"
-_STATS: Counter = Counter()
-_LOCK = threading.Lock()
+from sglang_verify_plugin.config import (
+    VerifyConfig,
+    load_config,
+    mark_dirty,
+    record_active,
+    set_rank,
+    set_stats_provider,
+)
+
+log = logging.getLogger("sglang_verify_plugin")
+
+BACKEND_NAME = "dsa"
+ROUTE_DSA = "dsa"  # active.json route of a rank whose target verify runs the bundled DSA kernel
+ROUTE_DECLINED = "declined"
+MODEL_FAMILY = "dsa"  # verify_backend.json `model_family` that enables this route
+_STOCK_ATTR = "_orchestrator_stock_factory"
 
 
-def _count(key: str) -> None:
-    with _LOCK:
-        _STATS[key] += 1
-
-
-def route_stats() -> dict:
-    """{'bundled': n, 'fallback:<reason>': n, ...} for this process (one TP rank)."""
-    with _LOCK:
-        return dict(_STATS)
-
-
-def reset_route_stats() -> None:
-    with _LOCK:
-        _STATS.clear()
-
-
-def _short(reason: str) -> str:
+def _short(reason: str | None) -> str:
+    """The reason's first clause (``q_all: must be a CUDA tensor`` -> ``q_all``), for counters."""
     return reason.split(":", 1)[0].strip()[:60] if reason else "unknown"
+
+
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def load_dsa_library(device: Any) -> dict:
+    """Load the prebuilt DSA library (phase 0) for ``device``'s arch: its record, or
+    ``{"checked": False, ...}`` on a non-CUDA device. Raises ImportError with the reason."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {"checked": False, "why": f"device {device} is not CUDA: no library to load"}
+    from dsa_verify import _build
+    from mla_verify._build import arch_for_capability
+
+    try:
+        arch = arch_for_capability(*torch.cuda.get_device_capability(device))
+    except ValueError as exc:
+        raise ImportError(str(exc)) from None
+    _build.load_prebuilt(arch)
+    rec = _build.check_prebuilt(arch)
+    return {"checked": True, **{k: rec.get(k) for k in ("arch", "path", "sha256", "source_hash", "torch")}}
+
+
+class DsaRouteStats:
+    """Per-backend counters of target-verify calls (the dense route's BundledVerify.stats layout)."""
+
+    def __init__(self) -> None:
+        self.static_decline: str | None = None
+        self.kernel_error: str | None = None
+        self.library: dict | None = None
+        self.kv_dtype: str | None = None
+        self.eager_routed = 0
+        self.eager_declined = 0
+        self.eager_reasons: Counter[str] = Counter()
+        self.captured: dict[int, dict[str, Any]] = {}
+        self.on_stats: Callable[[bool], None] | None = None
+
+    def count(self, bs: int | None, capturing: bool, reason: str | None) -> None:
+        new = False
+        if capturing:
+            key = int(bs) if bs is not None else -1
+            entry = self.captured.get(key)
+            if entry is None:
+                entry = self.captured[key] = {"bundled": 0, "declined": 0, "reasons": Counter()}
+                new = True
+            if reason is None:
+                entry["bundled"] += 1
+            else:
+                new = new or reason not in entry["reasons"]
+                entry["declined"] += 1
+                entry["reasons"][reason] += 1
+        elif reason is None:
+            new = self.eager_routed == 0
+            self.eager_routed += 1
+        else:
+            new = reason not in self.eager_reasons
+            self.eager_declined += 1
+            self.eager_reasons[reason] += 1
+            if new:  # once per reason in the service log, never per call
+                log.warning("DSA target verify on SGLang's kernel instead of the bundled one: %s", reason)
+        if self.on_stats is not None:
+            try:
+                self.on_stats(new)
+            except Exception:  # reporting must never break the service
+                log.exception("on_stats callback failed")
+
+    def stats(self) -> dict[str, Any]:
+        captured = {
+            str(bs): {
+                "kernel": "bundled" if e["declined"] == 0 and e["bundled"] > 0 else "sglang",
+                "bundled_calls": e["bundled"],
+                "declined_calls": e["declined"],
+                "reasons": dict(e["reasons"]),
+            }
+            for bs, e in sorted(dict(self.captured).items())
+        }
+        return {
+            "route": ROUTE_DSA,
+            "static_decline": self.static_decline,
+            "kernel_error": self.kernel_error,
+            "kv_dtype": self.kv_dtype,
+            "library": self.library,
+            "captured": captured,
+            "eager": {
+                "routed": self.eager_routed,
+                "declined": self.eager_declined,
+                "reasons": dict(self.eager_reasons),
+            },
+        }
 
 
 _CLASS = None
@@ -63,26 +166,65 @@ def backend_class():
         """DeepseekSparseAttnBackend whose target-verify attention runs the bundled kernel."""
 
         _dsa_verify_marked = False
+        _dsa_verify_bs: int | None = None
+
+        @property
+        def dsa_route(self) -> DsaRouteStats:
+            route = self.__dict__.get("_dsa_route")
+            if route is None:
+                route = self.__dict__["_dsa_route"] = DsaRouteStats()
+            return route
+
+        def dsa_stats(self) -> dict[str, Any]:
+            return self.dsa_route.stats()
+
+        def dsa_preflight(self, library_loader: Callable[[Any], dict] | None = None) -> str | None:
+            """Once, when the backend is built: load the prebuilt DSA library for this GPU (a
+            service never compiles). The reason every call will be declined, or None."""
+            route = self.dsa_route
+            pool = getattr(self, "token_to_kv_pool", None)
+            dtype = getattr(pool, "dtype", None)
+            route.kv_dtype = None if dtype is None else str(dtype).replace("torch.", "")
+            try:
+                route.library = (library_loader or load_dsa_library)(getattr(self, "device", "cpu"))
+                reason = None
+            except ImportError as exc:  # PrebuiltUnavailable: missing, hash mismatch, wrong torch
+                route.library = {"checked": True, "error": str(exc)}
+                reason = str(exc)
+            except Exception as exc:  # noqa: BLE001 - any doubt: SGLang's kernel, with the reason
+                route.library = {"checked": True, "error": f"{type(exc).__name__}: {exc}"}
+                reason = f"library check failed: {type(exc).__name__}: {exc}"
+            route.static_decline = reason
+            if reason:
+                log.error("bundled DSA verify kernel declined for this process: %s", reason)
+            return reason
 
         def forward_extend(self, q, k, v, layer, forward_batch, *args, **kwargs):
             mode = getattr(forward_batch, "forward_mode", None)
             marked = bool(mode is not None and mode.is_target_verify())
-            prev = self._dsa_verify_marked
+            prev, prev_bs = self._dsa_verify_marked, self._dsa_verify_bs
             self._dsa_verify_marked = marked
+            self._dsa_verify_bs = getattr(forward_batch, "batch_size", None) if marked else None
             try:
                 return super().forward_extend(q, k, v, layer, forward_batch, *args, **kwargs)
             finally:
-                self._dsa_verify_marked = prev
+                self._dsa_verify_marked, self._dsa_verify_bs = prev, prev_bs
+
+        def _dsa_decline(self, reason: str) -> None:
+            self.dsa_route.count(self._dsa_verify_bs, _capturing(), reason)
 
         # -- the bundled call, or None (then the caller falls back) --
         def _dsa_bundled(self, q_all, kv_cache, page_table_1, seq_lens, sm_scale, v_head_dim=512):
             if not self._dsa_verify_marked:
                 return None
-            reason = None
-            if v_head_dim != 512:
-                reason = f"v_head_dim: {v_head_dim} != 512"
-            elif int(getattr(self, "dsa_index_kpool", 1) or 1) > 1:
-                reason = "index_kpool: > 1 (pooled page table)"
+            route = self.dsa_route
+            reason = route.static_decline
+            if reason is None and route.kernel_error is not None:
+                reason = "kernel disabled"
+            if reason is None and v_head_dim != 512:
+                reason = "v_head_dim != 512"
+            if reason is None and int(getattr(self, "dsa_index_kpool", 1) or 1) > 1:
+                reason = "index_kpool > 1"
             if reason is None:
                 try:
                     from dsa_verify.api import dsa_verify_fwd, why_unsupported, workspace_numel_for
@@ -92,8 +234,10 @@ def backend_class():
                         seq_lens = seq_lens[:T]
                     row = kv_cache.shape[-1]
                     kv = kv_cache.reshape(-1, 1, row) if kv_cache.dim() != 3 or kv_cache.shape[1] != 1 else kv_cache
-                    reason = why_unsupported(q_all, kv, page_table_1, seq_lens, float(sm_scale))
-                    if reason is None:
+                    why = why_unsupported(q_all, kv, page_table_1, seq_lens, float(sm_scale))
+                    if why is not None:
+                        reason = _short(why)
+                    else:
                         key = (T, q_all.shape[1], row, q_all.device.index)
                         wss = self.__dict__.setdefault("_dsa_verify_ws", {})
                         ws = wss.get(key)
@@ -104,18 +248,26 @@ def backend_class():
                             ws = torch.empty(max(1, need), dtype=torch.float32, device=q_all.device)
                             wss[key] = ws
                         out = dsa_verify_fwd(q_all, kv, page_table_1, seq_lens, float(sm_scale), workspace=ws)
-                        _count(ROUTE_BUNDLED)
+                        route.count(self._dsa_verify_bs, _capturing(), None)
                         return out
-                except Exception as exc:  # a kernel or build error never takes the service down
-                    reason = f"error: {type(exc).__name__}: {exc}"
-            _count("fallback:" + _short(reason))
+                except (
+                    ImportError,
+                    OSError,
+                    RuntimeError,
+                ) as exc:  # a kernel or load error never takes the service down
+                    route.kernel_error = f"{type(exc).__name__}: {exc}"[:300]
+                    log.error("bundled DSA verify kernel disabled in this process: %s", route.kernel_error)
+                    reason = "error"
+                except Exception as exc:  # noqa: BLE001 - an argument check: SGLang's kernel for this call
+                    reason = f"error: {type(exc).__name__}"
+            self._dsa_decline(reason or "unknown")
             return None
 
         def _forward_flashinfer_sparse_mla(
             self, q_all, kv_cache, page_table_1, seq_lens, sm_scale, skip_softmax_threshold_scale_factor
         ):
             if self._dsa_verify_marked and skip_softmax_threshold_scale_factor is not None:
-                _count("fallback:skip_softmax_threshold")
+                self._dsa_decline("skip_softmax_threshold")
             else:
                 out = self._dsa_bundled(q_all, kv_cache, page_table_1, seq_lens, sm_scale)
                 if out is not None:
@@ -141,7 +293,7 @@ def backend_class():
         ):
             if self._dsa_verify_marked:
                 if logit_cap or page_size != 1 or max_seqlen_q != 1 or q_rope is None:
-                    _count("fallback:fa3_args")
+                    self._dsa_decline("fa3_args")
                 else:
                     import torch
 
@@ -173,26 +325,105 @@ def backend_class():
                 if out is not None:
                     return out.view(out.shape[0], 1, out.shape[1], out.shape[2])  # FlashMLA's [T, 1, H, 512]
             elif self._dsa_verify_marked:
-                _count("fallback:flashmla_kv_bf16_store")
+                self._dsa_decline("flashmla_kv_bf16_store")
             return super()._forward_flashmla_kv(q_all, kv_cache, v_head_dim, sm_scale, layer, metadata, page_table_1)
 
     _CLASS = BundledDsaVerifyBackend
     return _CLASS
 
 
-def create_dsa_backend(runner):
-    """Factory registered as ATTENTION_BACKENDS['dsa']."""
-    return backend_class()(runner)
-
-
-def register_dsa() -> str | None:
-    """Install the factory under the name 'dsa'; None on success, else why it was not installed
-    (SGLang's own factory then stays in place)."""
-    try:
-        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
-
-        backend_class()
-    except Exception as exc:
-        return f"sglang dsa backend not importable: {type(exc).__name__}: {exc}"[:300]
-    ATTENTION_BACKENDS["dsa"] = create_dsa_backend
+def _route_refusal(cfg: VerifyConfig) -> str | None:
+    """Why this config does not enable the dsa route (None: it does)."""
+    if not cfg.bundled:
+        return cfg.reason
+    if cfg.model_family != MODEL_FAMILY:
+        return (
+            f"{cfg.reason}, model_family={cfg.model_family or 'dense_mla'}: the bundle was cut over for the "
+            "dense (triton) route; this model is served by SGLang's dsa backend"
+        )
     return None
+
+
+def make_dsa_factory(
+    stock: Callable[[Any], Any], config_loader: Callable[[], VerifyConfig] = load_config
+) -> Callable[[Any], Any]:
+    """The factory registered under "dsa": the bundled subclass or SGLang's own, per the config."""
+
+    def create_dsa_backend_with_bundled_verify(runner: Any) -> Any:
+        from sglang_verify_plugin.backend import runner_rank, runner_role
+
+        cfg = config_loader()
+        role = runner_role(runner)
+        set_rank(**runner_rank(runner))
+        why_not = _route_refusal(cfg)
+        if why_not is not None:
+            log.info("DSA verify kernel: SGLang's own (%s)", why_not)
+            backend = stock(runner)
+            record_active(
+                VerifyConfig("stock", cfg.bundle_sha, cfg.defrag, why_not, model_family=cfg.model_family),
+                role=role,
+                route="stock",
+            )
+            return backend
+        log.info("DSA verify kernel: bundled %s (%s)", (cfg.bundle_sha or "?")[:12], cfg.reason)
+        backend = backend_class()(runner)
+        record_dsa_active(backend, cfg, role)
+        return backend
+
+    setattr(create_dsa_backend_with_bundled_verify, _STOCK_ATTR, stock)
+    return create_dsa_backend_with_bundled_verify
+
+
+def record_dsa_active(backend: Any, cfg: VerifyConfig, role: str = "target") -> None:
+    """Preflight ``backend`` and record what it will do in this process's record (active.d)."""
+    backend.dsa_preflight()
+    route = backend.dsa_route
+    route.on_stats = mark_dirty
+    if role == "target":
+        set_stats_provider(role, backend.dsa_stats)
+    if route.static_decline:
+        record_active(
+            VerifyConfig(
+                "stock",
+                cfg.bundle_sha,
+                cfg.defrag,
+                f"bundled DSA kernel declined: {route.static_decline}",
+                model_family=cfg.model_family,
+            ),
+            role=role,
+            route=ROUTE_DECLINED,
+        )
+    else:
+        record_active(cfg, role=role, route=ROUTE_DSA, library=route.library)
+
+
+def register_dsa(config_loader: Callable[[], VerifyConfig] = load_config) -> str | None:
+    """Install the factory under the name 'dsa' (idempotent); None on success, else why it was not
+    installed (SGLang's own factory then stays in place)."""
+    try:
+        from sglang.srt.layers.attention import attention_registry
+
+        backends = attention_registry.ATTENTION_BACKENDS
+        if not isinstance(backends, dict) or BACKEND_NAME not in backends:
+            return f"sglang has no ATTENTION_BACKENDS[{BACKEND_NAME!r}]"
+        backend_class()
+    except Exception as exc:  # noqa: BLE001 - the dense route must register without the DSA one
+        return f"sglang dsa backend not importable: {type(exc).__name__}: {exc}"[:300]
+    current = backends[BACKEND_NAME]
+    stock = getattr(current, _STOCK_ATTR, current)
+    backends[BACKEND_NAME] = make_dsa_factory(stock, config_loader)
+    return None
+
+
+def unregister_dsa() -> bool:
+    """Put SGLang's own "dsa" factory back (tests; a live service just restarts)."""
+    try:
+        from sglang.srt.layers.attention import attention_registry
+    except ImportError:
+        return False
+    current = attention_registry.ATTENTION_BACKENDS.get(BACKEND_NAME)
+    stock = getattr(current, _STOCK_ATTR, None)
+    if stock is None:
+        return False
+    attention_registry.ATTENTION_BACKENDS[BACKEND_NAME] = stock
+    return True
