@@ -177,18 +177,52 @@ def _ctas_per_sm(mod, device, cfg: tiles.TileConfig, fp8: bool) -> int:
     return _OCC[key]
 
 
-def resolve(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", num_splits=None):
+_CLUSTERS: dict = {}
+COMBINES = ("auto", "kernel", "cluster")
+
+
+def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
+    key = (device.index, cfg.name, fp8, size)
+    if key not in _CLUSTERS:
+        import torch
+
+        with torch.cuda.device(device):
+            _CLUSTERS[key] = max(0, int(mod.config_max_clusters(cfg.index, fp8, size)))
+    return _CLUSTERS[key]
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _chunk_for(topk: int, splits: int, cfg: tiles.TileConfig) -> tuple[int, int]:
+    chunk = math.ceil(math.ceil(topk / splits) / cfg.block_n) * cfg.block_n
+    return math.ceil(topk / chunk), chunk
+
+
+def resolve(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", num_splits=None, combine="auto"):
     """(module, TileConfig, S, chunk) for a call shape on `device` (host-only, cached)."""
-    mod, cfg, S, chunk, _ = resolve_full(device, H, topk, T, fp8, tile_config, num_splits)
+    mod, cfg, S, chunk, _, _ = resolve_full(device, H, topk, T, fp8, tile_config, num_splits, combine)
     return mod, cfg, S, chunk
 
 
-def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", num_splits=None):
-    """resolve() plus whether the split grid fits one resident wave (early combine launch)."""
+def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto", num_splits=None, combine="auto"):
+    """resolve() plus whether the split grid fits one resident wave (early combine launch) and the
+    cluster size (0: fp32 workspace + combine kernel; S: the S splits of a (row, head tile) run as
+    one thread-block cluster that merges in DSMEM; sm_90a, configs tiles.CLUSTER_CONFIGS only).
+
+    combine="auto" uses the cluster when it can launch (S a power of two <= 16: an automatic plan
+    is rounded down to one); "kernel" always the combine kernel (the sm_120a path); "cluster"
+    requires the cluster. With tile_config="auto" on sm_90a, H <= 16 and a cluster split grid
+    that fits one wave at one CTA per SM (every cluster resident at once), the 4-stage m16d
+    config replaces m16."""
     from ._build import load
 
+    if combine not in COMBINES:
+        _fail("combine", f"must be one of {'/'.join(COMBINES)}, got {combine!r}")
     arch, sms = device_info(device)
-    if tile_config == "auto":
+    auto_cfg = tile_config == "auto"
+    if auto_cfg:
         cfg = tiles.default_config(arch, H)
     else:
         if tile_config not in tiles.CONFIGS:
@@ -202,18 +236,34 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     else:
         if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
             _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
-        chunk = math.ceil(math.ceil(topk / num_splits) / cfg.block_n) * cfg.block_n
-        S = math.ceil(topk / chunk)
+        S, chunk = _chunk_for(topk, num_splits, cfg)
+    cluster = 0
+    cluster_able = arch == "sm_90a" and cfg.name in tiles.CLUSTER_CONFIGS and combine != "kernel"
+    if cluster_able and S > 1:
+        m_tiles = math.ceil(H / cfg.block_m)
+        sc = _pow2_floor(min(S, tiles.MAX_CLUSTER)) if num_splits is None else S
+        if num_splits is None and auto_cfg and cfg is tiles.M16:
+            # latency regime: the deep ring when the cluster grid fits one wave at 1 CTA / SM
+            deep = tiles.M16D
+            sd, cd = _chunk_for(topk, sc, deep)
+            if sd == sc and T * m_tiles * sd <= sms and T * m_tiles <= _max_clusters(mod, device, deep, fp8, sd):
+                cfg = deep
+        s2, c2 = _chunk_for(topk, sc, cfg)
+        if s2 == _pow2_floor(s2) and 2 <= s2 <= tiles.MAX_CLUSTER and _max_clusters(mod, device, cfg, fp8, s2) >= 1:
+            S, chunk, cluster = s2, c2, s2
+    if combine == "cluster" and not cluster and S > 1:
+        _fail("combine", f"a cluster of {S} splits cannot run here ({arch}, {cfg.name}; sizes 2..16, powers of two)")
     one_wave = T * math.ceil(H / cfg.block_m) * S <= sms * _ctas_per_sm(mod, device, cfg, fp8)
-    return mod, cfg, S, chunk, one_wave
+    return mod, cfg, S, chunk, one_wave, cluster
 
 
-def workspace_numel_for(q_all, kv_cache, page_table_1, tile_config="auto", num_splits=None) -> int:
-    """Workspace elements (fp32) a call with these tensors needs: allocate it once, before capture."""
+def workspace_numel_for(q_all, kv_cache, page_table_1, tile_config="auto", num_splits=None, combine="auto") -> int:
+    """Workspace elements (fp32) a call with these tensors needs: allocate it once, before capture
+    (0 when the plan does not split or merges its splits in a cluster)."""
     fp8 = kv_cache.shape[-1] == FP8_ROW_BYTES
     T, H, topk = int(q_all.shape[0]), int(q_all.shape[1]), int(page_table_1.shape[1])
-    _, _, S, _ = resolve(q_all.device, H, topk, T, fp8, tile_config, num_splits)
-    return workspace_numel(S, T, H)
+    _, _, S, _, _, cluster = resolve_full(q_all.device, H, topk, T, fp8, tile_config, num_splits, combine)
+    return 0 if cluster else workspace_numel(S, T, H)
 
 
 def dsa_verify_fwd(
@@ -228,22 +278,26 @@ def dsa_verify_fwd(
     workspace=None,
     num_splits=None,
     tile_config="auto",
+    combine="auto",
 ):
     """Sparse MLA verify attention (see the module docstring); returns out [T, H, 512] bf16.
 
     `workspace`: fp32 CUDA tensor with >= workspace_numel_for(...) elements (required under CUDA
     graph capture when the plan splits; otherwise a cached buffer is grown on first use).
-    `num_splits` / `tile_config` ("auto", "m16", "m32", "m64") override the heuristics (tests, bench)."""
+    `num_splits` / `tile_config` ("auto", "m16", "m32", "m64", "m16d") / `combine` ("auto",
+    "kernel", "cluster": see resolve_full) override the heuristics (tests, bench)."""
     import torch
 
     sz = validate(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out, lse)
     T, H, topk, fp8 = sz["T"], sz["H"], sz["topk"], sz["fp8"]
-    mod, cfg, S, chunk, one_wave = resolve_full(q_all.device, H, topk, T, fp8, tile_config, num_splits)
+    mod, cfg, S, chunk, one_wave, cluster = resolve_full(
+        q_all.device, H, topk, T, fp8, tile_config, num_splits, combine
+    )
     if out is None:
         out = torch.empty(T, H, D_V, dtype=torch.bfloat16, device=q_all.device)
     if T == 0:
         return out
-    need = workspace_numel(S, T, H)
+    need = 0 if cluster else workspace_numel(S, T, H)
     if need:
         if workspace is None:
             key = str(q_all.device)
@@ -275,7 +329,8 @@ def dsa_verify_fwd(
         cfg.index,
         float(sm_scale) * LOG2E,
         workspace if need else None,
-        int(one_wave and S > 1),
+        int(one_wave and S > 1 and not cluster),
+        int(cluster),
     )
     return out
 

@@ -51,10 +51,17 @@ class TileConfig:
 M16 = TileConfig("m16", 0, 16, 32, 2)
 M32 = TileConfig("m32", 1, 32, 16, 3)
 M64 = TileConfig("m64", 2, 64, 32, 3)
-CONFIGS = {c.name: c for c in (M16, M32, M64)}
+# m16 with a 4-deep ring (sm_90a: 227 KiB): one CTA per SM, a 128-position split wholly in flight;
+# the small-T latency config (used when the split grid fits one wave at one CTA per SM)
+M16D = TileConfig("m16d", 3, 16, 32, 4)
+CONFIGS = {c.name: c for c in (M16, M32, M64, M16D)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
-ARCH_CONFIGS = {"sm_90a": (M16, M32, M64), "sm_120a": (M16, M32)}
+ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D), "sm_120a": (M16, M32)}
+# Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
+# (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
+CLUSTER_CONFIGS = ("m16", "m16d")
+MAX_CLUSTER = 16
 
 
 def default_config(arch: str, heads: int) -> TileConfig:

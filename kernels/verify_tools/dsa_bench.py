@@ -6,8 +6,11 @@ Grid: B 1/8/32 requests x L 4k/32k/128k prefix x n 4/8 chain drafts (T = B*n row
 heads x bf16/fp8 (656-byte rows) KV, topk 2048, sm_scale 1/16, inputs from dsa_verify/inputs.py
 (scattered 64-token pages, synthetic-indexer top-k, rho 0.9). The headline shapes run first;
 --budget-s stops the grid when its time is spent and lists the shapes left out.
-Timing: every kernel is captured in a CUDA graph and each replay is timed with CUDA events,
-after a write of a buffer twice the L2 size (L2 flush), median of --reps replays.
+Timing: every kernel is captured in a CUDA graph; each replay follows an L2 flush (bitwise_not
+over a buffer twice the L2 size). Two numbers per kernel, same method for ours and the peer:
+the CUPTI kernel span per replay (torch.profiler records; first kernel start to last kernel end
+of the call; the `*_s`, `sol` and `speedup_*` columns) and the CUDA-event time around each replay
+(`*_replay_s`, the old number, which carries the replay's launch/event overhead), medians of --reps.
 Ceilings measured in the same run: copy bandwidth (device-to-device copy of 1 GiB, bytes read +
 written) and bf16 matmul rate (8192^3). floor = max(bytes / BW, FLOPs / F) with bytes = the used
 KV rows (row bytes each: 1152 bf16, 656 fp8) + indices + q + out, FLOPs = 2 * rows * H * used *
@@ -85,16 +88,33 @@ def measure_ceilings(device) -> dict:
     return {"copy_bytes_per_s": bw, "bf16_matmul_flops_per_s": flops}
 
 
+FLUSH_KERNEL = "bitwise_not"  # the L2 flush's kernel name (a kernel no timed callable launches)
+
+
 class Timer:
-    """Graph-captured callable timed per replay with an L2 flush before each."""
+    """Graph-captured callables, two timings of each (the same method for ours and the peer):
+
+    - `time` (column `*_replay_s`, the old number): CUDA events around each graph replay, after
+      an L2 flush, median of reps. It includes the replay's own launch and event overhead
+      (an empty graph measures ~3.4 us on the H200), identical for every kernel.
+    - `kernel_spans` (column `*_s`, the ratios' column): CUPTI kernel records (torch.profiler) of
+      reps replays, each after an L2 flush: per replay, first kernel start to last kernel end of
+      the callable's kernels (a two-kernel call counts its gap), median of reps. This measures the
+      kernels, not the replay's launch/event overhead.
+    The flush is bitwise_not over an int32 buffer of 2 x L2 bytes (read + written)."""
 
     def __init__(self, device):
         import torch
 
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
-        self.flush = torch.empty(max(2 * l2, 1 << 26) // 4, dtype=torch.float32, device=device)
+        self.flush_buf = torch.zeros(max(2 * l2, 1 << 26) // 4, dtype=torch.int32, device=device)
 
-    def time(self, fn, reps: int) -> float:
+    def flush(self):
+        import torch
+
+        torch.bitwise_not(self.flush_buf, out=self.flush_buf)
+
+    def graph(self, fn):
         import torch
 
         s = torch.cuda.Stream()
@@ -108,9 +128,15 @@ class Timer:
             fn()
         g.replay()
         torch.cuda.synchronize()
+        return g
+
+    def time(self, fn, reps: int, g=None) -> float:
+        import torch
+
+        g = g or self.graph(fn)
         ts = []
         for _ in range(reps):
-            self.flush.fill_(1.0)
+            self.flush()
             st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             st.record()
             g.replay()
@@ -118,6 +144,67 @@ class Timer:
             en.synchronize()
             ts.append(st.elapsed_time(en) * 1e-3)
         return statistics.median(ts)
+
+    def kernel_spans(self, graphs: dict, reps: int, fns: dict | None = None) -> dict:
+        """{label: {"s": median span, "sum_s": median summed kernel time, "kernels": names}} of
+        each graph in `graphs` ({label: CUDAGraph}), from CUPTI records of reps flushed replays.
+        If the records do not split into one flushed segment per replay (a profiler that does not
+        see graph kernels), the callables `fns` ({label: fn}) are profiled as direct calls instead
+        ("via": "direct")."""
+        res = self._spans({k: g.replay for k, g in graphs.items()}, reps)
+        if fns and any("error" in v for v in res.values()):
+            res = self._spans({k: fns[k] for k in graphs}, reps)
+            for v in res.values():
+                v["via"] = "direct"
+        return res
+
+    def _spans(self, calls: dict, reps: int) -> dict:
+        import os
+        import tempfile
+
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        labels = list(calls)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for lab in labels:
+                for _ in range(reps):
+                    self.flush()
+                    calls[lab]()
+            torch.cuda.synchronize()
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                trace = json.load(f)
+        finally:
+            os.unlink(path)
+        ks = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel" and "ts" in e and "dur" in e]
+        ks.sort(key=lambda e: float(e["ts"]))
+        segs, cur = [], None
+        for e in ks:
+            if FLUSH_KERNEL in e.get("name", ""):
+                cur = []
+                segs.append(cur)
+            elif cur is not None:
+                cur.append(e)
+        out = {}
+        if len(segs) != len(labels) * reps or any(not sg for sg in segs):
+            for lab in labels:
+                out[lab] = {"error": f"CUPTI: {len(segs)} flushed segments for {len(labels) * reps} replays"}
+            return out
+        for i, lab in enumerate(labels):
+            spans, sums = [], []
+            for sg in segs[i * reps : (i + 1) * reps]:
+                t0 = min(float(e["ts"]) for e in sg)
+                t1 = max(float(e["ts"]) + float(e["dur"]) for e in sg)
+                spans.append((t1 - t0) * 1e-6)
+                sums.append(sum(float(e["dur"]) for e in sg) * 1e-6)
+            names = sorted({e["name"][:80] for e in segs[i * reps]})
+            out[lab] = {"s": statistics.median(spans), "sum_s": statistics.median(sums), "kernels": names}
+        return out
 
 
 def shape_bytes(d: dict, H: int, row_bytes: int, shared: bool) -> tuple[int, int]:
@@ -143,12 +230,13 @@ def shape_bytes(d: dict, H: int, row_bytes: int, shared: bool) -> tuple[int, int
 
 
 def diag(device, reps: int) -> dict:
-    """Where the small-T time goes (headline shape B=1, L=32k, n=4, H=8): graph replay with and
-    without the L2 flush, an empty graph (the replay-timing overhead), each split count, and the
-    CUPTI kernel durations of one replay (torch.profiler)."""
+    """Where the small-T time goes (headline shape B=1, L=32k, n=4, H=8): an empty graph (the
+    replay-timing overhead), then per variant (tile config x split count x combine path, bf16 and
+    fp8) the per-replay event time and the CUPTI kernel span / per-kernel sum (Timer)."""
     import torch
 
-    from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
+    from dsa_verify.api import dsa_verify_fwd, resolve_full, workspace_numel_for
+    from dsa_verify.layout import quantize_rows
 
     spec = DsaCase("diag", (32768,), 4, 8, seed=3, poison=False)
     d = make_inputs(spec, device)
@@ -156,39 +244,33 @@ def diag(device, reps: int) -> dict:
     timer = Timer(device)
     res = {}
     x = torch.zeros(1, device=device)
-    res["empty_graph_s"] = timer.time(lambda: x.add_(1), reps)
+    res["empty_graph_replay_s"] = timer.time(lambda: x.add_(1), reps)
     out = torch.empty(4, 8, 512, dtype=torch.bfloat16, device=device)
-    for kvname, cache in (("bf16", kv), ("fp8", None)):
-        if cache is None:
-            from dsa_verify.layout import quantize_rows
-
-            cache = quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)
-        for S in (1, 4, 8, 16, 32, 64):
-            ws = torch.empty(max(1, workspace_numel_for(q, cache, pt, num_splits=S)), device=device)
-            res[f"{kvname}_S{S}_s"] = timer.time(
-                lambda c=cache, S=S, ws=ws: dsa_verify_fwd(q, c, pt, sl, SM_SCALE, out=out, workspace=ws, num_splits=S),
-                reps,
-            )
-        ws = torch.empty(max(1, workspace_numel_for(q, cache, pt)), device=device)
-        fn = lambda c=cache, ws=ws: dsa_verify_fwd(q, c, pt, sl, SM_SCALE, out=out, workspace=ws)  # noqa: E731
-        saved = timer.flush
-        timer.flush = torch.empty(1, device=device)
-        res[f"{kvname}_auto_noflush_s"] = timer.time(fn, reps)
-        timer.flush = saved
-        from torch.profiler import ProfilerActivity, profile
-
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                timer.flush.fill_(1.0)
-                fn()
-            torch.cuda.synchronize()
-        res[f"{kvname}_kernels_us"] = {
-            e.key[:60]: round(e.device_time_total / max(1, e.count), 2)
-            for e in prof.key_averages()
-            if "dsa" in e.key or "fill" in e.key.lower()
-        }
+    caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
+    variants = [("auto", None, "auto")]
+    variants += [("m16", S, "kernel") for S in (8, 16, 32, 64)]
+    variants += [("m16", S, "cluster") for S in (8, 16)] + [("m16d", S, "cluster") for S in (8, 16)]
+    variants += [("m16d", 16, "kernel")]
+    graphs, fns, keep = {}, {}, []
+    for kvname, cache in caches.items():
+        for cfg, S, comb in variants:
+            lab = f"{kvname}_{cfg}_S{S or 'auto'}_{comb}"
+            try:
+                ws = torch.empty(
+                    max(1, workspace_numel_for(q, cache, pt, cfg, S, comb)), dtype=torch.float32, device=device
+                )
+                keep.append(ws)
+                fn = lambda c=cache, cfg=cfg, S=S, comb=comb, ws=ws: dsa_verify_fwd(  # noqa: E731
+                    q, c, pt, sl, SM_SCALE, out=out, workspace=ws, num_splits=S, tile_config=cfg, combine=comb
+                )
+                _, tc, s_run, _, _, cl = resolve_full(device, 8, 2048, 4, kvname == "fp8", cfg, S, comb)
+                fns[lab] = fn
+                graphs[lab] = g = timer.graph(fn)
+                res[lab] = {"plan": f"{tc.name} S={s_run} cluster={cl}", "replay_s": timer.time(fn, reps, g)}
+            except Exception as exc:
+                res[lab] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    for lab, sp in timer.kernel_spans(graphs, reps, fns).items():
+        res[lab].update(sp)
     return res
 
 
@@ -207,7 +289,7 @@ def main(argv=None) -> int:
         return _emit(blocked_doc(f"torch not importable: {exc}"), a, EXIT_BLOCKED)
     if not torch.cuda.is_available():
         return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a, EXIT_BLOCKED)
-    from dsa_verify.api import device_info, dsa_verify_fwd, resolve, workspace_numel_for
+    from dsa_verify.api import device_info, dsa_verify_fwd, resolve_full, workspace_numel_for
     from dsa_verify.layout import quantize_rows
     from verify_tools.dsa_parity import sglang_triton
 
@@ -234,7 +316,7 @@ def main(argv=None) -> int:
         caches = {"bf16": d["kv_cache"]}
         caches["fp8"] = quantize_rows(d["kv_cache"].reshape(-1, 576)).reshape(-1, 1, 656)
         T = q.shape[0]
-        per_kv = {}
+        per_kv, graphs, fns, keep = {}, {}, {}, []
         for kvname, kv in caches.items():
             row_bytes = 1152 if kvname == "bf16" else 656
             byt, n_used = shape_bytes(d, H, row_bytes, shared=False)
@@ -244,7 +326,8 @@ def main(argv=None) -> int:
             floor_sh = max(byt_sh / bw, flops / fl)
             out = torch.empty(T, H, 512, dtype=torch.bfloat16, device=device)
             ws = torch.empty(max(1, workspace_numel_for(q, kv, pt)), dtype=torch.float32, device=device)
-            _, cfg, S, chunk = resolve(device, H, TOPK, T, kvname == "fp8")
+            keep += [out, ws]
+            _, cfg, S, chunk, _, cluster = resolve_full(device, H, TOPK, T, kvname == "fp8")
             row = {
                 "B": B,
                 "L": L,
@@ -254,21 +337,19 @@ def main(argv=None) -> int:
                 "kv": kvname,
                 "config": cfg.name,
                 "splits": S,
+                "combine": f"cluster{cluster}" if cluster else ("kernel" if S > 1 else "none"),
                 "floor_s": floor,
                 "floor_bound": "bytes" if byt / bw >= flops / fl else "flops",
                 "floor_shared_s": floor_sh,
                 "overlap": ov,
             }
+            fn = lambda q=q, kv=kv, pt=pt, sl=sl, out=out, ws=ws: dsa_verify_fwd(  # noqa: E731
+                q, kv, pt, sl, SM_SCALE, out=out, workspace=ws
+            )
             try:
-                t_ours = timer.time(
-                    lambda q=q, kv=kv, pt=pt, sl=sl, out=out, ws=ws: dsa_verify_fwd(
-                        q, kv, pt, sl, SM_SCALE, out=out, workspace=ws
-                    ),
-                    a.reps,
-                )
-                row["ours_s"] = t_ours
-                row["sol"] = floor / t_ours
-                row["sol_shared"] = floor_sh / t_ours
+                fns[("ours", kvname)] = fn
+                graphs[("ours", kvname)] = g = timer.graph(fn)
+                row["ours_replay_s"] = timer.time(fn, a.reps, g)
             except Exception as exc:
                 row["ours_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 failures += 1
@@ -276,11 +357,11 @@ def main(argv=None) -> int:
                 if peer is None:
                     row["sglang_triton"] = {"skipped": peer_reason}
                 else:
+                    pfn = lambda q=q, kv=kv, pt=pt: peer(q, kv, pt, SM_SCALE)  # noqa: E731
                     try:
-                        t_p = timer.time(lambda q=q, kv=kv, pt=pt: peer(q, kv, pt, SM_SCALE), a.reps)
-                        row["sglang_triton"] = {"s": t_p, "sol": floor / t_p}
-                        if "ours_s" in row:
-                            row["speedup_vs_sglang_triton"] = t_p / row["ours_s"]
+                        fns[("peer", kvname)] = pfn
+                        graphs[("peer", kvname)] = g = timer.graph(pfn)
+                        row["sglang_triton"] = {"replay_s": timer.time(pfn, a.reps, g)}
                     except Exception as exc:
                         row["sglang_triton"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             else:
@@ -289,9 +370,38 @@ def main(argv=None) -> int:
             row["fa3"] = {"skipped": "flash-attn 3 not installed on this host"}
             per_kv[kvname] = row
             rows.append(row)
-            out = ws = None
+        try:
+            spans = timer.kernel_spans(graphs, a.reps, fns)
+        except Exception as exc:
+            spans = {k: {"error": f"{type(exc).__name__}: {exc}"[:300]} for k in graphs}
+        for (who, kvname), sp in spans.items():
+            row = per_kv[kvname]
+            floor, floor_sh = row["floor_s"], row["floor_shared_s"]
+            if who == "ours":
+                row["ours_cupti"] = sp
+                if "s" in sp:
+                    row["ours_s"] = sp["s"]
+                    row["sol"] = floor / sp["s"]
+                    row["sol_shared"] = floor_sh / sp["s"]
+                else:
+                    failures += 1
+            else:
+                row["sglang_triton"].update(sp)
+                if "s" in sp:
+                    row["sglang_triton"]["sol"] = floor / sp["s"]
+        for row in per_kv.values():
+            st = row.get("sglang_triton", {})
+            if "ours_s" in row and "s" in st:
+                row["speedup_vs_sglang_triton"] = st["s"] / row["ours_s"]
+            if "ours_replay_s" in row and "replay_s" in st:
+                row["speedup_vs_sglang_triton_replay"] = st["replay_s"] / row["ours_replay_s"]
+        graphs = fns = keep = None
         if "ours_s" in per_kv.get("fp8", {}) and "ours_s" in per_kv.get("bf16", {}):
             per_kv["fp8"]["fp8_over_bf16_time"] = per_kv["fp8"]["ours_s"] / per_kv["bf16"]["ours_s"]
+        if "ours_replay_s" in per_kv.get("fp8", {}) and "ours_replay_s" in per_kv.get("bf16", {}):
+            per_kv["fp8"]["fp8_over_bf16_replay_time"] = (
+                per_kv["fp8"]["ours_replay_s"] / per_kv["bf16"]["ours_replay_s"]
+            )
         for r in per_kv.values():
             peers = {"ours": r.get("ours_s")}
             if isinstance(r.get("sglang_triton"), dict) and "s" in r["sglang_triton"]:
@@ -310,7 +420,11 @@ def main(argv=None) -> int:
         "sms": sms,
         "ceilings": ceil,
         "sglang_triton": "ran" if peer else peer_reason,
-        "timing": f"CUDA-graph replay, CUDA events, L2 flushed before each replay, median of {a.reps}",
+        "timing": (
+            f"per CUDA-graph replay after an L2 flush, median of {a.reps}: *_s / sol / speedup_* = CUPTI kernel "
+            "span (first kernel start to last kernel end of the call, torch.profiler); *_replay_s = CUDA events "
+            "around the replay (the old number, with the replay's launch and event overhead)"
+        ),
         "rows": rows,
         "left_out": left_out,
         "seconds": round(time.time() - t_start, 1),
@@ -327,15 +441,18 @@ def _emit(doc: dict, a, code: int) -> int:
 
 
 def _print_rows(doc: dict) -> None:
+    nan = float("nan")
     for r in doc.get("rows", []):
         st = r.get("sglang_triton", {})
         print(
-            f"B={r['B']:<2} L={r['L']:<6} n={r['n']} H={r['H']:<2} {r['kv']:<4} {r['config']} S={r['splits']:<3} "
-            f"ours/floor={r.get('ours_s', float('nan')) / r['floor_s']:.2f} "
-            f"vs_triton={r.get('speedup_vs_sglang_triton', float('nan')):.2f}x "
-            f"triton/floor={st.get('s', float('nan')) / r['floor_s']:.2f} "
-            f"fp8/bf16={r.get('fp8_over_bf16_time', float('nan')):.2f} "
-            f"uniq={r['overlap']['unique_fraction_mean'] or float('nan'):.2f}"
+            f"B={r['B']:<2} L={r['L']:<6} n={r['n']} H={r['H']:<2} {r['kv']:<4} {r['config']:<4} S={r['splits']:<3} "
+            f"{r.get('combine', ''):<9} ours/floor={r.get('ours_s', nan) / r['floor_s']:.2f} "
+            f"(replay {r.get('ours_replay_s', nan) / r['floor_s']:.2f}) "
+            f"vs_triton={r.get('speedup_vs_sglang_triton', nan):.2f}x "
+            f"(replay {r.get('speedup_vs_sglang_triton_replay', nan):.2f}x) "
+            f"triton/floor={st.get('s', nan) / r['floor_s']:.2f} "
+            f"fp8/bf16={r.get('fp8_over_bf16_time', nan):.2f} "
+            f"uniq={r['overlap']['unique_fraction_mean'] or nan:.2f}"
         )
     print(f"left out: {len(doc.get('left_out', []))}")
 

@@ -178,11 +178,24 @@ def sglang_triton():
 
 
 def configs_for(arch: str, which: str) -> list:
+    """Config labels: a tile config name, "/kernel" = its splits merged by the combine kernel
+    (on sm_90a the cluster-capable configs also run that way: it is the sm_120a path)."""
     from dsa_verify import tiles
 
     if which == "auto":
         return ["auto"]
-    return [c.name for c in tiles.ARCH_CONFIGS[arch]]
+    out = []
+    for c in tiles.ARCH_CONFIGS[arch]:
+        out.append(c.name)
+        if arch == "sm_90a" and c.name in tiles.CLUSTER_CONFIGS:
+            out.append(c.name + "/kernel")
+    return out
+
+
+def call_kwargs(label: str) -> dict:
+    """dsa_verify_fwd keywords of a config label ("m16", "m16/kernel", "auto")."""
+    name, _, combine = label.partition("/")
+    return {"tile_config": name, "combine": combine or "auto"}
 
 
 def run_case(spec: DsaCase, cfg: str, w, device, peer=None) -> dict:
@@ -200,7 +213,7 @@ def run_case(spec: DsaCase, cfg: str, w, device, peer=None) -> dict:
     for _ in range(REPEATS):
         o = torch.full((d["meta"]["T"], spec.heads, 512), float("nan"), dtype=torch.bfloat16, device=device)
         lse = torch.full((d["meta"]["T"], spec.heads), float("nan"), dtype=torch.float32, device=device)
-        dsa_verify_fwd(*args, out=o, lse=lse, tile_config=cfg)
+        dsa_verify_fwd(*args, out=o, lse=lse, **call_kwargs(cfg))
         outs.append(o)
     torch.cuda.synchronize()
     secs = time.time() - t0
@@ -253,17 +266,18 @@ def graph_case(spec: DsaCase, cfg: str, w, device) -> dict:
         return {"case": spec.name, "config": cfg, "graph": True, "ok": False, "error": "draws differ in shape"}
     q, kv, pt, sl = (x.clone() for x in (a["q_all"], a["kv_cache"], a["page_table_1"], a["seq_lens"]))
     T, H = q.shape[0], q.shape[1]
-    ws = torch.empty(max(1, workspace_numel_for(q, kv, pt, cfg)), dtype=torch.float32, device=device)
+    kw = call_kwargs(cfg)
+    ws = torch.empty(max(1, workspace_numel_for(q, kv, pt, **kw)), dtype=torch.float32, device=device)
     out = torch.empty(T, H, 512, dtype=torch.bfloat16, device=device)
     lse = torch.empty(T, H, dtype=torch.float32, device=device)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        dsa_verify_fwd(q, kv, pt, sl, spec.sm_scale, out=out, lse=lse, workspace=ws, tile_config=cfg)
+        dsa_verify_fwd(q, kv, pt, sl, spec.sm_scale, out=out, lse=lse, workspace=ws, **kw)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        dsa_verify_fwd(q, kv, pt, sl, spec.sm_scale, out=out, lse=lse, workspace=ws, tile_config=cfg)
+        dsa_verify_fwd(q, kv, pt, sl, spec.sm_scale, out=out, lse=lse, workspace=ws, **kw)
     res = {"case": spec.name + "_graph", "config": cfg, "graph": True, "kv": spec.kv, "T": T, "H": H}
     ok = True
     for tag, d in (("B", b), ("A", a)):

@@ -271,6 +271,65 @@ def test_tiles_fit_the_arch_limits():
     )
 
 
+def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
+    """resolve_full with no GPU: device_info, the module and its occupancy queries stubbed."""
+    from dsa_verify import _build
+
+    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1}
+    monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
+    monkeypatch.setattr(_build, "load", lambda a: object())
+    monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: occ[cfg.name])
+    monkeypatch.setattr(api, "_max_clusters", lambda mod, dev, cfg, fp8, size: clusters)
+    return lambda *a, **k: api.resolve_full(torch.device("cpu"), *a, **k)
+
+
+def test_cluster_plan_small_t(monkeypatch):
+    plan = _fake_plan(monkeypatch)
+    # headline B=1 n=4 H=8: the 4-stage m16d config, 16 splits merged in one cluster
+    _, cfg, S, chunk, _, cluster = plan(8, 2048, 4, False)
+    assert (cfg.name, S, chunk, cluster) == ("m16d", 16, 128, 16)
+    # the combine kernel on request: m16's own plan, no cluster
+    _, cfg, S, _, _, cluster = plan(8, 2048, 4, False, "auto", None, "kernel")
+    assert cfg.name == "m16" and S == 32 and cluster == 0
+    # T=32: 8 splits, 256 CTAs do not fit one wave at 1 CTA/SM -> m16 (2 CTAs/SM), cluster 8
+    _, cfg, S, _, _, cluster = plan(8, 2048, 32, False)
+    assert (cfg.name, S, cluster) == ("m16", 8, 8)
+    # T=256: one split, nothing to merge
+    assert plan(8, 2048, 256, False)[5] == 0
+    # too few resident clusters for the deep config: m16 stays
+    plan = _fake_plan(monkeypatch, clusters=2)
+    assert plan(8, 2048, 4, False)[1].name == "m16"
+
+
+def test_cluster_plan_refusals(monkeypatch):
+    plan = _fake_plan(monkeypatch, arch="sm_120a")
+    assert plan(8, 2048, 4, False)[5] == 0  # sm_120a keeps the combine kernel
+    with pytest.raises(ValueError, match="combine"):
+        plan(8, 2048, 4, False, "auto", None, "cluster")
+    plan = _fake_plan(monkeypatch)
+    assert plan(64, 2048, 4, False)[5] == 0  # m64 has no cluster path
+    assert plan(8, 2048, 4, False, "m16", 12)[5] == 0  # 12 splits: not a power of two
+    assert plan(8, 2048, 4, False, "m16", 8)[5] == 8
+    with pytest.raises(ValueError, match="combine"):
+        plan(8, 2048, 4, False, "m16", 12, "cluster")
+    with pytest.raises(ValueError, match="combine"):
+        plan(8, 2048, 4, False, "m16", None, "bogus")
+    plan = _fake_plan(monkeypatch, clusters=0)
+    assert plan(8, 2048, 4, False)[5] == 0  # the size cannot launch: combine kernel
+
+
+def test_parity_config_labels():
+    from verify_tools import dsa_parity
+
+    labels = dsa_parity.configs_for("sm_90a", "all")
+    assert labels == ["m16", "m16/kernel", "m32", "m64", "m16d", "m16d/kernel"]
+    assert dsa_parity.configs_for("sm_120a", "all") == ["m16", "m32"]
+    assert dsa_parity.call_kwargs("m16/kernel") == {"tile_config": "m16", "combine": "kernel"}
+    assert dsa_parity.call_kwargs("auto") == {"tile_config": "auto", "combine": "auto"}
+    m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi32ELi4ELb0EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(m) == (tiles.M16D, False)
+
+
 # ---- build check: nvcc + ptxas, both arches, 0 spills ----
 def test_parse_ptxas_sample():
     text = (

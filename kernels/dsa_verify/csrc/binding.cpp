@@ -13,7 +13,8 @@ namespace {
 
 void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
          at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
-         int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger) {
+         int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
+         int64_t cluster) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q must be a CUDA bf16 tensor");
   TORCH_CHECK(dsav::config_compiled((int)cfg), "tile config not compiled into this module");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -38,7 +39,8 @@ void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const
   p.chunk = (int)chunk;
   p.scale_log2 = (float)scale_log2;
   p.early_trigger = (int)early_trigger;
-  if (p.S > 1) {
+  p.cluster = (int)cluster;
+  if (p.S > 1 && !p.cluster) {
     TORCH_CHECK(workspace.has_value() && workspace->defined(), "workspace required when num_splits > 1");
     const int64_t rows = (int64_t)p.T * p.H;
     TORCH_CHECK(workspace->numel() >= p.S * rows * 513, "workspace too small");
@@ -58,4 +60,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("config_block_m", &dsav::config_block_m, "heads per CTA of a tile config");
   m.def("config_compiled", &dsav::config_compiled, "whether a tile config is in this module");
   m.def("config_ctas_per_sm", &dsav::config_ctas_per_sm, "resident CTAs per SM on the current device");
+  m.def("config_max_clusters", &dsav::config_max_clusters, "resident clusters of a size (0: cannot launch)");
 }

@@ -2,6 +2,9 @@
 // cfg 0 "m16": BM 16 heads, BN 32 positions, 2 stages, 128 threads (bf16 94,208 B / fp8 99,328 B smem)
 // cfg 1 "m32": BM 32, BN 16, 3 stages, 128 threads (bf16 94,208 B / fp8 88,832 B)
 // cfg 2 "m64": BM 64, BN 32, 3 stages, 256 threads (bf16 190,464 B / fp8 179,712 B), sm_90a only
+// cfg 3 "m16d": BM 16, BN 32, 4 stages, 128 threads (bf16 168,448 B / fp8 141,312 B), sm_90a only:
+//   the small-T latency config (a 128-position split has its whole KV in flight at once)
+// m16 / m16d can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves cfg 2 out (sm_120a builds: 99 KiB of smem per block).
 #include "dsa_verify_kernel.cuh"
@@ -20,6 +23,8 @@ using M32F = Cfg<32, 16, 3, true>;
 #if DSAV_BUILD_CFG90
 using M64B = Cfg<64, 32, 3, false>;
 using M64F = Cfg<64, 32, 3, true>;
+using M16DB = Cfg<16, 32, 4, false>;
+using M16DF = Cfg<16, 32, 4, true>;
 #endif
 
 template <typename C>
@@ -34,8 +39,66 @@ static cudaError_t launch_split(const Params& p, cudaStream_t stream) {
     attr_device = dev;
   }
   const dim3 grid((unsigned)p.T, (unsigned)p.S, (unsigned)((p.H + C::BM - 1) / C::BM));
-  dsa_verify_split_kernel<C><<<grid, C::THREADS, C::bytes, stream>>>(p);
-  return cudaGetLastError();
+  if (!p.cluster) {
+    dsa_verify_split_kernel<C><<<grid, C::THREADS, C::bytes, stream>>>(p);
+    return cudaGetLastError();
+  }
+  if (!C::CLUSTER_OK || p.cluster != p.S || p.cluster > C::MAX_CLUSTER || (D_V % (4 * p.cluster)) != 0)
+    return cudaErrorInvalidValue;
+  static int nonportable_device = -1;  // cluster sizes above 8 need the non-portable opt-in
+  if (p.cluster > 8 && nonportable_device != dev) {
+    e = cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return e;
+    nonportable_device = dev;
+  }
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(C::THREADS);
+  lc.dynamicSmemBytes = C::bytes;
+  lc.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = (unsigned)p.cluster;
+  attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  return cudaLaunchKernelEx(&lc, dsa_verify_split_kernel<C>, p);
+}
+
+// Clusters of `size` CTAs that can be resident at once (0: this size cannot launch).
+template <typename C>
+static int max_clusters(int size) {
+  if (!C::CLUSTER_OK || size < 1 || size > C::MAX_CLUSTER) return 0;
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (size > 8 &&
+      cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(1, (unsigned)size, 1);
+  lc.blockDim = dim3(C::THREADS);
+  lc.dynamicSmemBytes = C::bytes;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = (unsigned)size;
+  attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  if (cudaOccupancyMaxActiveClusters(&n, dsa_verify_split_kernel<C>, &lc) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 template <typename C>
@@ -74,7 +137,7 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-int config_block_m(int cfg) { return cfg == 0 ? 16 : cfg == 1 ? 32 : 64; }
+int config_block_m(int cfg) { return cfg == 0 || cfg == 3 ? 16 : cfg == 1 ? 32 : 64; }
 int config_block_n(int cfg) { return cfg == 1 ? 16 : 32; }
 
 int config_smem_bytes(int cfg, bool fp8) {
@@ -82,32 +145,44 @@ int config_smem_bytes(int cfg, bool fp8) {
   if (cfg == 1) return fp8 ? M32F::bytes : M32B::bytes;
 #if DSAV_BUILD_CFG90
   if (cfg == 2) return fp8 ? M64F::bytes : M64B::bytes;
+  if (cfg == 3) return fp8 ? M16DF::bytes : M16DB::bytes;
 #endif
   return 0;
 }
 
-bool config_compiled(int cfg) { return cfg == 0 || cfg == 1 || (cfg == 2 && DSAV_BUILD_CFG90); }
+bool config_compiled(int cfg) { return cfg == 0 || cfg == 1 || ((cfg == 2 || cfg == 3) && DSAV_BUILD_CFG90); }
+
+int config_max_clusters(int cfg, bool fp8, int size) {
+  if (cfg == 0) return fp8 ? max_clusters<M16F>(size) : max_clusters<M16B>(size);
+#if DSAV_BUILD_CFG90
+  if (cfg == 3) return fp8 ? max_clusters<M16DF>(size) : max_clusters<M16DB>(size);
+#endif
+  return 0;
+}
 
 int config_ctas_per_sm(int cfg, bool fp8) {
   if (cfg == 0) return fp8 ? occupancy<M16F>() : occupancy<M16B>();
   if (cfg == 1) return fp8 ? occupancy<M32F>() : occupancy<M32B>();
 #if DSAV_BUILD_CFG90
   if (cfg == 2) return fp8 ? occupancy<M64F>() : occupancy<M64B>();
+  if (cfg == 3) return fp8 ? occupancy<M16DF>() : occupancy<M16DB>();
 #endif
   return 0;
 }
 
 cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (p.T <= 0 || p.H <= 0) return cudaSuccess;
-  if (p.S < 1 || p.S > COMBINE_MAX_SPLITS || p.chunk < 1 || (p.S > 1 && (!p.ws_o || !p.ws_lse)))
+  if (p.S < 1 || p.S > COMBINE_MAX_SPLITS || p.chunk < 1 || (p.S > 1 && !p.cluster && (!p.ws_o || !p.ws_lse)))
     return cudaErrorInvalidValue;
+  if (p.cluster && (p.cluster != p.S || p.S < 2 || (cfg != 0 && cfg != 3))) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;
   if (cfg == 0) e = fp8 ? launch_split<M16F>(p, stream) : launch_split<M16B>(p, stream);
   if (cfg == 1) e = fp8 ? launch_split<M32F>(p, stream) : launch_split<M32B>(p, stream);
 #if DSAV_BUILD_CFG90
   if (cfg == 2) e = fp8 ? launch_split<M64F>(p, stream) : launch_split<M64B>(p, stream);
+  if (cfg == 3) e = fp8 ? launch_split<M16DF>(p, stream) : launch_split<M16DB>(p, stream);
 #endif
-  if (e != cudaSuccess || p.S == 1) return e;
+  if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);
 }
 

@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -98,11 +99,84 @@ struct Cfg {
   static constexpr int off_red = off_p + BM * P_ROW;  // red_max[TG][BM], red_sum[TG][BM], alpha[BM], m[BM]
   static constexpr int off_flag = off_red + (2 * TG * BM + 2 * BM) * 4;
   static constexpr int bytes = off_flag + (STAGES + 1) * BN * 4;  // + the fp8 compute tile's flags
+  // S-phase accumulator chains: consecutive k-steps go to different sets so the dependent
+  // mma.sync latency overlaps (4 sets when a warp holds one n-block, else 2)
+  static constexpr int NACC = NB_S == 1 ? 4 : 2;
+  // cluster (fused) combine: each CTA parks its normalized fp32 partial [BM][PSTR] in its own
+  // (drained) KV ring and its log2-sum-exp in red_max; the split table [16][BM] goes to the P tile
+  static constexpr int PSTR = D_V + 4;
+  static constexpr int MAX_CLUSTER = 16;
+  static constexpr bool CLUSTER_OK =
+      BM * PSTR * 4 <= STAGES * RAW_TILE && MAX_CLUSTER * BM * 4 <= BM * P_ROW && TG * BM >= BM;
   static_assert(WN % 8 == 0 && NB_S >= 1, "S-phase warp tile");
   static_assert(THREADS % BN == 0 && THREADS % BM == 0 && BF_CHUNKS % QTPR == 0, "loader split");
   static_assert(FP8 || BF_CHUNKS % TPT == 0, "bf16 loader split");
   static_assert(BN % 16 == 0, "PV k-steps");
 };
+
+// Fused combine of the S = p.cluster splits of one (row t, head tile) launched as one thread-block
+// cluster (dims 1 x S x 1, rank = split s): after a cluster barrier every CTA reads the S partials
+// from its peers' shared memory (DSMEM) and merges dims [rank * 512/S, (rank+1) * 512/S) of every
+// head in split order (bitwise deterministic; weights exp2(lse_s - max), an empty split has
+// weight 0 and its zero partial is discarded by a select). A second cluster barrier keeps each
+// CTA's shared memory alive until all peers have read it. No workspace, no second kernel.
+template <typename C>
+__device__ __forceinline__ void cluster_combine(const Params& p, uint8_t* smem, int t, int h0) {
+  namespace cg = cooperative_groups;
+  constexpr int BM = C::BM;
+  cg::cluster_group cl = cg::this_cluster();
+  const int tid = threadIdx.x;
+  const int S = p.cluster;
+  const int rank = (int)cl.block_rank();
+  float* red_max = reinterpret_cast<float*>(smem + C::off_red);  // [BM] this split's lse (log2)
+  float* part = reinterpret_cast<float*>(smem + C::off_raw);     // [BM][PSTR] this split's partial
+  float* tab = reinterpret_cast<float*>(smem + C::off_p);        // [S][BM] every split's lse
+  const int nh = min(BM, p.H - h0);
+  cl.sync();  // every partial of the cluster written (release / acquire at cluster scope)
+  for (int i = tid; i < S * BM; i += C::THREADS) {
+    const int rs = i / BM, r = i % BM;
+    tab[i] = r < nh ? *cl.map_shared_rank(red_max + r, rs) : -INFINITY;
+  }
+  __syncthreads();
+  const int dpr = D_V / S, q4 = dpr / 4;
+  for (int u = tid; u < nh * q4; u += C::THREADS) {
+    const int r = u / q4, d = rank * dpr + (u % q4) * 4;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < C::MAX_CLUSTER; ++k)
+      if (k < S) mx = fmaxf(mx, tab[k * BM + r]);
+    const float mref = mx == -INFINITY ? 0.f : mx;
+    float4 v[C::MAX_CLUSTER];
+#pragma unroll
+    for (int k = 0; k < C::MAX_CLUSTER; ++k)
+      if (k < S) v[k] = *reinterpret_cast<const float4*>(cl.map_shared_rank(part + r * C::PSTR + d, k));
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+#pragma unroll
+    for (int k = 0; k < C::MAX_CLUSTER; ++k) {
+      if (k >= S) break;
+      const float l = tab[k * BM + r];
+      const float w = l == -INFINITY ? 0.f : exp2f(l - mref);
+      const bool on = w > 0.f;
+      acc.x += on ? w * v[k].x : 0.f;
+      acc.y += on ? w * v[k].y : 0.f;
+      acc.z += on ? w * v[k].z : 0.f;
+      acc.w += on ? w * v[k].w : 0.f;
+      wsum += w;
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)(h0 + r) * p.o_sh + d;
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    uint2 pk;
+    pk.x = *reinterpret_cast<uint32_t*>(&lo);
+    pk.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(dst) = pk;
+    if (p.lse && d == 0)
+      p.lse[(int64_t)t * p.H + h0 + r] = wsum > 0.f ? (mref + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+  }
+  cl.sync();  // peers may still be reading this CTA's partial
+}
 
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const Params p) {
@@ -128,7 +202,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   float* m_s = alpha_s + BM;
   int* flag = reinterpret_cast<int*>(smem + C::off_flag);  // [STAGES + 1][BN] position used?
 
-  if (ntiles == 0) {  // nothing visible in this split
+  if (ntiles == 0 && !p.cluster) {  // nothing visible in this split (cluster mode: the CTA still
+    // takes part in the cluster reduction below, with an empty partial: lse = -inf, o = 0)
     if (p.S > 1) {
       for (int r = tid; r < BM; r += C::THREADS)
         if (h0 + r < p.H) p.ws_lse[(int64_t)s * rows_total + (int64_t)t * p.H + h0 + r] = -INFINITY;
@@ -256,43 +331,55 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
 
     // ---- S = Q K^T: 16 rows x WN positions per warp (two accumulator sets: even / odd k-steps,
     // so consecutive mma.sync do not wait on each other's result) ----
-    float sacc[C::NB_S][4], sacc2[C::NB_S][4];
-#pragma unroll
-    for (int i = 0; i < C::NB_S; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sacc[i][e] = sacc2[i][e] = 0.f;
+    float sacc[C::NB_S][4];
     {
+      float sx[C::NACC][C::NB_S][4];
+#pragma unroll
+      for (int a = 0; a < C::NACC; ++a)
+#pragma unroll
+        for (int i = 0; i < C::NB_S; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sx[a][i][e] = 0.f;
       const int qr = g * 16 + (lane & 15), qhi = lane >> 4, tb = c * C::WN;
-#pragma unroll 4
-      for (int kk = 0; kk < D_QK / 16; ++kk) {
-        float (*acc)[4] = (kk & 1) ? sacc2 : sacc;
-        uint32_t a0, a1, a2, a3;
-        ldsm_x4(sQ + swz(qr, 2 * kk + qhi), a0, a1, a2, a3);
-        if constexpr (C::NB_S % 2 == 0) {
+#pragma unroll 1
+      for (int k4 = 0; k4 < D_QK / 64; ++k4) {
 #pragma unroll
-          for (int nb = 0; nb < C::NB_S; nb += 2) {
-            const int mi = lane >> 3;
-            const int row = tb + nb * 8 + (mi >> 1) * 8 + (lane & 7);
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4(sK + swz(row, 2 * kk + (mi & 1)), b0, b1, b2, b3);
-            mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
-            mma_bf16(acc[nb + 1], a0, a1, a2, a3, b2, b3);
-          }
-        } else {
+        for (int u = 0; u < 4; ++u) {
+          const int kk = k4 * 4 + u;
+          float (*acc)[4] = sx[u % C::NACC];
+          uint32_t a0, a1, a2, a3;
+          ldsm_x4(sQ + swz(qr, 2 * kk + qhi), a0, a1, a2, a3);
+          if constexpr (C::NB_S % 2 == 0) {
 #pragma unroll
-          for (int nb = 0; nb < C::NB_S; ++nb) {
-            const int row = tb + nb * 8 + (lane & 7);
-            uint32_t b0, b1;
-            ldsm_x2(sK + swz(row, 2 * kk + ((lane >> 3) & 1)), b0, b1);
-            mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
+            for (int nb = 0; nb < C::NB_S; nb += 2) {
+              const int mi = lane >> 3;
+              const int row = tb + nb * 8 + (mi >> 1) * 8 + (lane & 7);
+              uint32_t b0, b1, b2, b3;
+              ldsm_x4(sK + swz(row, 2 * kk + (mi & 1)), b0, b1, b2, b3);
+              mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
+              mma_bf16(acc[nb + 1], a0, a1, a2, a3, b2, b3);
+            }
+          } else {
+#pragma unroll
+            for (int nb = 0; nb < C::NB_S; ++nb) {
+              const int row = tb + nb * 8 + (lane & 7);
+              uint32_t b0, b1;
+              ldsm_x2(sK + swz(row, 2 * kk + ((lane >> 3) & 1)), b0, b1);
+              mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
+            }
           }
         }
       }
+#pragma unroll
+      for (int i = 0; i < C::NB_S; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = sx[0][i][e];
+#pragma unroll
+          for (int a = 1; a < C::NACC; ++a) v += sx[a][i][e];
+          sacc[i][e] = v;
+        }
     }
-#pragma unroll
-    for (int i = 0; i < C::NB_S; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sacc[i][e] += sacc2[i][e];
     // ---- scale + mask, row max over this warp's columns ----
     float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -414,15 +501,26 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
           *reinterpret_cast<__nv_bfloat162*>(dst + nb * 8) =
               __floats2bfloat162_rn(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
         if (p.lse && qd == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
-      } else {
+      } else if (!C::CLUSTER_OK || !p.cluster) {
         float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + qd * 128 + 2 * (lane & 3);
 #pragma unroll
         for (int nb = 0; nb < 16; ++nb)
           *reinterpret_cast<float2*>(dst + nb * 8) =
               make_float2(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
         if (qd == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
+      } else {
+        // cluster mode: the partial stays on chip, in this CTA's drained KV ring
+        float* dst = reinterpret_cast<float*>(smem + C::off_raw) + r * C::PSTR + qd * 128 + 2 * (lane & 3);
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb)
+          *reinterpret_cast<float2*>(dst + nb * 8) =
+              make_float2(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
+        if (qd == 0 && (lane & 3) == 0) red_max[r] = lse2;
       }
     }
+  if constexpr (C::CLUSTER_OK) {
+    if (p.cluster) cluster_combine<C>(p, smem, t, h0);
+  }
 }
 
 // Merge the S partials of each (row, head): one warp per (row, 128-dim quarter), lane = 4 dims.
@@ -461,17 +559,25 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
   float wsum = 0.f;
   const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
   const int64_t sstride4 = rows * (D_V / 4);
-#pragma unroll 8
-  for (int s = 0; s < p.S; ++s) {
-    const float4 v = src[s * sstride4];
-    const float wk = (s >> 5) == 0 ? w4[0] : (s >> 5) == 1 ? w4[1] : (s >> 5) == 2 ? w4[2] : w4[3];
-    const float w = __shfl_sync(0xffffffffu, wk, s & 31);
-    const bool on = w > 0.f;
-    acc.x += on ? w * v.x : 0.f;
-    acc.y += on ? w * v.y : 0.f;
-    acc.z += on ? w * v.z : 0.f;
-    acc.w += on ? w * v.w : 0.f;
-    wsum += w;
+#pragma unroll 1
+  for (int k = 0; k < 4; ++k) {  // 32 splits at a time: all 32 partial loads issued before the first use
+    const int s0 = 32 * k;
+    if (s0 >= p.S) break;
+    float4 v[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      v[i] = s0 + i < p.S ? src[(int64_t)(s0 + i) * sstride4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float wk = k == 0 ? w4[0] : k == 1 ? w4[1] : k == 2 ? w4[2] : w4[3];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const float w = s0 + i < p.S ? __shfl_sync(0xffffffffu, wk, i) : 0.f;
+      const bool on = w > 0.f;
+      acc.x += on ? w * v[i].x : 0.f;
+      acc.y += on ? w * v[i].y : 0.f;
+      acc.z += on ? w * v[i].z : 0.f;
+      acc.w += on ? w * v[i].w : 0.f;
+      wsum += w;
+    }
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   const int64_t t = grow / p.H;
