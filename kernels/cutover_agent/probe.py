@@ -19,6 +19,18 @@ host. ``ok`` needs both: a compatible surface and a plugin that engages.
 ``library_loadable`` says whether the prebuilt kernel library (phase 0) loads in this
 interpreter on this host's GPU the way a service process loads it (None: no torch or no GPU
 here, with the reason); phase 3 gates on it separately.
+
+Model family (issue 14): the resolution also says which route the host needs. A model SGLang
+serves with its ``dsa`` backend (``GlmMoeDsaForCausalLM`` with ``index_topk``: GLM-5,
+DeepSeek-V3.2) is ``dsa``; a 512+64 MLA model on the other backends (DeepSeek-V3/R1, Kimi K2) is
+``dense_mla``. ``--model-family dense_mla|dsa`` (the inventory's value) is checked against it
+(a mismatch does not engage); ``auto`` takes the derived one. ``plugin_engages`` is then judged
+for that family's route: dense -> the ``triton`` backend with bf16 KV and page size 1; dsa ->
+the ``dsa`` backend whose decode impl (which serves verify) is one the plugin overrides
+(flashinfer_sparse_mla, fa3, flashmla_kv), bf16 or fp8_e4m3 KV, 512-dim latent + 64 rope, no
+pooled index (page size 64). ``library_loadable`` checks that family's prebuilt library
+(``mla_verify`` or ``dsa_verify``). ``--family-only`` prints just the resolution and the
+derived family (phase 0's facts use it for ``model_family: auto`` hosts).
 """
 
 from __future__ import annotations
@@ -89,6 +101,38 @@ def _sglang_version(sglang: Any) -> str:
 
 
 LAUNCH_ARGS_NAME = "service_launch_args.json"
+MODEL_FAMILIES = ("dense_mla", "dsa")
+#: DeepseekSparseAttnBackend decode impls (target verify runs the decode impl) the dsa route overrides.
+DSA_VERIFY_IMPLS = ("flashinfer_sparse_mla", "fa3", "flashmla_kv")
+DSA_KV_DTYPES = ("bfloat16", "fp8_e4m3")
+DSA_PAGE_SIZE = 64  # 64 * index_kpool; the route reads physical slot ids with kpool 1 only
+#: The DeepseekSparseAttnBackend methods (parameter lists, after self) the dsa route overrides.
+DSA_METHODS: dict[str, tuple[str, ...]] = {
+    "forward_extend": ("q", "k", "v", "layer", "forward_batch", "save_kv_cache"),
+    "_forward_flashinfer_sparse_mla": (
+        "q_all",
+        "kv_cache",
+        "page_table_1",
+        "seq_lens",
+        "sm_scale",
+        "skip_softmax_threshold_scale_factor",
+    ),
+    "_forward_fa3": (
+        "q_rope",
+        "kv_cache",
+        "v_head_dim",
+        "q_nope",
+        "page_table",
+        "cache_seqlens",
+        "cu_seqlens_q",
+        "cu_seqlens_k",
+        "max_seqlen_q",
+        "sm_scale",
+        "logit_cap",
+        "page_size",
+    ),
+    "_forward_flashmla_kv": ("q_all", "kv_cache", "v_head_dim", "sm_scale", "layer", "metadata", "page_table_1"),
+}
 DENSE_FLAGS = ["--attention-backend", "triton"]
 DENSE_FLAGS_DECODE_ONLY = ["--decode-attention-backend", "triton", "--speculative-attention-mode", "decode"]
 KERNEL_KV_DTYPES = ("bfloat16",)
@@ -241,16 +285,65 @@ def _drop_flag(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def serving_verdict(r: dict[str, Any]) -> tuple[list[str], list[str], bool]:
-    """(reasons the dense plugin does not engage, flags that would make it, whether it can at all)."""
+def derived_family(r: dict[str, Any]) -> str | None:
+    """``dsa`` (SGLang's dsa backend: index_topk), ``dense_mla`` (512+64 MLA), else None."""
+    if r.get("attention_backend") == "dsa" or r.get("index_topk"):
+        return "dsa"
+    if r.get("attention_arch") == "MLA" and r.get("kv_lora_rank") == 512 and r.get("qk_rope_head_dim") == 64:
+        return "dense_mla"
+    return None
+
+
+def dsa_verdict(r: dict[str, Any]) -> tuple[list[str], list[str], bool]:
+    """(reasons the dsa route does not engage, flags that would make it, whether it can at all)."""
     reasons, flags = [], []
     if not r.get("speculative_algorithm"):
         reasons.append("no --speculative-algorithm: this server never runs target verify")
-    if r.get("attention_backend") == "dsa" or r.get("index_topk"):
+    if r.get("attention_backend") != "dsa":
+        reasons.append(
+            f"attention backend {r.get('attention_backend')}: the dsa route replaces only SGLang's dsa backend"
+        )
+        return reasons, [], False
+    if r.get("kv_lora_rank") != 512 or r.get("qk_rope_head_dim") != 64:
+        reasons.append(
+            f"kv_lora_rank {r.get('kv_lora_rank')}, rope {r.get('qk_rope_head_dim')}: the DSA kernel is 512+64 only"
+        )
+        return reasons, [], False
+    impl = r.get("dsa_decode_backend")
+    if impl not in DSA_VERIFY_IMPLS:
+        reasons.append(
+            f"target verify runs the {impl} dsa impl (SGLang's pick for these flags); the dsa route overrides "
+            f"{', '.join(DSA_VERIFY_IMPLS)}"
+        )
+    kv = r.get("kv_cache_dtype_effective")
+    if kv not in DSA_KV_DTYPES:
+        reasons.append(f"kv cache dtype {kv}: the DSA kernel reads bf16 or fp8_e4m3 (656-byte rows) only")
+        flags += ["--kv-cache-dtype", "bfloat16"]
+    if r.get("page_size") != DSA_PAGE_SIZE:
+        reasons.append(
+            f"page_size {r.get('page_size')} (index kpool > 1): the DSA kernel reads page-64 physical slot ids"
+        )
+    return reasons, flags, True
+
+
+def serving_verdict(r: dict[str, Any], family: str | None = None) -> tuple[list[str], list[str], bool]:
+    """(reasons the plugin's route for ``family`` (default: the derived one) does not engage,
+    flags that would make it, whether it can at all)."""
+    derived = derived_family(r)
+    family = family or derived
+    if family == "dsa":
+        if derived != "dsa":
+            return [f"the inventory says model_family dsa, but SGLang resolves this model as {derived}"], [], False
+        return dsa_verdict(r)
+    reasons, flags = [], []
+    if not r.get("speculative_algorithm"):
+        reasons.append("no --speculative-algorithm: this server never runs target verify")
+    if derived == "dsa":
         reasons.append(
             f"DSA model ({', '.join(r.get('architectures') or ['?'])}, index_topk {r.get('index_topk')}): SGLang "
             f"serves it with the dsa backend (page_size {r.get('page_size')}, verify on "
-            f"{r.get('dsa_decode_backend')}); the dense plugin replaces only the triton backend and cannot serve it"
+            f"{r.get('dsa_decode_backend')}); the dense route replaces only the triton backend and cannot serve "
+            "it (the host's model_family must be dsa or auto)"
         )
         return reasons, [], False
     if r.get("attention_arch") != "MLA" or r.get("kv_lora_rank") != 512 or r.get("qk_rope_head_dim") != 64:
@@ -274,8 +367,9 @@ def serving_verdict(r: dict[str, Any]) -> tuple[list[str], list[str], bool]:
     return reasons, flags, True
 
 
-def resolve_serving(launch_args: list[str], emulate: str | None = None) -> dict[str, Any]:
-    """Which backend/page size/KV dtype the service will get, and whether the plugin engages."""
+def resolve_serving(launch_args: list[str], emulate: str | None = None, family: str | None = None) -> dict[str, Any]:
+    """Which backend/page size/KV dtype the service will get, and whether the plugin's route for
+    ``family`` (None: the derived one) engages."""
     try:
         r = _resolve(launch_args, emulate)
     except BaseException as exc:  # SystemExit from argparse too: fail closed, named
@@ -287,9 +381,17 @@ def resolve_serving(launch_args: list[str], emulate: str | None = None) -> dict[
             "reasons": [f"SGLang could not resolve the launch arguments: {type(exc).__name__}: {exc}"],
             "engage_flags": [],
             "launch_args": launch_args,
+            "model_family_derived": None,
         }
-    reasons, flags, possible = serving_verdict(r)
-    doc = {"resolved": True, **r, "launch_args": launch_args, "plugin_engages": not reasons, "reasons": reasons}
+    reasons, flags, possible = serving_verdict(r, family)
+    doc = {
+        "resolved": True,
+        **r,
+        "launch_args": launch_args,
+        "model_family_derived": derived_family(r),
+        "plugin_engages": not reasons,
+        "reasons": reasons,
+    }
     doc["engage_flags"] = flags
     doc["engage_flags_verified"] = None
     if reasons and possible and flags:
@@ -298,7 +400,7 @@ def resolve_serving(launch_args: list[str], emulate: str | None = None) -> dict[
             fixed = _drop_flag(fixed, f)
         fixed += flags
         try:
-            again = serving_verdict(_resolve(fixed, emulate))[0]
+            again = serving_verdict(_resolve(fixed, emulate), family)[0]
         except BaseException as exc:  # noqa: BLE001 - the suggestion is reported unverified
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -309,9 +411,10 @@ def resolve_serving(launch_args: list[str], emulate: str | None = None) -> dict[
     return doc
 
 
-def library_check() -> dict[str, Any]:
-    """Does the prebuilt kernel library phase 0 built load HERE (the service's Python and torch,
-    this host's GPU), exactly as each service process will (hash, sources, arch, torch, Python)?"""
+def library_check(family: str | None = None) -> dict[str, Any]:
+    """Does the prebuilt kernel library phase 0 built for ``family``'s route (``mla_verify``, or
+    ``dsa_verify`` for dsa) load HERE (the service's Python and torch, this host's GPU), exactly
+    as each service process will (hash, sources, arch, torch, Python)?"""
     try:
         import torch
     except ImportError as exc:
@@ -321,21 +424,54 @@ def library_check() -> dict[str, Any]:
             "loadable": None,
             "reason": f"no CUDA device visible to {sys.executable}: the library cannot be checked",
         }
+    kernel = "dsa_verify" if family == "dsa" else "mla_verify"
     try:
-        from mla_verify import _build
+        from mla_verify._build import arch_for_capability
 
-        arch = _build.arch_for_capability(*torch.cuda.get_device_capability())
+        _build = importlib.import_module(f"{kernel}._build")
+        arch = arch_for_capability(*torch.cuda.get_device_capability())
         _build.load_prebuilt(arch)
         rec = _build.check_prebuilt(arch)
     except (ImportError, ValueError) as exc:
-        return {"loadable": False, "reason": str(exc)}
-    return {"loadable": True, **{k: rec.get(k) for k in ("arch", "path", "sha256", "torch", "python")}}
+        return {"loadable": False, "kernel": kernel, "reason": str(exc)}
+    return {
+        "loadable": True,
+        "kernel": kernel,
+        **{k: rec.get(k) for k in ("arch", "path", "sha256", "torch", "python")},
+    }
+
+
+def dsa_surface(p: Probe) -> None:
+    """The dsa route's seam: ATTENTION_BACKENDS['dsa'] and the overridden methods' parameters."""
+
+    def registry() -> None:
+        mod = importlib.import_module("sglang.srt.layers.attention.attention_registry")
+        _require("dsa" in mod.ATTENTION_BACKENDS, "no 'dsa' entry in ATTENTION_BACKENDS")
+
+    p.check("attention_registry.ATTENTION_BACKENDS['dsa']", registry)
+    cls = p.check(
+        "dsa_backend.DeepseekSparseAttnBackend",
+        lambda: importlib.import_module("sglang.srt.layers.attention.dsa_backend").DeepseekSparseAttnBackend,
+    )
+    if cls is None:
+        return
+    for name, want in DSA_METHODS.items():
+
+        def method(name: str = name, want: tuple[str, ...] = want) -> None:
+            got = tuple(_params(getattr(cls, name))[1 : 1 + len(want)])
+            _require(got == want, f"parameters are {list(got)}")
+
+        p.check(f"DeepseekSparseAttnBackend.{name}({', '.join(want)})", method)
 
 
 def run_probe(
-    launch_args: list[str] | None = None, launch_source: str | None = None, emulate: str | None = None
+    launch_args: list[str] | None = None,
+    launch_source: str | None = None,
+    emulate: str | None = None,
+    model_family: str = "auto",
 ) -> dict[str, Any]:
-    """Check the surface in this interpreter; return the probe document."""
+    """Check the surface in this interpreter; return the probe document. ``model_family``: the
+    inventory's value (dense_mla, dsa) or ``auto`` (take the one SGLang's resolution implies)."""
     try:
         sglang = importlib.import_module("sglang")
     except ImportError as exc:
@@ -437,20 +573,35 @@ def run_probe(
         ]
     except Exception:  # informational only
         eps = []
-    compatible = not p.mismatches
+    expected = None if model_family == "auto" else model_family
     if launch_args is None:
         serving = {
             "resolved": False,
             "plugin_engages": False,
             "reasons": [launch_source or "service launch arguments unknown"],
             "engage_flags": [],
+            "model_family_derived": None,
         }
     else:
-        serving = resolve_serving(launch_args, emulate)
+        serving = resolve_serving(launch_args, emulate, expected)
         serving["launch_args_source"] = launch_source
+    derived = serving.get("model_family_derived")
+    family = expected or derived
+    if expected is not None and derived is not None and derived != expected:
+        serving["plugin_engages"] = False
+        mismatch = f"the inventory says model_family {expected}, SGLang resolves this model as {derived}"
+        if not any("the inventory says" in x for x in serving["reasons"]):
+            serving["reasons"] = [*serving["reasons"], mismatch]
+    if family == "dsa":
+        dsa_surface(p)
+    compatible = not p.mismatches
     engages = bool(serving.get("plugin_engages"))
-    library = library_check()
+    library = library_check(family)
     return {
+        "model_family": family,
+        "model_family_requested": model_family,
+        "model_family_derived": derived,
+        "route": {"dsa": "dsa", "dense_mla": "triton"}.get(family or ""),
         "library": library,
         "library_loadable": library.get("loadable"),
         "ok": compatible and engages,
@@ -468,6 +619,32 @@ def run_probe(
         "checks": p.checks,
         "plugin_installed": bool(eps),
         "python": sys.executable,
+    }
+
+
+def family_only(launch_args: list[str] | None, launch_source: str | None, emulate: str | None) -> dict[str, Any]:
+    """The derived model family alone: ``ok`` when SGLang resolved the launch arguments."""
+    try:
+        importlib.import_module("sglang")
+    except ImportError as exc:
+        return {"ok": False, "blocked": f"sglang is not installed here ({exc})", "model_family": None}
+    if launch_args is None:
+        return {"ok": False, "model_family": None, "reason": launch_source or "service launch arguments unknown"}
+    try:
+        r = _resolve(launch_args, emulate)
+    except BaseException as exc:  # SystemExit from argparse too
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"ok": False, "model_family": None, "reason": f"SGLang could not resolve: {type(exc).__name__}: {exc}"}
+    family = derived_family(r)
+    return {
+        "ok": family is not None,
+        "model_family": family,
+        "reason": None if family else "neither a DSA nor a 512+64 MLA model: no bundled route serves it",
+        "architectures": r.get("architectures"),
+        "attention_backend": r.get("attention_backend"),
+        "index_topk": r.get("index_topk"),
+        "launch_args_source": launch_source,
     }
 
 
@@ -523,6 +700,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", help=f"the host's remote_root (reads {LAUNCH_ARGS_NAME} there)")
     parser.add_argument("--launch-args-json", help="the service's SGLang launch arguments as a JSON list")
     parser.add_argument(
+        "--model-family",
+        choices=[*MODEL_FAMILIES, "auto"],
+        default="auto",
+        help="the inventory's model family: the route to judge (auto: the one SGLang's resolution implies)",
+    )
+    parser.add_argument(
+        "--family-only",
+        action="store_true",
+        help="only resolve the launch arguments and print the derived model family (phase 0 facts)",
+    )
+    parser.add_argument(
         "--emulate-gpu",
         choices=sorted(EMULATED_GPUS),
         help="CPU tests only: resolve as on this GPU (SGLang's override_platform); hosts use their real GPU",
@@ -538,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
             if pair[1]
             for a in pair
         ]
+        extra += ["--model-family", args.model_family] + (["--family-only"] if args.family_only else [])
         if args.emulate_gpu:
             extra += ["--emulate-gpu", args.emulate_gpu]
         doc, code = probe_in(args.service_python, args.timeout, extra)
@@ -547,7 +736,10 @@ def main(argv: list[str] | None = None) -> int:
             launch, source = find_launch_args(args.launch_args_json, args.root)
         except ValueError as exc:
             launch, source = None, f"unusable launch arguments: {exc}"
-        doc = run_probe(launch, source, args.emulate_gpu)
+        if args.family_only:
+            doc = family_only(launch, source, args.emulate_gpu)
+        else:
+            doc = run_probe(launch, source, args.emulate_gpu, args.model_family)
         code = exit_code(doc)
     if args.json:
         print(json.dumps(doc, sort_keys=True))

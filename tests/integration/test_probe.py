@@ -129,13 +129,16 @@ MODEL_CONFIGS = Path(__file__).resolve().parent / "model_configs"
 SHIM = Path(__file__).resolve().parent / "with_torchvision_shim.py"
 
 
-def _resolve(model: str, gpu: str, *flags: str, root: Path | None = None) -> tuple[int, dict]:
+def _resolve(
+    model: str, gpu: str, *flags: str, root: Path | None = None, probe_args: tuple[str, ...] = ()
+) -> tuple[int, dict]:
     """The probe CLI, as on a host, with SGLang's platform facts of ``gpu`` (CPU machine)."""
     import os
 
     launch = ["--model-path", str(MODEL_CONFIGS / model), "--tp-size", "8", *flags]
     env = {**os.environ, "PYTHONPATH": str(KERNELS)}
     extra = ["--root", str(root)] if root else ["--launch-args-json", json.dumps(launch)]
+    extra += list(probe_args)
     proc = subprocess.run(
         [sys.executable, str(SHIM), "cutover_agent.probe", "--json", "--emulate-gpu", gpu, *extra],
         cwd=KERNELS,
@@ -209,14 +212,16 @@ def test_deepseek_v3_on_blackwell_workstation_gets_triton_by_default(sglang_read
 @pytest.mark.sglang
 @pytest.mark.parametrize("gpu,kv,verify", [("sm90", "bfloat16", "fa3"), ("sm120", "fp8_e4m3", "flashinfer_sparse_mla")])
 def test_glm5_is_a_dsa_model_the_dense_plugin_cannot_serve(sglang_ready, gpu, kv, verify):
-    rc, doc = _resolve("glm-5-like", gpu, *EAGLE)
+    """An inventory that says dense_mla for a GLM-5 host is refused (the dsa route: test_probe_dsa.py)."""
+    dense = ("--model-family", "dense_mla")
+    rc, doc = _resolve("glm-5-like", gpu, *EAGLE, probe_args=dense)
     s = doc["serving"]
     assert rc == 1 and doc["plugin_engages"] is False and doc["engage_flags"] == []
     assert (s["attention_backend"], s["page_size"], s["kv_cache_dtype_effective"]) == ("dsa", 64, kv)
     assert s["dsa_decode_backend"] == verify and s["index_topk"] == 2048
     assert "DSA model (GlmMoeDsaForCausalLM" in s["reasons"][0] and "cannot serve it" in s["reasons"][0]
     # Forcing --attention-backend triton does not make a DSA model dense: still refused, named.
-    rc, doc = _resolve("glm-5-like", gpu, *EAGLE, "--attention-backend", "triton")
+    rc, doc = _resolve("glm-5-like", gpu, *EAGLE, "--attention-backend", "triton", probe_args=dense)
     assert rc == 1 and doc["plugin_engages"] is False and doc["engage_flags"] == []
     assert "DSA model (GlmMoeDsaForCausalLM" in doc["serving_reasons"][0]
 
