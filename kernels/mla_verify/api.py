@@ -193,6 +193,63 @@ def validate(
     return {"B": B, "T": T, "H": H, "kv_fp8": kv_fp8}
 
 
+class SplitRule(tuple):
+    """Host-known half of the split rule: (s_cap, draft_tiles, bn, part_div); see choose_num_splits.
+
+    The kernel receives these four integers and evaluates `splits_for_total` itself on the real
+    prefix total (kv_indptr[B] - kv_indptr[0]) when the split count is automatic, so a CUDA graph
+    captured on max-size buffers runs, at each replay, the split count of an eager call at the
+    replayed length (mla_verify_kernel.cuh, effective_splits: the same integer arithmetic)."""
+
+    __slots__ = ()
+
+    def __new__(cls, s_cap: int, draft_tiles: int, bn: int, part_div: int):
+        return super().__new__(cls, (s_cap, draft_tiles, bn, part_div))
+
+    s_cap = property(lambda self: self[0])
+    draft_tiles = property(lambda self: self[1])
+    bn = property(lambda self: self[2])
+    part_div = property(lambda self: self[3])
+
+
+def split_rule(
+    B: int,
+    max_len_extend: int,
+    H: int,
+    num_sms: int,
+    cfg: tiles.TileConfig,
+    ctas_per_sm: int | None = None,
+) -> SplitRule:
+    """The parts of the split rule that do not depend on the prefix lengths (host sizes only)."""
+    m_tiles = -(-max_len_extend * H // cfg.block_m)
+    ctas = B * m_tiles
+    slots = num_sms * (ctas_per_sm or cfg.ctas_per_sm_hint)
+    s_cap = 1 if ctas >= 0.8 * slots else max(1, min(slots // ctas, MAX_SPLITS))
+    return SplitRule(s_cap, -(-max_len_extend // cfg.block_n), cfg.block_n, B * max_len_extend * H * 513 * 4 * 2)
+
+
+def splits_for_total(rule: SplitRule, B: int, prefix_tokens_total: int, grid_splits: int = MAX_SPLITS) -> int:
+    """Split count for a batch of B requests with `prefix_tokens_total` prefix tokens in all,
+    capped at `grid_splits` (what a launch sized for that many splits can run). The device
+    evaluates exactly this (integer arithmetic) for automatic split counts."""
+    total = max(0, int(prefix_tokens_total))
+    if rule.s_cap <= 1 or grid_splits <= 1 or total < 1:
+        return 1
+    length = min(-(-total // B), 2**31 - 1)  # the device's 32-bit length (a prefix length is an int there)
+    part_cap = max(total * 1152, PARTIAL_CAP_BYTES)
+    s_max = max(1, min(rule.s_cap, part_cap // rule.part_div, grid_splits))
+    bn = rule.bn
+    best, best_cost = 1, None
+    for s in range(1, s_max + 1):
+        per = -(-length // s)
+        chunk = -(-per // bn) * bn  # the device's split length (work_of)
+        last = max(0, length - (s - 1) * chunk)
+        cost = max(chunk // bn if s > 1 else 0, -(-last // bn) + rule.draft_tiles)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
 def choose_num_splits(
     B: int,
     max_len_extend: int,
@@ -213,30 +270,13 @@ def choose_num_splits(
     (v4): the v3 rule (>= 2 tiles per split, 32 MiB cap) chose 32 / 63 / 63 / 66 there, whose last
     split ran a prefix tile and the draft tile (except at 32k); S=66 (64 prefix splits, an empty
     one, the draft's) ran 7.2 / 6.1 / 7.5 / 0% faster than the v3 choice and 64 prefix splits with
-    the draft on the last one 2-4% slower. `prefix_tokens_total` may overestimate (CUDA-graph buffers).
+    the draft on the last one 2-4% slower. `prefix_tokens_total` may overestimate (CUDA-graph
+    buffers): the launch is then sized (grid, workspace) for that total, and the kernel runs the
+    count of the real total (kv_indptr on the device), capped at this one.
     `ctas_per_sm` defaults to the config's residency on sm_90 (tiles.ctas_per_sm gives it per arch).
     """
-    m_tiles = math.ceil(max_len_extend * H / cfg.block_m)
-    ctas = B * m_tiles
-    slots = num_sms * (ctas_per_sm or cfg.ctas_per_sm_hint)
-    if ctas >= 0.8 * slots:
-        return 1
-    length = math.ceil(prefix_tokens_total / B)
-    if length < 1:
-        return 1
-    rows = B * max_len_extend * H
-    part_cap = max(prefix_tokens_total * 1152, PARTIAL_CAP_BYTES)
-    s_max = max(1, min(slots // ctas, int(part_cap // (rows * 513 * 4 * 2)), MAX_SPLITS))
-    bn = cfg.block_n
-    draft_tiles = math.ceil(max_len_extend / bn)
-    best, best_cost = 1, None
-    for s in range(1, s_max + 1):
-        chunk = math.ceil(math.ceil(length / s) / bn) * bn  # the device's split length (work_of)
-        last = max(0, length - (s - 1) * chunk)
-        cost = max(chunk // bn if s > 1 else 0, math.ceil(last / bn) + draft_tiles)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = s, cost
-    return best
+    rule = split_rule(B, max_len_extend, H, num_sms, cfg, ctas_per_sm)
+    return splits_for_total(rule, B, prefix_tokens_total)
 
 
 def workspace_numel(num_splits: int, T: int, H: int) -> int:
@@ -310,6 +350,10 @@ def mla_verify_fwd(
     sm_scale defaults to 576**-0.5 (SGLang's default for Lq = 576). `workspace`: optional fp32
     CUDA tensor with >= workspace_numel(S, T, H) elements (pass one under CUDA-graph capture).
     `num_splits` / `tile_config` ("auto", "sm90wg", "sm90", "sm120") override the heuristics (testing);
+    with num_splits=None the launch (grid, workspace) is sized by choose_num_splits on
+    kv_indices.numel() and the kernel runs the split count of the real prefix total read from
+    kv_indptr on the device (the same rule, capped at the launch's): bitwise the output of an
+    explicit num_splits of that count, also when a CUDA graph replays it at another length;
     `fp8_schedule` (0/1/2) picks the fp8 loader placement of the wgmma kernel (testing, benchmarks).
     """
     import torch
@@ -343,8 +387,10 @@ def mla_verify_fwd(
         cfg = tiles.CONFIGS[tile_config]
         if cfg not in tiles.ARCH_CONFIGS[arch]:
             _fail("tile_config", f"{tile_config} is not built for {arch}")
-    if num_splits is None:
-        num_splits = choose_num_splits(B, max_len_extend, H, kv_indices.numel(), sms, cfg, tiles.ctas_per_sm(cfg, arch))
+    rule = split_rule(B, max_len_extend, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
+    split_auto = num_splits is None
+    if split_auto:
+        num_splits = splits_for_total(rule, B, kv_indices.numel())
     if fp8_schedule is None:
         fp8_schedule = FP8_SCHEDULE_DEFAULT
     if fp8_schedule not in FP8_SCHEDULES:
@@ -396,6 +442,8 @@ def mla_verify_fwd(
         float(k_scale) if sizes["kv_fp8"] else 1.0,
         float(v_scale) if sizes["kv_fp8"] else 1.0,
         int(fp8_schedule),
+        int(split_auto),
+        *rule,
     )
     return o_extend
 

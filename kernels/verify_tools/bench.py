@@ -26,8 +26,10 @@ bytes) and its error vs the fp32 oracle on the dequantized values.
 Graph-buffer mode (run by default with the built-in shape list, or with --graph-buffer): the way
 SGLang's CUDA-graph path drives the kernel. kv_indices is a fixed buffer of max_bs * num_draft *
 context_len int64 (TritonAttnBackend.cuda_graph_kv_indices), the FULL mask buffer and kv_indptr /
-mask_indptr are fixed too, and the split count is fixed at capture (the host sees only the buffer
-sizes). One graph is captured, then for each real prefix length (GRAPH_BUFFER_LENS) the buffers are
+mask_indptr are fixed too, and the launch (grid, workspace) is sized at capture from the buffer
+sizes; the kernel derives the split count it runs from kv_indptr on the device (the exact-length
+rule, capped at the capture's), so each replay should equal the exact-length call bit for bit
+(`replay_equal_exact_bitwise`; `splits_graph_buffer` / `splits_effective` / `splits_exact`). One graph is captured, then for each real prefix length (GRAPH_BUFFER_LENS) the buffers are
 rewritten in place and the replay is timed; `ratio` = replay time / the exact-length call's time
 (graph captured on exact-size tensors), both in this run. Phase 2 gates the worst ratio.
 Peers, same inputs, same run, each skipped with its reason in the row: SGLang extend_attention_fwd
@@ -62,7 +64,7 @@ QUICK = [(1, 4096, 8, 16), (1, 32768, 8, 16), (4, 65536, 4, 64)]
 FP8_SHAPES = [(4, 131072, 4, 16), (1, 32768, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16)]
 FP8_MEM_SHAPE = (4, 131072, 4, 16)  # memory-floored (R = 64): the fp8 time must show the halved bytes
 GRAPH_BUFFER_LENS = (512, 4096, 32768, 131072)
-GRAPH_BUFFER_SHAPES = [(1, 8, 16), (8, 8, 16)]  # (max_bs, num_draft, H)
+GRAPH_BUFFER_SHAPES = [(1, 8, 16), (4, 4, 16), (8, 8, 16)]  # (max_bs, num_draft, H)
 FP8_K_SCALE = 0.5  # per-tensor scale of the fp8 bench cache (k / k_scale is stored)
 
 
@@ -360,6 +362,8 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
         t_graph = timer.median_us(g.replay)
         e_us, e_mode = timer.time_graph_or_eager(lambda: call(kvp, idx, mask, mip, o_e))
         rel = float((o_g.float() - o_e.float()).norm() / o_e.float().norm())
+        rule = api.split_rule(B, n, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
+        s_grid = api.splits_for_total(rule, B, gb_idx.numel())
         rows.append(
             {
                 "max_bs": B,
@@ -372,16 +376,17 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
                 "exact_us": e_us,
                 "exact_timing": e_mode,
                 "ratio": t_graph / e_us,
-                "splits_graph_buffer": api.choose_num_splits(
-                    B, n, H, gb_idx.numel(), sms, cfg, tiles.ctas_per_sm(cfg, arch)
-                ),
-                "splits_exact": api.choose_num_splits(B, n, H, idx.numel(), sms, cfg, tiles.ctas_per_sm(cfg, arch)),
+                "splits_graph_buffer": s_grid,  # the launch (grid, workspace) of the capture
+                "splits_effective": api.splits_for_total(rule, B, idx.numel(), s_grid),  # what the device ran
+                "splits_exact": api.splits_for_total(rule, B, idx.numel()),
                 "rel_err_graph_vs_exact": rel,
+                "replay_equal_exact_bitwise": bool(torch.equal(o_g, o_e)),
             }
         )
         print(
             f"[bench] graph-buffer B={B} n={n} H={H} L={L}: replay {t_graph:.1f}us exact {e_us:.1f}us "
-            f"ratio {t_graph / e_us:.3f} S {rows[-1]['splits_graph_buffer']}/{rows[-1]['splits_exact']} rel {rel:.1e}",
+            f"ratio {t_graph / e_us:.3f} S grid/eff/exact {s_grid}/{rows[-1]['splits_effective']}/"
+            f"{rows[-1]['splits_exact']} rel {rel:.1e} bitwise {rows[-1]['replay_equal_exact_bitwise']}",
             file=sys.stderr,
         )
     inp = g = None
@@ -507,6 +512,8 @@ def summarize(rows, ceilings, gb_rows=()):
         "max_fp8_rel_err_vs_oracle": max(vals("fp8_rel_err_vs_oracle"), default=None),
         "max_graph_buffer_ratio": max((r["ratio"] for r in gb_rows), default=None),
         "max_graph_buffer_rel_err": max((r["rel_err_graph_vs_exact"] for r in gb_rows), default=None),
+        "graph_buffer_bitwise_equal": sum(1 for r in gb_rows if r["replay_equal_exact_bitwise"]),
+        "graph_buffer_rows": len(gb_rows),
         "shapes": len(rows),
         "min_speedup_vs_sglang_extend": min(ext) if ext else None,
         "speedup_vs_sglang_extend_b1_32k": b1[0] if b1 else None,

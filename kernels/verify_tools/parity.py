@@ -19,6 +19,11 @@ hardware) and checks:
     NEAR_TIE_EPS = 0.01 x that row's logit standard deviation (counted as near ties). With the
     error bound above the logit error is about u x std, five times below that epsilon.
 (c) Determinism: REPEATS runs give bitwise identical outputs.
+(d) CUDA-graph replays (GRAPH_CASES, named like cases in --cases): one capture on max-size
+    kv_indices / mask buffers, in-place rewrites to longer, shorter, empty and hostile prefixes;
+    each replay equals bit for bit an eager call with the split count the device derived
+    (api.splits_for_total, capped at the capture's), and meets (a) and (b). Reported under
+    graph_replays.
 fp8 cases (kv_dtype="fp8", SGLang's fp8_e4m3 MLA cache with per-tensor k_scale / v_scale, bf16
 drafts) are checked against the oracle on the dequantized cache values with the same bounds: the
 kernel dequantizes exactly, so only its bf16 roundings count. fp8_codes_exact also requires the
@@ -156,6 +161,7 @@ CASES = (
         extra={"fp8_codes": True},
     ),
 )
+QUICK_GRAPH = ("graph_b3_varlen_n4_h16",)
 QUICK = (
     "b1_prefix0_n4_h16_tree",
     "b4_varlen_tree_h16",
@@ -248,6 +254,179 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
     }
 
 
+# CUDA-graph replays (issue 11): one capture on max-size index / mask buffers (SGLang's
+# cuda_graph_kv_indices and FULL mask buffers), then kv_indptr / kv_indices / the mask rewritten in
+# place to longer, shorter and empty prefixes and replayed. The kernel derives the split count of
+# each replay from kv_indptr on the device (api.splits_for_total, capped at the capture's); each
+# replay must equal, bit for bit, an eager call on exact-size tensors with that split count given
+# explicitly, meet the oracle bounds and token exactness, and (when the cap does not bind) equal
+# the eager automatic call. "hostile" rewrites kv_indptr[B] past the buffer: the device clamps the
+# total to kv_indices.numel() (out-of-range positions read as zero), matched the same way.
+GRAPH_CASES = {
+    "graph_b1_n8_h16_32k": (
+        CaseSpec("graph_b1_n8_h16_32k", (32768,), (8,), 16, seed=31, notes="B=1, captured at 4k"),
+        (4096,),
+        [(32768,), (512,), (0,), (100,), (4096,), "hostile"],
+    ),
+    "graph_b3_varlen_n4_h16": (
+        CaseSpec("graph_b3_varlen_n4_h16", (30000, 3000, 9000), (4, 4, 4), 16, seed=32, index64=True),
+        (2000, 0, 5000),
+        [(30000, 17, 9000), (0, 0, 0), (64, 1, 300), (2000, 0, 5000), (30000, 3000, 9000), "hostile"],
+    ),
+    "graph_fp8_b2_n8_h16": (
+        CaseSpec("graph_fp8_b2_n8_h16", (16384, 16384), (8, 8), 16, seed=33, kv_dtype="fp8", k_scale=0.5, v_scale=0.5),
+        (1024, 1024),
+        [(16384, 8000), (0, 5), (512, 512), (1024, 1024)],
+    ),
+}
+GRAPH_BUFFER_FACTOR = 2  # kv_indices buffer = factor x the case's max prefix tokens (the grid's split count)
+
+
+def _bits_equal(a, b) -> bool:
+    """Bitwise equality of two bf16 tensors (NaN payloads included, unlike torch.equal)."""
+    import torch
+
+    return bool(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+
+
+def _exact_tensors(inp: dict, lens: tuple) -> dict:
+    """Exact-size kv_indptr / kv_indices / FULL mask of the case's requests cut to prefix `lens`."""
+    import torch
+
+    dev = inp["q_extend"].device
+    L0, n = inp["meta"]["prefix_lens"], inp["meta"]["draft_lens"]
+    kvp0 = inp["kv_indptr"].tolist()
+    idx, masks, mip = [], [], [0]
+    for b, L in enumerate(lens):
+        idx.append(inp["kv_indices"][kvp0[b] : kvp0[b] + L])
+        start, nb = int(inp["mask_indptr"][b]), n[b]
+        vis = inp["custom_mask"][start : start + nb * (L0[b] + nb)].view(nb, L0[b] + nb)[:, L0[b] :]
+        blk = torch.ones(nb, L + nb, dtype=inp["custom_mask"].dtype, device=dev)
+        blk[:, L:] = vis
+        masks.append(blk.flatten())
+        mip.append(mip[-1] + nb * (L + nb))
+    kvp = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=inp["kv_indptr"].dtype, device=dev)
+    return {
+        "kv_indptr": kvp,
+        "kv_indices": torch.cat(idx) if idx else inp["kv_indices"][:0],
+        "custom_mask": torch.cat(masks),
+        "mask_indptr": torch.tensor(mip, dtype=torch.int64, device=dev),
+    }
+
+
+def run_graph_case(name: str, tile_config: str, w, device) -> list:
+    """Capture once on max-size buffers, replay after in-place rewrites; one result row per replay."""
+    import torch
+
+    from mla_verify import api, mla_verify_fwd, tiles
+    from mla_verify.reference import mla_verify_ref
+
+    spec, capture_lens, replays = GRAPH_CASES[name]
+    inp = make_inputs(spec, device)
+    B, T, H = spec.batch, inp["meta"]["T"], spec.heads
+    arch, sms = api.device_info(device)
+    cfg = tiles.CONFIGS[tile_config]
+    n_max = inp["max_len_extend"]
+    gb_idx = torch.zeros(GRAPH_BUFFER_FACTOR * max(1, sum(spec.prefix_lens)), dtype=torch.int64, device=device)
+    gb_kvp = torch.zeros_like(inp["kv_indptr"])
+    gb_mask = torch.zeros(sum(nb * (L + nb) for L, nb in zip(spec.prefix_lens, spec.draft_lens)), dtype=torch.uint8)
+    gb_mask = gb_mask.to(device)
+    gb_mip = torch.zeros(B + 1, dtype=torch.int64, device=device)
+    rule = api.split_rule(B, n_max, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
+    s_grid = api.splits_for_total(rule, B, gb_idx.numel())
+    ws = torch.empty(max(1, api.workspace_numel(s_grid, T, H)), dtype=torch.float32, device=device)
+    o_g = torch.empty_like(inp["o_extend"])
+    kw = kernel_kwargs(inp)
+
+    hostile_end = gb_idx.numel() + 5000  # kv_indptr[B] of the hostile rewrite: past the buffer
+
+    def fill(lens):
+        if lens == "hostile":  # the last request's range runs past the buffer; the rest stays stale
+            gb_kvp.copy_(torch.tensor([0] * B + [hostile_end], dtype=gb_kvp.dtype))
+            return None
+        ex = _exact_tensors(inp, lens)
+        gb_kvp.copy_(ex["kv_indptr"])
+        gb_idx[: ex["kv_indices"].numel()].copy_(ex["kv_indices"])
+        gb_mask[: ex["custom_mask"].numel()].copy_(ex["custom_mask"].view(torch.uint8))
+        gb_mip.copy_(ex["mask_indptr"])
+        return ex
+
+    def args_with(o, kvp, idx, mask, mip):
+        a = list(kernel_args(inp))
+        a[3], a[7], a[8], a[9], a[11] = o, kvp, idx, mask, mip
+        return a
+
+    graph_args = args_with(o_g, gb_kvp, gb_idx, gb_mask, gb_mip)
+    fill(capture_lens)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            mla_verify_fwd(*graph_args, **kw, workspace=ws, tile_config=tile_config)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        mla_verify_fwd(*graph_args, **kw, workspace=ws, tile_config=tile_config)
+    torch.cuda.synchronize()
+    rows = []
+    for lens in replays:
+        t0 = time.time()
+        ex = fill(lens)
+        o_g.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        out = o_g.clone()
+        o_e = torch.full_like(o_g, float("nan"))
+        if ex is None:  # hostile: the eager reference runs on the same (buffer) tensors
+            total = min(hostile_end, gb_idx.numel())  # the device's clamp to kv_indices.numel()
+            e_args = args_with(o_e, gb_kvp, gb_idx, gb_mask, gb_mip)
+        else:
+            total = int(ex["kv_indices"].numel())
+            e_args = args_with(o_e, ex["kv_indptr"], ex["kv_indices"], ex["custom_mask"], ex["mask_indptr"])
+        s_eff = api.splits_for_total(rule, B, total, s_grid)
+        s_auto = api.splits_for_total(rule, B, total)
+        mla_verify_fwd(*e_args, **kw, num_splits=s_eff, tile_config=tile_config)
+        torch.cuda.synchronize()
+        equal_eager = _bits_equal(out, o_e)
+        equal_auto = None
+        if ex is not None and s_auto == s_eff:
+            o_a = torch.full_like(o_g, float("nan"))
+            a_args = args_with(o_a, ex["kv_indptr"], ex["kv_indices"], ex["custom_mask"], ex["mask_indptr"])
+            mla_verify_fwd(*a_args, **kw, tile_config=tile_config)
+            torch.cuda.synchronize()
+            equal_auto = _bits_equal(out, o_a)
+        row = {
+            "name": name,
+            "tile_config": tile_config,
+            "kv_dtype": spec.kv_dtype,
+            "capture_lens": list(capture_lens),
+            "replay_lens": lens if lens == "hostile" else list(lens),
+            "kv_indices_buffer_numel": gb_idx.numel(),
+            "splits_grid": s_grid,
+            "splits_effective": s_eff,
+            "splits_auto_exact": s_auto,
+            "equal_eager_same_splits": equal_eager,
+            "equal_eager_auto": equal_auto,
+            "finite": bool(torch.isfinite(out).all()),
+        }
+        # hostile: slots past the rewritten prefix are stale or 0 (a NaN-poisoned pool slot), so
+        # only the bitwise match (NaN bits included) and a clean run are required
+        ok = equal_eager and equal_auto is not False and (row["finite"] or ex is None)
+        if ex is not None:
+            ref = mla_verify_ref(**oracle_kwargs(dict(inp, **ex)))
+            diff = out.to(torch.float64) - ref
+            row["rel_err"] = float(diff.norm() / ref.norm().clamp_min(1e-300))
+            row["max_abs_err_rel"] = float(diff.abs().max() / ref.abs().max().clamp_min(1e-300))
+            row.update(token_check(out, ref, w))
+            ok = ok and row["rel_err"] <= REL_FRO_BOUND and row["max_abs_err_rel"] <= MAX_ABS_BOUND
+            ok = ok and row["token_mismatches"] == 0
+        row["ok"] = ok
+        row["seconds"] = round(time.time() - t0, 2)
+        rows.append(row)
+    del g
+    return rows
+
+
 def blocked_doc(reason: str) -> dict:
     return tool_blocked_doc(
         reason,
@@ -276,17 +455,20 @@ def main(argv=None) -> int:
         help="all: every tile config built for this arch; auto: the default one",
     )
     a = ap.parse_args(argv)
-    names = {c.name for c in CASES}
+    names = {c.name for c in CASES} | set(GRAPH_CASES)
     if a.cases:
         want = [x for x in a.cases.split(",") if x]
         bad = [x for x in want if x not in names]
         if bad:
             ap.error(f"--cases: unknown case(s) {', '.join(bad)}; known: {', '.join(sorted(names))}")
         cases = [c for c in CASES if c.name in want]
+        graph_cases = [g for g in GRAPH_CASES if g in want]
     elif a.quick:
         cases = [c for c in CASES if c.name in QUICK]
+        graph_cases = [g for g in GRAPH_CASES if g in QUICK_GRAPH]
     else:
         cases = list(CASES)
+        graph_cases = list(GRAPH_CASES)
     try:
         import torch
     except ImportError as exc:
@@ -312,9 +494,24 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             torch.cuda.empty_cache()
+    graph_rows = []
+    for name in graph_cases:
+        for cfg in cfgs:
+            rows = run_graph_case(name, cfg, w, dev)
+            graph_rows += rows
+            for r in rows:
+                print(
+                    f"[parity] {name:<28} {cfg:<6} replay {r['replay_lens']} ok={r['ok']} "
+                    f"S grid/eff={r['splits_grid']}/{r['splits_effective']} bitwise={r['equal_eager_same_splits']} "
+                    f"auto={r['equal_eager_auto']} rel={r.get('rel_err', float('nan')):.2e} "
+                    f"tok_mis={r.get('token_mismatches', '-')} ({r['seconds']}s)",
+                    file=sys.stderr,
+                )
+            torch.cuda.empty_cache()
     failed = [r for r in results if not r["ok"]]
+    graph_failed = [r for r in graph_rows if not r["ok"]]
     doc = {
-        "ok": not failed,
+        "ok": not failed and not graph_failed,
         "device": torch.cuda.get_device_name(dev),
         "arch": arch,
         "tile_configs": cfgs,
@@ -326,6 +523,7 @@ def main(argv=None) -> int:
             "repeats": REPEATS,
         },
         "cases": results,
+        "graph_replays": graph_rows,
         "summary": {
             "cases_total": len(results),
             "cases_failed": len(failed),
@@ -334,6 +532,10 @@ def main(argv=None) -> int:
             + sum(1 for r in results if r["token_mismatches"] < 0),
             "near_ties": sum(r["near_ties"] for r in results),
             "deterministic": all(r["deterministic"] for r in results),
+            "graph_replays_total": len(graph_rows),
+            "graph_replays_failed": len(graph_failed),
+            "graph_replays_bitwise_equal": sum(1 for r in graph_rows if r["equal_eager_same_splits"]),
+            "graph_replays_split_changed": sum(1 for r in graph_rows if r["splits_effective"] != r["splits_grid"]),
         },
     }
     return _emit(doc, a.json, 0 if doc["ok"] else 1)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
-# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits     (writes JSON/logs/PNG under $OUT)
+# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph  (writes JSON/logs/PNG under $OUT)
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
 #   splits: small parity, then the B=1 split counts of the v3 rule against the current one, same run.
+#   graph: parity of the CUDA-graph replay cases (in-place rewrites, device-side split count) + 5
+#          cases, bench graph-buffer mode + 4 anchor shapes without SGLang, memcheck of a graph case.
 set -o pipefail
 MODE=${1:-quick}
 OUT=${OUT:-/tmp/mlav-out}; mkdir -p "$OUT"
@@ -44,7 +46,9 @@ from mla_verify.api import device_arch
 a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
 say "parity"
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k,fp8_codes_exact
-if [ "$MODE" = splits ]; then PARGS="--cases b1_full_nomask_h16,b1_n1_h128_prefix4k,b4_prefix0_mixed_h16,seed_b1_prefix65k_n8_h16_chain,fp8_codes_exact"
+GRAPH_CASES=graph_b1_n8_h16_32k,graph_b3_varlen_n4_h16,graph_fp8_b2_n8_h16
+if [ "$MODE" = graph ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
+elif [ "$MODE" = splits ]; then PARGS="--cases b1_full_nomask_h16,b1_n1_h128_prefix4k,b4_prefix0_mixed_h16,seed_b1_prefix65k_n8_h16_chain,fp8_codes_exact"
 elif [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
 timeout 240 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
 if [ "$MODE" = splits ]; then
@@ -73,7 +77,9 @@ PY
   exit 0
 fi
 say "bench"
-if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = dev ]; then
+if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = graph ]; then
+  BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,32:8192:8:16,4:131072:4:16"
+elif [ "$MODE" = dev ]; then
   BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,1:131072:8:16,32:8192:8:16,8:32768:8:16,4:32768:8:128,4:131072:4:16"
 else BARGS=""; fi
 # Usage modes: quick (subset), full (all + long sanitizer), final (all + short sanitizer)
@@ -101,6 +107,9 @@ PY
   cuobjdump -sass "$SO" > "$OUT/sass.txt" 2>&1; echo "sass dump rc=$? $(wc -l < "$OUT/sass.txt") lines" | tee -a "$LOG"
   say "compute-sanitizer memcheck (small cases, all configs, bf16 + fp8 cache)"
   sanitize 120 memcheck:b4_varlen_tree_h16 memcheck:fp8_b4_varlen_tree_h16_u8 racecheck:fp8_b2_n16_h128_tree_scales
+elif [ "$MODE" = graph ]; then
+  say "compute-sanitizer memcheck (graph replay case, all configs)"
+  sanitize 120 memcheck:graph_b3_varlen_n4_h16
 elif [ "$MODE" = final ]; then
   say "compute-sanitizer (short)"
   sanitize 150 memcheck:b4_varlen_tree_h16 memcheck:seed_b1_prefix65k_n8_h16_chain \
@@ -123,5 +132,6 @@ p = load("parity.json"); print("parity", p.get("ok"), p.get("summary"))
 for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']} det={c['deterministic']}")
 x = load("bench.json"); print("bench", x.get("ok"), x.get("summary"), x.get("sglang"))
 for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.1f}us floor {r['floor_us']:.1f} SOL {r['sol_pct']:.1f}% ext {r.get('sglang_extend_us',0):.0f} ver {r.get('sglang_verify_us',0):.0f} orc {r.get('oracle_us',0):.0f} S={r.get('num_splits')} cfgs={ {k: round(v, 1) for k, v in r.get('configs_us', {}).items()} } fp8={r.get('fp8_us', 0):.1f}us x{r.get('fp8_over_bf16', 0):.3f} fp8err={r.get('fp8_rel_err_vs_oracle')}")
-for r in x.get("graph_buffer", []): print(f"  graph-buffer B{r['max_bs']} n{r['n']} H{r['H']} L{r['L']}: {r['graph_buffer_us']:.1f} vs exact {r['exact_us']:.1f} us ratio {r['ratio']:.3f} S {r['splits_graph_buffer']}/{r['splits_exact']}")
+for r in x.get("graph_buffer", []): print(f"  graph-buffer B{r['max_bs']} n{r['n']} H{r['H']} L{r['L']}: {r['graph_buffer_us']:.1f} vs exact {r['exact_us']:.1f} us ratio {r['ratio']:.3f} S grid/eff/exact {r['splits_graph_buffer']}/{r.get('splits_effective')}/{r['splits_exact']} bitwise {r.get('replay_equal_exact_bitwise')}")
+for r in p.get("graph_replays", []): print(f"  graph-replay {r['name']:<26} {r['tile_config']:<6} {r['replay_lens']} ok={r['ok']} S {r['splits_grid']}/{r['splits_effective']} bitwise={r['equal_eager_same_splits']} auto={r['equal_eager_auto']} rel={r.get('rel_err', float('nan')):.2e} tok={r.get('token_mismatches', '-')}")
 PY

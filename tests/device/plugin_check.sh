@@ -89,6 +89,8 @@ for c in d.get("cases", []):
         print(f"  B={c['B']} L={c['prefix_lens'][:4]} ok={c['ok']} tok={c['token_mismatches_graph_vs_sglang']}"
               f" ties={c['near_ties_graph_vs_sglang']} direct={c['replay_equal_direct_bundled_on_graph_metadata']}"
               f" ratio(g/exact-g)={c.get('ratio_replay_vs_exact_graph', 0):.3f} ratio(g/eager)={c.get('ratio_replay_vs_exact_eager', 0):.3f}"
+              f" S grid/eff/exact={c.get('splits_graph_launch')}/{c.get('splits_effective_replay')}/{c.get('splits_exact_length')}"
+              f" bitwise(g,eager)={c.get('graph_equal_eager_bitwise')}"
               f" ms replay={c.get('graph_replay_ms', 0):.4f} exact_g={c.get('exact_length_graph_ms', 0):.4f}"
               f" eager={c.get('exact_length_eager_ms', 0):.4f} sglang={c.get('sglang_eager_ms', 0):.4f}"
               f" rel(g,s)={c['rel_err_graph_vs_sglang']:.2e} {c['seconds']}s")

@@ -449,6 +449,16 @@ def run_case(rig: GraphPathRig, prefix_lens, w, iters: int) -> dict:
         "rel_err_graph_vs_eager": _rel(o_graph, o_eager),
         "graph_equal_eager_bitwise": bool(torch.equal(o_graph, o_eager)),
     }
+    if on_gpu:  # the split counts: the graph's launch (capture-time buffer) and what the device ran
+        from mla_verify import api, tiles
+
+        arch, sms = api.device_info(o_graph.device)
+        cfg = tiles.DEFAULT_CONFIG[arch]
+        rule = api.split_rule(bs, n, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
+        s_grid = api.splits_for_total(rule, bs, row["graph_kv_indices_numel"])
+        row["splits_graph_launch"] = s_grid
+        row["splits_effective_replay"] = api.splits_for_total(rule, bs, sum(prefix_lens), s_grid)
+        row["splits_exact_length"] = api.splits_for_total(rule, bs, exact_numel)
     if on_gpu:
         row.update(
             {

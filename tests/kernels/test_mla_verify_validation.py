@@ -179,7 +179,8 @@ def fake_launch(monkeypatch):
 def test_launcher_gets_mask_mode_splits_config_and_log2_scale(args, fake_launch):
     mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], sm_scale=0.125, num_splits=3)
     (call,) = fake_launch.calls
-    mask, mask_indptr, mask_mode, v_alias, splits, cfg, max_len, scale_log2, ws, k_scale, v_scale, sched = call[8:]
+    mask, mask_indptr, mask_mode, v_alias, splits, cfg, max_len, scale_log2, ws, k_scale, v_scale, sched = call[8:20]
+    assert call[20] == 0, "an explicit num_splits runs as given (no device-side split rule)"
     assert sched == api.FP8_SCHEDULE_DEFAULT
     assert (k_scale, v_scale) == (1.0, 1.0), "bf16 cache: unit scales"
     assert mask_mode == 0 and mask is args["custom_mask"] and mask_indptr is args["mask_indptr"]
@@ -192,7 +193,7 @@ def test_launcher_gets_mask_mode_splits_config_and_log2_scale(args, fake_launch)
 def test_launcher_without_mask_uses_is_causal_and_one_split_needs_no_workspace(args, fake_launch):
     args["custom_mask"], args["mask_indptr"], args["is_causal"] = None, None, False
     mla_verify_fwd(*[args[k] for k in KERNEL_ARGS], num_splits=1, tile_config="sm120")
-    mask, mask_indptr, mask_mode, _, splits, cfg, _, scale_log2, ws, _, _, _ = fake_launch.calls[0][8:]
+    mask, mask_indptr, mask_mode, _, splits, cfg, _, scale_log2, ws, _, _, _ = fake_launch.calls[0][8:20]
     assert (mask, mask_indptr, mask_mode, splits, cfg, ws) == (None, None, 2, 1, tiles.SM120.index, None)
     assert scale_log2 == pytest.approx(576**-0.5 * 1.4426950408889634)
 
@@ -263,4 +264,4 @@ def test_fp8_drafts_must_stay_bf16(fp8_args):
 def test_launcher_gets_the_fp8_scales(fp8_args, fake_launch):
     mla_verify_fwd(*[fp8_args[k] for k in KERNEL_ARGS], k_scale=0.5, v_scale=0.25, num_splits=1)
     (call,) = fake_launch.calls
-    assert call[4].dtype == torch.float8_e4m3fn and call[-3:] == (0.5, 0.25, api.FP8_SCHEDULE_DEFAULT)
+    assert call[4].dtype == torch.float8_e4m3fn and call[17:20] == (0.5, 0.25, api.FP8_SCHEDULE_DEFAULT)

@@ -20,7 +20,8 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
          const at::Tensor& kv_indices, const std::optional<at::Tensor>& mask,
          const std::optional<at::Tensor>& mask_indptr, int64_t mask_mode, int64_t v_alias,
          int64_t num_splits, int64_t cfg, int64_t max_len_extend, double scale_log2,
-         const std::optional<at::Tensor>& workspace, double k_scale, double v_scale, int64_t fp8_sched) {
+         const std::optional<at::Tensor>& workspace, double k_scale, double v_scale, int64_t fp8_sched,
+         int64_t split_auto, int64_t rule_s_cap, int64_t rule_draft_tiles, int64_t rule_bn, int64_t rule_part_div) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q_extend must be a CUDA bf16 tensor");
   TORCH_CHECK(mlav::config_compiled((int)cfg), "tile config not compiled into this module");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -55,6 +56,14 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   p.T = (int)q.size(0);
   p.H = (int)q.size(1);
   p.S = (int)num_splits;
+  p.split_auto = (int)split_auto;
+  p.rule_s_cap = (int)rule_s_cap;
+  p.rule_draft_tiles = (int)rule_draft_tiles;
+  p.rule_bn = (int)rule_bn;
+  p.rule_part_div = rule_part_div;
+  TORCH_CHECK(!p.split_auto || (p.rule_bn > 0 && (p.rule_bn & (p.rule_bn - 1)) == 0 && p.rule_part_div > 0 &&
+                                 p.rule_s_cap >= 1),
+              "split rule parameters out of range");
   p.scale_log2 = (float)scale_log2;
   if (p.S > 1) {
     TORCH_CHECK(workspace.has_value() && workspace->defined(), "workspace required when num_splits > 1");

@@ -24,6 +24,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <climits>
+
 #include "mla_verify_params.h"
 
 namespace mlav {
@@ -99,15 +101,78 @@ __device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Floor of the partial-traffic cap of the split rule (api.PARTIAL_CAP_BYTES, 48 MiB).
+constexpr long long SPLIT_PART_CAP_BYTES = 48ll << 20;
+
+// Split count this launch runs. p.split_auto = 0: p.S (an explicit num_splits, or one split).
+// p.split_auto = 1: the host's exact-length rule (api.choose_num_splits, same integer arithmetic)
+// on the real prefix total of the batch, total = kv_indptr[B] - kv_indptr[0] clamped to
+// [0, n_kv_indices], and capped at the grid's p.S:
+//   length = ceil(total / B); s_max = clamp(min(rule_s_cap, max(total * 1152, 48 MiB) /
+//   rule_part_div), 1, p.S); S = the s in [1, s_max] minimizing the critical CTA's KV tiles
+//   max(s > 1 ? chunk / BN : 0, ceil(last / BN) + draft_tiles), chunk = ceil(ceil(length / s) / BN)
+//   * BN, last = max(0, length - (s - 1) * chunk); the smallest s on ties.
+// The eager host passes p.S = that rule on kv_indices.numel() (= total for exact-size buffers), so
+// the device's S equals p.S there; under a CUDA graph captured on max-size buffers, p.S is the
+// capture's maximum and the device follows the replayed length. Lane i of each warp evaluates
+// s = i + 1, i + 33, ...; a warp min over (cost << 8 | s) picks the same s in every warp of every
+// CTA and in the combine kernel. Must be called by full warps (before any early return).
+// Inlined on sm_90a; a call on sm_120a, where inlined it costs the fp8 kernel (at 255 registers)
+// 8 bytes of spills (as a call: 0; on sm_90a the call costs the wgmma fp8 kernel 4): ptxas -v.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define MLAV_SPLITS_INLINE __noinline__
+#else
+#define MLAV_SPLITS_INLINE __forceinline__
+#endif
+__device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p) {
+  if (!p.split_auto || p.S <= 1) return p.S;
+  int64_t total = ld_idx(p.kv_indptr, p.kv_is64, p.B) - ld_idx(p.kv_indptr, p.kv_is64, 0);
+  total = total < 0 ? 0 : (total > p.n_kv_indices ? p.n_kv_indices : total);
+  if (total < 1) return 1;
+  unsigned length;  // 32-bit per-s arithmetic (a request's prefix length is an int in work_of too)
+  int64_t s_max64;
+  if (total <= (int64_t)(UINT_MAX / 1152) && p.rule_part_div <= (int64_t)UINT_MAX) {  // the usual case
+    const unsigned t = (unsigned)total, cap = t * 1152u > (unsigned)SPLIT_PART_CAP_BYTES ? t * 1152u
+                                                                                        : (unsigned)SPLIT_PART_CAP_BYTES;
+    length = (t + (unsigned)p.B - 1) / (unsigned)p.B;
+    s_max64 = cap / (unsigned)p.rule_part_div;
+  } else {
+    const int64_t length64 = (total + p.B - 1) / p.B;
+    length = length64 > INT_MAX ? (unsigned)INT_MAX : (unsigned)length64;
+    s_max64 = (total * 1152 > SPLIT_PART_CAP_BYTES ? total * 1152 : SPLIT_PART_CAP_BYTES) / p.rule_part_div;
+  }
+  s_max64 = s_max64 > p.rule_s_cap ? p.rule_s_cap : s_max64;
+  const int s_max = s_max64 > p.S ? p.S : (s_max64 < 1 ? 1 : (int)s_max64);
+  const unsigned sh = (unsigned)(__ffs(p.rule_bn) - 1), bn_1 = (unsigned)p.rule_bn - 1;  // bn: a power of two
+  unsigned long long best = ULLONG_MAX;
+  for (int s = (threadIdx.x & 31) + 1; s <= s_max; s += 32) {
+    const unsigned chunk = (((length + s - 1) / (unsigned)s + bn_1) >> sh) << sh;
+    const unsigned long long before = (unsigned long long)(s - 1) * chunk;
+    const unsigned last = before >= length ? 0u : length - (unsigned)before;
+    const unsigned a = s > 1 ? chunk >> sh : 0u, c = ((last + bn_1) >> sh) + (unsigned)p.rule_draft_tiles;
+    const unsigned long long key = ((unsigned long long)(a > c ? a : c) << 8) | (unsigned)s;
+    best = key < best ? key : best;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
+    best = other < best ? other : best;
+  }
+  return (int)(best & 255);
+}
+
 // Work of CTA (m, s, b): rows [row0, row0+BM) of request b, prefix split s (device-side only).
 struct Work {
   int64_t qo0, kv0, grow0;  // first draft token, first kv_indices position, packed row of row0
   int n_b, L, R, row0;      // draft tokens, prefix length, packed rows n_b*H, first tile row
   int pb, pe, n_pre, ntiles;  // prefix range [pb, pe) of this split, its KV tiles, + draft tiles
+  int S;                    // splits run (effective_splits); CTAs with s >= S exit at once
 };
 
+// Called by every thread of the CTA at the kernel's start (effective_splits needs full warps).
 __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, int BM, int BN) {
   Work w;
+  w.S = effective_splits(p);
   int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
   qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
   qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
@@ -118,12 +183,13 @@ __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, in
   w.L = (int)(kv1 > kv0 ? kv1 - kv0 : 0);
   w.R = w.n_b * p.H;
   w.row0 = m * BM;
-  int chunk = (w.L + p.S - 1) / p.S;
+  if (s >= w.S) w.row0 = w.R;  // split past the effective count: the CTA exits (callers test row0 >= R)
+  int chunk = (w.L + w.S - 1) / w.S;
   chunk = (chunk + BN - 1) / BN * BN;
   w.pb = s * chunk; if (w.pb > w.L) w.pb = w.L;
   w.pe = w.pb + chunk; if (w.pe > w.L) w.pe = w.L;
   w.n_pre = (w.pe - w.pb + BN - 1) / BN;
-  w.ntiles = w.n_pre + ((s == p.S - 1) ? (w.n_b + BN - 1) / BN : 0);
+  w.ntiles = w.n_pre + ((s == w.S - 1) ? (w.n_b + BN - 1) / BN : 0);
   w.grow0 = qo0 * p.H + w.row0;
   return w;
 }
@@ -190,8 +256,8 @@ struct RowOut {
 __device__ __forceinline__ RowOut row_out(const Params& p, const Work& w, int s, int r) {
   const int gr = w.row0 + r;
   RowOut ro;
-  ro.o = p.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh : nullptr;
-  ro.part = p.S == 1 ? nullptr : p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
+  ro.o = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh : nullptr;
+  ro.part = w.S == 1 ? nullptr : p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
   return ro;
 }
 
@@ -542,42 +608,45 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 #pragma unroll
       for (int nb = 0; nb < 16; ++nb)
         ro.put(pq * 128 + nb * 8 + 2 * (lane & 3), o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
-      if (p.S > 1 && pq == 0 && (lane & 3) == 0)
+      if (w.S > 1 && pq == 0 && (lane & 3) == 0)
         p.ws_lse[(int64_t)s * p.T * p.H + grow0 + r] = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
     }
   }
 }
 
-// Merge the S split partials of every packed row. A unit = (row, 128-column quarter) gets WPU
-// warps (1, 2, 4 or 8; see combine_warps_per_unit) and a 256-thread block holds 8 / WPU units, so
-// small split counts do not launch idle warps. Warp k of a unit sums splits k, k + wpu, ... (lane =
-// 4 columns, float4 loads, all of a warp's loads independent); the unit's warps are then added in a
+// Merge the S split partials of every packed row (S = effective_splits: the count the split
+// kernel ran, <= the grid's p.S). A unit = (row, 128-column quarter) gets W warps (1, 2, 4 or 8;
+// combine_warps_per_unit(S)). The launch is laid out for LW = combine_warps_per_unit(p.S) >= W
+// warps per unit (a 256-thread block holds 8 / LW units, so small split counts do not launch idle
+// warps); when the device's S is smaller than the grid's (a CUDA graph replayed at a shorter
+// length), warps W..LW-1 of a unit idle, and the arithmetic is that of a launch for S itself:
+// combine_unit<W, LW> computes the same values, in the same order, for every LW (explicit
+// __fmul_rn / __fadd_rn: no contraction choice left to the compiler), so a graph replay is bitwise
+// an eager call with that split count. Warp k of a unit sums splits k, k + W, ... (lane = 4
+// columns, float4 loads, all of a warp's loads independent); the unit's warps are then added in a
 // fixed order (bitwise deterministic). Split weights 2^(lse_s - max) use the unit's max; empty
 // splits (lse = -inf) get weight 0 and their never-written partials are masked by a select, never
-// multiplied. Rows of tokens past qo_indptr[B] are left untouched. Launched with programmatic
-// dependent launch when available: griddepcontrol.wait blocks until the split kernel's writes are
-// visible.
+// multiplied. Rows of tokens past qo_indptr[B] are left untouched; S = 1 writes nothing (the split
+// kernel wrote o). Launched with programmatic dependent launch when available: S is derived
+// before griddepcontrol.wait, which blocks until the split kernel's writes are visible.
 constexpr int COMBINE_MAX_SPLITS = 128;
 constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
-template <int WPU>
-__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
-  constexpr int wpu = WPU;
-  __shared__ float4 part[COMBINE_WARPS][32];
-  __shared__ float red[2][COMBINE_WARPS];
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+template <int W, int LW>
+__device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int k = warp % wpu, first = warp - k;  // this warp's index in its unit, the unit's first warp
+  const int k = warp % LW, first = warp - k;  // this warp's index in its unit, the unit's first warp
+  const bool works = k < W;                   // warp-uniform
   const int64_t rows = (int64_t)p.T * p.H;
-  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / wpu) + warp / wpu;
+  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / LW) + warp / LW;
   const int64_t grow = unit >> 2;
   const int quarter = (int)(unit & 3);
   const int64_t t = grow < rows ? grow / p.H : 0;
   const bool valid = grow < rows && t < ld_idx(p.qo_indptr, p.qo_is64, p.B);  // uniform per unit
-  // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * wpu)
+  // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * W)
   const int ti = k * 32 + lane;
-  const float lse_mine = valid && ti < p.S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
+  const float lse_mine = works && valid && ti < S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
   float mx = lse_mine;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -585,24 +654,24 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   __syncthreads();
   mx = red[0][first];
 #pragma unroll
-  for (int j = 1; j < wpu; ++j) mx = fmaxf(mx, red[0][first + j]);
-  float wsum = lse_mine == -INFINITY ? 0.f : exp2f(lse_mine - mx);
+  for (int j = 1; j < W; ++j) mx = fmaxf(mx, red[0][first + j]);
+  float wsum = lse_mine == -INFINITY ? 0.f : exp2f(__fadd_rn(lse_mine, -mx));
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+  for (int o = 16; o > 0; o >>= 1) wsum = __fadd_rn(wsum, __shfl_xor_sync(0xffffffffu, wsum, o));
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (valid) {
+  if (valid && works) {
     const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
     const int64_t split_stride4 = rows * (D_V / 4);
 #pragma unroll 4
-    for (int s = k; s < p.S; s += wpu) {
+    for (int s = k; s < S; s += W) {
       const float4 v = src[s * split_stride4];
       const float lse = p.ws_lse[(int64_t)s * rows + grow];
-      const float w = lse == -INFINITY ? 0.f : exp2f(lse - mx);
-      acc.x += w > 0.f ? w * v.x : 0.f;
-      acc.y += w > 0.f ? w * v.y : 0.f;
-      acc.z += w > 0.f ? w * v.z : 0.f;
-      acc.w += w > 0.f ? w * v.w : 0.f;
+      const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
+      acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, v.x) : 0.f);
+      acc.y = __fadd_rn(acc.y, w > 0.f ? __fmul_rn(w, v.y) : 0.f);
+      acc.z = __fadd_rn(acc.z, w > 0.f ? __fmul_rn(w, v.z) : 0.f);
+      acc.w = __fadd_rn(acc.w, w > 0.f ? __fmul_rn(w, v.w) : 0.f);
     }
   }
   part[warp][lane] = acc;
@@ -611,20 +680,35 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   float total = 0.f;
   acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-  for (int j = 0; j < wpu; ++j) {
-    total += red[1][first + j];
+  for (int j = 0; j < W; ++j) {
+    total = __fadd_rn(total, red[1][first + j]);
     const float4 v = part[first + j][lane];
-    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    acc.x = __fadd_rn(acc.x, v.x); acc.y = __fadd_rn(acc.y, v.y);
+    acc.z = __fadd_rn(acc.z, v.z); acc.w = __fadd_rn(acc.w, v.w);
   }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
+  const float inv = total > 0.f ? __frcp_rn(total) : 0.f;
   const int h = (int)(grow % p.H);
   __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + quarter * 128 + 4 * lane;
-  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  __nv_bfloat162 lo = __floats2bfloat162_rn(__fmul_rn(acc.x, inv), __fmul_rn(acc.y, inv));
+  __nv_bfloat162 hi = __floats2bfloat162_rn(__fmul_rn(acc.z, inv), __fmul_rn(acc.w, inv));
   uint2 pk;
   pk.x = *reinterpret_cast<uint32_t*>(&lo);
   pk.y = *reinterpret_cast<uint32_t*>(&hi);
   *reinterpret_cast<uint2*>(dst) = pk;
+}
+
+template <int LW>
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
+  __shared__ float4 part[COMBINE_WARPS][32];
+  __shared__ float red[2][COMBINE_WARPS];
+  const int S = effective_splits(p);  // reads kv_indptr only: overlaps the split kernel's tail
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if (S <= 1) return;  // block-uniform
+  const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
+  if (W == LW) combine_unit<LW, LW>(p, S, part, red);
+  else if (LW >= 2 && W == 1) combine_unit<1, LW>(p, S, part, red);
+  else if (LW >= 4 && W == 2) combine_unit<(LW >= 4 ? 2 : 1), LW>(p, S, part, red);
+  else if (LW >= 8 && W == 4) combine_unit<(LW >= 8 ? 4 : 1), LW>(p, S, part, red);
 }
 
 }  // namespace mlav

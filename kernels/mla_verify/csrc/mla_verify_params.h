@@ -22,7 +22,16 @@ struct Params {
   int qo_is64, kv_is64, mi_is64;
   int mask_mode;   // 0 custom (FULL layout), 1 causal over draft tokens, 2 no draft mask
   int v_alias;     // 1: v_extend rows == first 512 dims of k_extend rows (skip V reload)
-  int B, T, H, S;  // batch, tokens, heads, prefix splits
+  int B, T, H, S;  // batch, tokens, heads, prefix splits of the grid (the workspace is sized for S)
+  // Split count actually run (mla_verify_kernel.cuh, effective_splits). split_auto = 0: S. 1: the
+  // host's exact-length rule (mla_verify/api.py, choose_num_splits) evaluated on the device from
+  // the real prefix total kv_indptr[B] - kv_indptr[0], clamped to S: a CUDA graph captured with
+  // max-sized index buffers runs, at each replay, the split count of an eager call at that length.
+  int split_auto;
+  int rule_s_cap;         // min(SM slots // CTAs per split, MAX_SPLITS); 1 when the grid fills the GPU
+  int rule_draft_tiles;   // ceil(max_len_extend / rule_bn): draft tiles of the last split
+  int rule_bn;            // KV tile tokens of the config the host rule was evaluated for
+  int64_t rule_part_div;  // B * max_len_extend * H * 513 * 4 * 2: fp32 partial bytes per split
   float scale_log2;
   float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)

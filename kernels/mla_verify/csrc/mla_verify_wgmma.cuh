@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     const RowOut ro = row_out(p, w, s, r);
 #pragma unroll
     for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-    if (p.S > 1 && grp == 0 && (lane & 3) == 0)
+    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
       p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
   }
 }
