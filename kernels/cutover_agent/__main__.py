@@ -4,7 +4,7 @@ Run ON the host, one verb per call, each printing one JSON document with ``--jso
 
     python -m cutover_agent stage      --root R --service-python P [--target DIR]
     python -m cutover_agent baseline   --root R --generate-url U [--health-url H] [--for SHA]
-    python -m cutover_agent switch     --root R --to SHA
+    python -m cutover_agent switch     --root R --to SHA [--model-family dense_mla|dsa]
     python -m cutover_agent restart    --restart-json J --health-url H [--health-timeout S]
     python -m cutover_agent health     --health-url H [--health-timeout S]
     python -m cutover_agent canary     --root R --generate-url U [--max-latency-ratio X]
@@ -44,10 +44,13 @@ from typing import Any
 from sglang_verify_plugin.config import (
     ACTIVE_NAME,
     CONFIG_NAME,
+    MODEL_FAMILIES,
+    ROUTES_BY_FAMILY,
     ConfigError,
     atomic_write_json,
     fsync_dir,
     read_config_file,
+    route_family,
     validate,
 )
 from tool_contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, emit
@@ -226,7 +229,8 @@ def _same_output(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def verb_switch(args: argparse.Namespace) -> dict[str, Any]:
-    """Point ``current`` at ``bundles/<sha>`` (old one kept as ``previous``); config bundled."""
+    """Point ``current`` at ``bundles/<sha>`` (old one kept as ``previous``); config bundled for
+    the route of ``--model-family`` (``dense_mla``: SGLang's triton backend, ``dsa``: its dsa one)."""
     root = _root(args)
     sha = args.to
     _check_bundle(root, sha)
@@ -237,11 +241,18 @@ def verb_switch(args: argparse.Namespace) -> dict[str, Any]:
             _set_pointer(root, "previous", before)
         _set_pointer(root, "current", sha)
     cfg = _read_config(root)
-    cfg.update({"verify_kernel": "bundled", "bundle_sha": sha})
+    cfg.update({"verify_kernel": "bundled", "bundle_sha": sha, "model_family": args.model_family})
     cfg.setdefault("defrag", False)
     cfg.pop("rolled_back_from", None)
     atomic_write_json(root / CONFIG_NAME, validate(cfg))
-    return {"ok": True, "changed": changed, "current": sha, "previous": _pointer(root, "previous"), "config": cfg}
+    return {
+        "ok": True,
+        "changed": changed,
+        "current": sha,
+        "previous": _pointer(root, "previous"),
+        "model_family": args.model_family,
+        "config": cfg,
+    }
 
 
 def verb_set_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -252,8 +263,12 @@ def verb_set_config(args: argparse.Namespace) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"set-config: {pair!r} is not KEY=VALUE")
-        if key not in ("verify_kernel", "bundle_sha", "defrag") and not re.match(r"^defrag_[a-z0-9_]+$", key):
-            raise UsageError(f"set-config: unknown key {key!r} (verify_kernel, bundle_sha, defrag, defrag_*)")
+        if key not in ("verify_kernel", "bundle_sha", "defrag", "model_family") and not re.match(
+            r"^defrag_[a-z0-9_]+$", key
+        ):
+            raise UsageError(
+                f"set-config: unknown key {key!r} (verify_kernel, bundle_sha, defrag, model_family, defrag_*)"
+            )
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -442,6 +457,7 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
     flush_s = float((before or {}).get("flush_interval_s") or 0.5)
     time.sleep(min(10.0, 2 * flush_s + 0.2))
     kernel_active, active, why = _kernel_active(root)
+    cfg = _read_config(root)
     if kernel_active is False:
         reasons.append(f"the service is not running the bundled kernel: {why}")
     routing = _routing(before, active) if kernel_active is not None else {}
@@ -456,6 +472,9 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "ok": not reasons,
         "kernel_active": kernel_active,
+        # the family the cut-over enabled, and the bundled route every rank records (or mixed/None)
+        "model_family": cfg.get("model_family") or "dense_mla",
+        "route_family": _route_family(active),
         "active": active,
         "ranks_total": routing.get("ranks_total"),
         "ranks_all_active": None if kernel_active is None else kernel_active is True,
@@ -474,6 +493,16 @@ def verb_canary(args: argparse.Namespace) -> dict[str, Any]:
         "service": None if health is None else health.get("body"),
         "reasons": reasons,
     }
+
+
+def _route_family(active: dict | None) -> str | None:
+    """``dense_mla`` / ``dsa`` when every rank records that family's bundled route, else
+    ``mixed`` (ranks differ) or None (no rank on a bundled route)."""
+    ranks = _ranks(active)
+    families = {route_family(r.get("route")) for r in ranks.values()}
+    if not ranks or families == {None}:
+        return None
+    return families.pop() if len(families) == 1 else "mixed"
 
 
 def _routing(before: dict | None, after: dict | None) -> dict[str, Any]:
@@ -521,7 +550,7 @@ def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
         return (
             False,
             None,
-            f"no {ACTIVE_NAME}: the plugin did not build the backend (not loaded, or not the triton backend)",
+            f"no {ACTIVE_NAME}: the plugin did not build the backend (not loaded, or SGLang built a backend the plugin does not replace)",
         )
     except (OSError, json.JSONDecodeError) as exc:
         return False, None, f"{ACTIVE_NAME} unreadable ({exc})"
@@ -531,13 +560,16 @@ def _kernel_active(root: Path) -> tuple[bool | None, dict | None, str]:
     if not ranks:
         return False, active, f"{ACTIVE_NAME} holds no rank record"
     mtime = cfg_path.stat().st_mtime
+    family = cfg.get("model_family") or "dense_mla"
+    routes = ROUTES_BY_FAMILY.get(family, ())
     for key, rank in sorted(ranks.items()):
         label = "" if key == "process" else f"rank {key}: "
-        if rank.get("verify_kernel") != "bundled" or rank.get("route") not in ("hook", "forward_extend"):
+        if rank.get("verify_kernel") != "bundled" or rank.get("route") not in routes:
             return (
                 False,
                 active,
-                f"{label}{ACTIVE_NAME} says {rank.get('verify_kernel')} (route {rank.get('route')}): {rank.get('reason')}",
+                f"{label}{ACTIVE_NAME} says {rank.get('verify_kernel')} (route {rank.get('route')}; the {family} "
+                f"cut-over needs route {' or '.join(routes)}): {rank.get('reason')}",
             )
         if rank.get("bundle_sha") != cfg.get("bundle_sha"):
             return (
@@ -757,6 +789,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = verb("switch", verb_switch, "point current at bundles/<sha>, config bundled")
     sp.add_argument("--to", required=True, help="bundle sha256")
+    sp.add_argument(
+        "--model-family",
+        choices=MODEL_FAMILIES,
+        default="dense_mla",
+        help="the route to enable: dense_mla (SGLang's triton backend) or dsa (its dsa backend)",
+    )
 
     sp = verb("restart", verb_restart, "run the restart argv, wait for health", root=False)
     restart_opts(sp, True)

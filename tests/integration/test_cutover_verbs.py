@@ -32,7 +32,12 @@ def test_switch_points_current_at_the_bundle_and_keeps_previous(standin, cutover
     assert rc == 0
     assert _pointer(root, "current") == f"bundles/{SHA_B}"
     assert _pointer(root, "previous") == f"bundles/{SHA_A}"
-    assert _config(root) == {"verify_kernel": "bundled", "bundle_sha": SHA_B, "defrag": False}
+    assert _config(root) == {
+        "verify_kernel": "bundled",
+        "bundle_sha": SHA_B,
+        "defrag": False,
+        "model_family": "dense_mla",
+    }
 
 
 def test_switch_again_to_the_same_bundle_changes_nothing(standin, cutover):
@@ -74,7 +79,12 @@ def test_set_config_edits_one_key_atomically_and_rejects_unknown_keys(standin, c
     cutover("switch", "--root", str(root), "--to", SHA_A)
     rc, doc = cutover("set-config", "--root", str(root), "defrag=true")
     assert rc == 0 and doc["changed"] is True
-    assert _config(root) == {"verify_kernel": "bundled", "bundle_sha": SHA_A, "defrag": True}
+    assert _config(root) == {
+        "verify_kernel": "bundled",
+        "bundle_sha": SHA_A,
+        "defrag": True,
+        "model_family": "dense_mla",
+    }
     before = (root / "verify_backend.json").read_bytes()
     for bad in ("bogus=1", "defrag=maybe", "verify_kernel=fast", "noequals"):
         rc, doc = cutover("set-config", "--root", str(root), bad)
