@@ -108,6 +108,25 @@ PY
   say "compute-sanitizer memcheck (small cases, all configs, bf16 + fp8 cache)"
   sanitize 120 memcheck:b4_varlen_tree_h16 memcheck:fp8_b4_varlen_tree_h16_u8 racecheck:fp8_b2_n16_h128_tree_scales
 elif [ "$MODE" = graph ]; then
+  say "A/B: split kernels' early PDL signal on (MLAV_PDL_EARLY=1, default) vs off, same process, graph replay, L2 flushed"
+  timeout 90 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/pdl_ab.txt"
+import os, torch
+from mla_verify import api, tiles, mla_verify_fwd
+from mla_verify.inputs import CaseSpec, make_inputs, kernel_args
+from verify_tools.bench import Timer
+t = Timer(torch, torch.cuda.get_device_properties(0).L2_cache_size)
+for B, L, n, H in ((1, 512, 8, 16), (1, 4096, 8, 16), (1, 32768, 8, 16), (32, 8192, 8, 16), (4, 131072, 4, 16)):
+    inp = make_inputs(CaseSpec("p", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda"); a = kernel_args(inp)
+    res = {"1": [], "0": []}; outs = {}
+    for rep in range(2):
+        for flag in ("1", "0"):
+            os.environ["MLAV_PDL_EARLY"] = flag
+            us, _ = t.time_graph_or_eager(lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"])); res[flag].append(us)
+            outs[flag] = inp["o_extend"].clone()
+    on, off = min(res["1"]), min(res["0"])
+    print(f"B={B} L={L} n={n} H={H}: early {on:.1f}us off {off:.1f}us ratio on/off {on / off:.3f} (runs {res}) same output {torch.equal(outs['1'], outs['0'])}")
+os.environ["MLAV_PDL_EARLY"] = "1"
+PY
   say "compute-sanitizer memcheck (graph replay case, all configs)"
   sanitize 120 memcheck:graph_b3_varlen_n4_h16
 elif [ "$MODE" = final ]; then

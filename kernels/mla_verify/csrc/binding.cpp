@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cstdlib>
 #include <optional>
 
 #include "mla_verify_params.h"
@@ -61,6 +62,10 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   p.rule_draft_tiles = (int)rule_draft_tiles;
   p.rule_bn = (int)rule_bn;
   p.rule_part_div = rule_part_div;
+  // MLAV_PDL_EARLY=0 turns the split kernels' early launch_dependents signal off (A/B timing in
+  // the bench; read per call, so a CUDA graph keeps the value of its capture).
+  const char* pdl = std::getenv("MLAV_PDL_EARLY");
+  p.pdl_early = (pdl && pdl[0] == '0') ? 0 : 1;
   TORCH_CHECK(!p.split_auto || (p.rule_bn > 0 && (p.rule_bn & (p.rule_bn - 1)) == 0 && p.rule_part_div > 0 &&
                                  p.rule_s_cap >= 1),
               "split rule parameters out of range");

@@ -161,6 +161,16 @@ __device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p) {
   return (int)(best & 255);
 }
 
+// Programmatic dependent launch of the combine (issue 13, B=1 intercept): with p.pdl_early the
+// split CTAs signal at their start, so the combine grid is launched once every split CTA has
+// started (S > 1 grids are one wave: the split rule caps S at SM slots / CTAs per split); its
+// blocks take the SMs that split CTAs leave, run their prologue (effective_splits, row checks) and
+// block in griddepcontrol.wait until the whole split grid has completed and its writes are
+// visible. Without the signal, the combine is launched only as the split grid ends.
+__device__ __forceinline__ void pdl_signal(const Params& p) {
+  if (p.pdl_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 // Work of CTA (m, s, b): rows [row0, row0+BM) of request b, prefix split s (device-side only).
 struct Work {
   int64_t qo0, kv0, grow0;  // first draft token, first kv_indices position, packed row of row0
@@ -310,6 +320,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = warp % C::ROW_GROUPS, c = warp / C::ROW_GROUPS;
   const int m = blockIdx.x, s = blockIdx.y, b = blockIdx.z;
+  pdl_signal(p);
 
   const Work w = work_of(p, m, s, b, BM, BN);
   if (w.row0 >= w.R) return;

@@ -32,6 +32,7 @@ struct Params {
   int rule_draft_tiles;   // ceil(max_len_extend / rule_bn): draft tiles of the last split
   int rule_bn;            // KV tile tokens of the config the host rule was evaluated for
   int64_t rule_part_div;  // B * max_len_extend * H * 513 * 4 * 2: fp32 partial bytes per split
+  int pdl_early;          // 1: split CTAs execute griddepcontrol.launch_dependents at their start
   float scale_log2;
   float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)

@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (rows 16wq..16wq+15)
   const int s = blockIdx.y;
+  pdl_signal(p);
   const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
