@@ -1,7 +1,10 @@
 """The host-side wrapper every remote command runs in: framing markers, its own process group, a pid file.
 
-What sshd runs is ``sh -c <WRAPPER> sh <jobs_dir> <job> <token> <run_id> <cwd> <grace> -- <command...>``,
-every argument quoted by :func:`shlex.join` (docs/ssh-traps.md, T5). The wrapper
+What sshd runs is ``sh -c <WRAPPER> sh <jobs_dir> <job> <token> <run_id> <cwd> <grace> <mk> <frame> -- <command...>``,
+every argument quoted by :func:`shlex.join` (docs/ssh-traps.md, T5). The local transport runs
+the very same wrapper as a child process (``frame`` 0: no markers, there is no login shell; its
+stdin a pipe that only the controller holds, so the switch below fires when the controller dies,
+SIGKILL included). The wrapper
 
 - prints ``<token>:begin`` on stdout and stderr before the command and ``\\n<token>:end <rc>``
   after it, so that whatever the login shell prints (a ``~/.bashrc`` "Welcome to gpu-node-17",
@@ -13,7 +16,9 @@ every argument quoted by :func:`shlex.join` (docs/ssh-traps.md, T5). The wrapper
 - keeps a dead man's switch on the channel's stdin: the client never writes to it, so it reads
   end-of-file only when the channel or the connection is gone (the controller was killed, the
   network dropped); the wrapper then kills the group (SIGTERM, SIGKILL after ``grace``), so no
-  remote process outlives the run that started it (T13).
+  remote process outlives the run that started it (T13). Once fired the switch finishes even if
+  the group's leader exits on the SIGTERM (a member that ignores it is still SIGKILLed), and the
+  wrapper ends only after it.
 
 The token is random per command: no banner can contain it by accident.
 """
@@ -39,8 +44,9 @@ alive() {
 }
 """
 
-#: The wrapper (POSIX sh). ``$@`` after the six fixed arguments and ``--`` is the command
-#: (``timeout -k K N [env K=V...] argv...`` from :func:`remote_argv`). ``mk=1`` (a step)
+#: The wrapper (POSIX sh). ``$@`` after the eight fixed arguments and ``--`` is the command
+#: (``timeout -k K N [env K=V...] argv...`` from :func:`remote_argv`). ``frame=1`` prints the
+#: begin/end markers (SSH; a refusal is printed either way). ``mk=1`` (a step)
 #: creates the jobs directory; other commands (bundle checks, facts probes) use it only where it
 #: exists, so a read-only check writes nothing on a host. Without a usable directory there is
 #: no pid file: the command still gets its own group and the dead man's switch. The started child is not a group leader, so ``setsid`` does not fork and
@@ -48,11 +54,13 @@ alive() {
 WRAPPER_SH = (
     _ALIVE_SH
     + r"""
-jobs=$1 job=$2 tok=$3 run=$4 cwd=$5 grace=$6 mk=$7
-shift 8
-printf '%s:begin\n' "$tok"
-printf '%s:begin\n' "$tok" >&2
-end() { printf '\n%s:end %s\n' "$tok" "$1"; printf '\n%s:end %s\n' "$tok" "$1" >&2; exit "$1"; }
+jobs=$1 job=$2 tok=$3 run=$4 cwd=$5 grace=$6 mk=$7 frame=$8
+shift 9
+if [ "$frame" = 1 ]; then printf '%s:begin\n' "$tok"; printf '%s:begin\n' "$tok" >&2; fi
+end() {
+  if [ "$frame" = 1 ]; then printf '\n%s:end %s\n' "$tok" "$1"; printf '\n%s:end %s\n' "$tok" "$1" >&2; fi
+  exit "$1"
+}
 if [ -n "$cwd" ]; then cd -- "$cwd" || end 1; fi
 pidf=
 if [ "$mk" = 1 ]; then mkdir -p -- "$jobs" 2>/dev/null; fi
@@ -75,6 +83,7 @@ unrecord() { if [ -n "$pidf" ] && grep -q -- " token=$tok\$" "$pidf" 2>/dev/null
 (
   trap '' HUP
   while read -r _ ; do :; done
+  trap '' TERM  # fired: the wrapper's own `kill "$watch"` must not stop the group's SIGKILL
   pg=$child
   i=0
   until kill -TERM "-$pg" 2>/dev/null; do
@@ -92,6 +101,7 @@ exec 3<&-
 wait "$child"
 rc=$?
 kill "$watch" 2>/dev/null
+wait "$watch" 2>/dev/null  # at once, unless the switch fired: then until it has killed the group
 unrecord
 end "$rc"
 """
@@ -181,10 +191,63 @@ def wrap(
     create_jobs_dir: bool = True,
 ) -> str:
     """The one line sent to sshd for ``command`` (already including ``timeout``)."""
-    mk = "1" if create_jobs_dir else "0"
     return shlex.join(
-        ["sh", "-c", WRAPPER_SH, "sh", jobs_dir, job, token, run_id, cwd or "", str(grace_s), mk, "--", *command]
+        wrapper_argv(
+            command,
+            jobs_dir=jobs_dir,
+            job=job,
+            token=token,
+            run_id=run_id,
+            cwd=cwd,
+            grace_s=grace_s,
+            create_jobs_dir=create_jobs_dir,
+        )
     )
+
+
+def wrapper_argv(
+    command: list[str],
+    *,
+    jobs_dir: str,
+    job: str,
+    token: str,
+    run_id: str,
+    cwd: str | None,
+    grace_s: int,
+    create_jobs_dir: bool = True,
+    frame: bool = True,
+    shell: str = "sh",
+) -> list[str]:
+    """``[shell, -c, WRAPPER_SH, ...]`` around ``command``: what :func:`wrap` quotes for sshd, and
+    what the local transport starts as it is (``frame=False``, ``shell="/bin/sh"``)."""
+    mk = "1" if create_jobs_dir else "0"
+    fr = "1" if frame else "0"
+    return [
+        shell,
+        "-c",
+        WRAPPER_SH,
+        "sh",
+        jobs_dir,
+        job,
+        token,
+        run_id,
+        cwd or "",
+        str(grace_s),
+        mk,
+        fr,
+        "--",
+        *command,
+    ]
+
+
+def refused_record(stdout: str, token: str) -> JobRecord | None:
+    """The pid-file line of the earlier copy when the wrapper refused to start a second one
+    (``<token>:refused <line>`` at the start of the command's stdout), else None."""
+    refused = f"{token}:refused "
+    if not stdout.startswith(refused):
+        return None
+    rest = stdout[len(refused) :].splitlines()
+    return parse_pid_line(rest[0]) if rest else None
 
 
 def sh_line(script: str, *args: str) -> str:

@@ -1,20 +1,30 @@
 """Run argument lists on this machine: the transport of ``connection: local`` hosts.
 
-Each command starts in its own process group (session) so a timeout or an interrupt kills the
-whole tree (SIGTERM, then SIGKILL after ``kill_after_s``). stderr streams into ``log_path``
-while the command runs, stdout into ``log_path`` with suffix ``.stdout``; both are also
-returned in the :class:`CommandResult`. Never raises for a non-zero exit; a missing executable
-is exit 127 with the reason on stderr.
+Each command runs inside the SSH transport's host-side wrapper
+(:data:`orchestrator.transport.framing.WRAPPER_SH`, started here as ``/bin/sh -c`` without a
+login shell, markers off): in its own session and process group, with the same pid-file record
+and the same dead man's switch. The wrapper's stdin is a pipe whose write end only this process
+holds and never writes; it reads end-of-file when this process closes it (a timeout, an
+interrupt: :func:`terminate_all`) or when this process dies, SIGKILL included, and then kills the
+command's whole group (SIGTERM, SIGKILL after ``kill_after_s``) and removes the record. So no
+local step outlives the run that started it either. Whatever is still there ``_STOP_MARGIN_S``
+after the grace is SIGKILLed from here. stderr streams into ``log_path`` while the command runs,
+stdout into ``log_path`` with suffix ``.stdout``; both are also returned in the
+:class:`CommandResult`. Never raises for a non-zero exit (a command killed by signal N exits
+128+N, as over SSH); a missing executable or working directory is exit 127 with the reason on
+stderr, and nothing is started.
 
 A command run with a step's ``log_path`` (``<state>/runs/<run>/<host>/<job>.log``) is recorded
 while it runs in ``<jobs_dir>/<job>.pid`` (its process group), the record the SSH transport keeps
 on a host: ``jobs_dir`` defaults to ``<state>/jobs/<host>/`` (this machine writes nothing outside
 the state dir), so :meth:`LocalTransport.running_job` can tell a resume that an earlier copy still
-runs, and ``run`` refuses to start a second one.
+runs, and ``run`` refuses to start a second one (checked here, and again by the wrapper as it
+starts).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -22,27 +32,72 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from orchestrator.atomic import atomic_write_text
 from orchestrator.transport.base import CommandResult, JobStillRunning, RemoteJob, TransferResult, terminators
-from orchestrator.transport.framing import job_name, parse_pid_line
+from orchestrator.transport.framing import job_name, new_token, parse_pid_line, refused_record, wrapper_argv
 
-_live: set[subprocess.Popen[bytes]] = set()
+#: Seconds past the switch's grace that :func:`_stop` waits for the wrapper to end before it
+#: SIGKILLs what is left itself.
+_STOP_MARGIN_S = 2.0
+
+#: The wrappers running now, each with the pid file of its command (None: not recorded).
+_live: dict[subprocess.Popen[bytes], Path | None] = {}
 _live_lock = threading.Lock()
 
 
-def _kill_group(proc: subprocess.Popen[bytes], kill_after_s: float) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=kill_after_s)
-            return
-        except subprocess.TimeoutExpired:
+def _proc_stats() -> Iterator[tuple[int, str, int, int]]:
+    """``(pid, state, ppid, pgrp)`` of every process in ``/proc`` (none where there is no /proc)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
             continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if len(fields) >= 3:  # after "pid (comm)": state ppid pgrp ...
+            yield int(entry.name), fields[0], int(fields[1]), int(fields[2])
+
+
+def _stop(proc: subprocess.Popen[bytes], kill_after_s: float, pid_file: Path | None) -> None:
+    """Stop a command started under the wrapper; returns once the wrapper has ended.
+
+    Closing the wrapper's stdin fires its switch: SIGTERM to the command's group, SIGKILL after
+    the grace, the pid file removed, then the wrapper exits. If it has not ended ``kill_after_s``
+    + :data:`_STOP_MARGIN_S` later, the command's group (from the pid file, and any group the
+    wrapper started) and the wrapper's own group are SIGKILLed here."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=kill_after_s + _STOP_MARGIN_S)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    groups = {pgrp for _, _, ppid, pgrp in _proc_stats() if ppid == proc.pid and pgrp != proc.pid}
+    rec = None
+    if pid_file is not None:
+        try:
+            rec = parse_pid_line(pid_file.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            rec = None
+    if rec is not None:
+        groups.add(rec.pgid)
+    for pg in sorted(groups) + [proc.pid]:
+        try:
+            os.killpg(pg, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def terminate_all(kill_after_s: float = 2.0) -> int:
@@ -50,9 +105,12 @@ def terminate_all(kill_after_s: float = 2.0) -> int:
     process groups, and through the registered terminators (the SSH transport's) the process
     groups on every host, each confirmed gone (or SIGKILLed) before this returns."""
     with _live_lock:
-        procs = list(_live)
-    for p in procs:
-        _kill_group(p, kill_after_s)
+        procs = list(_live.items())
+    stoppers = [threading.Thread(target=_stop, args=(p, kill_after_s, pf), daemon=True) for p, pf in procs]
+    for th in stoppers:  # all at once: each may take up to its grace
+        th.start()
+    for th in stoppers:
+        th.join()
     killed = len(procs)
     for fn in terminators():
         try:
@@ -72,20 +130,23 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue  # exited meanwhile
-        # after "pid (comm)": state ppid pgrp ...
-        if len(fields) >= 3 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+    return any(pgrp == pgid and state != "Z" for _, state, _, pgrp in _proc_stats())
+
+
+def _cannot_start(program: str, cwd: str | None, env: dict[str, str]) -> str | None:
+    """Why ``program`` cannot be started in ``cwd`` with ``env``'s PATH (the reason exec would
+    give), or None. Checked before the wrapper starts, so a typo is exit 127 with this reason."""
+    if cwd is not None and not os.path.isdir(cwd):
+        return "Not a directory" if os.path.exists(cwd) else "No such file or directory"
+    if os.path.dirname(program):
+        path = os.path.join(cwd or "", program)
+        if not os.path.exists(path):
+            return "No such file or directory"
+        return None if os.path.isfile(path) and os.access(path, os.X_OK) else "Permission denied"
+    found = shutil.which(program, path=os.pathsep.join(os.get_exec_path(env)))
+    return None if found else "No such file or directory"
 
 
 class LocalTransport:
@@ -156,18 +217,9 @@ class LocalTransport:
         start = time.monotonic()
         timed_out = False
         try:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=full_env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out_fh,
-                    stderr=err_fh,
-                    start_new_session=True,
-                )
-            except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-                msg = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+            why = _cannot_start(argv[0], cwd, full_env)
+            if why is not None:
+                msg = f"cannot start {argv[0]!r}: {why}"
                 err_fh.write((msg + "\n").encode())
                 return CommandResult(
                     host=self.host_name,
@@ -177,33 +229,57 @@ class LocalTransport:
                     duration_s=time.monotonic() - start,
                     log_path=str(log_path) if log_path else None,
                 )
-            with _live_lock:
-                _live.add(proc)
+            token = new_token()
             pid_file = self._pid_file(log_path.stem) if log_path is not None else None
-            if pid_file is not None and log_path is not None:
-                try:
-                    pid_file.parent.mkdir(parents=True, exist_ok=True)
-                    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                    atomic_write_text(
-                        pid_file, f"pgid={proc.pid} run={log_path.parent.parent.name} started={started} token=local\n"
-                    )
-                except OSError:
-                    pid_file = None
+            job = job_name(log_path.stem) if log_path is not None else f"cmd-{token[5:17]}"
+            wrapped = wrapper_argv(
+                argv,
+                jobs_dir=str(pid_file.parent) if pid_file is not None else "",
+                job=job,
+                token=token,
+                run_id=log_path.parent.parent.name if log_path is not None else "",
+                cwd=cwd,
+                grace_s=max(1, math.ceil(self.kill_after_s)),
+                create_jobs_dir=pid_file is not None,
+                frame=False,
+                shell="/bin/sh",
+            )
+            # the wrapper's stdin: a pipe nobody writes to; its end-of-file is the switch
+            proc = subprocess.Popen(
+                wrapped, env=full_env, stdin=subprocess.PIPE, stdout=out_fh, stderr=err_fh, start_new_session=True
+            )
+            with _live_lock:
+                _live[proc] = pid_file
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc, self.kill_after_s)
+                _stop(proc, self.kill_after_s, pid_file)
             finally:
                 with _live_lock:
-                    _live.discard(proc)
-                if pid_file is not None:  # the step ended (or was killed): no copy of it runs any more
-                    pid_file.unlink(missing_ok=True)
+                    _live.pop(proc, None)
+                if proc.stdin is not None:
+                    try:
+                        proc.stdin.close()
+                    except OSError:
+                        pass
             duration = time.monotonic() - start
             out_fh.seek(0)
             err_fh.seek(0)
             stdout = out_fh.read().decode("utf-8", "replace")
             stderr = err_fh.read().decode("utf-8", "replace")
+            rec = refused_record(stdout, token)
+            if rec is not None and pid_file is not None:  # a copy started between the check and here
+                raise JobStillRunning(
+                    RemoteJob(
+                        host=self.host_name,
+                        job=job,
+                        pgid=rec.pgid,
+                        run_id=rec.run_id,
+                        started_at=rec.started_at,
+                        pid_file=str(pid_file),
+                    )
+                )
             code = None if timed_out else proc.returncode
             if log_path is not None:
                 err_fh.write(f"\n[orchestrator] exit={code} timed_out={timed_out} duration_s={duration:.3f}\n".encode())

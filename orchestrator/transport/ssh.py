@@ -56,6 +56,7 @@ from orchestrator.transport.framing import (
     job_name,
     new_token,
     parse_pid_line,
+    refused_record,
     unframe,
     wrap,
 )
@@ -420,20 +421,18 @@ class SSHTransport:
             else:
                 elapsed = time.monotonic() - started
                 framed = unframe(r.stdout, r.stderr, token)
-                refused = f"{token}:refused "
-                if framed.stdout.startswith(refused):
-                    rec = parse_pid_line(framed.stdout[len(refused) :].splitlines()[0])
-                    if rec is not None:
-                        raise JobStillRunning(
-                            RemoteJob(
-                                host=self.host_name,
-                                job=job,
-                                pgid=rec.pgid,
-                                run_id=rec.run_id,
-                                started_at=rec.started_at,
-                                pid_file=self.pid_file(job),
-                            )
+                rec = refused_record(framed.stdout, token)
+                if rec is not None:
+                    raise JobStillRunning(
+                        RemoteJob(
+                            host=self.host_name,
+                            job=job,
+                            pgid=rec.pgid,
+                            run_id=rec.run_id,
+                            started_at=rec.started_at,
+                            pid_file=self.pid_file(job),
                         )
+                    )
                 code = framed.exit_code if framed.exit_code is not None else r.exited
                 if r.exited == -1:  # the channel closed without an exit status (T7)
                     self._drop()

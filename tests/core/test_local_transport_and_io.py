@@ -59,9 +59,43 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
         pytest.fail(f"grandchild {child} survived the timeout")
 
 
-def test_missing_executable_is_exit_127_not_an_exception():
+def test_timeout_also_kills_a_group_member_that_ignores_sigterm(tmp_path):
+    """The leader exits on SIGTERM, a member ignores it: it is SIGKILLed after ``kill_after_s``,
+    before ``run`` returns (the switch finishes its kill even though the leader is gone)."""
+    pidfile = tmp_path / "stubborn.pid"
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {stubborn!r}])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    r = LocalTransport("local", kill_after_s=1).run([sys.executable, "-c", code], timeout_s=3)
+    assert r.timed_out and r.exit_code is None
+    assert pidfile.exists(), "the member did not start within the timeout (machine overloaded?)"
+    member = int(pidfile.read_text())
+    try:
+        stat = open(f"/proc/{member}/stat").read()
+    except OSError:
+        stat = None
+    assert stat is None or stat.rsplit(")", 1)[1].split()[0] == "Z", f"{member} survived the timeout"
+
+
+def test_a_command_killed_by_a_signal_exits_128_plus_the_signal_as_over_ssh():
+    r = LocalTransport("local").run(["sh", "-c", "kill -KILL $$"], timeout_s=10)
+    assert r.exit_code == 137 and not r.timed_out and not r.ok
+
+
+def test_missing_executable_is_exit_127_not_an_exception(tmp_path):
     r = LocalTransport("local").run(["/nonexistent/tool", "--json"], timeout_s=5)
-    assert r.exit_code == 127 and "cannot start" in r.stderr
+    assert r.exit_code == 127 and r.stderr == "cannot start '/nonexistent/tool': No such file or directory"
+    r = LocalTransport("local").run(["no-such-tool-on-path"], timeout_s=5)
+    assert r.exit_code == 127 and "cannot start 'no-such-tool-on-path'" in r.stderr
+    r = LocalTransport("local").run(["true"], timeout_s=5, cwd=str(tmp_path / "missing"))
+    assert r.exit_code == 127 and r.stderr == "cannot start 'true': No such file or directory"
+    (tmp_path / "plain").write_text("not executable")
+    r = LocalTransport("local").run(["./plain"], timeout_s=5, cwd=str(tmp_path))
+    assert r.exit_code == 127 and r.stderr == "cannot start './plain': Permission denied"
 
 
 def test_atomic_write_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):

@@ -19,6 +19,19 @@ def wait_for(path: Path, timeout: float = 60) -> None:
     wait_until(path.exists, timeout, f"{path} to appear")
 
 
+def wait_gone(pid: int, timeout: float = 10) -> None:
+    """The process ``pid`` ends (or is a zombie) within ``timeout``: a local step whose controller
+    was SIGKILLed is killed by the wrapper's dead man's switch (docs/state-machine.md)."""
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    wait_until(gone, timeout, f"the killed run's step (pid {pid}) to be gone")
+
+
 @pytest.fixture
 def sleepy(ws):
     """Phase 0: a quick step, then `slow` which sleeps 60 s the first time only (marker file)."""
@@ -61,8 +74,7 @@ def test_sigkill_mid_step_leaves_truthful_state_and_resume_completes(sleepy):
     wait_for(sleepy.started)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    # the orphaned tool process is still sleeping; kill it so it does not linger
-    os.kill(int(sleepy.started.read_text()), signal.SIGKILL)
+    wait_gone(int(sleepy.started.read_text()))  # the local step died with its controller
 
     status = sleepy.cli("status", "--json")
     assert status.returncode == 0, status.stderr
@@ -172,7 +184,7 @@ def test_status_reports_stale_lock_info_of_a_dead_run(sleepy):
     wait_for(sleepy.started)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    os.kill(int(sleepy.started.read_text()), signal.SIGKILL)
+    wait_gone(int(sleepy.started.read_text()))
     r = sleepy.cli("status")
     assert r.returncode == 0
     assert f"stale lock info from a run that is gone: pid {first.pid}" in r.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.paths import REPO
-from tests.support.sshd_lab import Lab, lab_host, pids_with  # noqa: F401  (pids_with: the fault tests import it from here)
+from tests.support.sshd_lab import Lab, cmdline, lab_host, pids_with  # noqa: F401  (pids_with: the fault tests import it from here)
 from tests.support.waiting import wait_until
 
 
@@ -20,6 +20,12 @@ def host(lab: Lab, name: str, remote_root: Path, **overrides: Any) -> types.Simp
 
 
 wait_for = wait_until  # the fault tests' name for it
+
+
+def programs_with(marker: str) -> list[int]:
+    """Live processes whose command line starts with ``marker``: the program itself (``sleep 314.1``),
+    not the wrapper shell that carries it as arguments (``/bin/sh -c <wrapper> ... -- sleep 314.1``)."""
+    return [p for p in pids_with(marker) if cmdline(p).startswith(marker)]
 
 
 def session_id(pid: int) -> int:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import controller, host, pgid_of, pids_with, session_id, wait_for
+from faultkit import controller, host, pgid_of, pids_with, programs_with, session_id, wait_for
 
 from orchestrator.transport.base import Transport
 from orchestrator.transport.local import LocalTransport, terminate_all
@@ -173,7 +173,7 @@ def test_local_transport_records_and_reports_a_running_copy(tmp_path):
         target=lambda: out.setdefault("r", t.run(["sleep", "314.1"], timeout_s=60, log_path=_log(tmp_path, "local")))
     )
     th.start()
-    [sleeper] = wait_for(lambda: pids_with("sleep 314.1"), what="local step")
+    [sleeper] = wait_for(lambda: programs_with("sleep 314.1"), what="local step")
     job = wait_for(lambda: t.running_job("0-quick-probe"), what="local job record")
     assert job.pgid == sleeper and "still running as pid" in job.describe()
     from orchestrator.transport.base import JobStillRunning
@@ -270,7 +270,7 @@ def test_local_transport_keeps_job_records_in_the_state_dir(tmp_path):
     th = threading.Thread(target=lambda: t.run(["sleep", "317.1"], timeout_s=60, log_path=log))
     th.start()
     try:
-        [sleeper] = wait_for(lambda: pids_with("sleep 317.1"), what="local step")
+        [sleeper] = wait_for(lambda: programs_with("sleep 317.1"), what="local step")
         pid_file = tmp_path / "state" / "jobs" / "local" / "0-quick-probe.pid"
         wait_for(pid_file.exists, what="record in the state dir")
         with pytest.raises(JobStillRunning, match=f"still running as pid {sleeper}"):
