@@ -5,6 +5,12 @@ Runs fixed argument lists through the host's transport (no shell): ``nvcc --vers
 interpreter printing torch's version, its CUDA version and whether a device is visible, and the
 service interpreter (or the host one) printing the installed sglang version.
 A missing tool is a fact (``found: false``), not a failure; the document is always ``ok``.
+
+For a ``model_family: auto`` host (``family_root`` = its remote_root) it also runs the bundle's
+``cutover_agent.probe --family-only`` in the service interpreter: SGLang's own resolution of the
+service's launch arguments and the model's config.json says ``dsa`` or ``dense_mla``
+(``model.family``; None with ``model.reason`` when it cannot tell). The planner uses the
+recorded value for that host's later phases (which kernel and route they run).
 """
 
 from __future__ import annotations
@@ -37,12 +43,43 @@ SGLANG_PROBE = (
 )
 
 
-def probe_commands(python: str, service_python: str | None = None) -> dict[str, list[str]]:
-    return {
+def probe_commands(
+    python: str, service_python: str | None = None, family_root: str | None = None
+) -> dict[str, list[str]]:
+    cmds = {
         "nvcc": ["nvcc", "--version"],
         "nvidia_smi": ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
         "torch": [python, "-c", TORCH_PROBE],
         "sglang": [service_python or python, "-c", SGLANG_PROBE],
+    }
+    if family_root is not None:
+        cmds["model"] = [
+            service_python or python,
+            "-m",
+            "cutover_agent.probe",
+            "--family-only",
+            "--json",
+            "--root",
+            family_root,
+        ]
+    return cmds
+
+
+def parse_model(r: CommandResult) -> dict[str, Any]:
+    """``{"family": dsa | dense_mla | None, "reason": ..., "architectures": [...]}`` from the probe."""
+    try:
+        doc = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (r.stderr or "").strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
+        return {"family": None, "reason": f"the family probe printed no JSON: {tail[0][:200]}"}
+    if not isinstance(doc, dict):
+        return {"family": None, "reason": "the family probe printed no JSON object"}
+    family = doc.get("model_family")
+    return {
+        "family": family if family in ("dsa", "dense_mla") else None,
+        "reason": doc.get("reason") or doc.get("blocked"),
+        "architectures": doc.get("architectures"),
+        "source": doc.get("launch_args_source"),
     }
 
 
@@ -85,9 +122,10 @@ def collect(
     timeout_s: float,
     log_path: Path | None,
     service_python: str | None = None,
+    family_root: str | None = None,
 ) -> CommandResult:
     """Run the probes and return a synthetic CommandResult whose stdout is the facts document."""
-    cmds = probe_commands(python, service_python)
+    cmds = probe_commands(python, service_python, family_root)
     results: dict[str, CommandResult] = {}
     duration = 0.0
     for key, argv in cmds.items():
@@ -102,6 +140,8 @@ def collect(
         "torch": parse_torch(results["torch"]),
         "sglang": parse_sglang(results["sglang"]),
     }
+    if "model" in results:
+        doc["model"] = parse_model(results["model"])
     text = json.dumps(doc, sort_keys=True)
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,11 @@ SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./~+-]+$")
 URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(?::[0-9]+)?(?:/[A-Za-z0-9._~/%?&=+-]*)?$")
 
 Arch = Literal["sm_120a", "sm_90a"]
+#: Which bundled kernel and SGLang route a host's model needs (plans/0002, the GLM-5 section):
+#: ``dense_mla`` (DeepSeek-V3/R1, Kimi K2: mla_verify in SGLang's triton backend), ``dsa`` (GLM-5,
+#: DeepSeek-V3.2: dsa_verify in its dsa backend), ``auto`` (phase 0's facts derive it with the
+#: probe from the service's launch arguments and config.json; phases 1-4 use the recorded value).
+ModelFamily = Literal["dense_mla", "dsa", "auto"]
 
 
 def _no_control(v: str, what: str) -> str:
@@ -91,6 +96,7 @@ class HostFields(BaseModel):
     remote_root: str | None = None
     python: str | None = None
     arch: Arch | None = None
+    model_family: ModelFamily | None = None
     service: Service | None = None
     connect_timeout_s: int | None = Field(default=None, ge=1, le=600)
     command_timeout_s: float | None = Field(default=None, gt=0)
@@ -179,6 +185,7 @@ class Host(BaseModel):
     remote_root: str = "/opt/orchestrator"
     python: str | None = None
     arch: Arch = "sm_120a"
+    model_family: ModelFamily = "dense_mla"
     groups: tuple[str, ...] = ()
     service: Service = Service()
     connect_timeout_s: int = 10
@@ -292,6 +299,7 @@ def _resolve(ydoc: YamlDocument, doc: InventoryFile) -> Inventory:
             "remote_root",
             "python",
             "arch",
+            "model_family",
             "connect_timeout_s",
             "command_timeout_s",
             "proxy_jump",

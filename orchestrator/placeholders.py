@@ -13,6 +13,7 @@ PLACEHOLDERS: frozenset[str] = frozenset(
     {
         "python",
         "arch",
+        "model_family",
         "host",
         "address",
         "bundle_dir",

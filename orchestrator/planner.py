@@ -24,7 +24,7 @@ from orchestrator.invocation import paste_command
 from orchestrator.paths import bundle_source
 from orchestrator.placeholders import render
 from orchestrator.shipping import ships_bundle
-from orchestrator.specs import LoadedPhase, PhaseCatalog, Placement, Step
+from orchestrator.specs import LoadedPhase, PhaseCatalog, PhaseSpec, Placement, Step
 from orchestrator.state import CONTROLLER, RunState, Status
 from orchestrator.transport.remote_command import render_remote_command
 
@@ -39,8 +39,41 @@ def bundle_dir_for(host: Host | None, bundle_sha: str, root: Path | None = None)
     return f"{host.remote_root.rstrip('/')}/bundles/{bundle_sha}"
 
 
-def host_values(host: Host | None, bundle_sha: str, state_dir: Path, root: Path | None = None) -> dict[str, str | None]:
-    """Placeholder values for ``host`` (None = the controller, for ``runs_on: local`` steps)."""
+#: Where ``model_family: auto`` hosts get their family: phase 0's facts step (the probe's
+#: resolution of the service's launch arguments and config.json, ``model.family``).
+FAMILY_FACT = (0, "facts", "model.family")
+FAMILIES = ("dense_mla", "dsa")
+
+
+def recorded_family(host: Host, state: RunState) -> str | None:
+    """The family phase 0's facts derived for ``host`` (None: not recorded, or not one the
+    bundle serves)."""
+    phase_id, step_id, metric = FAMILY_FACT
+    rec = state.phase(phase_id)
+    sr = rec.step(step_id) if rec else None
+    r = sr.hosts.get(host.name) if sr else None
+    value = r.metrics.get(metric) if r is not None else None
+    return value if value in FAMILIES else None
+
+
+def model_family(host: Host, state: RunState) -> str | None:
+    """The concrete family a host's steps run for: the inventory's, or for ``auto`` the recorded one."""
+    return recorded_family(host, state) if host.model_family == "auto" else host.model_family
+
+
+def uses_family(spec: PhaseSpec) -> bool:
+    return any(s.uses_family() for s in list(spec.steps) + list(spec.rollback_steps))
+
+
+def host_values(
+    host: Host | None,
+    bundle_sha: str,
+    state_dir: Path,
+    root: Path | None = None,
+    family: str | None = None,
+) -> dict[str, str | None]:
+    """Placeholder values for ``host`` (None = the controller, for ``runs_on: local`` steps);
+    ``family``: the host's resolved model family (default: the inventory's, None for ``auto``)."""
     if host is None:
         return {
             "python": sys.executable,
@@ -53,6 +86,7 @@ def host_values(host: Host | None, bundle_sha: str, state_dir: Path, root: Path 
     return {
         "python": python,
         "arch": host.arch,
+        "model_family": family if family is not None else (None if host.model_family == "auto" else host.model_family),
         "host": host.name,
         "address": host.address,
         "bundle_dir": bundle_dir_for(host, bundle_sha, root),
@@ -73,6 +107,7 @@ _PLACEHOLDER_FIELD = {
     "generate_url": "service.generate_url",
     "restart_json": "service.restart",
     "arch": "arch",
+    "model_family": "model_family (auto: derived by phase 0's facts; run phase 0 first)",
     "state_host_dir": "connection (state_host_dir exists only for local hosts)",
 }
 
@@ -87,6 +122,7 @@ class PlannedCommand(BaseModel):
     cwd: str
     timeout_s: float
     wave: int | None = None
+    model_family: str | None = None  # the host's family when the step differs per family
 
 
 class PlannedStep(BaseModel):
@@ -119,12 +155,14 @@ class HostAction(BaseModel):
     action: str  # run | resume | up_to_date | refused
     detail: str = ""
     from_step: str | None = None  # resume: the first step that runs again
+    model_family: str | None = None  # set when the phase's steps differ per family: which ones run
 
     def describe(self) -> str:
-        """``+ run``, ``~ resume from switch``, ``= up_to_date``, ``! refused``."""
+        """``+ run``, ``~ resume from switch``, ``= up_to_date``, ``! refused``; ``[dsa]`` after it
+        when the phase runs a family's kernel and route."""
         sym = {"run": "+", "resume": "~", "up_to_date": "=", "refused": "!"}.get(self.action, "?")
         what = f"resume from {self.from_step}" if self.action == "resume" and self.from_step else self.action
-        return f"{sym} {what}"
+        return f"{sym} {what}" + (f" [{self.model_family}]" if self.model_family else "")
 
 
 class PhasePlan(BaseModel):
@@ -155,6 +193,8 @@ class Plan(BaseModel):
     phases: list[PhasePlan]
     evidence: dict[str, Any]
     problems: list[str] = Field(default_factory=list)
+    #: each host's model family (dense_mla | dsa; ``auto (not derived yet)``): which kernel and route its steps run
+    families: dict[str, str] = Field(default_factory=dict)
     #: placeholder values per host (``@local`` for the controller); not shown, used for gate values
     values: dict[str, dict[str, str | None]] = Field(default_factory=dict, exclude=True)
 
@@ -248,13 +288,21 @@ def plan_step(
     else:
         targets = [(h, None) for h in hosts]
     cache = {} if cache is None else cache
+    by_family = step.uses_family()
+    variants: dict[str | None, Step] = {}
     for host, wave in targets:
         key = host.name if host else CONTROLLER
         values = cache.get(key)
         if values is None:
             values = cache[key] = host_values(host, bundle_sha, state_dir, root)
+        family = values.get("model_family")
+        if by_family and host is not None and family is None:
+            continue  # model_family auto, not derived yet: build_plan refuses the phase on this host
+        hstep = variants.get(family)
+        if hstep is None:
+            hstep = variants[family] = step.for_family(family)
         cwd = values["bundle_dir"] or str(bundle_source(root))
-        timeout_s = step.timeout_s if host is None else min(step.timeout_s, host.command_timeout_s)
+        timeout_s = hstep.timeout_s if host is None else min(hstep.timeout_s, host.command_timeout_s)
         if step.builtin:
             argv = [f"<builtin:{step.builtin}>", values["python"] or "python3"]
             display = (
@@ -263,12 +311,18 @@ def plan_step(
                 "-c <sglang version probe>)"
             )
         else:
-            argv = render_step(step, host, values, inventory_path=inventory.path, phase_label=lp.spec.label)
+            argv = render_step(hstep, host, values, inventory_path=inventory.path, phase_label=lp.spec.label)
             display = display_command(host, argv, cwd, timeout_s)
         # built from already-validated values: skip re-validation (1500 commands for 100 hosts)
         ps.commands.append(
             PlannedCommand.model_construct(
-                host=key, argv=argv, display=display, cwd=cwd, timeout_s=timeout_s, wave=wave
+                host=key,
+                argv=argv,
+                display=display,
+                cwd=cwd,
+                timeout_s=timeout_s,
+                wave=wave,
+                model_family=family if by_family else None,
             )
         )
     return ps
@@ -356,6 +410,10 @@ def build_plan(
     phases: list[PhasePlan] = []
     problems: list[str] = []
     cache: dict[str, dict[str, str | None]] = {}
+    families: dict[str, str | None] = {}
+    for h in hosts:
+        families[h.name] = model_family(h, state)
+        cache[h.name] = host_values(h, bundle_sha, state_dir, root, families[h.name])
     for lp in selected:
         pp_problems: list[str] = []
         steps: list[PlannedStep] = []
@@ -372,6 +430,13 @@ def build_plan(
                 pp_problems.append(exc.message)
         problems += pp_problems
         actions = [host_action(lp, h, state, catalog, bundle_sha, ids) for h in hosts]
+        if uses_family(lp.spec):
+            actions = [
+                family_refusal(lp, h)
+                if families[h.name] is None and a.action != "refused"
+                else a.model_copy(update={"model_family": families[h.name]})
+                for h, a in zip(hosts, actions)
+            ]
         phases.append(
             PhasePlan(
                 id=lp.spec.id,
@@ -403,4 +468,18 @@ def build_plan(
         evidence=evidence,
         problems=problems,
         values=cache,
+        families={h: f or "auto (not derived yet)" for h, f in families.items()},
+    )
+
+
+def family_refusal(lp: LoadedPhase, host: Host) -> HostAction:
+    """A phase whose steps depend on the model family, on an ``auto`` host phase 0 has not derived."""
+    return HostAction(
+        host=host.name,
+        action="refused",
+        detail=(
+            f"phase {lp.spec.label} runs the kernel and route of {host.name}'s model family, and its "
+            "model_family is auto: phase 0's facts derive it (the probe's resolution of the service's launch "
+            f"arguments), not recorded yet; run `{paste_command('run', '0')}` first"
+        ),
     )

@@ -6,6 +6,12 @@ A phase is an ordered list of steps. A step runs an argument list on a placement
 document the command prints (plans/0001 §2), records the ``metrics`` (dotted paths into that
 document) and checks typed ``gates`` over them. ``rollback_steps`` are only run to undo
 (automatically on a host where a later step failed, or by ``orchestrator rollback``).
+
+A step may differ per model family (the inventory's ``model_family`` of a host, plans/0002 on
+GLM-5): ``by_model_family: {dsa: {command, metrics, gates, title, timeout_s}}`` replaces those
+fields for hosts of that family; the others run the step as written. Placement, approval and
+rollback are the step's own for every host, so one step id has one meaning in the state and
+the plan; only what runs and what it is gated on differs.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ _METRIC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 #: Built-in step kinds that are not a shell command (``builtin: facts`` collects toolchain facts).
 BUILTINS = ("facts",)
+#: The concrete model families a step variant may name (``auto`` is resolved before planning).
+ModelFamilyName = Literal["dense_mla", "dsa"]
 
 Scalar = bool | int | float | str
 
@@ -88,6 +96,16 @@ class Gate(Strict):
         return f"{self.metric} {self.op.value} {json.dumps(self.value)}"
 
 
+class StepVariant(Strict):
+    """What a step runs and checks on hosts of one model family (``by_model_family``)."""
+
+    title: str | None = Field(default=None, min_length=1)
+    command: list[str] | None = None
+    timeout_s: float | None = Field(default=None, gt=0, le=24 * 3600)
+    metrics: list[str] | None = None
+    gates: list[Gate] | None = None
+
+
 class Step(Strict):
     """One todo item of a phase. ``command`` is an argv list; ``timeout_s`` is wall seconds."""
 
@@ -105,6 +123,7 @@ class Step(Strict):
     requires_approval: bool = False
     changes: str | None = None  # what it changes, shown in the approval summary
     rollback: str | None = None  # id of a rollback step in the same phase
+    by_model_family: dict[ModelFamilyName, StepVariant] = {}
 
     @field_validator("id")
     @classmethod
@@ -146,15 +165,43 @@ class Step(Strict):
         for g in self.gates:
             if g.metric not in self.metrics:
                 raise ValueError(f"gate metric {g.metric!r} is not listed in metrics")
+        for family, variant in self.by_model_family.items():
+            if self.builtin is not None:
+                raise ValueError("a builtin step cannot have by_model_family variants")
+            if not variant.model_fields_set:
+                raise ValueError(f"by_model_family.{family} changes nothing")
+            try:
+                self.for_family(family)
+            except ValidationError as exc:
+                first = exc.errors(include_url=False)[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(
+                    f"by_model_family.{family}{'.' + where if where else ''}: {first['msg'].removeprefix('Value error, ')}"
+                ) from None
         return self
+
+    def for_family(self, family: str | None) -> Step:
+        """This step as it runs on a host of ``family`` (itself when no variant names it)."""
+        variant = self.by_model_family.get(family) if family else None  # type: ignore[call-overload]
+        if variant is None:
+            return self
+        fields = self.model_dump(exclude={"by_model_family"})
+        fields.update(variant.model_dump(exclude_unset=True))
+        return Step.model_validate(fields)
+
+    def uses_family(self) -> bool:
+        """Whether what runs depends on the host's model family (a variant or ``{model_family}``)."""
+        return bool(self.by_model_family) or "model_family" in self.placeholders()
 
     def placeholders(self) -> set[str]:
         names: set[str] = set()
-        for arg in self.command or []:
-            names.update(placeholders_in(arg))
-        for g in self.gates:
-            if isinstance(g.value, str):
-                names.update(placeholders_in(g.value))
+        variants = [self, *(self.for_family(f) for f in self.by_model_family)]
+        for step in variants:
+            for arg in step.command or []:
+                names.update(placeholders_in(arg))
+            for g in step.gates:
+                if isinstance(g.value, str):
+                    names.update(placeholders_in(g.value))
         return names
 
 

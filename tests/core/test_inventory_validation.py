@@ -16,6 +16,7 @@ from orchestrator.inventory import load_inventory
 def test_local_inventory_is_one_local_host():
     inv = load_inventory(REPO / "inventory" / "local.yaml")
     assert [(h.name, h.connection, h.arch) for h in inv.hosts] == [("local", "local", "sm_120a")]
+    assert inv.hosts[0].model_family == "dense_mla", "no model_family: the dense MLA route"
 
 
 def test_example_fleet_has_a_canary_and_prod_group_with_service_settings():
@@ -25,6 +26,7 @@ def test_example_fleet_has_a_canary_and_prod_group_with_service_settings():
     assert inv.canary(list(inv.hosts)).name == "bw-canary-01"
     for h in inv.hosts:
         assert h.connection == "ssh" and h.arch == "sm_120a" and h.known_hosts
+        assert h.model_family == "dsa", "GLM-5-NVFP4 is a DSA model"
         assert h.service.restart and h.service.health_url and h.service.generate_url and h.service.python
     assert inv.select("prod")[0].name == "bw-prod-01"
     assert [h.port for h in inv.hosts][-1] == 2222
@@ -51,6 +53,8 @@ SSH = {"connection": "ssh", "known_hosts": "/etc/ssh/known", "address": "10.0.0.
         ({"name": "h1", **SSH, "remote_root": "/srv/../etc"}, "hosts[0](h1).remote_root"),
         ({"name": "h1", **SSH, "remote_root": "/srv/a b"}, "hosts[0](h1).remote_root"),
         ({"name": "h1", **SSH, "arch": "sm_75"}, "hosts[0](h1).arch"),
+        ({"name": "h1", **SSH, "model_family": "sparse"}, "hosts[0](h1).model_family"),
+        ({"name": "h1", **SSH, "model_family": "DSA"}, "hosts[0](h1).model_family"),
         ({"name": "h1", **SSH, "connect_timeout_s": 0}, "hosts[0](h1).connect_timeout_s"),
         ({"name": "h1", **SSH, "service": {"health_url": "file:///etc/passwd"}}, "hosts[0](h1).service.health_url"),
         ({"name": "h1", **SSH, "service": {"restart": ["systemctl", "restart\x00x"]}}, "hosts[0](h1).service.restart"),
@@ -93,6 +97,32 @@ def test_defaults_apply_and_hosts_override(ws):
         ("deploy", "/srv/o", "sm_90a", "python3"),
         ("deploy", "/srv/o", "sm_120a", "python3"),
     ]
+
+
+def test_model_family_defaults_to_dense_mla_and_defaults_apply(ws):
+    write(
+        ws,
+        {
+            "defaults": {"model_family": "dsa"},
+            "hosts": [
+                {"name": "glm", "connection": "local"},
+                {"name": "dsv3", "connection": "local", "model_family": "dense_mla"},
+                {"name": "unknown", "connection": "local", "model_family": "auto"},
+            ],
+        },
+    )
+    assert [h.model_family for h in load_inventory(ws.inventory).hosts] == ["dsa", "dense_mla", "auto"]
+    write(ws, {"hosts": [{"name": "a", "connection": "local"}]})
+    assert load_inventory(ws.inventory).hosts[0].model_family == "dense_mla"
+
+
+def test_an_unknown_model_family_in_defaults_exits_3_naming_its_line(ws):
+    ws.inventory.write_text("defaults:\n  model_family: glm5\nhosts:\n  - name: a\n    connection: local\n")
+    with pytest.raises(SpecError) as ei:
+        load_inventory(ws.inventory)
+    assert re.match(rf"{re.escape(str(ws.inventory))}:2: defaults.model_family", ei.value.message), ei.value.message
+    assert "dense_mla" in ei.value.message and "dsa" in ei.value.message
+    assert invoke("run", "1", "--dry-run").exit_code == 3
 
 
 def test_limit_names_hosts_or_groups_and_refuses_unknown(ws):

@@ -1,5 +1,6 @@
 """Contract check between phases/*.yaml and the kernel tools: every step command, rendered for a
-host of the example fleet, is accepted by the argument parser of the tool it runs
+host of the example fleet (a dsa host) and the same host as dense_mla, is accepted by the argument
+parser of the tool it runs
 (``python -m <package>[.tool] ...``, run in the bundle). The tool's ``main`` is called with ``parse_args`` spied on and
 stopped right after a successful parse, so nothing is compiled, benchmarked or restarted."""
 
@@ -24,17 +25,21 @@ class Parsed(BaseException):
 def rendered_commands() -> list[tuple[str, str, list[str]]]:
     catalog = load_catalog(REPO / "phases")
     inv = load_inventory(REPO / "inventory" / "example-blackwell.yaml")
-    hosts = list(inv.hosts)[:1]
+    first = inv.hosts[0]
+    assert first.model_family == "dsa"
+    hosts = [first, first.model_copy(update={"name": "dense-twin", "model_family": "dense_mla"})]
     plan = build_plan(catalog, list(catalog.phases), inv, hosts, RunState(), "0" * 64, REPO / ".unused-state")
     assert not plan.problems, plan.problems
-    out = []
+    out: dict[tuple[str, list[str]], str] = {}
     for ph in plan.phases:
         for s in ph.steps + ph.rollback_steps:
-            argv = s.commands[0].argv
-            if argv[:1] and argv[0].startswith("<builtin:"):
-                continue
-            out.append((f"{ph.label}:{s.id}", argv[2], argv[3:]))
-    return out
+            for c in s.commands:
+                argv = c.argv
+                if argv[:1] and argv[0].startswith("<builtin:"):
+                    continue
+                key = (argv[2], tuple(argv[3:]))
+                out.setdefault(key, f"{ph.label}:{s.id}" + (f"[{c.model_family}]" if c.model_family else ""))
+    return [(where, module, list(args)) for (module, args), where in out.items()]
 
 
 COMMANDS = rendered_commands()
@@ -44,6 +49,35 @@ def shipped_packages() -> set[str]:
     """Top-level packages the bundle manifest ships (``<package>/*.py`` lines of kernels/MANIFEST)."""
     lines = (REPO / "kernels" / "MANIFEST").read_text().splitlines()
     return {ln.split("/", 1)[0] for ln in lines if ln.strip() and not ln.startswith("#") and ln.endswith("/*.py")}
+
+
+def test_each_family_runs_its_own_kernel_tools():
+    assert {m for w, m, _ in COMMANDS if w.startswith(("1-", "2-")) and w.endswith("[dsa]")} == {
+        "verify_tools.dsa_parity",
+        "verify_tools.dsa_bench",
+    }
+    assert {m for w, m, _ in COMMANDS if w.startswith(("1-", "2-")) and w.endswith("[dense_mla]")} == {
+        "verify_tools.parity",
+        "verify_tools.bench",
+    }
+
+
+def test_the_dsa_bench_rows_the_phase_2_gates_index_are_the_shapes_they_name():
+    """dsa_bench prints no summary: phase 2 gates rows.N. Its rows are grid() in order, bf16 then
+    fp8 per shape; this pins N to the shape each gate's reason names (B, L, n, H, kv)."""
+    from verify_tools import dsa_bench
+
+    rows = [(*shape, kv) for shape in dsa_bench.grid(False) for kv in ("bf16", "fp8")]
+    catalog = load_catalog(REPO / "phases")
+    bench = catalog.by_id(2).spec.step("bench").for_family("dsa")
+    indexed = {int(g.metric.split(".")[1]) for g in bench.gates if g.metric.startswith("rows.")}
+    assert indexed == {0, 5, 6}
+    assert rows[0] == (1, 32768, 4, 8, "bf16"), "the headline shape: GLM-5 MTP verify, B=1, n=4, H=8 at TP8"
+    assert rows[5] == (8, 32768, 8, 8, "fp8"), "T = 64, fp8: the fp8 vs bf16 gate"
+    assert rows[6] == (32, 32768, 8, 8, "bf16"), "T = 256, bf16: the 90% of the floor gate"
+    src = (REPO / "kernels" / "verify_tools" / "dsa_bench.py").read_text()
+    for key in ("speedup_vs_sglang_triton", '"sol"', "fp8_over_bf16_time", '"sglang_triton": "ran"'):
+        assert key in src, f"dsa_bench no longer writes {key}"
 
 
 def test_every_phase_runs_a_shipped_tool_with_json():

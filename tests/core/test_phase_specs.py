@@ -50,6 +50,69 @@ def test_shipped_phase_gates_match_the_contract():
     assert all(s.rollback == "rollback" for s in p3.steps if s.requires_approval)
 
 
+def test_dsa_hosts_run_and_gate_the_sparse_kernel_and_route():
+    """model_family dsa: phase 1 the DSA parity suite, phase 2 the DSA bench gated against SGLang's
+    DSA kernel (a slower kernel fails there, so it is never cut over), phase 3 the dsa route."""
+    cat = load_catalog(REPO / "phases")
+
+    def dsa(pid, sid):
+        s = cat.by_id(pid).spec.step(sid).for_family("dsa")
+        return s, {(g.metric, g.op.value, json.dumps(g.value)) for g in s.gates}
+
+    s, gates = dsa(1, "parity")
+    assert s.command[2] == "verify_tools.dsa_parity" and ("summary.failed", "==", "0") in gates
+    assert ("summary.total", ">=", "1") in gates
+    s, gates = dsa(2, "bench")
+    assert s.command[2] == "verify_tools.dsa_bench"
+    assert {
+        ("sglang_triton", "==", '"ran"'),
+        ("rows.0.speedup_vs_sglang_triton", ">=", "3"),
+        ("rows.0.sol", ">=", "0.4"),
+        ("rows.6.sol", ">=", "0.9"),
+        ("rows.5.fp8_over_bf16_time", "<=", "0.6"),
+    } == gates
+    s, gates = dsa(3, "probe")
+    assert s.command[-2:] == ["--model-family", "{model_family}"]
+    assert ("model_family_derived", "==", '"{model_family}"') in gates and ("plugin_engages", "==", "true") in gates
+    s, gates = dsa(3, "switch")
+    assert s.command[s.command.index("--model-family") + 1] == "{model_family}"
+    assert ("model_family", "==", '"{model_family}"') in gates
+    s, gates = dsa(3, "canary")
+    assert {("route_family", "==", '"{model_family}"'), ("ranks_all_active", "==", "true")} <= gates
+    assert ("captured_sizes_not_bundled", "==", "0") in gates and ("declined_verify_calls", "==", "0") in gates
+    # dense hosts keep their steps as written; approval and rollback are the same for both families
+    p3 = cat.by_id(3).spec
+    for st in p3.steps:
+        assert (st.for_family("dsa").requires_approval, st.for_family("dsa").rollback) == (
+            st.requires_approval,
+            st.rollback,
+        )
+    assert cat.by_id(1).spec.step("parity").for_family("dense_mla").command[2] == "verify_tools.parity"
+    assert cat.by_id(2).spec.step("bench").for_family(None).command[2] == "verify_tools.bench"
+
+
+def test_a_variant_replaces_only_the_fields_it_names(ws):
+    ws.write_phase(
+        phase(
+            0,
+            "a",
+            [
+                step(
+                    "s",
+                    tool("--metric", "m=1"),
+                    metrics=["m"],
+                    gates=[{"metric": "m", "op": ">=", "value": 1, "reason": "dense"}],
+                    by_model_family={"dsa": {"gates": [{"metric": "m", "op": ">=", "value": 2, "reason": "sparse"}]}},
+                )
+            ],
+        )
+    )
+    st = load_catalog(ws.phases).by_id(0).spec.steps[0]
+    d = st.for_family("dsa")
+    assert d.command == st.command and d.metrics == ["m"] and [g.reason for g in d.gates] == ["sparse"]
+    assert st.for_family("dense_mla") is st and st.uses_family()
+
+
 @pytest.mark.parametrize("key", ["3", "integration", "3-integration"])
 def test_phase_resolves_by_id_name_or_label(key):
     assert load_catalog(REPO / "phases").resolve(key).spec.id == 3
@@ -103,6 +166,22 @@ def test_gate_on_an_undeclared_metric_is_a_spec_error(ws):
         (lambda d: d.update(waves=[2, 3]), "waves must start with 1"),
         (lambda d: d.update(waves=[1, "150%"]), "wave size"),
         (lambda d: d.update(surprise=True), "surprise"),
+        (lambda d: d["steps"][0].update(by_model_family={"sparse": {"title": "x"}}), "sparse"),
+        (lambda d: d["steps"][0].update(by_model_family={"dsa": {}}), "by_model_family.dsa changes nothing"),
+        (lambda d: d["steps"][0].update(by_model_family={"dsa": {"runs_on": "local"}}), "runs_on"),
+        (lambda d: d["steps"][0].update(by_model_family={"dsa": {"requires_approval": True}}), "requires_approval"),
+        (
+            lambda d: d["steps"][0].update(
+                by_model_family={
+                    "dsa": {"metrics": ["a"], "gates": [{"metric": "b", "op": "==", "value": 1, "reason": "r"}]}
+                }
+            ),
+            "by_model_family.dsa: gate metric 'b' is not listed in metrics",
+        ),
+        (
+            lambda d: d["steps"][0].update(by_model_family={"dsa": {"command": ["{python}", "{secret}"]}}),
+            "unknown placeholder {secret}",
+        ),
         (
             lambda d: d["steps"][0].update(
                 gates=[{"metric": "m", "op": "eval", "value": 1, "reason": "r"}], metrics=["m"]
