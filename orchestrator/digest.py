@@ -34,6 +34,8 @@ def host_identity(h: Host) -> dict[str, Any]:
         "remote_root": h.remote_root,
         "python": h.python,
         "service": h.service.model_dump(mode="json"),
+        # which kernel and route the host's steps run; the default keeps earlier digests unchanged
+        **({"model_family": h.model_family} if h.model_family != "dense_mla" else {}),
     }
 
 

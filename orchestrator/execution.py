@@ -415,6 +415,7 @@ class Execution:
                     timeout_s=cmd.timeout_s,
                     log_path=log_path,
                     service_python=host.service.python if host else None,
+                    family_root=host.remote_root if host is not None and host.model_family == "auto" else None,
                 )
             else:
                 r.command = cmd.display

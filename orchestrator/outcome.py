@@ -54,7 +54,9 @@ def _module_of(argv: list[str]) -> str | None:
 
 
 def interpret(step: Step, result: CommandResult, values: dict[str, str | None]) -> StepOutcome:
-    """Classify one host's run of ``step``: completed only if exit 0, ``ok: true`` and every gate passed."""
+    """Classify one host's run of ``step``: completed only if exit 0, ``ok: true`` and every gate passed.
+    The metrics and gates are those of the host's model family (``values["model_family"]``)."""
+    step = step.for_family(values.get("model_family"))
     if result.timed_out:
         return StepOutcome(status=Status.failed, reason=f"timed out after {step.timeout_s:g} s")
     if result.lost:
