@@ -63,6 +63,16 @@ def _proc_stats() -> Iterator[tuple[int, str, int, int]]:
             yield int(entry.name), fields[0], int(fields[1]), int(fields[2])
 
 
+def _close_switch(proc: subprocess.Popen[bytes]) -> None:
+    """Close this process's end of the wrapper's stdin pipe (also from a second thread at once:
+    :func:`terminate_all` while ``run`` ends)."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except (OSError, ValueError):
+        pass
+
+
 def _stop(proc: subprocess.Popen[bytes], kill_after_s: float, pid_file: Path | None) -> None:
     """Stop a command started under the wrapper; returns once the wrapper has ended.
 
@@ -70,11 +80,7 @@ def _stop(proc: subprocess.Popen[bytes], kill_after_s: float, pid_file: Path | N
     the grace, the pid file removed, then the wrapper exits. If it has not ended ``kill_after_s``
     + :data:`_STOP_MARGIN_S` later, the command's group (from the pid file, and any group the
     wrapper started) and the wrapper's own group are SIGKILLed here."""
-    try:
-        if proc.stdin is not None:
-            proc.stdin.close()
-    except OSError:
-        pass
+    _close_switch(proc)
     try:
         proc.wait(timeout=kill_after_s + _STOP_MARGIN_S)
         return
@@ -258,11 +264,9 @@ class LocalTransport:
             finally:
                 with _live_lock:
                     _live.pop(proc, None)
-                if proc.stdin is not None:
-                    try:
-                        proc.stdin.close()
-                    except OSError:
-                        pass
+                # the wrapper has ended; or this run is left by an exception (an interrupt in
+                # the calling thread): the switch then kills what still runs
+                _close_switch(proc)
             duration = time.monotonic() - start
             out_fh.seek(0)
             err_fh.seek(0)
