@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from faultkit import Project, pgid_of, session_id, wait_for
 
 from tests.support.sshd_lab import is_live
@@ -73,7 +74,10 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-def test_sigkill_of_the_controller_kills_the_local_step_group_and_status_says_interrupted(tmp_path, capsys):
+@pytest.mark.parametrize("target", ["controller", "controller's process group"])
+def test_sigkill_of_the_controller_kills_the_local_step_group_and_status_says_interrupted(tmp_path, capsys, target):
+    """``controller``: SIGKILL of its pid alone. ``controller's process group``: of every process in
+    its group (a closed terminal, ``kill -9 -PGID``), which must not take the switch with it."""
     probe = tmp_path / "probe"
     proj = Project(tmp_path, long_local_phase(tmp_path, probe))
     inv = tmp_path / "inventory.yaml"
@@ -81,7 +85,16 @@ def test_sigkill_of_the_controller_kills_the_local_step_group_and_status_says_in
         json.dumps({"hosts": [{"name": "box", "connection": "local", "remote_root": str(tmp_path / "remote")}]})
     )
     pid_file = proj.state / "jobs" / "box" / "0-quick-probe.pid"
-    ctl = proj.popen("run", "0", "--inventory", str(inv), "--json", "--yes")
+    ctl = subprocess.Popen(
+        proj.argv("run", "0", "--inventory", str(inv), "--json", "--yes"),
+        env=proj.env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a group of its own: killing it spares pytest
+    )
     step_pid = child_pid = pgid = 0
     try:
         wait_for(lambda: (probe / "pids").exists() or ctl.poll() is not None, 60, "the step to start")
@@ -95,7 +108,10 @@ def test_sigkill_of_the_controller_kills_the_local_step_group_and_status_says_in
         wait_for(pid_file.exists, 10, "the step's pid record")
         assert pid_file.read_text().startswith(f"pgid={pgid} run=")
 
-        os.kill(ctl.pid, signal.SIGKILL)
+        if target == "controller":
+            os.kill(ctl.pid, signal.SIGKILL)
+        else:
+            os.killpg(pgid_of(ctl.pid), signal.SIGKILL)
         killed_at = time.monotonic()
         ctl.communicate(timeout=30)
         assert ctl.returncode == -signal.SIGKILL
