@@ -122,6 +122,11 @@ class Plan:
     frag_after: FragStats
     stop_reason: str
     notes: list[str] = field(default_factory=list)
+    # Budgeted plans (``max_attempts``): the index into the last round's request order (longest
+    # first) where it stopped, for the next plan's ``start``; None when that round visited every
+    # request.
+    resume_at: int | None = None
+    scanned: int = 0  # requests the last incremental round visited (whole or in part)
 
     def bytes_moved(self, layers: int, elem_size: int) -> int:
         """Bytes copied: tokens_moved x layers x 576 x elem_size (elem_size 2 for bf16, 1 for fp8)."""
@@ -343,7 +348,16 @@ class _RoundPlanner:
     every slot that is not pinned (free or held by a token that is not in a good run), and
     every unpinned token gets a destination (possibly its own slot is reused by another)."""
 
-    def __init__(self, flat: _Flat, min_run: int | None, mode: str, split: bool = False, max_moves: int | None = None):
+    def __init__(
+        self,
+        flat: _Flat,
+        min_run: int | None,
+        mode: str,
+        split: bool = False,
+        max_moves: int | None = None,
+        max_attempts: int | None = None,
+        start: int = 0,
+    ):
         self.flat = flat
         self.min_run = min_run
         self.mode = mode
@@ -353,6 +367,15 @@ class _RoundPlanner:
         # planner's dominant cost, is bounded by the budget rather than by the pool.
         self.budget = max_moves if mode == "incremental" else None
         self.n_moved = 0
+        # Scan budget: requests visited, gaps and split pieces examined (each ~ a few numpy
+        # calls). Runs that cannot move cost scanning but no moves, so the move budget alone
+        # does not bound the loop. A round starts at request ``start`` of the order (longest
+        # first) and wraps; where it stopped is ``resume_at`` (None: it visited every request).
+        self.max_attempts = max_attempts if mode == "incremental" else None
+        self.attempts = 0
+        self.start = int(start)
+        self.resume_at: int | None = None
+        self.visited = 0
         n = flat.num_slots
         self.s = flat.s
         run_start, run_len, run_id = _runs(flat)
@@ -375,8 +398,15 @@ class _RoundPlanner:
         reqs, lens = self.flat.reqs, self.flat.lens
         offs = np.cumsum(lens) - lens
         order = np.lexsort((reqs, -lens))  # longest first, ties by row id
+        n_req = int(order.size)
+        first = self.start % n_req if n_req else 0
+        pos = first
         try:
-            for k in order.tolist():
+            for j in range(n_req):
+                pos = (first + j) % n_req
+                k = int(order[pos])
+                self._attempt()
+                self.visited += 1
                 i0, ln = int(offs[k]), int(lens[k])
                 rs = self.s[i0 : i0 + ln]
                 unfixed = ~self.fixed[rs]
@@ -385,16 +415,25 @@ class _RoundPlanner:
                 if self.mode == "incremental" and self.min_run is None and self._try_anchor(rs, unfixed):
                     continue
                 for a, b in _gaps(unfixed):
+                    self._attempt()
                     if not self._place_gap(rs, a, b) and self.split:
                         self._place_split(rs, a, b)
         except _BudgetSpent:
-            pass
+            # Moved something: this request again next time (it may be half done). Moved
+            # nothing: the budget went on scanning this request, so the next scan begins at
+            # the next one (else every scan would stop at the same place: no progress).
+            self.resume_at = pos if self.src else (pos + 1) % n_req
         if not self.src:
             z = np.zeros(0, dtype=np.int64)
             return z, z
         src, dst = np.concatenate(self.src), np.concatenate(self.dst)
         keep = src != dst  # compact mode may hand a token its own slot
         return src[keep], dst[keep]
+
+    def _attempt(self) -> None:
+        self.attempts += 1
+        if self.max_attempts is not None and self.attempts > self.max_attempts:
+            raise _BudgetSpent
 
     def _commit(self, moved: np.ndarray, dst: np.ndarray) -> None:
         if self.budget is not None and self.n_moved + moved.size > self.budget:
@@ -474,6 +513,7 @@ class _RoundPlanner:
         ci = 0  # index into cuts of the current position i = cuts[ci]
         last = cuts.size - 1
         while ci < last:
+            self._attempt()
             i = int(cuts[ci])
             start = -1
             if i > 0:
@@ -618,6 +658,8 @@ def plan_defrag(
     max_moves: int | None = None,
     frag_before: FragStats | None = None,
     check: bool = True,
+    max_attempts: int | None = None,
+    start: int = 0,
 ) -> Plan:
     """Plan the relocation of ``pool`` (see module docstring). Pure and deterministic.
 
@@ -636,6 +678,13 @@ def plan_defrag(
         ``stop_reason`` then says ``max_moves=N reached``.
     frag_before: ``fragmentation(pool, min_run)`` when the caller already has it (trusted).
     check: validate ``pool`` first (a caller that has just validated it may pass False).
+    max_attempts: scan budget per incremental round (>= 1), or None: requests visited plus gaps
+        and split pieces examined; a round stops there (a run that cannot move costs scanning
+        but no move, so ``max_moves`` alone does not bound the time). ``start``: the index into
+        the round's request order (longest first, ties by row) where the first round begins
+        (wrapping); ``Plan.resume_at`` is where the last round stopped, None if it visited
+        every request. Pass it as the next plan's ``start`` so successive budgeted plans sweep
+        every request. Both need ``compact=False``.
     """
     if min_run is not None and (not isinstance(min_run, (int, np.integer)) or min_run < 1):
         raise PoolError(f"min_run: must be an integer >= 1 or None, got {min_run!r}")
@@ -648,6 +697,11 @@ def plan_defrag(
             raise PoolError(f"max_moves: must be an integer >= 1 or None, got {max_moves!r}")
         if compact:
             raise PoolError("max_moves: a budgeted plan has incremental rounds only (pass compact=False)")
+    if max_attempts is not None:
+        if not isinstance(max_attempts, (int, np.integer)) or max_attempts < 1:
+            raise PoolError(f"max_attempts: must be an integer >= 1 or None, got {max_attempts!r}")
+        if compact:
+            raise PoolError("max_attempts: a budgeted plan has incremental rounds only (pass compact=False)")
     if check:
         validate_pool(pool)
     cur = _Flat.of(pool)
@@ -658,15 +712,23 @@ def plan_defrag(
     notes: list[str] = []
     if pool.free_slots.size == 0:
         notes.append("no free slot: incremental rounds cannot move anything")
-    state = {"frag": before, "moves": 0}  # fragmentation of ``cur``; moves planned so far
+    # fragmentation of ``cur``; moves planned so far; where the next round starts / last stopped
+    state = {"frag": before, "moves": 0, "start": int(start), "resume_at": None}
 
-    def add(mode: str, src: np.ndarray, dst: np.ndarray, frag: FragStats) -> None:
+    def add(mode: str, src: np.ndarray, dst: np.ndarray, frag: FragStats, moved: _Flat) -> None:
         nonlocal total, cur
-        rounds.append(Round(mode, src, dst, schedule(src, dst, n, max_levels)))
-        step = np.arange(n + 1, dtype=np.int64)
-        step[src] = dst
-        total = step[total]
-        cur = cur.moved(src, dst)
+        if mode == "incremental":  # every destination is free at the round start: one copy step
+            steps = (Step("copy", src, dst),) if src.size else ()
+        else:
+            steps = schedule(src, dst, n, max_levels)
+        rounds.append(Round(mode, src, dst, steps))
+        if rounds[1:]:
+            step = np.arange(n + 1, dtype=np.int64)
+            step[src] = dst
+            total = step[total]
+        else:  # first round: total is the identity
+            total[src] = dst
+        cur = moved  # == cur.moved(src, dst), already built for the trial
         state["frag"] = frag
         state["moves"] += int(src.size)
 
@@ -675,13 +737,24 @@ def plan_defrag(
             left = None if max_moves is None else max_moves - state["moves"]
             if left is not None and left < 1:
                 return f"max_moves={max_moves} reached"
-            src, dst = _RoundPlanner(cur, min_run, "incremental", split, max_moves=left).run()
+            rp = _RoundPlanner(
+                cur, min_run, "incremental", split, max_moves=left, max_attempts=max_attempts, start=state["start"]
+            )
+            src, dst = rp.run()
+            state["resume_at"] = rp.resume_at
+            state["scanned"] = rp.visited
+            if rp.resume_at is not None:
+                state["start"] = rp.resume_at
             if src.size == 0:
-                return "converged"
-            trial = _frag(cur.moved(src, dst), min_run)
+                return "converged" if rp.resume_at is None else f"max_attempts={max_attempts} reached, nothing placed"
+            moved = cur.moved(src, dst)
+            trial = _frag(moved, min_run)
             if not _better(trial, state["frag"]):  # e.g. shared slots pulled back and forth: stop
+                if rp.resume_at is not None:  # a budgeted round: the next scan starts past it
+                    state["resume_at"] = (rp.resume_at + 1) % max(1, int(cur.reqs.size))
+                    return f"max_attempts={max_attempts} reached, round dropped: no gain"
                 return "converged (last round dropped: no gain)"
-            add("incremental", src, dst, trial)
+            add("incremental", src, dst, trial, moved)
         if max_moves is not None and state["moves"] >= max_moves:
             return f"max_moves={max_moves} reached"
         return f"max_rounds={max_rounds} reached"
@@ -691,9 +764,10 @@ def plan_defrag(
     if compact and frag.frac_tokens_in_good_runs < 1.0:
         src, dst = _RoundPlanner(cur, min_run, "compact").run()
         if src.size:
-            trial = _frag(cur.moved(src, dst), min_run)
+            moved = cur.moved(src, dst)
+            trial = _frag(moved, min_run)
             if _better(trial, frag):
-                add("compact", src, dst, trial)
+                add("compact", src, dst, trial, moved)
                 stop = incremental() + " after compaction"
             else:
                 notes.append("compaction round dropped: it did not lower fragmentation")
@@ -708,4 +782,6 @@ def plan_defrag(
         frag_after=state["frag"],
         stop_reason=stop,
         notes=notes,
+        resume_at=state["resume_at"],
+        scanned=state.get("scanned", 0),
     )

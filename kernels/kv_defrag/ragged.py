@@ -30,6 +30,16 @@ class RaggedPoolIndex(PoolIndex):
     slots: np.ndarray = None  # type: ignore[assignment]
 
     def live_positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # computed once per (immutable) index: the hook's validation, fragmentation metric and
+        # planner each ask for it on the scheduler thread
+        cached = self.__dict__.get("_positions")
+        if cached is not None:
+            return cached
+        out = self._live_positions()
+        object.__setattr__(self, "_positions", out)
+        return out
+
+    def _live_positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         reqs = self.live_requests()
         lens = self.seq_lens[reqs].astype(np.int64)
         n = int(lens.sum())

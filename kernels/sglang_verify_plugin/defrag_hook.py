@@ -93,7 +93,11 @@ class DefragSettings:
     # once this many slots would move, so the run's CPU time is bounded by the budget (plus a
     # per-round floor that grows with the pool), not by how fragmented the pool is. Measured
     # stall: docs/kernels/kv-defrag-results.md, "Scheduler-thread stall".
-    max_tokens_per_run: int = 4096
+    max_tokens_per_run: int = 2048
+    # Scan budget of one run: requests visited plus gaps and run pieces examined by the planner
+    # (runs that cannot move cost scanning but no move). The next run resumes the scan where
+    # this one stopped (``DefragHook.cursor``), so successive runs sweep every request.
+    max_attempts_per_run: int = 1024
     max_rounds_per_run: int = 1  # incremental rounds per run (each: gather, plan, verify, copy, swap)
     # A run that stopped on its budget (more to do) is resumed this many steps later (capped at
     # interval_steps); a run that converged, or a skip, waits interval_steps.
@@ -113,6 +117,8 @@ class DefragSettings:
             raise ValueError("defrag_options.max_tokens_per_run must be an integer >= 1")
         if not (isinstance(s.max_rounds_per_run, int) and s.max_rounds_per_run >= 1):
             raise ValueError("defrag_options.max_rounds_per_run must be an integer >= 1")
+        if not (isinstance(s.max_attempts_per_run, int) and s.max_attempts_per_run >= 1):
+            raise ValueError("defrag_options.max_attempts_per_run must be an integer >= 1")
         if not (isinstance(s.continue_interval_steps, int) and s.continue_interval_steps >= 1):
             raise ValueError("defrag_options.continue_interval_steps must be an integer >= 1")
         if not (isinstance(s.min_live_tokens, int) and s.min_live_tokens >= 0):
@@ -239,9 +245,14 @@ def gather(target: Target) -> _State:
     if nodes:  # one device->host copy for all node values (not one synchronising copy per node)
         flat = torch.cat([n.value.detach().reshape(-1) for n in nodes]).cpu().numpy().astype(np.int64)
         node_vals = np.split(flat, np.cumsum([int(n.value.numel()) for n in nodes])[:-1])
-    free = alloc.get_all_free_pages().detach().cpu().numpy().astype(np.int64)
-    free.sort()
-    if free.size > 1 and np.any(free[1:] == free[:-1]):
+    raw = alloc.get_all_free_pages().detach().cpu().numpy().astype(np.int64)
+    if raw.size and (raw.min() < 1 or raw.max() > alloc.size):
+        raise DefragSkip("inconsistent", "the allocator's free list holds a slot outside 1..size")
+    # sorted and duplicate-checked in O(slots) (a mark array, not a sort of the free list)
+    mark = np.zeros(alloc.size + 1, dtype=bool)
+    mark[raw] = True
+    free = np.flatnonzero(mark).astype(np.int64)
+    if free.size != raw.size:
         raise DefragSkip("inconsistent", "the allocator's free list holds a slot twice")
     row_list = [sub[i, : lens_a[i]].astype(np.int64) for i in range(rows_a.size)] + node_vals
     pool = ragged_pool(alloc.size, row_list, free)
@@ -252,11 +263,19 @@ def gather(target: Target) -> _State:
     return _State(rows_a, lens_a, sub, nodes, node_vals, free, pool)
 
 
-def make_plan(state: _State, settings: DefragSettings, budget: int | None = None, first: bool = True):
+def make_plan(
+    state: _State,
+    settings: DefragSettings,
+    budget: int | None = None,
+    first: bool = True,
+    cursor: dict | None = None,
+):
     """One round's plan (one incremental round, split over free extents where a gap fits none
-    whole), planned under a budget of ``budget`` moves (default ``max_tokens_per_run``): the
-    planner stops placing once the budget would be exceeded, so planning time is bounded by it;
-    or :class:`DefragSkip`. ``first``: the run's first round (the trigger thresholds apply only there)."""
+    whole), planned under a budget of ``budget`` moves (default ``max_tokens_per_run``) and
+    ``max_attempts_per_run`` scan steps: the planner stops there, so planning time is bounded
+    by the budgets; or :class:`DefragSkip`. ``first``: the run's first round (the trigger
+    thresholds apply only there). ``cursor``: ``{"at": i}``, where the scan starts; set to where
+    it stopped (0 after a full pass)."""
     from kv_defrag.planner import fragmentation, plan_defrag
 
     before = fragmentation(state.pool)
@@ -268,6 +287,7 @@ def make_plan(state: _State, settings: DefragSettings, budget: int | None = None
     if cap < 1:
         raise DefragSkip("budget_spent")
     # state.pool was validated by gather(); the planner need not validate it again
+    cursor = {"at": 0} if cursor is None else cursor
     plan = plan_defrag(
         state.pool,
         min_run=None,
@@ -277,9 +297,15 @@ def make_plan(state: _State, settings: DefragSettings, budget: int | None = None
         max_moves=cap,
         frag_before=before,
         check=False,
+        max_attempts=settings.max_attempts_per_run,
+        start=cursor["at"],
     )
+    cursor["at"] = plan.resume_at or 0
     if not plan.rounds:
-        raise DefragSkip("nothing_to_move")
+        # the scan budget ran out before anything could move: the next run scans on from here
+        if plan.resume_at is None:
+            raise DefragSkip("nothing_to_move")
+        raise DefragSkip("scan_budget_spent", plan.stop_reason, int(plan.frag_before.requests), int(plan.scanned))
     if plan.rounds[0].src.size > cap:
         raise AssertionError(f"the planner moved {plan.rounds[0].src.size} slots over its budget of {cap}")
     if plan.frag_after.runs >= before.runs:
@@ -313,12 +339,27 @@ def verify_plan(state: _State, plan) -> None:
     expect[src] = dst
     if plan.remap.shape != (n + 1,) or not np.array_equal(plan.remap, expect):
         raise AssertionError("remap does not match the moves")
-    after = state.pool.remapped(plan.remap, plan.free_after)
-    after.validate()  # free list == exact complement of the remapped live slots
+    # The state after the move, checked in O(slots) without re-sorting the rows (gather()
+    # validated the state before: ranges, no slot twice in a row, free list the complement).
+    # remap is injective on live slots (distinct live slots stay distinct, so no row holds a
+    # slot twice afterwards), and the new free list is exactly (free - dst) + src, the
+    # complement of the remapped live slots.
     live_after = np.zeros(n + 1, dtype=bool)
-    live_after[after.slots] = True
+    live_after[plan.remap[state.pool.slots]] = True
     if int(live_after.sum()) != int(live.sum()):  # distinct live slots before == after
         raise AssertionError("two live slots map to one")
+    fa = np.asarray(plan.free_after, dtype=np.int64)
+    if fa.size > 1 and np.any(fa[1:] <= fa[:-1]):
+        raise AssertionError("the new free list is not strictly ascending")
+    expect_free = isfree.copy()
+    expect_free[dst] = False
+    expect_free[src] = True
+    got_free = np.zeros(n + 1, dtype=bool)
+    got_free[fa] = True
+    if not np.array_equal(got_free, expect_free) or np.any(got_free & live_after):
+        raise AssertionError("the new free list is not (free - destinations) + sources")
+    if int(live_after[1:].sum()) + fa.size != n:
+        raise AssertionError("the new free list is not the exact complement of the live slots")
 
 
 @dataclass
@@ -412,6 +453,8 @@ class DefragHook:
     on_change: Callable[[DefragHook], None] | None = None
     on_count: Callable[[DefragHook], None] | None = None  # told after every run or counted skip
     next_step: int = 1  # the scheduler step of the next try (step-counted: TP ranks stay in lockstep)
+    cursor: dict = field(default_factory=lambda: {"at": 0})  # where the planner's next scan starts
+    empty_scans: int = 0  # rows visited by the budgeted scans in a row that found nothing to move
     # The hook's own time on the scheduler thread for each try (runs and skips alike; the
     # steps it waits out cost nothing): total, planning (CPU: gather, plan, verify) and copy
     # + index swap, milliseconds, the last STALL_WINDOW tries. status() reports their p50/p99/max.
@@ -509,6 +552,16 @@ class DefragHook:
         except DefragSkip as skip:
             reason = skip.args[0]
             self.skips[reason] += 1
+            if reason == "scan_budget_spent":
+                # Empty budgeted scans in a row that visited, together, every row: a whole
+                # sweep found nothing to move (converged); else scan on soon.
+                self.empty_scans += max(1, skip.args[3] - 1)  # the stop request is revisited
+                if self.empty_scans < skip.args[2]:
+                    self.next_step = self.steps + min(
+                        self.settings.continue_interval_steps, self.settings.interval_steps
+                    )
+                else:
+                    self.empty_scans = 0
             self.last_skip_detail = skip.args[1] if len(skip.args) > 1 else None
             self._counted()
             if reason in ("inconsistent", "unowned_rows"):
@@ -555,7 +608,7 @@ class DefragHook:
             t0 = time.perf_counter()
             state = gather(t)
             try:
-                plan = make_plan(state, s, budget=s.max_tokens_per_run - moved, first=rounds == 0)
+                plan = make_plan(state, s, budget=s.max_tokens_per_run - moved, first=rounds == 0, cursor=self.cursor)
             except DefragSkip as skip:
                 self._plan_s += time.perf_counter() - t0
                 if rounds == 0:
@@ -592,6 +645,7 @@ class DefragHook:
                 "backend": backend,
             }
         self.runs += 1
+        self.empty_scans = 0
         self.last_run["stop"] = stop
         if stop.startswith(("max_tokens_per_run", "max_rounds_per_run")):  # more to do: resume soon
             self.next_step = self.steps + min(s.continue_interval_steps, s.interval_steps)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # KV-cache defrag on one H200 (run from the repo root; python3 with CUDA torch). One call, < 4 min.
+# `bash tests/device/defrag_check.sh stall`: only the live hook's scheduler-thread stall (below).
 #   1. --validate bf16 on 1M slots x as many of 61 layers as fit 60% of free memory
 #      (61 x 1,048,577 x 1152 B = 70 GiB on a 139 GiB H200): every live token checked in every layer;
 #   2. --validate fp8 (uint8 storage) on 1M slots x 8 layers;
@@ -9,6 +10,29 @@ set -u -o pipefail
 OUT=${OUT:-/tmp/defrag-out}; mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 MAX_JOBS=16 ORCHESTRATOR_KERNEL_CACHE=${ORCHESTRATOR_KERNEL_CACHE:-/tmp/mlav-cache}
+say() { echo "== $* ($(date +%T))"; }
+if [ "${1:-}" = stall ]; then
+  # The live hook's stall on the scheduler thread (sglang_verify_plugin.defrag_gpu_check --stall):
+  # real sglang 0.5.23 structures on CUDA, the same seeded scheduler-step loop without and with the
+  # hook; p50/p99 inter-step time, the hook's own time per try (planning vs copy), every token read
+  # back. Carry .whl, .whl-plugin, .whl-pydantic. Writes $OUT/defrag_stall_<slots>.json. < 2.5 min.
+  for d in .whl .whl-plugin .whl-pydantic; do
+    ls "$d"/*.whl >/dev/null 2>&1 && $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target /tmp/site "$d"/*.whl >>"$OUT/sglang_install.log" 2>&1
+  done
+  [ -f .whl/sglang-0.5.23-pyonly.zip ] && $PY -m zipfile -e .whl/sglang-0.5.23-pyonly.zip /tmp/site >>"$OUT/sglang_install.log" 2>&1
+  export PYTHONPATH=/tmp/site:$PWD/kernels:$PWD
+  say "host: $(nvidia-smi -L 2>&1 | head -1); commit $(git rev-parse --short HEAD 2>/dev/null)"
+  for spec in ${STALL_SPECS:-"1048576:8:75" "200000:8:35"}; do  # slots:layers:time limit
+    IFS=: read -r slots layers lim <<<"$spec"
+    say "stall: $slots slots x $layers layers"
+    timeout "$lim" $PY tests/integration/with_sgl_kernel_shim.py sglang_verify_plugin.defrag_gpu_check --stall --json \
+      --slots "$slots" --layers "$layers" --steps "${STALL_STEPS:-400}" > "$OUT/defrag_stall_$slots.json" 2> "$OUT/defrag_stall_$slots.log"
+    echo "rc=$?"; $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d.get('summary') or d, indent=1))" "$OUT/defrag_stall_$slots.json" 2>&1 | head -60
+    tail -3 "$OUT/defrag_stall_$slots.log"
+  done
+  exit 0
+fi
 # sglang (optional): reuse the tree tests/device/kernel_run.sh unpacks, or unpack it from .whl/ the same way
 if [ -d /tmp/site/sglang ]; then export PYTHONPATH=/tmp/site:$PWD/kernels:$PWD
 elif [ -d .whl ]; then
@@ -16,7 +40,6 @@ elif [ -d .whl ]; then
   [ -f .whl/sglang-0.5.23-pyonly.zip ] && $PY -m zipfile -e .whl/sglang-0.5.23-pyonly.zip /tmp/site >>"$OUT/sglang_install.log" 2>&1
   export PYTHONPATH=/tmp/site:$PWD/kernels:$PWD
 else export PYTHONPATH=$PWD/kernels:$PWD; fi
-say() { echo "== $* ($(date +%T))"; }
 say "host: $(nvidia-smi -L 2>&1 | head -1); commit $(git rev-parse --short HEAD 2>/dev/null)"
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'free GiB', round(torch.cuda.mem_get_info()[0]/2**30,1))"
 SLOTS=1048576

@@ -526,6 +526,51 @@ def test_threshold_and_interval_rate_limit(sgl):
     assert [hook.step() for _ in range(4)][1:3] == ["interval", "interval"]
 
 
+def test_budgeted_runs_stay_within_budget_resume_soon_and_preserve_every_token(sgl):
+    """The stall bound: each run (one scheduler step) moves at most max_tokens_per_run slots;
+    while work remains the next run comes continue_interval_steps later, not interval_steps;
+    the hook's own time per try is reported (total / plan / copy); over many budgeted runs
+    every live and cached token survives and fragmentation drops."""
+    world = HeavyWorld(sgl, slots=HEAVY_SLOTS // 2, layers=2, seed=2, extra_pools=1)
+    before = world.snapshot()
+    rpr0 = world.runs_per_request()
+    hook = _hook(world, max_tokens_per_run=50, max_attempts_per_run=64, interval_steps=16, continue_interval_steps=2)
+    results, moved = [], []
+    for _ in range(60):
+        t0 = hook.tokens_moved
+        results.append(hook.step())
+        moved.append(hook.tokens_moved - t0)
+    assert hook.disabled is None, hook.disabled
+    assert results[0] == "ran" and results[1] == "interval" and results[2] == "ran", results[:4]
+    assert max(moved) <= 50 and sum(moved) == hook.tokens_moved > 0
+    assert hook.runs >= 20  # resumed every 2 steps, not every 16
+    st = hook.status()["defrag_stall_ms"]
+    assert st["tries"] == sum(r != "interval" for r in results) and st["runs"] == hook.runs
+    assert 0 < st["total"]["p50"] <= st["total"]["p99"] <= st["total"]["max"]
+    assert st["plan"]["max"] > 0 and st["copy"]["max"] > 0
+    assert hook.last_run["plan_ms"] > 0 and hook.last_run["stop"].startswith("max_")
+    _assert_preserved(world, before)
+    _assert_slots_consistent(world, before)
+    assert world.runs_per_request() < rpr0
+
+
+def test_scan_budget_resumes_then_waits_the_full_interval_after_a_whole_empty_sweep(sgl):
+    """A scan budget too small to place anything: each try stops after one request and the
+    next resumes soon, from the next request; once the empty scans have together visited every
+    row (a whole sweep found nothing), the hook waits interval_steps again."""
+    world = World(sgl, seed=4)
+    hook = _hook(world, max_attempts_per_run=1, interval_steps=50, continue_interval_steps=1)
+    results = [hook.step() for _ in range(400)]
+    tries = [i for i, r in enumerate(results) if r != "interval"]
+    assert all(results[i] == "scan_budget_spent" for i in tries), set(results)
+    assert hook.tokens_moved == 0 and hook.disabled is None
+    gaps = np.diff(tries)
+    assert gaps[0] == 1 and 50 in gaps.tolist(), gaps  # resumed at once, then a full interval
+    rows = len(world.live) + len(_nodes(world.tree))  # the planner's rows: requests + tree nodes
+    first_wait = gaps.tolist().index(50)
+    assert first_wait + 1 <= rows, (first_wait, rows)  # at most one empty scan per row
+
+
 # ----------------------------------------------------------------------------- the scheduler
 
 

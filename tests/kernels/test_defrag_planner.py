@@ -322,3 +322,76 @@ def test_slot_zero_and_duplicate_slots_are_rejected():
 def test_bad_planner_option_is_rejected(kw, field):
     with pytest.raises(PoolError, match=f"^{field}:"):
         plan_defrag(make_pool(16, [[1, 3]]), **kw)
+
+
+# ----------------------------------------------------------------------------- budgeted planning
+# (the live hook plans on SGLang's scheduler thread under a move and a scan budget per run)
+
+
+@SETTINGS
+@given(
+    st.one_of(random_pools(), churned_pools()),
+    min_runs,
+    st.integers(1, 40),
+    st.one_of(st.none(), st.integers(1, 60)),
+    st.integers(0, 50),
+)
+def test_budgeted_plan_stays_within_its_budget_and_preserves_every_token(pool, min_run, moves, attempts, start):
+    plan = check_plan(
+        pool, min_run, max_rounds=3, compact=False, split=True, max_moves=moves, max_attempts=attempts, start=start
+    )
+    _assert_incremental_rounds_write_only_free_slots(pool, plan)
+    assert plan.tokens_moved <= moves
+    assert plan.frag_after.runs <= plan.frag_before.runs
+    if plan.resume_at is not None:
+        assert 0 <= plan.resume_at < max(1, pool.num_requests)
+
+
+def test_budgeted_sweep_reaches_what_one_unbudgeted_round_reaches():
+    """Successive budgeted one-round plans, each starting where the last stopped (the hook's
+    cursor), sweep every request: on the interleaved full pool they end lower than one
+    unbudgeted round, every plan within its budgets, every token preserved. Converged: as
+    many empty plans in a row as there are requests (each empty plan moves the cursor on)."""
+    pool = _interleaved_full_pool()
+    fb = fragmentation(pool)
+    one = plan_defrag(pool, max_rounds=1, compact=False, split=True)
+    cur, cursor, plans, empty = pool, 0, 0, 0
+    while plans < 3000 and empty < pool.num_requests:
+        plan = check_plan(
+            cur, None, max_rounds=1, compact=False, split=True, max_moves=128, max_attempts=32, start=cursor
+        )
+        _assert_incremental_rounds_write_only_free_slots(cur, plan)
+        assert plan.tokens_moved <= 128
+        plans += 1
+        if plan.rounds:
+            empty = 0
+            cur = apply_plan(cur, plan)
+        else:
+            empty = pool.num_requests if plan.resume_at is None else empty + 1
+        cursor = plan.resume_at or 0
+    assert empty >= pool.num_requests, plans  # converged
+    fa = fragmentation(cur)
+    assert fa.runs < one.frag_after.runs < fb.runs, (fb.runs, one.frag_after.runs, fa.runs)
+    assert plans > 10  # the budget really cut the work into many small plans
+
+
+def test_scan_budget_bounds_the_work_even_when_nothing_can_move():
+    """Runs that cannot move cost scanning but no move: the scan budget stops the round there
+    and says where to resume."""
+    pool = _interleaved_full_pool()
+    plan = plan_defrag(pool, max_rounds=1, compact=False, split=True, max_attempts=1)
+    assert plan.resume_at is not None and plan.tokens_moved == 0
+    assert "max_attempts=1" in plan.stop_reason
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        ({"max_moves": 0, "compact": False}, "max_moves"),
+        ({"max_moves": 8}, "max_moves"),  # a budget needs compact=False
+        ({"max_attempts": 0, "compact": False}, "max_attempts"),
+    ],
+)
+def test_bad_budget_option_is_rejected(kw, field):
+    with pytest.raises(PoolError, match=field):
+        plan_defrag(make_pool(16, [[1, 3]]), **kw)
