@@ -211,11 +211,11 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     cluster size (0: fp32 workspace + combine kernel; S: the S splits of a (row, head tile) run as
     one thread-block cluster that merges in DSMEM; sm_90a, configs tiles.CLUSTER_CONFIGS only).
 
-    combine="auto" uses the cluster when it can launch (S a power of two <= 16: an automatic plan
-    is rounded down to one); "kernel" always the combine kernel (the sm_120a path); "cluster"
-    requires the cluster. With tile_config="auto" on sm_90a, H <= 16 and a cluster split grid
-    that fits one wave at one CTA per SM (every cluster resident at once), the 4-stage m16d
-    config replaces m16."""
+    combine="auto" and "kernel": the combine kernel (run 4 measured the cluster merge no faster:
+    the PDL-launched combine already overlaps the split grid); "cluster" requires the cluster
+    (an automatic plan is rounded down to a power of two <= 16). With tile_config="auto" on
+    sm_90a and H <= 16, the 8-warp m16w config with one 64-position tile per split replaces m16
+    when that grid fits one wave (B=1 latency regime)."""
     from ._build import load
 
     if combine not in COMBINES:
@@ -237,17 +237,17 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
             _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
         S, chunk = _chunk_for(topk, num_splits, cfg)
+    m_tiles = math.ceil(H / cfg.block_m)
+    if auto_cfg and num_splits is None and arch == "sm_90a" and cfg is tiles.M16:
+        # B=1 latency regime: 8 warps on one 64-position tile per split, when that grid fits one
+        # wave at one CTA per SM (run 4: the m16 time grows ~2 us per 32-position tile a CTA owns)
+        w = tiles.M16W
+        sw = math.ceil(topk / w.block_n)
+        if sw <= MAX_SPLITS and T * m_tiles * sw <= sms * _ctas_per_sm(mod, device, w, fp8):
+            cfg, S, chunk = w, sw, w.block_n
     cluster = 0
-    cluster_able = arch == "sm_90a" and cfg.name in tiles.CLUSTER_CONFIGS and combine != "kernel"
-    if cluster_able and S > 1:
-        m_tiles = math.ceil(H / cfg.block_m)
+    if combine == "cluster" and arch == "sm_90a" and cfg.name in tiles.CLUSTER_CONFIGS and S > 1:
         sc = _pow2_floor(min(S, tiles.MAX_CLUSTER)) if num_splits is None else S
-        if num_splits is None and auto_cfg and cfg is tiles.M16:
-            # latency regime: the deep ring when the cluster grid fits one wave at 1 CTA / SM
-            deep = tiles.M16D
-            sd, cd = _chunk_for(topk, sc, deep)
-            if sd == sc and T * m_tiles * sd <= sms and T * m_tiles <= _max_clusters(mod, device, deep, fp8, sd):
-                cfg = deep
         s2, c2 = _chunk_for(topk, sc, cfg)
         if s2 == _pow2_floor(s2) and 2 <= s2 <= tiles.MAX_CLUSTER and _max_clusters(mod, device, cfg, fp8, s2) >= 1:
             S, chunk, cluster = s2, c2, s2

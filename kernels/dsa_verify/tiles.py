@@ -1,7 +1,7 @@
 """Tile configurations of the DSA verify kernel, mirrored from csrc/dsa_verify_kernel.cuh (Cfg<>).
 
 A config is (BM heads per CTA, BN index positions per KV tile, STAGES cp.async stages); all use
-mma.sync m16n8k16 bf16. Warps: 4 * (BM / 32) (at least 4). Shared memory (bytes, all dynamic):
+mma.sync m16n8k16 bf16. Warps: 4 * (BM / 32) (at least 4), or the config's override (m16w: 8). Shared memory (bytes, all dynamic):
 Q BM*1152 + STAGES raw KV tiles (BN*1152 bf16, BN*656 fp8) + one bf16 compute tile BN*1152
 (fp8 only) + P BM*BN*2 + (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) +
 (STAGES+1)*BN*4 (per-position flags), TG = warps / (BM/16) column groups of the S phase.
@@ -24,9 +24,12 @@ class TileConfig:
     block_m: int
     block_n: int
     stages: int
+    warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps)
 
     @property
     def warps(self) -> int:
+        if self.warps_override:
+            return self.warps_override
         rb = 2 if self.block_m >= 32 else 1
         return 4 * (self.block_m // (16 * rb))
 
@@ -54,13 +57,15 @@ M64 = TileConfig("m64", 2, 64, 32, 3)
 # m16 with a 4-deep ring (sm_90a: 227 KiB): one CTA per SM, a 128-position split wholly in flight;
 # the small-T latency config (used when the split grid fits one wave at one CTA per SM)
 M16D = TileConfig("m16d", 3, 16, 32, 4)
-CONFIGS = {c.name: c for c in (M16, M32, M64, M16D)}
+# m16 with 8 warps on 64-position tiles (sm_90a): the B=1 latency config, one tile per split
+M16W = TileConfig("m16w", 4, 16, 64, 2, 8)
+CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
-ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D), "sm_120a": (M16, M32)}
+ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W), "sm_120a": (M16, M32)}
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
-CLUSTER_CONFIGS = ("m16", "m16d")
+CLUSTER_CONFIGS = ("m16", "m16d", "m16w")
 MAX_CLUSTER = 16
 
 

@@ -68,6 +68,16 @@ CASES = (
         notes="5% of used entries negative / >= slots / INT32_MAX; seq_lens < 0, 0, > topk; graph pad rows",
     ),
     DsaCase("hostile_b2_n4_h16_fp8", (9000, 700), 4, 16, kv="fp8", hostile=True, pad_rows=2, seed=7),
+    DsaCase(
+        "hostile_b1_n4_h8_bf16",
+        (9000,),
+        4,
+        8,
+        hostile=True,
+        seed=14,
+        notes="the headline shape with hostile entries (auto: m16w, one 64-position tile per split)",
+    ),
+    DsaCase("hostile_b1_n4_h8_fp8", (9000,), 4, 8, kv="fp8", hostile=True, seed=15),
     DsaCase("b2_n4_h128_bf16", (9000, 3000), 4, 128, seed=8, notes="H=128 (two or more head tiles)"),
     DsaCase("b2_n4_h128_fp8", (9000, 3000), 4, 128, kv="fp8", seed=9),
     DsaCase("b8_n4_h64_fp8", tuple(3000 + 977 * i for i in range(8)), 4, 64, kv="fp8", seed=10, notes="T=32, H=64"),
@@ -178,22 +188,22 @@ def sglang_triton():
 
 
 def configs_for(arch: str, which: str) -> list:
-    """Config labels: a tile config name, "/kernel" = its splits merged by the combine kernel
-    (on sm_90a the cluster-capable configs also run that way: it is the sm_120a path)."""
+    """Config labels: "auto" (what a plain call runs), each tile config built for the arch, and on
+    sm_90a "<name>/cluster" for the configs whose splits can merge in a thread-block cluster."""
     from dsa_verify import tiles
 
     if which == "auto":
         return ["auto"]
-    out = []
+    out = ["auto"]
     for c in tiles.ARCH_CONFIGS[arch]:
         out.append(c.name)
         if arch == "sm_90a" and c.name in tiles.CLUSTER_CONFIGS:
-            out.append(c.name + "/kernel")
+            out.append(c.name + "/cluster")
     return out
 
 
 def call_kwargs(label: str) -> dict:
-    """dsa_verify_fwd keywords of a config label ("m16", "m16/kernel", "auto")."""
+    """dsa_verify_fwd keywords of a config label ("m16", "m16/cluster", "auto")."""
     name, _, combine = label.partition("/")
     return {"tile_config": name, "combine": combine or "auto"}
 
@@ -337,9 +347,10 @@ def main(argv=None) -> int:
     for spec in CASES:
         if spec.name not in wanted:
             continue
-        for cfg in configs_for(arch, a.configs):
+        cfgs = configs_for(arch, a.configs)
+        for cfg in cfgs:
             try:
-                results.append(run_case(spec, cfg, w, device, peer))
+                results.append(run_case(spec, cfg, w, device, peer if cfg == cfgs[0] else None))
             except Exception as exc:
                 results.append({"case": spec.name, "config": cfg, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     if not a.no_graph:

@@ -4,7 +4,8 @@
 # Triton kernel, then build check (sm_90a + sm_120a), parity (all configs, graph replay), bench.
 # Usage: bash tests/device/dsa_run.sh [BENCH_BUDGET_S] [parity args...]; results under $OUT.
 # DSA_MODE=diag: parity --quick, then the small-T time breakdown and the headline bench shapes.
-# DSA_MODE=final: full parity, compute-sanitizer memcheck on a hostile case, the breakdown, the full bench.
+# DSA_MODE=final: full parity, the bench (BENCH_BUDGET_S, headline shapes first), compute-sanitizer
+#   memcheck on the hostile cases (auto config), the small-T breakdown.
 # DSA_MODE=iter: parity --quick, the breakdown, the headline bench shapes, then the GPU pytest file
 #   (tests/kernels/test_dsa_gpu.py, incl. the prebuilt-library build); one summary line per step.
 # .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
@@ -53,7 +54,7 @@ print(json.dumps({a: dsa_build(a, shutil.which("nvcc")) for a in ("sm_90a", "sm_
 PY
 python3 -c "import json; d=json.load(open('$OUT/dsa_build.json')); print({a: (v['ok'], v['summary']) for a, v in d.items()})"
 if [ "${DSA_MODE:-}" = diag ] || [ "${DSA_MODE:-}" = iter ]; then set -- --quick "$@"; fi
-timeout 300 python3 -m verify_tools.dsa_parity --json "$@" > "$OUT/dsa_parity.json" 2> "/tmp/dsa_parity.err"
+timeout "${PARITY_TIMEOUT:-300}" python3 -m verify_tools.dsa_parity --json "$@" > "$OUT/dsa_parity.json" 2> "/tmp/dsa_parity.err"
 echo "parity rc=$?"
 python3 - "$OUT/dsa_parity.json" <<'PY'
 import json, sys
@@ -69,12 +70,18 @@ for r in d["cases"]:
 PY
 tail -5 "/tmp/dsa_parity.err"
 if [ "${DSA_MODE:-}" = final ]; then
-  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m verify_tools.dsa_parity --json \
-    --cases hostile_b2_n4_h16_fp8,hostile_b2_n4_h64_bf16 --configs auto --no-graph --no-peer \
-    > "$OUT/dsa_memcheck.json" 2> "/tmp/dsa_memcheck.err"
+  # bench first (headline shapes first; the JSON is rewritten after every shape), then memcheck, breakdown
+  timeout "${BENCH_TIMEOUT:-100}" python3 -m verify_tools.dsa_bench --budget-s "$BUDGET" --reps 20 \
+    --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
+  echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -12
+  timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m verify_tools.dsa_parity --json \
+    --cases hostile_b2_n4_h16_fp8,hostile_b2_n4_h64_bf16,hostile_b1_n4_h8_bf16,hostile_b1_n4_h8_fp8 \
+    --configs auto --no-graph --no-peer > "$OUT/dsa_memcheck.json" 2> "/tmp/dsa_memcheck.err"
   echo "memcheck rc=$? (9 = errors found, 124 = timed out)"; grep -E "ERROR SUMMARY|Invalid" "/tmp/dsa_memcheck.err" | head -5
-  timeout 100 python3 -m verify_tools.dsa_bench --diag > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
+  python3 -c "import json; d=json.load(open('$OUT/dsa_memcheck.json')); print('memcheck parity', d['summary'])" || true
+  timeout 45 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
   print_diag "$OUT/dsa_diag.json"
+  exit 0
 fi
 if [ "${DSA_MODE:-}" = iter ]; then
   timeout 90 python3 -m verify_tools.dsa_bench --diag > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"

@@ -275,7 +275,7 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
     """resolve_full with no GPU: device_info, the module and its occupancy queries stubbed."""
     from dsa_verify import _build
 
-    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1}
+    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1}
     monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
     monkeypatch.setattr(_build, "load", lambda a: object())
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: occ[cfg.name])
@@ -283,51 +283,56 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
     return lambda *a, **k: api.resolve_full(torch.device("cpu"), *a, **k)
 
 
-def test_cluster_plan_small_t(monkeypatch):
+def test_plan_small_t(monkeypatch):
     plan = _fake_plan(monkeypatch)
-    # headline B=1 n=4 H=8: the 4-stage m16d config, 16 splits merged in one cluster
+    # headline B=1 n=4 H=8: m16w, one 64-position tile per split (32 splits), combine kernel
     _, cfg, S, chunk, _, cluster = plan(8, 2048, 4, False)
-    assert (cfg.name, S, chunk, cluster) == ("m16d", 16, 128, 16)
-    # the combine kernel on request: m16's own plan, no cluster
-    _, cfg, S, _, _, cluster = plan(8, 2048, 4, False, "auto", None, "kernel")
-    assert cfg.name == "m16" and S == 32 and cluster == 0
-    # T=32: 8 splits, 256 CTAs do not fit one wave at 1 CTA/SM -> m16 (2 CTAs/SM), cluster 8
-    _, cfg, S, _, _, cluster = plan(8, 2048, 32, False)
+    assert (cfg.name, S, chunk, cluster) == ("m16w", 32, 64, 0)
+    # T=8: 256 m16w CTAs exceed one wave at 1 CTA/SM -> m16's own plan
+    _, cfg, S, _, _, cluster = plan(8, 2048, 8, False)
+    assert (cfg.name, S, cluster) == ("m16", 32, 0)
+    # a named config keeps split_plan's choice
+    assert plan(8, 2048, 4, False, "m16")[1:3] == (tiles.M16, 32)
+    # cluster on request: the plan rounded down to a power of two <= 16
+    _, cfg, S, _, _, cluster = plan(8, 2048, 4, False, "m16", None, "cluster")
+    assert (cfg.name, S, cluster) == ("m16", 16, 16)
+    _, cfg, S, _, _, cluster = plan(8, 2048, 32, False, "auto", None, "cluster")
     assert (cfg.name, S, cluster) == ("m16", 8, 8)
     # T=256: one split, nothing to merge
-    assert plan(8, 2048, 256, False)[5] == 0
-    # too few resident clusters for the deep config: m16 stays
-    plan = _fake_plan(monkeypatch, clusters=2)
-    assert plan(8, 2048, 4, False)[1].name == "m16"
+    assert plan(8, 2048, 256, False)[2] == 1
 
 
 def test_cluster_plan_refusals(monkeypatch):
     plan = _fake_plan(monkeypatch, arch="sm_120a")
-    assert plan(8, 2048, 4, False)[5] == 0  # sm_120a keeps the combine kernel
+    _, cfg, _, _, _, cluster = plan(8, 2048, 4, False)
+    assert cfg.name == "m16" and cluster == 0  # sm_120a: m16 and the combine kernel
     with pytest.raises(ValueError, match="combine"):
         plan(8, 2048, 4, False, "auto", None, "cluster")
     plan = _fake_plan(monkeypatch)
-    assert plan(64, 2048, 4, False)[5] == 0  # m64 has no cluster path
-    assert plan(8, 2048, 4, False, "m16", 12)[5] == 0  # 12 splits: not a power of two
-    assert plan(8, 2048, 4, False, "m16", 8)[5] == 8
     with pytest.raises(ValueError, match="combine"):
-        plan(8, 2048, 4, False, "m16", 12, "cluster")
+        plan(64, 2048, 4, False, "auto", None, "cluster")  # m64 has no cluster path
+    with pytest.raises(ValueError, match="combine"):
+        plan(8, 2048, 4, False, "m16", 12, "cluster")  # 12 splits: not a power of two
+    assert plan(8, 2048, 4, False, "m16", 8, "cluster")[5] == 8
     with pytest.raises(ValueError, match="combine"):
         plan(8, 2048, 4, False, "m16", None, "bogus")
     plan = _fake_plan(monkeypatch, clusters=0)
-    assert plan(8, 2048, 4, False)[5] == 0  # the size cannot launch: combine kernel
+    with pytest.raises(ValueError, match="combine"):
+        plan(8, 2048, 4, False, "m16", 8, "cluster")  # the size cannot launch
 
 
 def test_parity_config_labels():
     from verify_tools import dsa_parity
 
     labels = dsa_parity.configs_for("sm_90a", "all")
-    assert labels == ["m16", "m16/kernel", "m32", "m64", "m16d", "m16d/kernel"]
-    assert dsa_parity.configs_for("sm_120a", "all") == ["m16", "m32"]
-    assert dsa_parity.call_kwargs("m16/kernel") == {"tile_config": "m16", "combine": "kernel"}
+    assert labels == ["auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster"]
+    assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32"]
+    assert dsa_parity.call_kwargs("m16/cluster") == {"tile_config": "m16", "combine": "cluster"}
     assert dsa_parity.call_kwargs("auto") == {"tile_config": "auto", "combine": "auto"}
-    m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi32ELi4ELb0EEEEEvNS_6ParamsE"
+    m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(m) == (tiles.M16D, False)
+    m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi64ELi2ELb1ELi8EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(m) == (tiles.M16W, True)
 
 
 # ---- build check: nvcc + ptxas, both arches, 0 spills ----

@@ -4,7 +4,9 @@
 // cfg 2 "m64": BM 64, BN 32, 3 stages, 256 threads (bf16 190,464 B / fp8 179,712 B), sm_90a only
 // cfg 3 "m16d": BM 16, BN 32, 4 stages, 128 threads (bf16 168,448 B / fp8 141,312 B), sm_90a only:
 //   the small-T latency config (a 128-position split has its whole KV in flight at once)
-// m16 / m16d can run as thread-block clusters of S splits with the combine fused (p.cluster).
+// cfg 4 "m16w": BM 16, BN 64, 2 stages, 256 threads (8 warps: 8 S column groups, 8 PV groups of 64
+//   dims), sm_90a only: the B=1 latency config (twice the warps on one 64-position tile).
+// m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves cfg 2 out (sm_120a builds: 99 KiB of smem per block).
 #include "dsa_verify_kernel.cuh"
@@ -25,6 +27,8 @@ using M64B = Cfg<64, 32, 3, false>;
 using M64F = Cfg<64, 32, 3, true>;
 using M16DB = Cfg<16, 32, 4, false>;
 using M16DF = Cfg<16, 32, 4, true>;
+using M16WB = Cfg<16, 64, 2, false, 8>;
+using M16WF = Cfg<16, 64, 2, true, 8>;
 #endif
 
 template <typename C>
@@ -137,8 +141,8 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-int config_block_m(int cfg) { return cfg == 0 || cfg == 3 ? 16 : cfg == 1 ? 32 : 64; }
-int config_block_n(int cfg) { return cfg == 1 ? 16 : 32; }
+int config_block_m(int cfg) { return cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64; }
+int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 ? 64 : 32; }
 
 int config_smem_bytes(int cfg, bool fp8) {
   if (cfg == 0) return fp8 ? M16F::bytes : M16B::bytes;
@@ -146,16 +150,18 @@ int config_smem_bytes(int cfg, bool fp8) {
 #if DSAV_BUILD_CFG90
   if (cfg == 2) return fp8 ? M64F::bytes : M64B::bytes;
   if (cfg == 3) return fp8 ? M16DF::bytes : M16DB::bytes;
+  if (cfg == 4) return fp8 ? M16WF::bytes : M16WB::bytes;
 #endif
   return 0;
 }
 
-bool config_compiled(int cfg) { return cfg == 0 || cfg == 1 || ((cfg == 2 || cfg == 3) && DSAV_BUILD_CFG90); }
+bool config_compiled(int cfg) { return cfg == 0 || cfg == 1 || ((cfg >= 2 && cfg <= 4) && DSAV_BUILD_CFG90); }
 
 int config_max_clusters(int cfg, bool fp8, int size) {
   if (cfg == 0) return fp8 ? max_clusters<M16F>(size) : max_clusters<M16B>(size);
 #if DSAV_BUILD_CFG90
   if (cfg == 3) return fp8 ? max_clusters<M16DF>(size) : max_clusters<M16DB>(size);
+  if (cfg == 4) return fp8 ? max_clusters<M16WF>(size) : max_clusters<M16WB>(size);
 #endif
   return 0;
 }
@@ -166,6 +172,7 @@ int config_ctas_per_sm(int cfg, bool fp8) {
 #if DSAV_BUILD_CFG90
   if (cfg == 2) return fp8 ? occupancy<M64F>() : occupancy<M64B>();
   if (cfg == 3) return fp8 ? occupancy<M16DF>() : occupancy<M16DB>();
+  if (cfg == 4) return fp8 ? occupancy<M16WF>() : occupancy<M16WB>();
 #endif
   return 0;
 }
@@ -174,13 +181,14 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (p.T <= 0 || p.H <= 0) return cudaSuccess;
   if (p.S < 1 || p.S > COMBINE_MAX_SPLITS || p.chunk < 1 || (p.S > 1 && !p.cluster && (!p.ws_o || !p.ws_lse)))
     return cudaErrorInvalidValue;
-  if (p.cluster && (p.cluster != p.S || p.S < 2 || (cfg != 0 && cfg != 3))) return cudaErrorInvalidValue;
+  if (p.cluster && (p.cluster != p.S || p.S < 2 || (cfg != 0 && cfg != 3 && cfg != 4))) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;
   if (cfg == 0) e = fp8 ? launch_split<M16F>(p, stream) : launch_split<M16B>(p, stream);
   if (cfg == 1) e = fp8 ? launch_split<M32F>(p, stream) : launch_split<M32B>(p, stream);
 #if DSAV_BUILD_CFG90
   if (cfg == 2) e = fp8 ? launch_split<M64F>(p, stream) : launch_split<M64B>(p, stream);
   if (cfg == 3) e = fp8 ? launch_split<M16DF>(p, stream) : launch_split<M16DB>(p, stream);
+  if (cfg == 4) e = fp8 ? launch_split<M16WF>(p, stream) : launch_split<M16WB>(p, stream);
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);

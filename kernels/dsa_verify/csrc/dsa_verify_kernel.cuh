@@ -13,7 +13,8 @@
 //
 // CTA (t, s, m) owns heads [m*BM, m*BM + BM) of row t and positions [s*chunk, s*chunk + chunk).
 // S phase: warp (g = w % RG, c = w / RG) computes 16 heads x WN positions over 576 dims.
-// PV phase: warp (rw = w / 4, qd = w % 4) updates O[16*RB heads, 128 dims of quarter qd].
+// PV phase: warp (rw = w / NQ, qd = w % NQ) updates O[16*RB heads, DW = 512/NQ dims of group qd]
+// (NQ = 4 dim groups of 128, or 8 of 64 in the 8-warp m16w config).
 // The first STAGES tiles are issued before any compute, so a split of <= STAGES tiles has its
 // whole KV in flight at once (the small-T latency regime). fp8 tiles land raw in a staging ring
 // and are dequantized to bf16 into one compute tile, which frees the raw stage at once.
@@ -74,13 +75,16 @@ __device__ __forceinline__ uint32_t swz(int row, int ch) {
   return (uint32_t)(row * BF_ROW + (((ch & ~7) | ((ch ^ row) & 7)) << 4));
 }
 
-template <int BM_, int BN_, int STAGES_, bool FP8_>
+template <int BM_, int BN_, int STAGES_, bool FP8_, int WARPS_ = 0>
 struct Cfg {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_;
   static constexpr bool FP8 = FP8_;
   static constexpr int RB = BM >= 32 ? 2 : 1;      // 16-row blocks per warp in the PV phase
   static constexpr int PV_RW = BM / (16 * RB);     // PV row warps
-  static constexpr int WARPS = 4 * PV_RW;
+  static constexpr int WARPS = WARPS_ ? WARPS_ : 4 * PV_RW;
+  static constexpr int NQ = WARPS / PV_RW;         // PV dim groups
+  static constexpr int DW = D_V / NQ;              // output dims per PV warp
+  static constexpr int NBV = DW / 8;               // PV n-blocks per warp
   static constexpr int THREADS = WARPS * 32;
   static constexpr int RG = BM / 16;               // S-phase row groups
   static constexpr int TG = WARPS / RG;            // S-phase column groups
@@ -109,7 +113,8 @@ struct Cfg {
   static constexpr bool CLUSTER_OK =
       BM * PSTR * 4 <= STAGES * RAW_TILE && MAX_CLUSTER * BM * 4 <= BM * P_ROW && TG * BM >= BM;
   static_assert(WN % 8 == 0 && NB_S >= 1, "S-phase warp tile");
-  static_assert(THREADS % BN == 0 && THREADS % BM == 0 && BF_CHUNKS % QTPR == 0, "loader split");
+  static_assert(THREADS % BN == 0 && THREADS % BM == 0, "loader split");
+  static_assert(WARPS % PV_RW == 0 && NBV % 2 == 0 && NQ * DW == D_V, "PV warp split");
   static_assert(FP8 || BF_CHUNKS % TPT == 0, "bf16 loader split");
   static_assert(BN % 16 == 0, "PV k-steps");
 };
@@ -257,9 +262,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     const bool ok = h0 + r < p.H;
     const __nv_bfloat16* src = p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h0 + r : 0) * p.q_sh;
 #pragma unroll
-    for (int it = 0; it < BF_CHUNKS / C::QTPR; ++it) {
+    for (int it = 0; it < (BF_CHUNKS + C::QTPR - 1) / C::QTPR; ++it) {
       const int ch = qs + it * C::QTPR;
-      cp_async16(sQ + swz(r, ch), src + ch * 8, ok ? 16 : 0);
+      if (BF_CHUNKS % C::QTPR == 0 || ch < BF_CHUNKS) cp_async16(sQ + swz(r, ch), src + ch * 8, ok ? 16 : 0);
     }
   }
   int64_t pre[STAGES];
@@ -272,15 +277,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   }
   int64_t next_slot = slot_of(STAGES);
 
-  float o_acc[C::RB][16][4];
+  float o_acc[C::RB][C::NBV][4];
 #pragma unroll
   for (int rb = 0; rb < C::RB; ++rb)
 #pragma unroll
-    for (int i = 0; i < 16; ++i) o_acc[rb][i][0] = o_acc[rb][i][1] = o_acc[rb][i][2] = o_acc[rb][i][3] = 0.f;
+    for (int i = 0; i < C::NBV; ++i) o_acc[rb][i][0] = o_acc[rb][i][1] = o_acc[rb][i][2] = o_acc[rb][i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   const int g = warp % C::RG, c = warp / C::RG;      // S-phase warp tile
-  const int rw = warp / 4, qd = warp % 4;            // PV-phase warp tile
+  const int rw = warp / C::NQ, qd = warp % C::NQ;    // PV-phase warp tile
   const int rl0 = g * 16 + (lane >> 2);              // S-phase rows of this thread: rl0, rl0 + 8
 
   for (int j = 0; j < ntiles; ++j) {
@@ -431,7 +436,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       const int r = rw * 16 * C::RB + rb * 16 + (lane >> 2);
       const float al0 = alpha_s[r], al1 = alpha_s[r + 8];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
+      for (int i = 0; i < C::NBV; ++i) {
         o_acc[rb][i][0] *= al0; o_acc[rb][i][1] *= al0;
         o_acc[rb][i][2] *= al1; o_acc[rb][i][3] *= al1;
       }
@@ -447,9 +452,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       const int mi = lane >> 3;
       const int row = ks * 16 + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
-      for (int np = 0; np < 8; ++np) {
+      for (int np = 0; np < C::NBV / 2; ++np) {
         uint32_t b0, b1, b2, b3;
-        ldsm_x4_t(sK + swz(row, qd * 16 + np * 2 + (mi >> 1)), b0, b1, b2, b3);
+        ldsm_x4_t(sK + swz(row, qd * C::NBV + np * 2 + (mi >> 1)), b0, b1, b2, b3);
 #pragma unroll
         for (int rb = 0; rb < C::RB; ++rb) {
           mma_bf16(o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
@@ -495,24 +500,24 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       const float lse2 = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
       const int64_t grow = (int64_t)t * p.H + h;
       if (p.S == 1) {
-        __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)h * p.o_sh + qd * 128 + 2 * (lane & 3);
+        __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)h * p.o_sh + qd * C::DW + 2 * (lane & 3);
 #pragma unroll
-        for (int nb = 0; nb < 16; ++nb)
+        for (int nb = 0; nb < C::NBV; ++nb)
           *reinterpret_cast<__nv_bfloat162*>(dst + nb * 8) =
               __floats2bfloat162_rn(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
         if (p.lse && qd == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
       } else if (!C::CLUSTER_OK || !p.cluster) {
-        float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + qd * 128 + 2 * (lane & 3);
+        float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + qd * C::DW + 2 * (lane & 3);
 #pragma unroll
-        for (int nb = 0; nb < 16; ++nb)
+        for (int nb = 0; nb < C::NBV; ++nb)
           *reinterpret_cast<float2*>(dst + nb * 8) =
               make_float2(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
         if (qd == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
       } else {
         // cluster mode: the partial stays on chip, in this CTA's drained KV ring
-        float* dst = reinterpret_cast<float*>(smem + C::off_raw) + r * C::PSTR + qd * 128 + 2 * (lane & 3);
+        float* dst = reinterpret_cast<float*>(smem + C::off_raw) + r * C::PSTR + qd * C::DW + 2 * (lane & 3);
 #pragma unroll
-        for (int nb = 0; nb < 16; ++nb)
+        for (int nb = 0; nb < C::NBV; ++nb)
           *reinterpret_cast<float2*>(dst + nb * 8) =
               make_float2(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
         if (qd == 0 && (lane & 3) == 0) red_max[r] = lse2;

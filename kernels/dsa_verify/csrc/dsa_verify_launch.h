@@ -6,7 +6,8 @@ namespace dsav {
 struct Params;
 // cfg: 0 = "m16" (16 heads per CTA, BN 32, 2 stages, 128 threads), 1 = "m32" (32 heads, BN 16,
 // 3 stages, 128 threads), 2 = "m64" (64 heads, BN 32, 3 stages, 256 threads; sm_90a builds only),
-// 3 = "m16d" (16 heads, BN 32, 4 stages, 128 threads; sm_90a builds only).
+// 3 = "m16d" (16 heads, BN 32, 4 stages, 128 threads; sm_90a builds only), 4 = "m16w" (16 heads,
+// BN 64, 2 stages, 256 threads; sm_90a builds only).
 // fp8: cache rows are SGLang's 656-byte fp8 layout instead of 576 bf16.
 cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream);
 int config_block_m(int cfg);
