@@ -163,12 +163,19 @@ class _Flat:
     r: np.ndarray
     s: np.ndarray
     free: np.ndarray
+    # derived arrays computed once per (immutable) state: run decomposition, ...
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(pool: PoolIndex) -> _Flat:
+        cached = pool.__dict__.get("_flat")  # one per immutable index (metric + planner share it)
+        if cached is not None:
+            return cached
         r, _p, s = pool.live_positions()
         reqs = pool.live_requests()
-        return _Flat(pool.num_slots, reqs, pool.seq_lens[reqs].astype(np.int64), r, s, pool.free_slots)
+        flat = _Flat(pool.num_slots, reqs, pool.seq_lens[reqs].astype(np.int64), r, s, pool.free_slots)
+        object.__setattr__(pool, "_flat", flat)
+        return flat
 
     def moved(self, src: np.ndarray, dst: np.ndarray) -> _Flat:
         """State after moving every ``src[i] -> dst[i]`` at once."""
@@ -184,6 +191,12 @@ class _Flat:
 
 def _runs(flat: _Flat):
     """Run decomposition of the flat live positions: (run_start index, run_len, run_id per token)."""
+    if "runs" not in flat.memo:
+        flat.memo["runs"] = _runs_of(flat)
+    return flat.memo["runs"]
+
+
+def _runs_of(flat: _Flat):
     s, r = flat.s, flat.r
     n = s.size
     brk = np.ones(n, dtype=bool)
