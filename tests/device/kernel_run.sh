@@ -109,7 +109,7 @@ PY
   sanitize 120 memcheck:b4_varlen_tree_h16 memcheck:fp8_b4_varlen_tree_h16_u8 racecheck:fp8_b2_n16_h128_tree_scales
 elif [ "$MODE" = graph ]; then
   say "A/B: split kernels' early PDL signal on (MLAV_PDL_EARLY=1, default) vs off, same process, graph replay, L2 flushed"
-  timeout 90 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/pdl_ab.txt"
+  timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/pdl_ab.txt"
 import os, torch
 from mla_verify import api, tiles, mla_verify_fwd
 from mla_verify.inputs import CaseSpec, make_inputs, kernel_args
@@ -125,6 +125,13 @@ for B, L, n, H in ((1, 512, 8, 16), (1, 4096, 8, 16), (1, 32768, 8, 16), (32, 81
             outs[flag] = inp["o_extend"].clone()
     on, off = min(res["1"]), min(res["0"])
     print(f"B={B} L={L} n={n} H={H}: early {on:.1f}us off {off:.1f}us ratio on/off {on / off:.3f} (runs {res}) same output {torch.equal(outs['1'], outs['0'])}")
+    os.environ["MLAV_PDL_EARLY"] = "1"  # the device-side split rule's cost: auto vs the same count given explicitly
+    S = api.choose_num_splits(B, n, H, B * L, torch.cuda.get_device_properties(0).multi_processor_count, tiles.SM90WG, 1)
+    ra, rx = [], []
+    for rep in range(2):
+        ra.append(t.time_graph_or_eager(lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"]))[0]); oa = inp["o_extend"].clone()
+        rx.append(t.time_graph_or_eager(lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], num_splits=S))[0]); ox = inp["o_extend"].clone()
+    print(f"B={B} L={L} n={n} H={H}: auto (device rule) {min(ra):.1f}us explicit S={S} {min(rx):.1f}us ratio {min(ra) / min(rx):.3f} same output {torch.equal(oa, ox)}")
 os.environ["MLAV_PDL_EARLY"] = "1"
 PY
   say "compute-sanitizer memcheck (graph replay case, all configs)"

@@ -124,9 +124,11 @@ constexpr long long SPLIT_PART_CAP_BYTES = 48ll << 20;
 #else
 #define MLAV_SPLITS_INLINE __forceinline__
 #endif
-__device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p) {
+// kv_first / kv_last: kv_indptr[0] and kv_indptr[B], loaded by the caller together with its
+// other index loads (one DRAM round trip at the kernel start, not two).
+__device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p, int64_t kv_first, int64_t kv_last) {
   if (!p.split_auto || p.S <= 1) return p.S;
-  int64_t total = ld_idx(p.kv_indptr, p.kv_is64, p.B) - ld_idx(p.kv_indptr, p.kv_is64, 0);
+  int64_t total = kv_last - kv_first;
   total = total < 0 ? 0 : (total > p.n_kv_indices ? p.n_kv_indices : total);
   if (total < 1) return 1;
   unsigned length;  // 32-bit per-s arithmetic (a request's prefix length is an int in work_of too)
@@ -182,13 +184,14 @@ struct Work {
 // Called by every thread of the CTA at the kernel's start (effective_splits needs full warps).
 __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, int BM, int BN) {
   Work w;
-  w.S = effective_splits(p);
   int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
+  int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
+  const int64_t kv_first = ld_idx(p.kv_indptr, p.kv_is64, 0), kv_last = ld_idx(p.kv_indptr, p.kv_is64, p.B);
+  w.S = effective_splits(p, kv_first, kv_last);
   qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
   qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
   w.qo0 = qo0;
   w.n_b = (int)(qo1 - qo0);
-  int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
   w.kv0 = kv0;
   w.L = (int)(kv1 > kv0 ? kv1 - kv0 : 0);
   w.R = w.n_b * p.H;
@@ -627,37 +630,36 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 
 // Merge the S split partials of every packed row (S = effective_splits: the count the split
 // kernel ran, <= the grid's p.S). A unit = (row, 128-column quarter) gets W warps (1, 2, 4 or 8;
-// combine_warps_per_unit(S)). The launch is laid out for LW = combine_warps_per_unit(p.S) >= W
-// warps per unit (a 256-thread block holds 8 / LW units, so small split counts do not launch idle
-// warps); when the device's S is smaller than the grid's (a CUDA graph replayed at a shorter
-// length), warps W..LW-1 of a unit idle, and the arithmetic is that of a launch for S itself:
-// combine_unit<W, LW> computes the same values, in the same order, for every LW (explicit
-// __fmul_rn / __fadd_rn: no contraction choice left to the compiler), so a graph replay is bitwise
-// an eager call with that split count. Warp k of a unit sums splits k, k + W, ... (lane = 4
-// columns, float4 loads, all of a warp's loads independent); the unit's warps are then added in a
-// fixed order (bitwise deterministic). Split weights 2^(lse_s - max) use the unit's max; empty
-// splits (lse = -inf) get weight 0 and their never-written partials are masked by a select, never
-// multiplied. Rows of tokens past qo_indptr[B] are left untouched; S = 1 writes nothing (the split
-// kernel wrote o). Launched with programmatic dependent launch when available: S is derived
-// before griddepcontrol.wait, which blocks until the split kernel's writes are visible.
+// combine_warps_per_unit(S)) and a 256-thread block holds 8 / W units, so small split counts do
+// not launch idle warps. The launch is sized for LW = combine_warps_per_unit(p.S) >= W (units *
+// LW / 8 blocks); blocks past the units * W / 8 that S needs exit at once, so a CUDA graph replayed
+// at a shorter length runs exactly the blocks, warps and arithmetic of a launch for S itself
+// (bitwise; explicit __fmul_rn / __fadd_rn leave no contraction choice to the compiler). Warp k of
+// a unit sums splits k, k + W, ... (lane = 4 columns, float4 loads, all of a warp's loads
+// independent); the unit's warps are then added in a fixed order (bitwise deterministic). Split
+// weights 2^(lse_s - max) use the unit's max; empty splits (lse = -inf) get weight 0 and their
+// never-written partials are masked by a select, never multiplied. Rows of tokens past
+// qo_indptr[B] are left untouched; S = 1 writes nothing (the split kernel wrote o). Launched with
+// programmatic dependent launch when available: S is derived before griddepcontrol.wait, which
+// blocks until the split kernel's writes are visible; block 0 always waits, so the combine grid
+// never completes before the split grid.
 constexpr int COMBINE_MAX_SPLITS = 128;
 constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
-template <int W, int LW>
+template <int W>
 __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int k = warp % LW, first = warp - k;  // this warp's index in its unit, the unit's first warp
-  const bool works = k < W;                   // warp-uniform
+  const int k = warp % W, first = warp - k;  // this warp's index in its unit, the unit's first warp
   const int64_t rows = (int64_t)p.T * p.H;
-  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / LW) + warp / LW;
+  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / W) + warp / W;
   const int64_t grow = unit >> 2;
   const int quarter = (int)(unit & 3);
   const int64_t t = grow < rows ? grow / p.H : 0;
   const bool valid = grow < rows && t < ld_idx(p.qo_indptr, p.qo_is64, p.B);  // uniform per unit
   // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * W)
   const int ti = k * 32 + lane;
-  const float lse_mine = works && valid && ti < S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
+  const float lse_mine = valid && ti < S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
   float mx = lse_mine;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -671,7 +673,7 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   for (int o = 16; o > 0; o >>= 1) wsum = __fadd_rn(wsum, __shfl_xor_sync(0xffffffffu, wsum, o));
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (valid && works) {
+  if (valid) {
     const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
     const int64_t split_stride4 = rows * (D_V / 4);
 #pragma unroll 4
@@ -712,14 +714,19 @@ template <int LW>
 __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
-  const int S = effective_splits(p);  // reads kv_indptr only: overlaps the split kernel's tail
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (S <= 1) return;  // block-uniform
+  // reads kv_indptr only (the split kernel does not write it): overlaps the split kernel's tail
+  const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
-  if (W == LW) combine_unit<LW, LW>(p, S, part, red);
-  else if (LW >= 2 && W == 1) combine_unit<1, LW>(p, S, part, red);
-  else if (LW >= 4 && W == 2) combine_unit<(LW >= 4 ? 2 : 1), LW>(p, S, part, red);
-  else if (LW >= 8 && W == 4) combine_unit<(LW >= 8 ? 4 : 1), LW>(p, S, part, red);
+  const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
+  if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here
+    if (blockIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    return;
+  }
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if (W == 1) combine_unit<1>(p, S, part, red);
+  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red);
+  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red);
+  else if (LW >= 8) combine_unit<8>(p, S, part, red);
 }
 
 }  // namespace mlav
