@@ -626,8 +626,12 @@ def family_only(launch_args: list[str] | None, launch_source: str | None, emulat
     """The derived model family alone: ``ok`` when SGLang resolved the launch arguments."""
     try:
         importlib.import_module("sglang")
-    except ImportError as exc:
-        return {"ok": False, "blocked": f"sglang is not installed here ({exc})", "model_family": None}
+    except Exception as exc:  # noqa: BLE001 - any import failure: no family, with the reason
+        return {
+            "ok": False,
+            "blocked": f"sglang is not importable here ({type(exc).__name__}: {exc})"[:400],
+            "model_family": None,
+        }
     if launch_args is None:
         return {"ok": False, "model_family": None, "reason": launch_source or "service launch arguments unknown"}
     try:

@@ -192,3 +192,41 @@ def test_a_dsa_canary_needs_every_rank_on_the_dsa_route(ws):
         r = CommandResult(host="glm", argv=["python", "-m", "cutover_agent"], exit_code=0, stdout=doc)
         out = interpret(canary, r, {"model_family": "dsa"})
         assert out.status == status, (route_family, out.reason)
+
+
+@pytest.mark.slow
+def test_phase_0_on_an_auto_host_records_what_the_family_probe_said(ws):
+    """The facts step of an auto host runs the bundle's family probe in the service python with
+    its remote_root; here it cannot resolve a model (no launch arguments written), so the fact is
+    None with the reason, and phase 1 stays refused on that host."""
+    import sys
+
+    from tests.support.paths import copy_kernels
+
+    copy_kernels(ws.checkout)
+    root = ws.root / "remote" / "auto"
+    ws.inventory.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": [
+                    {
+                        "name": "auto",
+                        "connection": "local",
+                        "remote_root": str(root),
+                        "model_family": "auto",
+                        "service": {"python": sys.executable},
+                    }
+                ]
+            }
+        )
+    )
+    spec = yaml.safe_load((PHASES / "0-build-check.yaml").read_text())
+    spec["steps"] = [s for s in spec["steps"] if s["id"] == "facts"]
+    (ws.phases / "0-build-check.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    (ws.phases / "1-parity.yaml").write_text((PHASES / "1-parity.yaml").read_text())
+    r = invoke("run", "0", "--json")
+    assert r.exit_code == 0, r.output
+    facts = json.loads(r.stdout)["results"]["phases"][0]["steps"][0]["hosts"]["auto"]["metrics"]
+    assert facts["model.family"] is None and facts["model.reason"], facts
+    plan = json.loads(invoke("plan", "1", "--json").stdout)["plan"]
+    assert plan["phases"][0]["actions"][0]["action"] == "refused"
