@@ -98,6 +98,42 @@ def test_missing_executable_is_exit_127_not_an_exception(tmp_path):
     assert r.exit_code == 127 and r.stderr == "cannot start './plain': Permission denied"
 
 
+def test_the_wrapper_itself_refuses_a_second_copy_whose_record_appears_after_the_check(tmp_path, monkeypatch):
+    """Two controllers race: the first copy's record is not there yet when the second checks (here:
+    the check is made to miss it). The wrapper looks again as it starts, so nothing starts, the
+    caller gets JobStillRunning naming the pid, and the first copy and its record stay."""
+    import threading
+
+    from orchestrator.transport.base import JobStillRunning
+    from orchestrator.transport.local import terminate_all
+
+    jobs = tmp_path / "jobs"
+    first_log = tmp_path / "state" / "runs" / "r1" / "local" / "0-quick-probe.log"
+    th = threading.Thread(
+        target=lambda: LocalTransport("local", jobs_dir=jobs).run(["sleep", "319.1"], timeout_s=60, log_path=first_log)
+    )
+    th.start()
+    pid_file = jobs / "0-quick-probe.pid"
+    try:
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        record = pid_file.read_text()
+        pgid = int(record.split()[0].split("=")[1])
+        monkeypatch.setattr(LocalTransport, "running_job", lambda self, job: None)
+        ran = tmp_path / "second-copy-ran"
+        second_log = tmp_path / "state" / "runs" / "r2" / "local" / "0-quick-probe.log"
+        with pytest.raises(JobStillRunning, match=f"still running as pid {pgid} .*by run r1"):
+            LocalTransport("local", jobs_dir=jobs).run(["touch", str(ran)], timeout_s=10, log_path=second_log)
+        assert not ran.exists()
+        assert pid_file.read_text() == record
+        os.killpg(pgid, 0)  # the first copy still runs
+    finally:
+        terminate_all(1.0)
+        th.join(10)
+    assert not pid_file.exists()
+
+
 def test_atomic_write_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):
     target = tmp_path / "state.json"
     atomic_write_text(target, json.dumps({"v": 1}))
