@@ -17,6 +17,15 @@ wrapped so that the defragmenter may run *before* the original is called. Why th
 ``on_idle`` would be safer still but never runs on a busy server; ``process_batch_result`` runs
 while the next batch is in flight in overlap mode.
 
+Stall on the scheduler thread: a run is budgeted. The planner stops placing once
+``max_tokens_per_run`` slots would move or ``max_attempts_per_run`` scan steps (requests
+visited, gaps and run pieces examined) are spent, and the next run resumes the scan where this
+one stopped (``cursor``), ``continue_interval_steps`` later while work remains; a whole sweep
+of empty scans counts as converged (then ``interval_steps``). What is left per run is an
+O(pool) floor (state read, validation, fragmentation metric, index build). The hook's own
+time per try (total, planning, copy) is in ``active.json`` (``defrag_stall_ms``); the measured
+p50/p99 with and without the hook: ``defrag_gpu_check --stall``, docs/kernels/kv-defrag-results.md.
+
 What one run does: up to ``max_rounds_per_run`` rounds, each complete in itself (steps 1-4
 below, the state re-read at every round). Every destination slot of a round is free when that
 round starts, so a failure at any point of a round leaves every live token's bytes, the index,
