@@ -322,6 +322,11 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="all", choices=("auto", "all"), help="tile configs to run")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph replay cases")
     ap.add_argument("--no-peer", action="store_true", help="skip SGLang's DSA Triton kernel")
+    ap.add_argument(
+        "--out",
+        default="",
+        help="also write the JSON document to this file, rewritten after every case (a timed-out run leaves its cases)",
+    )
     a = ap.parse_args(argv)
     try:
         import torch
@@ -344,27 +349,24 @@ def main(argv=None) -> int:
     peer, peer_reason = (None, "disabled (--no-peer)") if a.no_peer else sglang_triton()
     w = lm_head(device)
     results = []
-    for spec in CASES:
-        if spec.name not in wanted:
-            continue
-        cfgs = configs_for(arch, a.configs)
+    cfgs = configs_for(arch, a.configs)
+    # order: the quick cases, their graph replays, then the rest (a timeout keeps the first parts)
+    jobs = [("case", c) for c in CASES if c.name in wanted and c.name in QUICK]
+    if not a.no_graph:
+        jobs += [("graph", c) for c in CASES if c.name in wanted and c.name in GRAPH_CASES]
+    jobs += [("case", c) for c in CASES if c.name in wanted and c.name not in QUICK]
+    for kind, spec in jobs:
         for cfg in cfgs:
             try:
-                results.append(run_case(spec, cfg, w, device, peer if cfg == cfgs[0] else None))
-            except Exception as exc:
-                results.append({"case": spec.name, "config": cfg, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-    if not a.no_graph:
-        for name in GRAPH_CASES:
-            if name not in wanted:
-                continue
-            spec = next(c for c in CASES if c.name == name)
-            for cfg in configs_for(arch, a.configs):
-                try:
+                if kind == "case":
+                    results.append(run_case(spec, cfg, w, device, peer if cfg == cfgs[0] else None))
+                else:
                     results.append(graph_case(spec, cfg, w, device))
-                except Exception as exc:
-                    results.append(
-                        {"case": name + "_graph", "config": cfg, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                    )
+            except Exception as exc:
+                name = spec.name + ("_graph" if kind == "graph" else "")
+                results.append({"case": name, "config": cfg, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            if a.out:
+                _write(a.out, {"ok": None, "partial": True, "arch": arch, "cases": results})
     passed = sum(1 for r in results if r["ok"])
     doc = {
         "ok": bool(results) and passed == len(results),
@@ -382,7 +384,14 @@ def main(argv=None) -> int:
         "cases": results,
         "summary": {"passed": passed, "failed": len(results) - passed, "total": len(results)},
     }
+    if a.out:
+        _write(a.out, doc)
     return _emit(doc, a.json, 0 if doc["ok"] else 1)
+
+
+def _write(path: str, doc: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 def _emit(doc: dict, as_json: bool, code: int) -> int:

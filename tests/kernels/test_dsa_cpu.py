@@ -335,6 +335,44 @@ def test_parity_config_labels():
     assert tiles.config_for_mangled(m) == (tiles.M16W, True)
 
 
+def test_parity_order_and_partial_out(monkeypatch, tmp_path):
+    """Quick cases, then their graph replays, then the rest; --out rewritten after every case."""
+    import json
+
+    from verify_tools import dsa_parity
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev: "fake")
+    monkeypatch.setattr(api, "device_info", lambda dev: ("sm_120a", 84))
+    monkeypatch.setattr(dsa_parity, "lm_head", lambda dev: None)
+    out = tmp_path / "parity.json"
+    seen = []
+
+    def fake_case(spec, cfg, w, device, peer=None):
+        if seen:  # the partial document holds every case run so far
+            assert len(json.loads(out.read_text())["cases"]) == len(seen)
+        seen.append((spec.name, cfg))
+        return {"case": spec.name, "config": cfg, "ok": True}
+
+    def fake_graph(spec, cfg, w, device):
+        seen.append((spec.name + "_graph", cfg))
+        return {"case": spec.name + "_graph", "config": cfg, "ok": True, "graph": True}
+
+    monkeypatch.setattr(dsa_parity, "run_case", fake_case)
+    monkeypatch.setattr(dsa_parity, "graph_case", fake_graph)
+    assert dsa_parity.main(["--json", "--no-peer", "--out", str(out)]) == 0
+    names = [n for n, _ in seen]
+    n_cfg = len(dsa_parity.configs_for("sm_120a", "all"))
+    q = len(dsa_parity.QUICK) * n_cfg
+    g = len(dsa_parity.GRAPH_CASES) * n_cfg
+    assert set(names[:q]) == set(dsa_parity.QUICK)
+    assert all(n.endswith("_graph") for n in names[q : q + g])
+    assert len(seen) == len(dsa_parity.CASES) * n_cfg + g
+    doc = json.loads(out.read_text())
+    assert doc["ok"] and doc["summary"]["total"] == len(seen)
+
+
 # ---- build check: nvcc + ptxas, both arches, 0 spills ----
 def test_parse_ptxas_sample():
     text = (
