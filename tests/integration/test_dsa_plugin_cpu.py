@@ -379,3 +379,55 @@ def test_each_rank_records_its_own_dsa_routing_and_active_json_never_keeps_the_l
     ]
     assert active["captured_batch_sizes"] == {"tp0": [1, 4], "tp1": [1, 4]}
     assert active["eager_routed"] == 1 and active["eager_declined"] == 0
+
+
+# ----------------------------------------------------------------------------- HF kernels
+
+_SHIM = """
+import os, sys
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, {here!r})
+import torchvision_cpu_shim
+torchvision_cpu_shim.install()
+"""
+
+_REGISTER = """
+import sglang_verify_plugin, dsa_verify, dsa_verify.api
+from sglang_verify_plugin import dsa_backend
+from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+assert sglang_verify_plugin.register()
+assert ATTENTION_BACKENDS["dsa"].__name__ == "create_dsa_backend_with_bundled_verify"
+assert issubclass(dsa_backend.backend_class(), DeepseekSparseAttnBackend)
+"""
+
+_HF = """
+import kernels
+from kernels import get_kernel
+assert "site-packages" in kernels.__file__, kernels.__file__
+"""
+
+
+@pytest.mark.parametrize("hf_first", [True, False], ids=["hf-kernels-first", "plugin-first"])
+def test_the_dsa_route_registers_beside_hugging_face_kernels_in_either_import_order(sglang_ready, hf_first):
+    """SGLang imports HF ``kernels``; the dsa route (dsa_verify, the plugin's dsa_backend and
+    SGLang's DeepseekSparseAttnBackend) must never shadow it, whichever is imported first."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.support.paths import KERNELS
+
+    try:
+        import kernels  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"Hugging Face kernels not installed ({exc}): see tests/integration/requirements-sglang.txt")
+    here = str(Path(__file__).resolve().parent)
+    body = (_HF + _REGISTER) if hf_first else (_REGISTER + _HF)
+    code = _SHIM.format(here=here) + body + "\nassert sys.modules['kernels'] is kernels\nprint('OK')\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(KERNELS.parent), str(KERNELS)])}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=str(KERNELS.parent)
+    )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout[-2000:] + proc.stderr[-3000:]
