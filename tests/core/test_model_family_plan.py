@@ -230,3 +230,11 @@ def test_phase_0_on_an_auto_host_records_what_the_family_probe_said(ws):
     assert facts["model.family"] is None and facts["model.reason"], facts
     plan = json.loads(invoke("plan", "1", "--json").stdout)["plan"]
     assert plan["phases"][0]["actions"][0]["action"] == "refused"
+
+
+def test_phase_4_stops_on_a_dsa_host_before_its_service_is_touched():
+    validate = load_catalog(PHASES).by_id(4).spec.step("validate")
+    doc = json.dumps({"ok": True, "model_family": "dsa", "architectures": ["GlmMoeDsaForCausalLM"]})
+    r = CommandResult(host="glm", argv=["python", "-m", "cutover_agent.probe"], exit_code=0, stdout=doc)
+    out = interpret(validate, r, {"model_family": "dsa"})
+    assert out.status == Status.failed and "page size 1 only" in out.reason

@@ -80,6 +80,9 @@ def test_dsa_hosts_run_and_gate_the_sparse_kernel_and_route():
     s, gates = dsa(3, "canary")
     assert {("route_family", "==", '"{model_family}"'), ("ranks_all_active", "==", "true")} <= gates
     assert ("captured_sizes_not_bundled", "==", "0") in gates and ("declined_verify_calls", "==", "0") in gates
+    s, gates = dsa(4, "validate")
+    assert s.command[2:4] == ["cutover_agent.probe", "--family-only"]
+    assert gates == {("model_family", "==", '"dense_mla"')}, "phase 4 stops on a dsa host (page 64)"
     # dense hosts keep their steps as written; approval and rollback are the same for both families
     p3 = cat.by_id(3).spec
     for st in p3.steps:
