@@ -325,6 +325,9 @@ def plan_step(
                 model_family=family if by_family else None,
             )
         )
+    titles = {v.title for v in variants.values()}
+    if by_family and len(titles) == 1:  # every host runs one variant: its title (else the step's own)
+        ps.title = titles.pop()
     return ps
 
 

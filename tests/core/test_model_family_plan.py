@@ -69,6 +69,10 @@ def test_each_host_runs_the_kernel_and_route_of_its_family(ws):
         for host, family in (("glm", "dsa"), ("dsv3", "dense_mla")):
             argv = cmds[host].argv
             assert argv[argv.index("--model-family") + 1] == family, (step_id, host)
+    mixed = next(s for s in plan.phase(1).steps if s.id == "parity")
+    assert "verify_tools.parity" in mixed.title, "hosts of both families: the step's own title"
+    only_dsa = _plan(ws, _fleet(ws, glm="dsa"), [1]).phase(1).steps[0]
+    assert "verify_tools.dsa_parity" in only_dsa.title, "one family: its variant's title"
     baseline = _argv(plan, 3, "baseline")
     assert baseline["glm"].model_family is None, "a step without variants shows no family"
     # the approval summary's per-host lines name the family
