@@ -112,6 +112,13 @@ class DefragSettings:
     # interval_steps); a run that converged, or a skip, waits interval_steps.
     continue_interval_steps: int = 4
     backend: str = "auto"  # executor backend: auto (Triton on CUDA), torch, triton
+    # Enforced stall budget: a try (one scheduler step's run or skip) longer than this counts
+    # as over budget; max_over_budget such tries in a row disable the hook for the process
+    # (reason in defrag_last_error). 0 turns enforcement off (the stall benchmark measures the
+    # unbounded hook). 10 ms: ~1/3 of one target-verify step's attention alone on an H200
+    # (61 layers x 469 us, docs/kernels/kv-defrag-results.md), so a stalled step stays < 1.5x.
+    stall_budget_ms: float = 10.0
+    max_over_budget: int = 3
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any] | None) -> DefragSettings:
@@ -134,6 +141,10 @@ class DefragSettings:
             raise ValueError("defrag_options.min_live_tokens must be an integer >= 0")
         if not isinstance(s.min_runs_per_row, (int, float)) or s.min_runs_per_row < 1:
             raise ValueError("defrag_options.min_runs_per_row must be a number >= 1")
+        if not isinstance(s.stall_budget_ms, (int, float)) or s.stall_budget_ms < 0:
+            raise ValueError("defrag_options.stall_budget_ms must be a number >= 0 (0: not enforced)")
+        if not (isinstance(s.max_over_budget, int) and s.max_over_budget >= 1):
+            raise ValueError("defrag_options.max_over_budget must be an integer >= 1")
         if s.backend not in ("auto", "torch", "triton"):
             raise ValueError("defrag_options.backend must be auto, torch or triton")
         return s
@@ -464,6 +475,8 @@ class DefragHook:
     next_step: int = 1  # the scheduler step of the next try (step-counted: TP ranks stay in lockstep)
     cursor: dict = field(default_factory=lambda: {"at": 0})  # where the planner's next scan starts
     empty_scans: int = 0  # rows visited by the budgeted scans in a row that found nothing to move
+    over_budget: int = 0  # tries longer than settings.stall_budget_ms (all of them)
+    over_budget_streak: int = 0  # ... in a row, up to now
     # The hook's own time on the scheduler thread for each try (runs and skips alike; the
     # steps it waits out cost nothing): total, planning (CPU: gather, plan, verify) and copy
     # + index swap, milliseconds, the last STALL_WINDOW tries. status() reports their p50/p99/max.
@@ -510,6 +523,8 @@ class DefragHook:
             "defrag_last_error": self.disabled,
             "defrag_last_run": self.last_run,
             "defrag_stall_ms": self.stall_summary(),
+            "defrag_stall_budget_ms": self.settings.stall_budget_ms,
+            "defrag_over_budget": self.over_budget,
             "defrag_settings": dict(self.settings.__dict__),
         }
 
@@ -582,10 +597,34 @@ class DefragHook:
             self._changed()
             return "failed"
         finally:
-            self.stall_ms.append((time.perf_counter() - t0) * 1e3)
+            took = (time.perf_counter() - t0) * 1e3
+            self.stall_ms.append(took)
             self.plan_ms.append(self._plan_s * 1e3)
             self.copy_ms.append(self._copy_s * 1e3)
             self.ran.append(result == "ran")
+            self._enforce(took)
+
+    def _enforce(self, took_ms: float) -> None:
+        """The stall budget, enforced in the process: ``max_over_budget`` tries in a row over
+        ``stall_budget_ms`` disable the hook (a one-off, such as the copy kernel's first
+        compile, does not). Each TP rank decides from its own clock, so ranks may stop after
+        different runs; every rank's structures stay self-consistent, and a run changes which
+        slot holds which token, never a count the scheduler decides from."""
+        budget = self.settings.stall_budget_ms
+        if not budget or self.disabled:
+            return
+        if took_ms <= budget:
+            self.over_budget_streak = 0
+            return
+        self.over_budget += 1
+        self.over_budget_streak += 1
+        if self.over_budget_streak >= self.settings.max_over_budget:
+            self.disabled = (
+                f"stall over budget: {self.over_budget_streak} tries in a row took more than "
+                f"{budget:g} ms on the scheduler thread (last {took_ms:.1f} ms); see defrag_stall_ms"
+            )
+            log.warning("defrag disabled for this process: %s", self.disabled)
+            self._changed()
 
     def _run(self) -> str:
         import time

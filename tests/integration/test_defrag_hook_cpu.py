@@ -240,7 +240,16 @@ def _nodes(tree):
 def _settings(**kw):
     from sglang_verify_plugin.defrag_hook import DefragSettings
 
-    base = dict(interval_steps=1, min_runs_per_row=1.0, min_live_tokens=0, max_tokens_per_run=1 << 30, backend="torch")
+    # stall_budget_ms=0: these tests check data and indices, not this shared CPU's timing (the
+    # enforcement has its own test below)
+    base = dict(
+        interval_steps=1,
+        min_runs_per_row=1.0,
+        min_live_tokens=0,
+        max_tokens_per_run=1 << 30,
+        backend="torch",
+        stall_budget_ms=0,
+    )
     base.update(kw)
     return DefragSettings(**base)
 
@@ -569,6 +578,26 @@ def test_scan_budget_resumes_then_waits_the_full_interval_after_a_whole_empty_sw
     rows = len(world.live) + len(_nodes(world.tree))  # the planner's rows: requests + tree nodes
     first_wait = gaps.tolist().index(50)
     assert first_wait + 1 <= rows, (first_wait, rows)  # at most one empty scan per row
+
+
+def test_stall_budget_is_enforced_in_the_process(sgl):
+    """max_over_budget tries in a row over stall_budget_ms disable the hook with the reason
+    (active.json: defrag_last_error, defrag_applied false); tries within budget never do."""
+    world = World(sgl, seed=4)
+    before = world.snapshot()
+    tight = _hook(world, stall_budget_ms=1e-6, max_over_budget=3, max_tokens_per_run=20, max_attempts_per_run=1 << 20)
+    results = [tight.step() for _ in range(6)]
+    # three tries (runs or skips: both stall the step), then the hook is off
+    assert "not_applied" not in results[:3] and "ran" in results[:3] and results[3:] == ["not_applied"] * 3, results
+    assert tight.disabled.startswith("stall over budget: 3 tries in a row") and tight.over_budget == 3
+    st = tight.status()
+    assert st["defrag_applied"] is False and st["defrag_last_error"] == tight.disabled
+    assert st["defrag_over_budget"] == 3 and st["defrag_stall_budget_ms"] == 1e-6
+    _assert_preserved(world, before)  # the three runs it made are complete and consistent
+    _assert_slots_consistent(world, before)
+    roomy = _hook(world, stall_budget_ms=1e9, max_tokens_per_run=20, max_attempts_per_run=1 << 20)
+    assert "not_applied" not in [roomy.step() for _ in range(4)]
+    assert roomy.disabled is None and roomy.over_budget == 0 and roomy.runs >= 1
 
 
 # ----------------------------------------------------------------------------- the scheduler
