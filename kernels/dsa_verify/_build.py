@@ -224,26 +224,42 @@ def load(arch: str):
     return mod
 
 
+TRACE_FLAG = "-DDSAV_TRACE=1"
+
+
 def load_jit(arch: str):
     """Build (once) and import the extension for `arch` with torch's cpp_extension (development)."""
+    return _load_jit(arch, trace=False)
+
+
+def load_trace(arch: str):
+    """The diagnostic build of `arch` (JIT only, never prebuilt): the same kernels plus a per-CTA
+    %globaltimer timeline (`fwd_trace`, csrc -DDSAV_TRACE). The shipped library never has it."""
+    return _load_jit(arch, trace=True)
+
+
+def _load_jit(arch: str, trace: bool):
     if prebuilt_only():
         raise PrebuiltUnavailable("JIT build refused: this process is in prebuilt-only mode (a service)")
-    key = ("jit", arch)
+    key = ("jit-trace" if trace else "jit", arch)
     if key in _MODULES:
         return _MODULES[key]
     from torch.utils import cpp_extension
 
     digest = source_hash(arch)
+    extra = [TRACE_FLAG] if trace else []
+    if trace:
+        digest = hashlib.sha256((digest + TRACE_FLAG).encode()).hexdigest()[:16]
     build_dir = cache_root() / f"dsa-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
     old = os.environ.get("TORCH_CUDA_ARCH_LIST")
     os.environ["TORCH_CUDA_ARCH_LIST"] = {"sm_90a": "9.0a", "sm_120a": "12.0a"}[arch]
     try:
         mod = cpp_extension.load(
-            name=f"dsa_verify_{arch}_{digest}",
+            name=f"dsa_verify_{arch}_{digest}{'_trace' if trace else ''}",
             sources=[str(CSRC / s) for s in SOURCES],
-            extra_cflags=CXX_FLAGS,
-            extra_cuda_cflags=nvcc_flags(arch),
+            extra_cflags=CXX_FLAGS + extra,
+            extra_cuda_cflags=nvcc_flags(arch) + extra,
             extra_include_paths=[str(CSRC)],
             build_directory=str(build_dir),
             verbose=bool(os.environ.get("DSAV_VERBOSE_BUILD")),

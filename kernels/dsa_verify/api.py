@@ -257,6 +257,13 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     return mod, cfg, S, chunk, one_wave, cluster
 
 
+def trace_numel(T: int, H: int, num_splits: int, cfg: tiles.TileConfig, cluster: int = 0) -> int:
+    """int64 words of a diagnostic timeline: 8 per split CTA, plus 8 per combine CTA (T*H of them)."""
+    split_ctas = T * num_splits * math.ceil(H / cfg.block_m)
+    combine_ctas = T * H if num_splits > 1 and not cluster else 0
+    return 8 * (split_ctas + combine_ctas)
+
+
 def workspace_numel_for(q_all, kv_cache, page_table_1, tile_config="auto", num_splits=None, combine="auto") -> int:
     """Workspace elements (fp32) a call with these tensors needs: allocate it once, before capture
     (0 when the plan does not split or merges its splits in a cluster)."""
@@ -279,13 +286,16 @@ def dsa_verify_fwd(
     num_splits=None,
     tile_config="auto",
     combine="auto",
+    trace=None,
 ):
     """Sparse MLA verify attention (see the module docstring); returns out [T, H, 512] bf16.
 
     `workspace`: fp32 CUDA tensor with >= workspace_numel_for(...) elements (required under CUDA
     graph capture when the plan splits; otherwise a cached buffer is grown on first use).
     `num_splits` / `tile_config` ("auto", "m16", "m32", "m64", "m16d") / `combine` ("auto",
-    "kernel", "cluster": see resolve_full) override the heuristics (tests, bench)."""
+    "kernel", "cluster": see resolve_full) override the heuristics (tests, bench).
+    `trace` (diagnostics only): a contiguous int64 CUDA tensor of >= trace_numel(...) words; the
+    call then runs the DSAV_TRACE build (_build.load_trace, JIT) and fills the per-CTA timeline."""
     import torch
 
     sz = validate(q_all, kv_cache, page_table_1, seq_lens, sm_scale, out, lse)
@@ -316,7 +326,23 @@ def dsa_verify_fwd(
             if workspace.numel() < need:
                 _fail("workspace", f"needs {need} float32 elements, got {workspace.numel()}")
     kv = kv_cache.view(torch.uint8) if kv_cache.dtype == torch.float8_e4m3fn else kv_cache
-    mod.fwd(
+    extra = ()
+    fwd = mod.fwd
+    if trace is not None:
+        from ._build import load_trace
+
+        need_tr = trace_numel(T, H, S, cfg, cluster)
+        if not (
+            _is_tensor(trace)
+            and trace.dtype == torch.int64
+            and trace.is_contiguous()
+            and trace.device == q_all.device
+            and trace.numel() >= need_tr
+        ):
+            _fail("trace", f"must be a contiguous int64 tensor on q_all's device with >= {need_tr} elements")
+        fwd = load_trace(device_info(q_all.device)[0]).fwd_trace
+        extra = (trace,)
+    fwd(
         q_all,
         kv.reshape(kv.shape[0], kv.shape[-1]) if kv.dim() == 3 else kv,
         page_table_1,
@@ -331,6 +357,7 @@ def dsa_verify_fwd(
         workspace if need else None,
         int(one_wave and S > 1 and not cluster),
         int(cluster),
+        *extra,
     )
     return out
 

@@ -272,6 +272,88 @@ def diag(device, reps: int) -> dict:
     return res
 
 
+def _timeline(words, n_split: int, n_comb: int) -> dict:
+    """Phase times (µs) of one traced call from its per-CTA words (see csrc DSAV_TRACE). Times are
+    taken relative to the first split CTA's entry in int64 before any float conversion (the timer
+    counts ns since an epoch: ~1e18, beyond a double's exact range)."""
+    import torch
+
+    w = words.view(-1, 8)[: n_split + n_comb].long()
+    sp, cb = w[:n_split], w[n_split:]
+    t0 = sp[:, 0].min()
+    spt = (sp[:, :5] - t0).double() * 1e-3
+    cbt = (cb[:, :3] - t0).double() * 1e-3
+    live = sp[:, 1] > 0  # CTAs that ran the prologue (not an early exit)
+
+    def med_max(x):
+        return (float(x.median()), float(x.max())) if x.numel() else (None, None)
+
+    out = {"ctas": n_split, "entry_spread_us": float(spt[:, 0].max())}
+    for name, a, b in (("index", 0, 1), ("first_tile", 1, 2), ("compute", 2, 3), ("store", 3, 4)):
+        out[f"{name}_med_us"], out[f"{name}_max_us"] = med_max(spt[live, b] - spt[live, a])
+    out["split_end_us"] = float(spt[:, 4].max())
+    sm = sp[:, 5]
+    out["sms_used"] = int(torch.unique(sm).numel())
+    out["max_ctas_per_sm"] = int(torch.bincount(sm).max()) if sm.numel() else 0
+    if n_comb:
+        out["combine_entry_us"] = float(cbt[:, 0].min())
+        out["combine_release_after_split_end_us"] = float(cbt[:, 1].min() - spt[:, 4].max())
+        out["combine_end_us"] = float(cbt[:, 2].max())
+    return out
+
+
+def trace(device, reps: int) -> dict:
+    """Per-CTA timeline of the headline shape (B=1, L=32k, n=4, H=8) from the diagnostic DSAV_TRACE
+    build: thread 0 of each CTA stamps %globaltimer at entry, after its prologue issue (index words
+    in), first tile visible, all tiles computed, end; the combine CTAs at entry, griddepcontrol.wait
+    release, end. Direct calls after an L2 flush; per field the median over reps calls. The
+    timer's update granularity is the GPU's (coarse on some parts): read medians over many CTAs."""
+    import statistics as st
+
+    import torch
+
+    from dsa_verify.api import dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
+    from dsa_verify.layout import quantize_rows
+
+    spec = DsaCase("trace", (32768,), 4, 8, seed=3, poison=False)
+    d = make_inputs(spec, device)
+    q, kv, pt, sl = d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"]
+    timer = Timer(device)
+    out = torch.empty(4, 8, 512, dtype=torch.bfloat16, device=device)
+    caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
+    res = {}
+    for kvname, cache in caches.items():
+        for cfg, S in (("auto", None), ("m16", 32), ("m16w", 16)):
+            lab = f"{kvname}_{cfg}_S{S or 'auto'}"
+            try:
+                _, tc, s_run, _, _, cl = resolve_full(device, 8, 2048, 4, kvname == "fp8", cfg, S)
+                n_tr = trace_numel(4, 8, s_run, tc, cl)
+                n_split = 4 * s_run * -(-8 // tc.block_m)
+                tr = torch.zeros(n_tr, dtype=torch.int64, device=device)
+                ws = torch.empty(max(1, workspace_numel_for(q, cache, pt, cfg, S)), dtype=torch.float32, device=device)
+                for _ in range(2):
+                    dsa_verify_fwd(
+                        q, cache, pt, sl, SM_SCALE, out=out, workspace=ws, num_splits=S, tile_config=cfg, trace=tr
+                    )
+                samples = []
+                for _ in range(reps):
+                    timer.flush()
+                    tr.zero_()
+                    dsa_verify_fwd(
+                        q, cache, pt, sl, SM_SCALE, out=out, workspace=ws, num_splits=S, tile_config=cfg, trace=tr
+                    )
+                    torch.cuda.synchronize()
+                    samples.append(_timeline(tr.cpu(), n_split, n_tr // 8 - n_split))
+                keys = samples[0].keys()
+                res[lab] = {"plan": f"{tc.name} S={s_run} cluster={cl}"}
+                for k in keys:
+                    vals = [x[k] for x in samples if x[k] is not None]
+                    res[lab][k] = st.median(vals) if vals else None
+            except Exception as exc:
+                res[lab] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.dsa_bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -280,6 +362,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--out", default="", help="also write the JSON document to this file")
     ap.add_argument("--diag", action="store_true", help="small-T time breakdown only")
+    ap.add_argument("--trace", action="store_true", help="per-CTA timeline of the headline shape (DSAV_TRACE build)")
     a = ap.parse_args(argv)
     try:
         import torch
@@ -295,6 +378,9 @@ def main(argv=None) -> int:
     arch, sms = device_info(device)
     if a.diag:
         print(json.dumps(diag(device, a.reps), indent=1))
+        return 0
+    if a.trace:
+        print(json.dumps(trace(device, a.reps), indent=1))
         return 0
     t_start = time.time()
     ceil = measure_ceilings(device)

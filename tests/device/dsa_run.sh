@@ -8,6 +8,8 @@
 #   memcheck on the hostile cases (auto config), the small-T breakdown.
 # DSA_MODE=iter: parity --quick, the breakdown, the headline bench shapes, then the GPU pytest file
 #   (tests/kernels/test_dsa_gpu.py, incl. the prebuilt-library build); one summary line per step.
+# DSA_MODE=trace: build check, then the per-CTA %globaltimer timeline of the headline shape
+#   (dsa_bench --trace: the DSAV_TRACE diagnostic build, JIT; never the shipped library).
 # .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
 set -o pipefail
 BUDGET=${1:-120}
@@ -53,6 +55,11 @@ from verify_tools.build_check import dsa_build
 print(json.dumps({a: dsa_build(a, shutil.which("nvcc")) for a in ("sm_90a", "sm_120a")}, indent=1))
 PY
 python3 -c "import json; d=json.load(open('$OUT/dsa_build.json')); print({a: (v['ok'], v['summary']) for a, v in d.items()})"
+if [ "${DSA_MODE:-}" = trace ]; then  # per-CTA timeline of the headline shape (DSAV_TRACE build, JIT)
+  timeout 150 python3 -m verify_tools.dsa_bench --trace --reps 20 > "$OUT/dsa_trace.json" 2> "/tmp/dsa_trace.err"
+  echo "trace rc=$?"; tail -5 "/tmp/dsa_trace.err"; cat "$OUT/dsa_trace.json"
+  exit 0
+fi
 if [ "${DSA_MODE:-}" = diag ] || [ "${DSA_MODE:-}" = iter ]; then set -- --quick "$@"; fi
 timeout "${PARITY_TIMEOUT:-300}" python3 -m verify_tools.dsa_parity --json --out "$OUT/dsa_parity.json" "$@" > /dev/null 2> "/tmp/dsa_parity.err"
 echo "parity rc=$?"

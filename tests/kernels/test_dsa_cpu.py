@@ -373,6 +373,27 @@ def test_parity_order_and_partial_out(monkeypatch, tmp_path):
     assert doc["ok"] and doc["summary"]["total"] == len(seen)
 
 
+def test_trace_timeline_summary():
+    """The DSAV_TRACE words -> phase times, exact at ns-since-epoch magnitudes."""
+    from verify_tools.dsa_bench import _timeline
+
+    base = 1_760_000_000_000_000_000  # ~2025 in ns: beyond a double's exact integers
+    rows = []
+    for c in range(4):  # split CTAs: entry, index in, first tile, computed, end, smid, ntiles
+        e = base + 100 * c
+        rows.append([e, e + 1000, e + 2500, e + 4000 + c, e + 4500, c % 2, 2, 0])
+    rows.append([base + 50, 0, 0, 0, base + 60, 1, 0, 0])  # an early exit (no prologue)
+    rows += [[base + 10, base + 4900, base + 5400, 0, 0, 0, 0, 0]] * 2  # combine CTAs
+    t = _timeline(torch.tensor(rows, dtype=torch.int64).reshape(-1), 5, 2)
+    assert t["entry_spread_us"] == pytest.approx(0.3)
+    assert t["index_med_us"] == pytest.approx(1.0) and t["first_tile_max_us"] == pytest.approx(1.5)
+    assert t["compute_max_us"] == pytest.approx(1.503)
+    assert t["split_end_us"] == pytest.approx(4.8)
+    assert t["sms_used"] == 2 and t["max_ctas_per_sm"] == 3
+    assert t["combine_release_after_split_end_us"] == pytest.approx(0.1)
+    assert t["combine_end_us"] == pytest.approx(5.4)
+
+
 # ---- build check: nvcc + ptxas, both arches, 0 spills ----
 def test_parse_ptxas_sample():
     text = (

@@ -11,10 +11,10 @@
 
 namespace {
 
-void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
-         at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
-         int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
-         int64_t cluster) {
+void fwd_impl(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
+              at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
+              int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
+              int64_t cluster, const at::Tensor* trace) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q must be a CUDA bf16 tensor");
   TORCH_CHECK(dsav::config_compiled((int)cfg), "tile config not compiled into this module");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -48,14 +48,51 @@ void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const
     p.ws_o = ws;
     p.ws_lse = ws + p.S * rows * 512;
   }
+#ifdef DSAV_TRACE
+  p.trace = nullptr;
+  p.trace_split_ctas = 0;
+  if (trace) {
+    TORCH_CHECK(trace->is_cuda() && trace->scalar_type() == at::kLong && trace->is_contiguous(),
+                "trace must be a contiguous CUDA int64 tensor");
+    const int64_t bm = dsav::config_block_m((int)cfg);
+    const int64_t split_ctas = (int64_t)p.T * p.S * ((p.H + bm - 1) / bm);
+    const int64_t combine_ctas = (p.S > 1 && !p.cluster) ? (int64_t)p.T * p.H : 0;
+    TORCH_CHECK(trace->numel() >= 8 * (split_ctas + combine_ctas), "trace too small");
+    p.trace = reinterpret_cast<unsigned long long*>(trace->data_ptr<int64_t>());
+    p.trace_split_ctas = split_ctas;
+  }
+#else
+  TORCH_CHECK(trace == nullptr, "a trace needs the DSAV_TRACE build");
+#endif
   cudaError_t e = dsav::launch(p, (int)cfg, fp8 != 0, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(e == cudaSuccess, "dsa_verify launch failed: ", cudaGetErrorString(e));
 }
+
+void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
+         at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
+         int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
+         int64_t cluster) {
+  fwd_impl(q, kv, idx, seq_lens, o, lse, fp8, num_splits, chunk, cfg, scale_log2, workspace, early_trigger, cluster,
+           nullptr);
+}
+
+#ifdef DSAV_TRACE
+void fwd_trace(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
+               at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
+               int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
+               int64_t cluster, const at::Tensor& trace) {
+  fwd_impl(q, kv, idx, seq_lens, o, lse, fp8, num_splits, chunk, cfg, scale_log2, workspace, early_trigger, cluster,
+           &trace);
+}
+#endif
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fwd", &fwd, "DSA (sparse MLA) verify attention forward (writes o, and lse if given)");
+#ifdef DSAV_TRACE
+  m.def("fwd_trace", &fwd_trace, "fwd plus the per-CTA %globaltimer timeline (diagnostic build)");
+#endif
   m.def("config_smem_bytes", &dsav::config_smem_bytes, "dynamic smem bytes of a tile config");
   m.def("config_block_m", &dsav::config_block_m, "heads per CTA of a tile config");
   m.def("config_compiled", &dsav::config_compiled, "whether a tile config is in this module");

@@ -38,6 +38,41 @@ constexpr int FP8_ROW = 656;   // bytes of an fp8 row
 constexpr int BF_CHUNKS = 72;  // 16-byte chunks of a bf16 row
 constexpr int FP8_CHUNKS = 41; // 16-byte chunks of an fp8 row (32 e4m3, 1 scales, 8 rope)
 
+// Diagnostic timeline (built only with -DDSAV_TRACE, never in the shipped library): thread 0 of
+// every CTA writes %globaltimer (ns) at fixed points into p.trace, 8 words per CTA. Split CTA c
+// (c = x + X * (y + Y * z)): 0 entry, 1 prologue issued (its index words have arrived), 2 first
+// tile visible, 3 all tiles computed, 4 end, 5 %smid, 6 ntiles. Combine CTA b (after the split
+// CTAs' words): 0 entry, 1 griddepcontrol.wait released, 2 end.
+#ifdef DSAV_TRACE
+__device__ __forceinline__ unsigned long long dsav_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned smid_now() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+  return r;
+}
+#define DSAV_SPLIT_STAMP(k, v)                                                                                  \
+  do {                                                                                                          \
+    if (threadIdx.x == 0 && p.trace)                                                                            \
+      p.trace[8 * ((long long)blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z)) + \
+              (k)] = (v);                                                                                       \
+  } while (0)
+#define DSAV_COMBINE_STAMP(k)                                                                         \
+  do {                                                                                                \
+    if (threadIdx.x == 0 && p.trace) p.trace[8 * (p.trace_split_ctas + (long long)blockIdx.x) + (k)] = dsav_now(); \
+  } while (0)
+#else
+#define DSAV_SPLIT_STAMP(k, v) \
+  do {                         \
+  } while (0)
+#define DSAV_COMBINE_STAMP(k) \
+  do {                        \
+  } while (0)
+#endif
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -192,8 +227,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   const int h0 = m * BM;
   // the whole split grid is resident (host-checked): let the combine grid launch now; its
   // griddepcontrol.wait still waits for this grid's completion and memory flush
+  DSAV_SPLIT_STAMP(0, dsav_now());
   if (p.early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  if (h0 >= p.H) return;
+  if (h0 >= p.H) {
+    DSAV_SPLIT_STAMP(4, dsav_now());
+    return;
+  }
   const int64_t rows_total = (int64_t)p.T * p.H;
   int nv = p.seq_lens[t];
   nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
@@ -223,6 +262,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
         for (int r = tid; r < BM; r += C::THREADS)
           if (h0 + r < p.H) p.lse[(int64_t)t * p.H + h0 + r] = -INFINITY;
     }
+    DSAV_SPLIT_STAMP(4, dsav_now());
     return;
   }
 
@@ -275,6 +315,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     if (st < ntiles) issue_tile(st, pre[st]);
     cp_async_commit();  // group st (Q rides in group 0)
   }
+  DSAV_SPLIT_STAMP(1, dsav_now());
+  DSAV_SPLIT_STAMP(5, (unsigned long long)smid_now());
+  DSAV_SPLIT_STAMP(6, (unsigned long long)ntiles);
   int64_t next_slot = slot_of(STAGES);
 
   float o_acc[C::RB][C::NBV][4];
@@ -292,6 +335,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     const int stage = j % STAGES;
     cp_async_wait<STAGES - 1>();
     __syncthreads();  // tile j (and Q) visible to all threads
+    if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     uint32_t sK;
     if constexpr (C::FP8) {
       // dequantize the raw stage into the bf16 compute tile: 32 e4m3 chunks + 8 rope chunks per row
@@ -470,6 +514,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     }
   }
   cp_async_wait<0>();
+  DSAV_SPLIT_STAMP(3, dsav_now());
 
   // ---- finalize: row sums across lanes and column groups ----
 #pragma unroll
@@ -526,6 +571,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   if constexpr (C::CLUSTER_OK) {
     if (p.cluster) cluster_combine<C>(p, smem, t, h0);
   }
+  DSAV_SPLIT_STAMP(4, dsav_now());
 }
 
 // Merge the S partials of each (row, head): one warp per (row, 128-dim quarter), lane = 4 dims.
@@ -539,13 +585,18 @@ constexpr int COMBINE_WARPS = 4;
 constexpr int COMBINE_MAX_SPLITS = 128;
 
 __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(const Params p) {
+  DSAV_COMBINE_STAMP(0);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  DSAV_COMBINE_STAMP(1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t rows = (int64_t)p.T * p.H;
   const int64_t unit = (int64_t)blockIdx.x * COMBINE_WARPS + warp;
   const int64_t grow = unit >> 2;
   const int quarter = (int)(unit & 3);
-  if (grow >= rows) return;
+  if (grow >= rows) {
+    DSAV_COMBINE_STAMP(2);
+    return;
+  }
   float l4[4];
   float mx = -INFINITY;
 #pragma unroll
@@ -596,6 +647,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
   *reinterpret_cast<uint2*>(dst) = pk;
   if (p.lse && quarter == 0 && lane == 0)
     p.lse[grow] = wsum > 0.f ? (mref + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+  DSAV_COMBINE_STAMP(2);
 }
 
 }  // namespace dsav

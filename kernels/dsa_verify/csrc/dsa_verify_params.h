@@ -18,6 +18,10 @@ struct Params {
   int early_trigger;                             // 1: split grid fits one wave, trigger the combine launch early
   float* ws_o;                                   // [S, T*H, 512] fp32 normalized partials (S > 1)
   float* ws_lse;                                 // [S, T*H] fp32 log2-sum-exp partials (-inf: empty)
+#ifdef DSAV_TRACE
+  unsigned long long* trace;                     // diagnostic build only: 8 %globaltimer / info words per CTA
+  long long trace_split_ctas;                    // split CTAs (the combine CTAs' words follow theirs)
+#endif
   int cluster;                                   // S (2/4/8/16): the S splits of a (row, head tile) form one
                                                  // thread-block cluster and merge in DSMEM (no workspace,
                                                  // no combine kernel); 0: workspace + combine kernel
