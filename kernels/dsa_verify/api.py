@@ -179,6 +179,11 @@ def _ctas_per_sm(mod, device, cfg: tiles.TileConfig, fp8: bool) -> int:
 
 _CLUSTERS: dict = {}
 COMBINES = ("auto", "kernel", "cluster")
+# auto picks m16w at B=1 (H <= 16, sm_90a) only when this is True. Off: on the H200 (run 5) m16w
+# was no faster in bf16 (11.49 vs m16's 11.31 us CUPTI span at B=1 n=4 H=8) and 7% faster in fp8
+# (12.86 vs 13.82 us), and it has passed only two hostile parity cases (no graph replay, no full
+# suite), while m16's code is unchanged since its quick parity incl. graph replay (run 4).
+AUTO_M16W = False
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -213,9 +218,9 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
 
     combine="auto" and "kernel": the combine kernel (run 4 measured the cluster merge no faster:
     the PDL-launched combine already overlaps the split grid); "cluster" requires the cluster
-    (an automatic plan is rounded down to a power of two <= 16). With tile_config="auto" on
-    sm_90a and H <= 16, the 8-warp m16w config with one 64-position tile per split replaces m16
-    when that grid fits one wave (B=1 latency regime)."""
+    (an automatic plan is rounded down to a power of two <= 16). With AUTO_M16W set and
+    tile_config="auto" on sm_90a with H <= 16, the 8-warp m16w config with one 64-position tile
+    per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default)."""
     from ._build import load
 
     if combine not in COMBINES:
@@ -238,7 +243,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
             _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
         S, chunk = _chunk_for(topk, num_splits, cfg)
     m_tiles = math.ceil(H / cfg.block_m)
-    if auto_cfg and num_splits is None and arch == "sm_90a" and cfg is tiles.M16:
+    if AUTO_M16W and auto_cfg and num_splits is None and arch == "sm_90a" and cfg is tiles.M16:
         # B=1 latency regime: 8 warps on one 64-position tile per split, when that grid fits one
         # wave at one CTA per SM (run 4: the m16 time grows ~2 us per 32-position tile a CTA owns)
         w = tiles.M16W

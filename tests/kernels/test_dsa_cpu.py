@@ -285,7 +285,11 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
 
 def test_plan_small_t(monkeypatch):
     plan = _fake_plan(monkeypatch)
-    # headline B=1 n=4 H=8: m16w, one 64-position tile per split (32 splits), combine kernel
+    # headline B=1 n=4 H=8, auto: m16, 32 splits, combine kernel (AUTO_M16W is off)
+    _, cfg, S, chunk, _, cluster = plan(8, 2048, 4, False)
+    assert (cfg.name, S, chunk, cluster) == ("m16", 32, 64, 0)
+    # with AUTO_M16W: m16w, one 64-position tile per split (32 splits)
+    monkeypatch.setattr(api, "AUTO_M16W", True)
     _, cfg, S, chunk, _, cluster = plan(8, 2048, 4, False)
     assert (cfg.name, S, chunk, cluster) == ("m16w", 32, 64, 0)
     # T=8: 256 m16w CTAs exceed one wave at 1 CTA/SM -> m16's own plan
