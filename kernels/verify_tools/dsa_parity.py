@@ -75,7 +75,7 @@ CASES = (
         8,
         hostile=True,
         seed=14,
-        notes="the headline shape with hostile entries (m16w: one 64-position tile per split)",
+        notes="the headline shape with hostile entries",
     ),
     DsaCase("hostile_b1_n4_h8_fp8", (9000,), 4, 8, kv="fp8", hostile=True, seed=15),
     DsaCase("b2_n4_h128_bf16", (9000, 3000), 4, 128, seed=8, notes="H=128 (two or more head tiles)"),
