@@ -413,7 +413,7 @@ def _stall_world(sgl, torch, args, dev, with_hook: bool) -> dict:
             kv.kv_allocated_len = kv.kv_committed_len = kv.cache_protected_len = len(pre)
         live.append(req)
 
-    step_ms, hook_ms, results = [], [], Counter()
+    step_ms, hook_ms, results, split = [], [], Counter(), {"gather_ms": [], "make_plan_ms": [], "verify_ms": []}
     for _ in range(args.steps):
         ts = time.perf_counter()
         # process_batch_result of the previous step: finished requests leave
@@ -423,8 +423,12 @@ def _stall_world(sgl, torch, args, dev, with_hook: bool) -> dict:
         # get_next_batch_to_run: the hook first (as the plugin's wrapper calls it), then the batch
         if hook is not None:
             th = time.perf_counter()
-            results[hook.step()] += 1
+            res = hook.step()
+            results[res] += 1
             hook_ms.append((time.perf_counter() - th) * 1e3)
+            if res == "ran":  # the planning part of this run, split (state read / plan / check)
+                for k, xs in split.items():
+                    xs.append(hook.last_run[k])
         while len(live) < target:
             admit()
         need = []
@@ -506,6 +510,7 @@ def _stall_world(sgl, torch, args, dev, with_hook: bool) -> dict:
             hook_results=dict(results),
             hook_stall=hook.stall_summary(),
             hook_try_ms=[round(x, 3) for x in hook.stall_ms],
+            hook_plan_split_ms={k: _pct(xs) for k, xs in split.items()},
             hook_runs=hook.runs,
             hook_tokens_moved=hook.tokens_moved,
             hook_disabled=hook.disabled,

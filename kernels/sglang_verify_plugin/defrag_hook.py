@@ -647,6 +647,7 @@ class DefragHook:
         # max_rounds_per_run rounds or when max_tokens_per_run slots have moved.
         s = self.settings
         moved, nbytes, rounds, plan_s, copy_s = 0, 0, 0, 0.0, 0.0
+        parts = {"gather_ms": 0.0, "make_plan_ms": 0.0, "verify_ms": 0.0}  # planning, split
         runs_before = runs_after = None
         stop, backend = f"max_rounds_per_run={s.max_rounds_per_run}", s.backend
         while rounds < s.max_rounds_per_run:
@@ -655,6 +656,7 @@ class DefragHook:
                 break
             t0 = time.perf_counter()
             state = gather(t)
+            tg = time.perf_counter()
             try:
                 plan = make_plan(state, s, budget=s.max_tokens_per_run - moved, first=rounds == 0, cursor=self.cursor)
             except DefragSkip as skip:
@@ -663,8 +665,12 @@ class DefragHook:
                     raise
                 stop = skip.args[0]
                 break
+            tp = time.perf_counter()
             verify_plan(state, plan)
             t1 = time.perf_counter()
+            parts["gather_ms"] += (tg - t0) * 1e3
+            parts["make_plan_ms"] += (tp - tg) * 1e3
+            parts["verify_ms"] += (t1 - tp) * 1e3
             self._plan_s += t1 - t0
             res = execute(t, state, plan, s)
             t2 = time.perf_counter()
@@ -689,6 +695,7 @@ class DefragHook:
                 "runs_after": runs_after,
                 "stop": None,
                 "plan_ms": round(plan_s * 1e3, 3),
+                **{k: round(v, 3) for k, v in parts.items()},
                 "copy_and_swap_ms": round(copy_s * 1e3, 3),
                 "backend": backend,
             }

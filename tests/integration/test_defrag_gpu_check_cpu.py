@@ -59,3 +59,7 @@ def test_stall_bench_cpu_smoke_reads_back_every_token_and_reports_both_loops(sgl
     assert s["hook_runs"] >= 2 and s["hook_tokens_moved"] <= s["hook_runs"] * s["settings"]["max_tokens_per_run"]
     assert 0 < s["hook_try_p50_ms"] <= s["hook_try_p99_ms"] <= s["hook_try_max_ms"]
     assert s["step_p99_ms_with"] > 0 and s["step_p99_ms_without"] > 0 and s["hook_plan_p99_ms"] > 0
+    split = doc["with_hook"]["hook_plan_split_ms"]  # planning = state read + plan + check, per run
+    assert all(
+        split[k]["n"] == s["hook_runs"] and split[k]["max"] > 0 for k in ("gather_ms", "make_plan_ms", "verify_ms")
+    )
