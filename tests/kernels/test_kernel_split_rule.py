@@ -24,6 +24,8 @@ def device_splits(rule: api.SplitRule, B: int, total: int, n_kv_indices: int, gr
     if grid <= 1:
         return grid
     total = min(max(total, 0), n_kv_indices)
+    if total == n_kv_indices:  # exact-size buffer: the host's count (the grid's)
+        return grid
     if total < 1:
         return 1
     if total <= (U32 - 1) // 1152 and rule.part_div <= U32 - 1:
