@@ -7,8 +7,9 @@ Usage: python -m verify_tools.build_check --arch sm_120a|sm_90a [--json] [--nvcc
 loadable extension ahead of time into ``<bundle>/build/<arch>/mla_verify_ext.so`` with its
 record ``build.json`` (sha256, source hash, torch/Python versions; mla_verify/_build.py), then
 loads it in a fresh child process exactly as a service does (prebuilt-only mode: no compiler,
-no lock) and reports ``library.sha256``, ``library.loadable`` and the times. ``build/`` is not
-part of the bundle hash. Exit 0 built and loadable, 1 not, 75 nvcc or torch missing.
+no lock) and reports ``library.sha256``, ``library.loadable`` and the times; the same for the
+DSA route's library (``<bundle>/build/<arch>/dsa_verify/``, reported as ``dsa_library.*``;
+dsa_verify/_build.py). ``build/`` is not part of the bundle hash. Exit 0 built and loadable, 1 not, 75 nvcc or torch missing.
 
 Compiles kernels/mla_verify/csrc/mla_verify.cu (no GPU and no torch needed) to a cubin with
 `-Xptxas -v` and parses, per kernel: registers, spill store/load bytes, stack frame, static
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 from mla_verify import tiles
-from mla_verify._build import CSRC, PREBUILT_ENV, nvcc_flags, prebuilt_dir
+from mla_verify._build import BUILD_DIR_ENV, CSRC, PREBUILT_ENV, nvcc_flags, prebuilt_dir
 from tool_contract import EXIT_BLOCKED, emit
 
 ARCHES = ("sm_90a", "sm_120a")
@@ -163,10 +164,10 @@ def build(arch: str, nvcc: str) -> dict:
 
 
 _LOAD_CHECK = r"""
-import json, sys, time
+import importlib, json, sys, time
 t0 = time.time()
 import torch
-from mla_verify import _build
+_build = importlib.import_module(sys.argv[2] + "._build")
 t1 = time.time()
 arch = sys.argv[1]
 doc = {"torch_import_seconds": round(t1 - t0, 3), "prebuilt_only": _build.prebuilt_only()}
@@ -185,10 +186,18 @@ def cuda_home(nvcc: str) -> str | None:
     return next((str(c) for c in cands if (c / "include" / "cuda_runtime.h").is_file()), None)
 
 
-def library(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict:
-    """Build the prebuilt library, then load it in a service-like child process."""
-    from mla_verify import _build
+#: The kernels whose loadable libraries phase 0 builds: the dense route's and the DSA route's.
+LIBRARY_KERNELS = ("mla_verify", "dsa_verify")
 
+
+def library(arch: str, nvcc: str, out_dir: str | None, timeout_s: float, kernel: str = "mla_verify") -> dict:
+    """Build `kernel`'s prebuilt library (mla_verify: <out>/, dsa_verify: <out>/dsa_verify/, out =
+    --out-dir or <bundle>/build/<arch>), then load it in a service-like child process."""
+    import importlib
+
+    _build = importlib.import_module(f"{kernel}._build")
+    if out_dir and kernel != "mla_verify":
+        out_dir = str(Path(out_dir) / kernel)
     # torch's BuildExtension finds nvcc through CUDA_HOME (a CPU-only torch never guesses it).
     if not os.environ.get("CUDA_HOME"):
         home = cuda_home(nvcc)
@@ -201,7 +210,7 @@ def library(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict
         "path": built.get("path"),
         "sha256": built.get("sha256"),
         "size_bytes": built.get("size_bytes"),
-        "build_seconds": built.get("seconds"),
+        "build_seconds": built.get("seconds", built.get("build_seconds")),
         "source_hash": built.get("source_hash"),
         "torch": built.get("torch"),
         "python": built.get("python"),
@@ -211,11 +220,12 @@ def library(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict
     errors = [] if built.get("ok") else [built.get("error", "build failed") + ": " + built.get("log_tail", "")[-1500:]]
     if built.get("ok"):
         child_env = {**env, PREBUILT_ENV: "1"}
-        if out_dir:
-            child_env[_build.BUILD_DIR_ENV] = str(Path(out_dir).resolve().parent)
+        if out_dir:  # <build root>/<arch>[/dsa_verify]: the loader finds it under BUILD_DIR_ENV
+            arch_dir = Path(out_dir).resolve() if kernel == "mla_verify" else Path(out_dir).resolve().parent
+            child_env[BUILD_DIR_ENV] = str(arch_dir.parent)
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", _LOAD_CHECK, arch],
+                [sys.executable, "-c", _LOAD_CHECK, arch, kernel],
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -238,6 +248,21 @@ def library(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict
     }
 
 
+def libraries(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict:
+    """Both routes' prebuilt libraries (:data:`LIBRARY_KERNELS`), each built and load-checked:
+    ``library`` (mla_verify, the dense route) and ``dsa_library`` (dsa_verify, the DSA route; its
+    summary keys are prefixed ``dsa_``). ok only when every one built and loads."""
+    doc: dict = {"ok": True, "arch": arch, "errors": [], "summary": {"arch": arch}}
+    for kernel in LIBRARY_KERNELS:
+        one = library(arch, nvcc, out_dir, timeout_s, kernel=kernel)
+        prefix = "" if kernel == "mla_verify" else "dsa_"
+        doc[f"{prefix}library"] = one["library"]
+        doc["errors"] += [f"{kernel}: {e}" for e in one["errors"]]
+        doc["summary"].update({f"{prefix}{k}": v for k, v in one["summary"].items() if k != "arch"})
+        doc["ok"] = doc["ok"] and one["ok"]
+    return doc
+
+
 def library_if_cuda_torch(arch: str, nvcc: str, out_dir: str | None, timeout_s: float) -> dict:
     """The ptxas check's companion: build the loadable library when this interpreter's torch has
     CUDA (the library is bound to it); otherwise say why it was not built (``library.skipped``).
@@ -249,10 +274,21 @@ def library_if_cuda_torch(arch: str, nvcc: str, out_dir: str | None, timeout_s: 
         why = f"torch is not importable in {sys.executable} ({exc})"
     else:
         if getattr(torch.version, "cuda", None):
-            return library(arch, nvcc, out_dir, timeout_s)
+            return libraries(arch, nvcc, out_dir, timeout_s)
         why = f"torch {torch.__version__} in {sys.executable} has no CUDA (cpp_extension cannot build or link it)"
     lib = {"built": False, "loadable": False, "skipped": f"{why}: no loadable library built here", "sha256": None}
-    return {"ok": True, "library": lib, "errors": [], "summary": {"library_built": False, "library_loadable": False}}
+    return {
+        "ok": True,
+        "library": lib,
+        "dsa_library": dict(lib),
+        "errors": [],
+        "summary": {
+            "library_built": False,
+            "library_loadable": False,
+            "dsa_library_built": False,
+            "dsa_library_loadable": False,
+        },
+    }
 
 
 def main(argv=None) -> int:
@@ -302,14 +338,14 @@ def main(argv=None) -> int:
             }
             code = EXIT_BLOCKED
         else:
-            doc = library(a.arch, nvcc, a.out_dir, a.timeout)
+            doc = libraries(a.arch, nvcc, a.out_dir, a.timeout)
             code = 0 if doc["ok"] else 1
     else:
         doc = build(a.arch, nvcc)
         add_dsa_build(doc, a.arch, nvcc)
         if not a.no_library:
             lib_doc = library_if_cuda_torch(a.arch, nvcc, a.out_dir, a.timeout)
-            doc["library"] = lib_doc["library"]
+            doc["library"], doc["dsa_library"] = lib_doc["library"], lib_doc["dsa_library"]
             doc["errors"] += lib_doc["errors"]
             doc["summary"].update({k: v for k, v in lib_doc["summary"].items() if k != "arch"})
             doc["ok"] = doc["ok"] and lib_doc["ok"]
@@ -392,8 +428,9 @@ def add_dsa_build(doc: dict, arch: str, nvcc: str) -> None:
 
 
 def _print_report(doc: dict) -> None:
-    if "library" in doc:
-        print(json.dumps(doc["library"], indent=1))
+    for key in ("library", "dsa_library"):
+        if key in doc:
+            print(key, json.dumps(doc[key], indent=1))
     for k in doc.get("kernels", []):
         print(
             f"{k['name'][:60]:<60} cfg={k['tile_config'] or '-':<6} regs={k['registers']:>3} "

@@ -513,6 +513,9 @@ def test_phase0s_build_step_says_why_it_built_no_library_on_a_cpu_torch():
     lib = doc["library"]
     assert lib["built"] is False and lib["loadable"] is False and lib["sha256"] is None
     assert "has no CUDA" in lib["skipped"] and doc["summary"]["library_built"] is False
+    dsa = doc["dsa_library"]  # the DSA route's library: built beside it, or skipped for the same reason
+    assert dsa["built"] is False and dsa["loadable"] is False and "has no CUDA" in dsa["skipped"]
+    assert doc["summary"]["dsa_library_built"] is False and doc["summary"]["dsa_library_loadable"] is False
 
 
 def test_the_probe_reports_whether_the_prebuilt_library_loads_in_the_service_python():
