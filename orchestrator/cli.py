@@ -370,6 +370,13 @@ def phases(
                         out.print(f"      $ {cmd}")
                         for g in st.gates:
                             out.print(f"      gate {g.describe()}  ({g.reason})")
+                        for family in st.by_model_family:  # what hosts of that family run instead
+                            fst = st.for_family(family)
+                            fcmd = " ".join(fst.command) if fst.command else f"<builtin:{fst.builtin}>"
+                            out.print(f"    on model_family {family} [{fst.timeout_s:g}s]: {fst.title}")
+                            out.print(f"      $ {fcmd}")
+                            for g in fst.gates:
+                                out.print(f"      gate {g.describe()}  ({g.reason})")
         return Envelope(command="phases", ok=True, exit_code=0, results={"phases": docs})
 
     _guard("phases", as_json, debug, go)

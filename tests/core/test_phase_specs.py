@@ -228,3 +228,11 @@ def test_phases_command_lists_and_shows(ws):
     assert "0-a" in r.stdout and "gate m >= 1  (because)" in r.stdout
     doc = json.loads(invoke("phases", "--json").stdout)
     assert doc["results"]["phases"][0]["steps"][0]["id"] == "s"
+
+
+def test_phases_command_shows_what_each_model_family_runs_instead():
+    r = invoke("phases", "1", "--phases-dir", str(REPO / "phases"))
+    assert r.exit_code == 0, r.output
+    base, _, dsa = r.stdout.partition("on model_family dsa")
+    assert "verify_tools.parity --json" in base and "gate summary.cases_failed == 0" in base
+    assert "verify_tools.dsa_parity --json" in dsa and "gate summary.failed == 0" in dsa
