@@ -31,7 +31,6 @@ The workspace is persistent per (T, H, kv format) and owned by the backend insta
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +42,7 @@ from sglang_verify_plugin.config import (
     set_rank,
     set_stats_provider,
 )
+from sglang_verify_plugin.route_stats import RouteCounters
 
 log = logging.getLogger("sglang_verify_plugin")
 
@@ -84,71 +84,30 @@ def load_dsa_library(device: Any) -> dict:
     return {"checked": True, **{k: rec.get(k) for k in ("arch", "path", "sha256", "source_hash", "torch")}}
 
 
-class DsaRouteStats:
+class DsaRouteStats(RouteCounters):
     """Per-backend counters of target-verify calls (the dense route's BundledVerify.stats layout)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.static_decline: str | None = None
         self.kernel_error: str | None = None
         self.library: dict | None = None
         self.kv_dtype: str | None = None
-        self.eager_routed = 0
-        self.eager_declined = 0
-        self.eager_reasons: Counter[str] = Counter()
-        self.captured: dict[int, dict[str, Any]] = {}
-        self.on_stats: Callable[[bool], None] | None = None
 
-    def count(self, bs: int | None, capturing: bool, reason: str | None) -> None:
-        new = False
-        if capturing:
-            key = int(bs) if bs is not None else -1
-            entry = self.captured.get(key)
-            if entry is None:
-                entry = self.captured[key] = {"bundled": 0, "declined": 0, "reasons": Counter()}
-                new = True
-            if reason is None:
-                entry["bundled"] += 1
-            else:
-                new = new or reason not in entry["reasons"]
-                entry["declined"] += 1
-                entry["reasons"][reason] += 1
-        elif reason is None:
-            new = self.eager_routed == 0
-            self.eager_routed += 1
-        else:
-            new = reason not in self.eager_reasons
-            self.eager_declined += 1
-            self.eager_reasons[reason] += 1
-            if new:  # once per reason in the service log, never per call
-                log.warning("DSA target verify on SGLang's kernel instead of the bundled one: %s", reason)
-        if self.on_stats is not None:
-            try:
-                self.on_stats(new)
-            except Exception:  # reporting must never break the service
-                log.exception("on_stats callback failed")
+    def count(self, bs: int | None, capturing: bool, reason: str | None) -> bool:
+        new = super().count(bs, capturing, reason)
+        if new and reason is not None and not capturing:  # once per reason in the service log, never per call
+            log.warning("DSA target verify on SGLang's kernel instead of the bundled one: %s", reason)
+        return new
 
     def stats(self) -> dict[str, Any]:
-        captured = {
-            str(bs): {
-                "kernel": "bundled" if e["declined"] == 0 and e["bundled"] > 0 else "sglang",
-                "bundled_calls": e["bundled"],
-                "declined_calls": e["declined"],
-                "reasons": dict(e["reasons"]),
-            }
-            for bs, e in sorted(dict(self.captured).items())
-        }
         return {
             "route": ROUTE_DSA,
             "static_decline": self.static_decline,
             "kernel_error": self.kernel_error,
             "kv_dtype": self.kv_dtype,
             "library": self.library,
-            "captured": captured,
-            "eager": {
-                "routed": self.eager_routed,
-                "declined": self.eager_declined,
-                "reasons": dict(self.eager_reasons),
-            },
+            **self.counters(),
         }
 
 

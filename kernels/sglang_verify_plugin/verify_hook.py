@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from sglang_verify_plugin.route_stats import RouteCounters
+
 log = logging.getLogger("sglang_verify_plugin")
 
 QK_DIM = 576  # kv_lora_rank 512 + rope 64: DeepSeek-V3 / GLM MLA, absorbed
@@ -113,7 +115,7 @@ def _capturing() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
-class BundledVerify:
+class BundledVerify(RouteCounters):
     """``verify_shared_kv_fwd`` replacement that routes supported MLA verify calls to the kernel.
 
     ``fallback`` is the verify kernel SGLang itself had enabled for this backend (None on
@@ -128,10 +130,10 @@ class BundledVerify:
         on_disabled: Callable[[str], None] | None = None,
         library_loader: Callable[[Any], dict] = load_prebuilt_library,
     ) -> None:
+        super().__init__()  # the per-captured-batch-size / eager counters and on_stats
         self._kernel_loader = kernel_loader
         self._library_loader = library_loader
         self.on_disabled = on_disabled  # told once when the kernel turns out unusable
-        self.on_stats: Callable[[bool], None] | None = None  # told (urgent=True: new fact) on every count
         self._kernel: Any = None
         self._kernel_error: str | None = None
         self.fallback = fallback
@@ -142,10 +144,6 @@ class BundledVerify:
         self.static_decline: str | None = None  # set by preflight: every call declined with this
         self.library: dict | None = None
         self.kv_dtype: str | None = None
-        self.eager_routed = 0
-        self.eager_declined = 0
-        self.eager_reasons: Counter[str] = Counter()
-        self.captured: dict[int, dict[str, Any]] = {}  # batch size -> {"bundled", "declined", "reasons"}
 
     # -- preflight and counters -----------------------------------------------------
     def preflight(self, device: Any, kv_dtype: Any = None) -> str | None:
@@ -170,55 +168,14 @@ class BundledVerify:
             log.error("bundled verify kernel declined for this process: %s", reason)
         return reason
 
-    def _count(self, bs: int | None, capturing: bool, reason: str | None) -> None:
-        new = False
-        if capturing:
-            key = int(bs) if bs is not None else -1
-            entry = self.captured.get(key)
-            if entry is None:
-                entry = self.captured[key] = {"bundled": 0, "declined": 0, "reasons": Counter()}
-                new = True
-            if reason is None:
-                entry["bundled"] += 1
-            else:
-                new = new or reason not in entry["reasons"]
-                entry["declined"] += 1
-                entry["reasons"][reason] += 1
-        elif reason is None:
-            new = self.eager_routed == 0
-            self.eager_routed += 1
-        else:
-            new = reason not in self.eager_reasons
-            self.eager_declined += 1
-            self.eager_reasons[reason] += 1
-        if self.on_stats is not None:
-            try:
-                self.on_stats(new)
-            except Exception:  # reporting must never break the service
-                log.exception("on_stats callback failed")
-
     def stats(self) -> dict[str, Any]:
         """What this backend captured and ran, for its process record (active.d/<rank>.json)."""
-        captured = {
-            str(bs): {
-                "kernel": "bundled" if e["declined"] == 0 and e["bundled"] > 0 else "sglang",
-                "bundled_calls": e["bundled"],
-                "declined_calls": e["declined"],
-                "reasons": dict(e["reasons"]),
-            }
-            for bs, e in sorted(dict(self.captured).items())  # one C-level copy: the flusher thread reads
-        }
         return {
             "static_decline": self.static_decline,
             "kernel_error": self._kernel_error,
             "kv_dtype": self.kv_dtype,
             "library": self.library,
-            "captured": captured,
-            "eager": {
-                "routed": self.eager_routed,
-                "declined": self.eager_declined,
-                "reasons": dict(self.eager_reasons),
-            },
+            **self.counters(),
         }
 
     # -- kernel -------------------------------------------------------------------
@@ -404,9 +361,9 @@ class BundledVerify:
                 reason = "kernel unavailable"
             else:
                 self.bundled_calls += 1
-                self._count(bs, capturing, None)
+                self.count(bs, capturing, None)
                 return True
-        self._count(bs, capturing, reason)
+        self.count(bs, capturing, reason)
         if reason not in self.reasons:  # once per reason: visible in the service log, never per call
             log.warning("target verify on SGLang's kernel instead of the bundled one: %s", reason)
         self.reasons[reason] += 1
