@@ -581,6 +581,7 @@ def blocked_doc(reason):
             "geomean_speedup_vs_oracle": None,
             "fp8_over_bf16_mem_shape": None,
             "max_graph_buffer_ratio": None,
+            "graph_buffer_bitwise_equal": None,
             "copy_bw_gbs": None,
             "matmul_tflops": None,
         },

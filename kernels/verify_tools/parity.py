@@ -439,6 +439,10 @@ def blocked_doc(reason: str) -> dict:
             "token_mismatches": None,
             "near_ties": None,
             "deterministic": None,
+            "graph_replays_total": 0,
+            "graph_replays_failed": 0,
+            "graph_replays_bitwise_equal": None,
+            "graph_replays_split_changed": None,
         },
     )
 

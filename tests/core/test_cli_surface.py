@@ -93,7 +93,8 @@ def test_dry_run_of_100_hosts_is_fast(ws, capsys):
     n = sum(len(s.commands) for p in plan.phases for s in p.steps)
     with capsys.disabled():
         print(f"\n[dry-run] 100 hosts, 5 phases, {n} commands planned in {dt * 1000:.0f} ms")
-    assert n == 100 * 15 and not plan.problems
+    per_host = sum(1 for lp in load_catalog(REPO / "phases").phases for s in lp.spec.steps)  # each step once per host
+    assert n == 100 * per_host and per_host >= 15 and not plan.problems
     assert dt < 5.0  # "well under 1 s" on a quiet machine; loose bound for shared CI cores
 
 

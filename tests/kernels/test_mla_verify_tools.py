@@ -112,3 +112,16 @@ def test_phase2_gate_metrics_exist_in_the_blocked_bench_document():
     assert all(m.split(".", 1)[1] in summary for m in gates)
     assert min(bench.GRAPH_BUFFER_LENS) <= 512 and max(bench.GRAPH_BUFFER_LENS) >= 131072
     assert bench.FP8_MEM_SHAPE in bench.FP8_SHAPES
+
+
+def test_phase1_gate_metrics_exist_in_the_blocked_parity_document():
+    import yaml
+
+    from tests.support.paths import REPO
+    from verify_tools import parity
+
+    spec = yaml.safe_load((REPO / "phases" / "1-parity.yaml").read_text())
+    summary = parity.blocked_doc("x")["summary"]
+    gates = [g["metric"] for s in spec["steps"] for g in s.get("gates", [])]
+    assert "summary.graph_replays_failed" in gates
+    assert all(m.split(".", 1)[1] in summary for m in gates)
