@@ -35,8 +35,10 @@ rewritten in place and the replay is timed; `ratio` = replay time / the exact-le
 Peers, same inputs, same run, each skipped with its reason in the row: SGLang extend_attention_fwd
 and verify_shared_kv_fwd (sglang importable), FlashInfer's BatchMLAPagedAttentionWrapper with the
 fa2 and fa3 backends (flashinfer importable; page_size 1, causal, the drafts' KV appended to each
-request's pages), FlashMLA (not carried: FLASHMLA_SKIP). `fastest_peer` / `speedup_vs_fastest_peer`
-name the fastest one that ran and our speedup over it (> 1: we are faster).
+request's pages), FlashMLA's dense decode (flash_mla importable from the sgl-flash-mla 1.0.0 wheel,
+sm_90 only: legacy SM90 kernel, a page-64 copy of the same context + draft KV, causal among the
+drafts; flashmla_peer: NOT RUN ON A GPU YET). `fastest_peer` / `speedup_vs_fastest_peer`
+name the fastest one that ran (and agreed with ours) and our speedup over it (> 1: we are faster).
 Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 """
 
@@ -259,11 +261,108 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
     return out
 
 
-PEER_KEYS = ("sglang_extend_us", "sglang_verify_us", "flashinfer_fa2_us", "flashinfer_fa3_us")
-FLASHMLA_SKIP = (
-    "FlashMLA dense decode needs page_size 64 and a device build of its public source (sm_90a); "
-    "not carried with this bundle"
-)
+PEER_KEYS = ("sglang_extend_us", "sglang_verify_us", "flashinfer_fa2_us", "flashinfer_fa3_us", "flashmla_us")
+FLASHMLA_PAGE = 64  # FlashMLA's paged decode takes page_block_size 64 only
+
+
+def import_flashmla(archs=((9, 0),), what="FlashMLA legacy dense decode"):
+    """(flash_mla module, None) or (None, reason): the sgl-flash-mla wheel's `flash_mla` package with
+    its legacy extension (_C_legacy: the SM90 kernels, dense MLA decode, the V3.2 656-byte fp8
+    format) loaded, on a GPU whose compute capability is in `archs`. Never raises."""
+    try:
+        import flash_mla
+    except Exception as exc:  # noqa: BLE001 - any import failure (missing, ABI, CUDA runtime) is a skip reason
+        return None, f"flash_mla not importable: {type(exc).__name__}: {exc}"[:300]
+    try:
+        if not flash_mla.has_legacy():
+            why = getattr(getattr(flash_mla, "_loader", None), "_LEGACY_UNAVAILABLE", None)
+            return None, f"flash_mla's legacy extension (SM90 kernels) is not available: {why}"[:300]
+        import torch
+
+        if torch.cuda.is_available():
+            cap = tuple(torch.cuda.get_device_capability())
+            if cap not in tuple(archs):
+                names = "/".join(f"sm_{a}{b}" for a, b in archs)
+                return None, f"{what} runs on {names} only; this GPU is sm_{cap[0]}{cap[1]}"
+    except Exception as exc:  # noqa: BLE001
+        return None, f"flash_mla check failed: {type(exc).__name__}: {exc}"[:300]
+    return flash_mla, None
+
+
+def paged_copy(torch, k_buffer, slot_lists, page=FLASHMLA_PAGE, seed=0):
+    """A page-`page` copy of each request's tokens, for a paged kernel (FlashMLA: 64).
+
+    k_buffer [slots, (1,) D]; slot_lists: per request a 1-D LongTensor of its token slots in order
+    (context, then drafts). Each request gets ceil(len / page) pages taken from a seeded random
+    permutation of the pool (a pool's pages are scattered too); the tail of a last page is zero.
+    Returns (k_cache [num_pages, page, 1, D], block_table [B, max_pages] int32 (unused entries 0),
+    cache_seqlens [B] int32). Pure torch: runs on the CPU as well."""
+    kb = k_buffer.reshape(k_buffer.shape[0], k_buffer.shape[-1])
+    dev = kb.device
+    lens = [int(s.numel()) for s in slot_lists]
+    pages = [-(-n // page) for n in lens]
+    total = max(1, sum(pages))
+    perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed))
+    cache = torch.zeros(total * page, kb.shape[1], dtype=kb.dtype, device=dev)
+    table = torch.zeros(len(lens), max([1] + pages), dtype=torch.int32)
+    at = 0
+    for b, (slots, n, p) in enumerate(zip(slot_lists, lens, pages)):
+        ids = perm[at : at + p]
+        at += p
+        table[b, :p] = ids.to(torch.int32)
+        dest = (ids[:, None] * page + torch.arange(page)[None, :]).reshape(-1)[:n]
+        cache[dest.to(dev)] = kb[slots.to(dev).long()]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=dev)
+    return cache.view(total, page, 1, kb.shape[1]), table.to(dev), seqlens
+
+
+def flashmla_peer(torch, timer, inp, B, L, n, H, scale, ours, fm=None):
+    """FlashMLA's dense MLA decode (sgl-flash-mla 1.0.0, legacy SM90 kernel, bf16) on the same
+    inputs as ours: a page-64 copy of each request's context + draft KV (block_table,
+    cache_seqlens = L + n), q = the n draft tokens of each request [B, n, H, 576], causal=True
+    (FlashMLA masks the last s_q keys bottom-right: draft i sees the context and drafts 0..i, the
+    chain), scheduling metadata precomputed the way SGLang's FlashMLA backend does for target
+    verify (get_mla_decoding_metadata(cache_seqlens, n * H, 1)). Timed like ours; the row gets
+    `flashmla_us`, `speedup_vs_flashmla`, `rel_err_vs_flashmla`, or `flashmla_skipped` with the
+    reason (not importable, wrong GPU, the exception text). NOT RUN ON A GPU YET (written
+    2026-12-01 without device time): the argument layout follows flash_mla_interface.py and
+    SGLang 0.5.23's flashmla_backend.py."""
+    fm, reason = fm if fm is not None else import_flashmla()
+    if fm is None:
+        return {"flashmla_skipped": reason}
+    out = {}
+    try:
+        idx = inp["kv_indices"].view(B, L)
+        drafts = inp["draft_slots"].view(B, n)
+        k_cache, table, seqlens = paged_copy(torch, inp["k_buffer"], [torch.cat([idx[b], drafts[b]]) for b in range(B)])
+        q = inp["q_extend"].view(B, n, H, 576)
+        meta, splits = fm.get_mla_decoding_metadata(seqlens, n * H, 1, None, False, None, use_legacy=True)
+        sched = fm.flash_mla_interface.FlashMLASchedMeta(tile_scheduler_metadata=meta, num_splits=splits)
+
+        def run():
+            return fm.flash_mla_with_kvcache(
+                q, k_cache, table, seqlens, 512, sched, softmax_scale=scale, causal=True, use_legacy=True
+            )[0]
+
+        o = run().reshape(B * n, H, 512).float()
+        out["rel_err_vs_flashmla"] = float((ours - o).norm() / o.norm())
+        out["flashmla_us"], out["flashmla_timing"] = timer.time_graph_or_eager(run)
+        if not out["rel_err_vs_flashmla"] <= SANITY_REL_ERR:  # a peer computing something else is no peer
+            out["flashmla_disagrees"] = f"rel err vs ours {out['rel_err_vs_flashmla']:.2e} > {SANITY_REL_ERR}"
+    except Exception as exc:  # noqa: BLE001 - recorded, never fails the run
+        return {"flashmla_skipped": f"{type(exc).__name__}: {exc}"[:300]}
+    return out
+
+
+def fastest_peer(row):
+    """(name, speedup) of the fastest peer that ran and agreed with ours (> 1: we are faster)."""
+    peers = {k[: -len("_us")]: row[k] for k in PEER_KEYS if row.get(k)}
+    if "flashmla_disagrees" in row:
+        peers.pop("flashmla", None)
+    if not peers or not row.get("new_us"):
+        return None, None
+    best = min(peers, key=peers.get)
+    return best, peers[best] / row["new_us"]
 
 
 def flashinfer_peer(torch, timer, inp, B, L, n, H, scale, ours):
@@ -394,7 +493,7 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
     return rows
 
 
-def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False):
+def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False, fm=None):
     from mla_verify import api, mla_verify_fwd, tiles
 
     B, L, n, H = shape
@@ -457,7 +556,9 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False)
         else:
             row["oracle_skipped"] = f"needs ~{need / 2**30:.0f} GiB"
     row.update(flashinfer_peer(torch, timer, inp, B, L, n, H, scale, new_out.float()))
-    row["flashmla_skipped"] = FLASHMLA_SKIP
+    row.update(flashmla_peer(torch, timer, inp, B, L, n, H, scale, new_out.float(), fm))
+    if "flashmla_us" in row:
+        row["speedup_vs_flashmla"] = row["flashmla_us"] / row["new_us"]
     ext, ver, reason = sgl
     if ext is None:
         row["sglang_skipped"] = reason
@@ -486,10 +587,9 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False)
                 row["sglang_verify_skipped"] = "verify_shared_kv_fwd returned False (shape not handled)"
         except Exception as exc:  # noqa: BLE001
             row["sglang_verify_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    peers = {k[: -len("_us")]: row[k] for k in PEER_KEYS if k in row}
-    if peers:  # the fastest peer that ran, and our speedup over it (> 1: we are faster)
-        best = min(peers, key=peers.get)
-        row["fastest_peer"], row["speedup_vs_fastest_peer"] = best, peers[best] / row["new_us"]
+    best, speedup = fastest_peer(row)
+    if best:  # the fastest peer that ran, and our speedup over it (> 1: we are faster)
+        row["fastest_peer"], row["speedup_vs_fastest_peer"] = best, speedup
     inp = args = None  # free this shape's inputs before the next one
     torch.cuda.empty_cache()
     if fp8:
@@ -521,6 +621,8 @@ def summarize(rows, ceilings, gb_rows=()):
         "min_sol_pct_long_ctx": min(sol_long) if sol_long else None,
         "min_sol_pct": min(vals("sol_pct"), default=None),
         "min_speedup_vs_fastest_peer": min(vals("speedup_vs_fastest_peer"), default=None),
+        "min_speedup_vs_flashmla": min(vals("speedup_vs_flashmla"), default=None),
+        "flashmla_rows": len(vals("flashmla_us")),
         "geomean_speedup_vs_oracle": math.exp(sum(map(math.log, orc)) / len(orc)) if orc else None,
         "max_rel_err_vs_oracle": max(vals("rel_err_vs_oracle"), default=None),
         "copy_bw_gbs": ceilings[0] / 1e9,
@@ -603,6 +705,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="three shapes only")
     ap.add_argument("--shapes", default="", help="B:L:n:H,... instead of the built-in list")
     ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's kernels")
+    ap.add_argument("--no-flashmla", action="store_true", help="skip FlashMLA's dense decode peer")
     ap.add_argument("--fp8", action="store_true", help="also time an fp8 cache on every shape (default: FP8_SHAPES)")
     ap.add_argument(
         "--graph-buffer",
@@ -622,18 +725,19 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         return emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a.json, EXIT_BLOCKED)
     sgl = (None, None, "--no-sglang given") if a.no_sglang else import_sglang()
+    fm = (None, "--no-flashmla given") if a.no_flashmla else import_flashmla()
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
     ceilings = measure_ceilings(torch, timer)
     print(
         f"[bench] copy {ceilings[0] / 1e9:.0f} GB/s, bf16 matmul {ceilings[1] / 1e12:.0f} TFLOP/s; "
-        f"sglang: {'ok' if sgl[0] else sgl[2]}",
+        f"sglang: {'ok' if sgl[0] else sgl[2]}; flashmla: {'ok' if fm[0] else fm[1]}",
         file=sys.stderr,
     )
     rows, errors = [], []
     for shape in shapes:
         try:
-            r = bench_shape(torch, timer, shape, ceilings, sgl, fp8=a.fp8 or shape in FP8_SHAPES)
+            r = bench_shape(torch, timer, shape, ceilings, sgl, fp8=a.fp8 or shape in FP8_SHAPES, fm=fm)
         except Exception as exc:  # noqa: BLE001 - reported, fails the run
             errors.append(f"{shape}: {type(exc).__name__}: {exc}")
             print(f"[bench] {shape} FAILED {exc}", file=sys.stderr)
@@ -684,6 +788,7 @@ def main(argv=None) -> int:
             "l2_flush_bytes": timer.flush_buf.numel() * 4,
         },
         "sglang": "available" if sgl[0] else sgl[2],
+        "flashmla": "available" if fm[0] else fm[1],
         "errors": errors,
         "rows": rows,
         "graph_buffer": gb_rows,

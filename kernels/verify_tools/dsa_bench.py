@@ -18,8 +18,11 @@ KV rows (row bytes each: 1152 bf16, 656 fp8) + indices + q + out, FLOPs = 2 * ro
 `floor_shared` counts each distinct slot of a request once (the gain available to a kernel that
 reads a slot shared by several draft rows once). Peers: SGLang 0.5.23's DSA Triton kernel
 `triton_sparse_mla_fwd` (bf16 cache; it cannot read the 656-byte fp8 rows, so fp8 rows compare
-against our own bf16 time), FlashMLA sparse and FA3 (skipped: not installed on the host, no
-network to build them). Exit 0 ran, 1 a kernel failed, 75 no CUDA device.
+against our own bf16 time); FlashMLA (sgl-flash-mla 1.0.0's `flash_mla`, legacy kernels, sm_90 /
+sm_100: fp8 rows through its sparse decode as SGLang's `flashmla_kv` calls it, bf16 rows through its
+sparse prefill kernel; FLASHMLA_ENTRY; the `flashmla` key of each row: CUPTI span `s`, or `skipped`
+with the reason; NOT RUN ON A GPU YET); FA3 (skipped: not installed). `summary` holds what phase 2
+gates (SUMMARY_SHAPES). Exit 0 ran, 1 a kernel failed, 75 no CUDA device.
 """
 
 from __future__ import annotations
@@ -32,11 +35,160 @@ import sys
 import time
 
 from dsa_verify.inputs import DsaCase, make_inputs, topk_overlap
-from tool_contract import EXIT_BLOCKED, blocked_doc, emit
+from tool_contract import EXIT_BLOCKED, emit
+from tool_contract import blocked_doc as tool_blocked_doc
 
 SM_SCALE = 0.0625
+FLASHMLA_AGREE = 1e-2  # FlashMLA vs ours, rel. Frobenius: above it the peer is not named fastest
 TOPK = 2048
 HEADLINE = ((1, 32768, 4, 8), (1, 32768, 8, 8), (8, 32768, 8, 8), (32, 32768, 8, 8), (32, 32768, 8, 64))
+
+
+# The summary block (phase 2's dsa gates read it, not row indices): (B, L, n, H, kv) of each shape.
+SUMMARY_SHAPES = {
+    "headline": (1, 32768, 4, 8, "bf16"),  # GLM-5 MTP verify at TP8
+    "t256": (32, 32768, 8, 8, "bf16"),  # T = 256: the busy, memory-bound regime
+    "t64_fp8": (8, 32768, 8, 8, "fp8"),  # T = 64 with the 656-byte fp8 rows
+}
+SUMMARY_KEYS = (
+    "headline_speedup_vs_sglang_triton",
+    "headline_sol",
+    "headline_ours_s",
+    "headline_sglang_triton_s",
+    "headline_speedup_vs_flashmla",
+    "t256_sol",
+    "t64_fp8_over_bf16_time",
+    "fastest_per_shape",
+    "rows",
+)
+
+# FlashMLA (sgl-flash-mla 1.0.0, legacy kernels) as SGLang 0.5.23 calls it on sm_90:
+#   fp8 656-byte rows: flash_mla_with_kvcache sparse decode (DSA backend `flashmla_kv`,
+#     `_forward_flashmla_kv`): q [T, 1, 64, 576] (heads zero-padded to 64, or 128 above 64), the
+#     cache viewed as pages of 64 [slots / 64, 64, 1, 656] with page_table_1 [T, 1, 2048] as the
+#     per-token indices (page * 64 + offset = the slot id), kv_format "V32", metadata from
+#     get_mla_decoding_metadata(seq_lens, 1 * 64, 1, 64, True, 2048), an empty block table.
+#   bf16 rows: FlashMLA's only sparse bf16 entry is its sparse PREFILL kernel flash_mla_sparse_fwd
+#     (SGLang's `flashmla_sparse` impl, its bf16 prefill default on sm_90; SGLang's bf16 verify on
+#     sm_90 runs FA3, not FlashMLA): q [T, 64, 576], kv [slots, 1, 576], indices [T, 1, 2048],
+#     topk_length = seq_lens.
+# The head padding is done once outside the timed call (SGLang pads per call: one small copy more).
+FLASHMLA_ENTRY = {
+    "fp8": "flash_mla_with_kvcache (sparse decode, V32, legacy; SGLang flashmla_kv)",
+    "bf16": "flash_mla_sparse_fwd (sparse prefill kernel, legacy; SGLang flashmla_sparse)",
+}
+FLASHMLA_PAGE = 64
+FLASHMLA_SPARSE_ARCHS = ((9, 0), (10, 0), (10, 3))  # the legacy sparse kernels: sm_90a or sm_100f
+
+
+def flashmla_heads(H: int) -> int:
+    """The q head count FlashMLA's sparse kernels take for H heads (SGLang's padding rule)."""
+    return 64 if H <= 64 else 128 if H <= 128 else H
+
+
+def flashmla_args(q, kv, page_table_1, seq_lens, kvname: str) -> dict:
+    """FlashMLA's tensors for one call on the bench's inputs (pure torch, CPU or GPU): q_all [T, H, 576]
+    bf16, kv [slots, 1, 576] bf16 or [slots, 1, 656] uint8, page_table_1 [T, topk] int32, seq_lens
+    [T] int32. Raises ValueError where FlashMLA cannot take the inputs."""
+    import torch
+
+    T, H, D = q.shape
+    hp = flashmla_heads(H)
+    qp = q.new_zeros(T, hp, D)
+    qp[:, :H] = q
+    topk = page_table_1.shape[-1]
+    idx = page_table_1.to(torch.int32).reshape(T, 1, topk).contiguous()
+    sl = seq_lens.to(torch.int32).contiguous()
+    if kvname == "bf16":
+        return {
+            "kv": kvname,
+            "H": H,
+            "q": qp,
+            "kv_cache": kv.reshape(kv.shape[0], 1, kv.shape[-1]),
+            "indices": idx,
+            "topk_length": sl,
+        }
+    if kv.shape[-1] != 656 or kv.shape[0] % FLASHMLA_PAGE:
+        raise ValueError(f"fp8 cache must be [slots, 1, 656] with slots % {FLASHMLA_PAGE} == 0, got {tuple(kv.shape)}")
+    return {
+        "kv": kvname,
+        "H": H,
+        "q": qp.view(T, 1, hp, D),
+        "kv_cache": kv.reshape(-1, FLASHMLA_PAGE, 1, 656),
+        "indices": idx,
+        "cache_seqlens": sl,
+        "block_table": torch.empty((T, 0), dtype=torch.int32, device=q.device),
+    }
+
+
+def flashmla_fn(fm, args: dict, sm_scale: float):
+    """A callable running FlashMLA on `args` (flashmla_args) and returning its raw output; the
+    scheduling metadata (fp8 decode) is computed here, once, outside the timed call. NOT RUN ON A
+    GPU YET (written 2026-12-01 without device time)."""
+    if args["kv"] == "bf16":
+        q, kv, idx, tl = args["q"], args["kv_cache"], args["indices"], args["topk_length"]
+        return lambda: fm.flash_mla_sparse_fwd(q, kv, idx, sm_scale, 512, None, tl, use_legacy=True)[0]
+    q, kc, idx, sl, bt = args["q"], args["kv_cache"], args["indices"], args["cache_seqlens"], args["block_table"]
+    hp = q.shape[2]
+    meta, splits = fm.get_mla_decoding_metadata(sl, q.shape[1] * hp, 1, hp, True, idx.shape[-1], use_legacy=True)
+    sched = fm.flash_mla_interface.FlashMLASchedMeta(tile_scheduler_metadata=meta, num_splits=splits)
+    return lambda: fm.flash_mla_with_kvcache(
+        q,
+        kc,
+        bt,
+        sl,
+        512,
+        sched,
+        softmax_scale=sm_scale,
+        is_fp8_kvcache=True,
+        indices=idx,
+        kv_format="V32",
+        use_legacy=True,
+    )[0]
+
+
+def flashmla_out(o, H: int):
+    """FlashMLA's output ([T, Hp, 512] prefill or [T, 1, Hp, 512] decode) as ours: [T, H, 512]."""
+    return (o[:, 0] if o.dim() == 4 else o)[:, :H]
+
+
+def shape_label(r: dict) -> str:
+    return f"B{r['B']}_L{r['L']}_n{r['n']}_H{r['H']}_{r['kv']}"
+
+
+def summarize(rows: list) -> dict:
+    """The gate block: the headline shape's speedup vs SGLang's Triton kernel and SOL, T=256's SOL,
+    fp8 / bf16 time at T=64, and the fastest kernel (ours or a peer) per shape. A shape not
+    measured gives None (a gate on it then fails)."""
+    by = {(r["B"], r["L"], r["n"], r["H"], r["kv"]): r for r in rows}
+    h = by.get(SUMMARY_SHAPES["headline"], {})
+    t256 = by.get(SUMMARY_SHAPES["t256"], {})
+    t64 = by.get(SUMMARY_SHAPES["t64_fp8"], {})
+    st = h.get("sglang_triton") if isinstance(h.get("sglang_triton"), dict) else {}
+    return {
+        "headline_speedup_vs_sglang_triton": h.get("speedup_vs_sglang_triton"),
+        "headline_sol": h.get("sol"),
+        "headline_ours_s": h.get("ours_s"),
+        "headline_sglang_triton_s": st.get("s"),
+        "headline_speedup_vs_flashmla": h.get("speedup_vs_flashmla"),
+        "t256_sol": t256.get("sol"),
+        "t64_fp8_over_bf16_time": t64.get("fp8_over_bf16_time"),
+        "fastest_per_shape": {shape_label(r): r.get("fastest") for r in rows},
+        "rows": len(rows),
+    }
+
+
+def blocked_doc(reason: str) -> dict:
+    """The document of a run that could not measure: every gate path present, no number."""
+    return tool_blocked_doc(
+        reason,
+        device=None,
+        sglang_triton=None,
+        flashmla=None,
+        rows=[],
+        left_out=[],
+        summary={k: None for k in SUMMARY_KEYS},
+    )
 
 
 def grid(quick: bool) -> list[tuple]:
@@ -363,6 +515,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="", help="also write the JSON document to this file")
     ap.add_argument("--diag", action="store_true", help="small-T time breakdown only")
     ap.add_argument("--trace", action="store_true", help="per-CTA timeline of the headline shape (DSAV_TRACE build)")
+    ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's DSA Triton peer")
+    ap.add_argument("--no-flashmla", action="store_true", help="skip FlashMLA's sparse peer")
     a = ap.parse_args(argv)
     try:
         import torch
@@ -386,7 +540,14 @@ def main(argv=None) -> int:
     ceil = measure_ceilings(device)
     bw, fl = ceil["copy_bytes_per_s"], ceil["bf16_matmul_flops_per_s"]
     timer = Timer(device)
-    peer, peer_reason = sglang_triton()
+    peer, peer_reason = (None, "--no-sglang given") if a.no_sglang else sglang_triton()
+    if a.no_flashmla:
+        fm, fm_reason = None, "--no-flashmla given"
+    else:
+        from verify_tools.bench import import_flashmla
+
+        fm, fm_reason = import_flashmla(FLASHMLA_SPARSE_ARCHS, "FlashMLA's legacy sparse kernels")
+    fm_ran = False
     rows, left_out, failures = [], [], 0
     for B, L, n, H in grid(a.quick):
         if time.time() - t_start > a.budget_s:
@@ -451,7 +612,28 @@ def main(argv=None) -> int:
                         row["sglang_triton"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             else:
                 row["sglang_triton"] = {"skipped": "cannot read SGLang's 656-byte fp8 rows (raw e4m3 only)"}
-            row["flashmla_sparse"] = {"skipped": "sgl-flash-mla not installed on this host; no network to build it"}
+            if fm is None:
+                row["flashmla"] = {"skipped": fm_reason}
+            else:  # NOT RUN ON A GPU YET (2026-12-01): see FLASHMLA_ENTRY for what SGLang calls
+                row["flashmla"] = {"entry": FLASHMLA_ENTRY[kvname], "q_heads": flashmla_heads(H)}
+                try:
+                    fargs = flashmla_args(q, kv, pt, sl, kvname)
+                    ffn = flashmla_fn(fm, fargs, SM_SCALE)
+                    fo = flashmla_out(ffn(), H).float()
+                    if "ours_replay_s" in row:  # `out` holds our output (the graph's warm-up calls)
+                        err = float((out.float() - fo).norm() / fo.norm())
+                        row["flashmla"]["rel_err_vs_ours"] = err
+                        if not err <= FLASHMLA_AGREE:
+                            row["flashmla"]["disagrees"] = f"rel err vs ours {err:.2e} > {FLASHMLA_AGREE}"
+                    keep.append(fargs)
+                    fns[("flashmla", kvname)] = ffn
+                    graphs[("flashmla", kvname)] = g = timer.graph(ffn)
+                    row["flashmla"]["replay_s"] = timer.time(ffn, a.reps, g)
+                    fm_ran = True
+                except Exception as exc:  # recorded as the skip reason, never fails the run
+                    row["flashmla"]["skipped"] = f"{type(exc).__name__}: {exc}"[:300]
+                    fns.pop(("flashmla", kvname), None)
+                    graphs.pop(("flashmla", kvname), None)
             row["fa3"] = {"skipped": "flash-attn 3 not installed on this host"}
             per_kv[kvname] = row
             rows.append(row)
@@ -472,15 +654,19 @@ def main(argv=None) -> int:
                 else:
                     failures += 1
             else:
-                row["sglang_triton"].update(sp)
+                key = "sglang_triton" if who == "peer" else "flashmla"
+                row[key].update(sp)
                 if "s" in sp:
-                    row["sglang_triton"]["sol"] = floor / sp["s"]
+                    row[key]["sol"] = floor / sp["s"]
         for row in per_kv.values():
             st = row.get("sglang_triton", {})
             if "ours_s" in row and "s" in st:
                 row["speedup_vs_sglang_triton"] = st["s"] / row["ours_s"]
             if "ours_replay_s" in row and "replay_s" in st:
                 row["speedup_vs_sglang_triton_replay"] = st["replay_s"] / row["ours_replay_s"]
+            fmr = row.get("flashmla", {})
+            if "ours_s" in row and "s" in fmr:
+                row["speedup_vs_flashmla"] = fmr["s"] / row["ours_s"]
         graphs = fns = keep = None
         if "ours_s" in per_kv.get("fp8", {}) and "ours_s" in per_kv.get("bf16", {}):
             per_kv["fp8"]["fp8_over_bf16_time"] = per_kv["fp8"]["ours_s"] / per_kv["bf16"]["ours_s"]
@@ -492,6 +678,9 @@ def main(argv=None) -> int:
             peers = {"ours": r.get("ours_s")}
             if isinstance(r.get("sglang_triton"), dict) and "s" in r["sglang_triton"]:
                 peers["sglang_triton"] = r["sglang_triton"]["s"]
+            fmr = r.get("flashmla", {})
+            if "s" in fmr and "disagrees" not in fmr:
+                peers["flashmla"] = fmr["s"]
             if r["kv"] == "fp8" and "ours_s" in per_kv["bf16"]:
                 peers["ours_bf16"] = per_kv["bf16"]["ours_s"]
             live = {k: v for k, v in peers.items() if v}
@@ -506,7 +695,11 @@ def main(argv=None) -> int:
         )
         if a.out:  # partial document after every shape: a timed-out run still leaves its rows
             with open(a.out, "w") as f:
-                json.dump({"ok": None, "partial": True, "ceilings": ceil, "rows": rows}, f, indent=1)
+                json.dump(
+                    {"ok": None, "partial": True, "ceilings": ceil, "rows": rows, "summary": summarize(rows)},
+                    f,
+                    indent=1,
+                )
     doc = {
         "ok": failures == 0 and bool(rows),
         "host": socket.gethostname(),
@@ -515,6 +708,7 @@ def main(argv=None) -> int:
         "sms": sms,
         "ceilings": ceil,
         "sglang_triton": "ran" if peer else peer_reason,
+        "flashmla": "ran" if fm_ran else fm_reason or "did not run on any row (see rows[].flashmla.skipped)",
         "timing": (
             f"per CUDA-graph replay after an L2 flush, median of {a.reps}: *_s / sol / speedup_* = CUPTI kernel "
             "span (first kernel start to last kernel end of the call, torch.profiler); *_replay_s = CUDA events "
@@ -523,6 +717,7 @@ def main(argv=None) -> int:
         "rows": rows,
         "left_out": left_out,
         "seconds": round(time.time() - t_start, 1),
+        "summary": summarize(rows),
     }
     return _emit(doc, a, 0 if doc["ok"] else 1)
 

@@ -455,3 +455,109 @@ def test_prebuilt_record_is_checked(tmp_path, monkeypatch):
     (d / _build.RECORD_NAME).write_text(_json.dumps(rec))
     with pytest.raises(_build.PrebuiltUnavailable, match="python"):
         _build.check_prebuilt("sm_120a")
+
+
+# ---- FlashMLA sparse peer (dsa_bench.flashmla_*) and the summary block. The peer has NOT run on a
+# GPU yet: these check the argument construction (what SGLang 0.5.23 passes) and the skip path.
+def _fake_flashmla_sparse(calls):
+    import types
+
+    class Sched:
+        def __init__(self, tile_scheduler_metadata=None, num_splits=None):
+            self.tile_scheduler_metadata, self.num_splits = tile_scheduler_metadata, num_splits
+
+    def meta(*a, **k):
+        calls.append(("meta", a, k))
+        return torch.zeros(1, 8, dtype=torch.int32), torch.zeros(2, dtype=torch.int32)
+
+    def decode(q, k_cache, block_table, cache_seqlens, head_dim_v, sched, **k):
+        calls.append(("decode", q, k_cache, block_table, k))
+        return torch.zeros(*q.shape[:3], head_dim_v), None
+
+    def prefill(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None, **k):
+        calls.append(("prefill", q, kv, indices, topk_length, k))
+        return torch.zeros(*q.shape[:2], d_v), None, None
+
+    return types.SimpleNamespace(
+        get_mla_decoding_metadata=meta,
+        flash_mla_with_kvcache=decode,
+        flash_mla_sparse_fwd=prefill,
+        flash_mla_interface=types.SimpleNamespace(FlashMLASchedMeta=Sched),
+    )
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_flashmla_sparse_args_are_what_sglang_passes(kv):
+    from verify_tools import dsa_bench as db
+
+    d = make_inputs(DsaCase("fm", (300, 90), 3, 8, kv=kv, seed=2, poison=False), "cpu")
+    q, cache, pt, sl = d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"]
+    T = q.shape[0]
+    args = db.flashmla_args(q, cache, pt, sl, kv)
+    qp = args["q"].reshape(T, 64, 576)
+    assert torch.equal(qp[:, :8], q) and not qp[:, 8:].any(), "heads zero-padded to 64 (SGLang's rule)"
+    assert args["indices"].shape == (T, 1, 2048) and args["indices"].dtype == torch.int32
+    calls = []
+    fn = db.flashmla_fn(_fake_flashmla_sparse(calls), args, 0.0625)
+    assert db.flashmla_out(fn(), 8).shape == (T, 8, 512)
+    if kv == "fp8":
+        kc = args["kv_cache"]
+        assert kc.shape == (cache.shape[0] // 64, 64, 1, 656) and kc.data_ptr() == cache.data_ptr(), "a view"
+        s = pt[pt >= 0].long()
+        assert torch.equal(kc[s // 64, s % 64, 0], cache[s, 0]), "index = page * 64 + offset = the slot id"
+        assert args["q"].shape == (T, 1, 64, 576) and args["block_table"].shape == (T, 0)
+        assert calls[0][1][1:] == (64, 1, 64, True, 2048) and calls[0][2] == {"use_legacy": True}
+        k = calls[1][4]
+        assert (
+            k["kv_format"] == "V32" and k["is_fp8_kvcache"] and k["use_legacy"] and k["indices"].shape == (T, 1, 2048)
+        )
+    else:
+        kind, q_in, kv_in, idx, tl, k = calls[0]
+        assert kind == "prefill" and q_in.shape == (T, 64, 576) and kv_in.shape == (cache.shape[0], 1, 576)
+        assert torch.equal(tl, sl) and k == {"use_legacy": True}
+
+
+def test_flashmla_heads_and_fp8_page_check():
+    from verify_tools import dsa_bench as db
+
+    assert [db.flashmla_heads(h) for h in (8, 16, 64, 128)] == [64, 64, 64, 128]
+    bad = torch.zeros(100, 1, 656, dtype=torch.uint8)  # 100 slots: not whole pages of 64
+    with pytest.raises(ValueError):
+        db.flashmla_args(torch.zeros(2, 8, 576), bad, torch.zeros(2, 2048, dtype=torch.int32), torch.ones(2), "fp8")
+
+
+def test_dsa_bench_without_flashmla_records_the_reason(monkeypatch):
+    import sys
+
+    from verify_tools import dsa_bench as db
+    from verify_tools.bench import import_flashmla
+
+    monkeypatch.setitem(sys.modules, "flash_mla", None)
+    fm, reason = import_flashmla(db.FLASHMLA_SPARSE_ARCHS, "FlashMLA's legacy sparse kernels")
+    assert fm is None and "not importable" in reason
+    doc = db.blocked_doc("no CUDA device")
+    assert doc["ok"] is False and set(doc["summary"]) == set(db.SUMMARY_KEYS)
+    assert all(v is None for v in doc["summary"].values()) and doc["flashmla"] is None
+
+
+def test_dsa_summary_picks_shapes_by_key_and_names_the_fastest():
+    from verify_tools import dsa_bench as db
+
+    def row(B, L, n, H, kv, **kw):
+        return {"B": B, "L": L, "n": n, "H": H, "kv": kv, **kw}
+
+    rows = [
+        row(32, 32768, 8, 8, "bf16", sol=0.72, fastest="sglang_triton"),
+        row(1, 32768, 4, 8, "fp8", sol=0.1, fastest="ours_bf16"),
+        row(1, 32768, 4, 8, "bf16", sol=0.2, speedup_vs_sglang_triton=0.88, ours_s=11.6e-6,
+            sglang_triton={"s": 10.2e-6}, speedup_vs_flashmla=1.3, fastest="sglang_triton"),
+        row(8, 32768, 8, 8, "fp8", fp8_over_bf16_time=1.48, fastest="ours_bf16"),
+    ]  # fmt: skip
+    s = db.summarize(rows)
+    assert s["headline_speedup_vs_sglang_triton"] == 0.88 and s["headline_sol"] == 0.2
+    assert s["headline_sglang_triton_s"] == 10.2e-6 and s["headline_speedup_vs_flashmla"] == 1.3
+    assert s["t256_sol"] == 0.72 and s["t64_fp8_over_bf16_time"] == 1.48 and s["rows"] == 4
+    assert s["fastest_per_shape"]["B32_L32768_n8_H8_bf16"] == "sglang_triton"
+    assert set(s) == set(db.SUMMARY_KEYS)
+    empty = db.summarize([])
+    assert empty["headline_sol"] is None and empty["fastest_per_shape"] == {}

@@ -125,3 +125,114 @@ def test_phase1_gate_metrics_exist_in_the_blocked_parity_document():
     gates = [g["metric"] for s in spec["steps"] for g in s.get("gates", [])]
     assert "summary.graph_replays_failed" in gates
     assert all(m.split(".", 1)[1] in summary for m in gates)
+
+
+# ---- FlashMLA dense decode peer (bench.flashmla_peer): argument construction and the skip path.
+# The peer itself has NOT run on a GPU yet; these check what can be checked on a CPU.
+
+
+def test_paged_copy_puts_each_token_at_its_block_table_entry():
+    from verify_tools.bench import paged_copy
+
+    g = torch.Generator().manual_seed(1)
+    kb = torch.randn(400, 1, 576, generator=g).to(torch.bfloat16)
+    slots = [torch.randperm(400, generator=g)[:70], torch.randperm(400, generator=g)[:130], torch.tensor([5])]
+    cache, table, seqlens = paged_copy(torch, kb, slots, seed=3)
+    assert cache.shape == (2 + 3 + 1, 64, 1, 576) and table.dtype == seqlens.dtype == torch.int32
+    assert table.shape == (3, 3) and seqlens.tolist() == [70, 130, 1]
+    used = torch.cat([table[0, :2], table[1, :3], table[2, :1]])
+    assert sorted(used.tolist()) == list(range(6)), "every page used once"
+    for b, s in enumerate(slots):
+        for t in range(len(s)):
+            assert torch.equal(cache[table[b, t // 64], t % 64, 0], kb[s[t], 0])
+    assert not cache[table[0, 1], 70 - 64 :].any(), "a last page's tail is zero"
+
+
+def _fake_flashmla_dense(calls):
+    """A stand-in for the flash_mla module (dense decode semantics: paged KV, causal = the last
+    s_q keys masked bottom-right) computing in torch, recording its arguments."""
+    import types
+
+    class Sched:
+        def __init__(self, tile_scheduler_metadata=None, num_splits=None):
+            self.tile_scheduler_metadata, self.num_splits = tile_scheduler_metadata, num_splits
+
+    def meta(seqlens, q_tokens_per_hk, h_k, h_q=None, fp8=False, topk=None, use_legacy=False):
+        calls.append(("meta", q_tokens_per_hk, h_k, h_q, fp8, topk, use_legacy))
+        return torch.zeros(1, 8, dtype=torch.int32), torch.zeros(seqlens.numel() + 1, dtype=torch.int32)
+
+    def decode(q, k_cache, block_table, cache_seqlens, head_dim_v, sched, softmax_scale=None, causal=False, **kw):
+        calls.append(("decode", tuple(q.shape), tuple(k_cache.shape), causal, kw))
+        B, s_q, H, _ = q.shape
+        o = torch.empty(B, s_q, H, head_dim_v)
+        for b in range(B):
+            n = int(cache_seqlens[b])
+            k = k_cache[block_table[b].long()].reshape(-1, k_cache.shape[-1])[:n].float()
+            logits = torch.einsum("shd,kd->shk", q[b].float(), k) * softmax_scale
+            if causal:
+                mask = torch.arange(n)[None, :] > (n - s_q + torch.arange(s_q))[:, None]
+                logits = logits.masked_fill(mask[:, None, :], float("-inf"))
+            o[b] = torch.einsum("shk,kd->shd", torch.softmax(logits, -1), k[:, :head_dim_v])
+        return o.to(q.dtype), None
+
+    iface = types.SimpleNamespace(FlashMLASchedMeta=Sched)
+    return types.SimpleNamespace(
+        get_mla_decoding_metadata=meta, flash_mla_with_kvcache=decode, flash_mla_interface=iface
+    )
+
+
+class _EagerTimer:
+    def time_graph_or_eager(self, fn, *a, **k):
+        fn()
+        return 1.0, "fake"
+
+
+def test_flashmla_dense_peer_builds_the_same_problem_as_ours():
+    """With a torch stand-in for FlashMLA's dense decode, the peer's paged copy + q layout + causal
+    flag reproduce the oracle (chain drafts: draft i sees the context and drafts 0..i)."""
+    from mla_verify.inputs import CaseSpec, make_inputs
+    from verify_tools.bench import flashmla_peer, oracle_fp32
+
+    B, L, n, H = 2, 100, 3, 4
+    inp = make_inputs(CaseSpec("fm", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=5), "cpu")
+    ref = oracle_fp32(inp, B, L, n, H)()
+    calls = []
+    out = flashmla_peer(
+        torch, _EagerTimer(), inp, B, L, n, H, inp["sm_scale"], ref, (_fake_flashmla_dense(calls), None)
+    )
+    assert "flashmla_skipped" not in out, out
+    assert out["rel_err_vs_flashmla"] < 1e-2 and out["flashmla_us"] == 1.0 and "flashmla_disagrees" not in out
+    assert calls[0] == ("meta", n * H, 1, None, False, None, True), "SGLang's target-verify metadata call"
+    kind, qshape, kshape, causal, kw = calls[1]
+    assert qshape == (B, n, H, 576) and kshape[1:] == (64, 1, 576) and causal and kw.get("use_legacy") is True
+
+
+def test_flashmla_dense_peer_skip_paths_record_a_reason_and_no_number(monkeypatch):
+    import sys
+
+    from verify_tools import bench
+
+    monkeypatch.setitem(sys.modules, "flash_mla", None)  # `import flash_mla` raises ImportError
+    fm, reason = bench.import_flashmla()
+    assert fm is None and reason.startswith("flash_mla not importable")
+    out = bench.flashmla_peer(torch, None, {}, 1, 1, 1, 1, 1.0, None, (None, reason))
+    assert out == {"flashmla_skipped": reason}
+    broken = _fake_flashmla_dense([])
+    broken.get_mla_decoding_metadata = lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("Dense decode MLA is only supported on SM90a")
+    )
+    from mla_verify.inputs import CaseSpec, make_inputs
+
+    inp = make_inputs(CaseSpec("fm", (64,), (2,), 2, tree="chain", poison=False), "cpu")
+    out = bench.flashmla_peer(torch, _EagerTimer(), inp, 1, 64, 2, 2, 0.1, None, (broken, None))
+    assert out == {"flashmla_skipped": "RuntimeError: Dense decode MLA is only supported on SM90a"}
+    assert not any(k.endswith("_us") for k in out)
+
+
+def test_fastest_peer_includes_flashmla_unless_it_disagrees():
+    from verify_tools.bench import fastest_peer
+
+    row = {"new_us": 10.0, "flashinfer_fa3_us": 12.0, "flashmla_us": 8.0}
+    assert fastest_peer(row) == ("flashmla", 0.8)
+    assert fastest_peer({**row, "flashmla_disagrees": "rel err"}) == ("flashinfer_fa3", 1.2)
+    assert fastest_peer({"new_us": 10.0, "flashmla_skipped": "x"}) == (None, None)
