@@ -145,20 +145,24 @@ def test_phase_0_facts_of_an_auto_host_run_the_family_probe(ws):
 
 
 def _bench_doc(speedup: float, sol0: float = 0.5, sol6: float = 0.95, fp8: float = 0.55) -> str:
-    rows = [{"B": 0}] * 8
-    rows[0] = {"speedup_vs_sglang_triton": speedup, "sol": sol0, "ours_s": 1e-5, "sglang_triton": {"s": speedup * 1e-5}}
-    rows[5] = {"fp8_over_bf16_time": fp8}
-    rows[6] = {"sol": sol6}
-    return json.dumps({"ok": True, "sglang_triton": "ran", "rows": rows, "left_out": []})
+    summary = {
+        "headline_speedup_vs_sglang_triton": speedup,
+        "headline_sol": sol0,
+        "headline_ours_s": 1e-5,
+        "headline_sglang_triton_s": speedup * 1e-5,
+        "t256_sol": sol6,
+        "t64_fp8_over_bf16_time": fp8,
+    }
+    return json.dumps({"ok": True, "sglang_triton": "ran", "rows": [], "summary": summary, "left_out": []})
 
 
 @pytest.mark.parametrize(
     "doc,status,failed",
     [
         (_bench_doc(3.4), Status.completed, None),
-        (_bench_doc(0.75), Status.failed, "rows.0.speedup_vs_sglang_triton"),  # the H200 run 3 measurement
-        (_bench_doc(3.4, sol6=0.71), Status.failed, "rows.6.sol"),
-        (_bench_doc(3.4, fp8=1.18), Status.failed, "rows.5.fp8_over_bf16_time"),
+        (_bench_doc(0.75), Status.failed, "summary.headline_speedup_vs_sglang_triton"),  # the H200 run 3 measurement
+        (_bench_doc(3.4, sol6=0.71), Status.failed, "summary.t256_sol"),
+        (_bench_doc(3.4, fp8=1.18), Status.failed, "summary.t64_fp8_over_bf16_time"),
         (
             json.dumps({"ok": True, "sglang_triton": "sglang not importable", "rows": [], "left_out": []}),
             Status.failed,

@@ -62,21 +62,47 @@ def test_each_family_runs_its_own_kernel_tools():
     }
 
 
-def test_the_dsa_bench_rows_the_phase_2_gates_index_are_the_shapes_they_name():
-    """dsa_bench prints no summary: phase 2 gates rows.N. Its rows are grid() in order, bf16 then
-    fp8 per shape; this pins N to the shape each gate's reason names (B, L, n, H, kv)."""
+def test_the_dsa_bench_summary_the_phase_2_gates_read_names_the_shapes_they_gate():
+    """Phase 2's dsa gates read dsa_bench's `summary` block (no row index): every gated path is in
+    the blocked document too, and summarize() takes each value from the shape its gate's reason
+    names (B, L, n, H, kv), whatever the row order."""
     from verify_tools import dsa_bench
 
-    rows = [(*shape, kv) for shape in dsa_bench.grid(False) for kv in ("bf16", "fp8")]
     catalog = load_catalog(REPO / "phases")
     bench = catalog.by_id(2).spec.step("bench").for_family("dsa")
-    indexed = {int(g.metric.split(".")[1]) for g in bench.gates if g.metric.startswith("rows.")}
-    assert indexed == {0, 5, 6}
-    assert rows[0] == (1, 32768, 4, 8, "bf16"), "the headline shape: GLM-5 MTP verify, B=1, n=4, H=8 at TP8"
-    assert rows[5] == (8, 32768, 8, 8, "fp8"), "T = 64, fp8: the fp8 vs bf16 gate"
-    assert rows[6] == (32, 32768, 8, 8, "bf16"), "T = 256, bf16: the 90% of the floor gate"
+    metrics = {g.metric for g in bench.gates}
+    assert not any(m.startswith("rows.") for m in metrics), "gate the summary block, not row indices"
+    assert {
+        "summary.headline_speedup_vs_sglang_triton",
+        "summary.headline_sol",
+        "summary.t256_sol",
+        "summary.t64_fp8_over_bf16_time",
+    } <= metrics
+    blocked = dsa_bench.blocked_doc("x")
+    for m in metrics | set(bench.metrics):
+        head, _, rest = m.partition(".")
+        assert head in blocked and (not rest or rest in blocked[head]), f"{m} missing from the blocked document"
+    assert dsa_bench.SUMMARY_SHAPES == {
+        "headline": (1, 32768, 4, 8, "bf16"),
+        "t256": (32, 32768, 8, 8, "bf16"),
+        "t64_fp8": (8, 32768, 8, 8, "fp8"),
+    }
+    assert all(s[:4] in dsa_bench.HEADLINE for s in dsa_bench.SUMMARY_SHAPES.values()), "gated shapes run first"
+    rows = [
+        {"B": B, "L": L, "n": n, "H": H, "kv": kv, "sol": 0.01 * i, "fastest": "ours"}
+        for i, ((B, L, n, H), kv) in enumerate(
+            (s, kv) for s in reversed(dsa_bench.grid(True)) for kv in ("fp8", "bf16")
+        )
+    ]
+    by = {(r["B"], r["L"], r["n"], r["H"], r["kv"]): r for r in rows}
+    by[(1, 32768, 4, 8, "bf16")].update(speedup_vs_sglang_triton=0.88, sol=0.2)
+    by[(8, 32768, 8, 8, "fp8")]["fp8_over_bf16_time"] = 1.48
+    by[(32, 32768, 8, 8, "bf16")]["sol"] = 0.72
+    summ = dsa_bench.summarize(rows)
+    assert (summ["headline_speedup_vs_sglang_triton"], summ["headline_sol"]) == (0.88, 0.2)
+    assert (summ["t256_sol"], summ["t64_fp8_over_bf16_time"]) == (0.72, 1.48)
     src = (REPO / "kernels" / "verify_tools" / "dsa_bench.py").read_text()
-    for key in ("speedup_vs_sglang_triton", '"sol"', "fp8_over_bf16_time", '"sglang_triton": "ran"'):
+    for key in ("speedup_vs_sglang_triton", '"sol"', "fp8_over_bf16_time", '"sglang_triton": "ran"', '"summary"'):
         assert key in src, f"dsa_bench no longer writes {key}"
 
 

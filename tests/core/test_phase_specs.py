@@ -66,10 +66,10 @@ def test_dsa_hosts_run_and_gate_the_sparse_kernel_and_route():
     assert s.command[2] == "verify_tools.dsa_bench"
     assert {
         ("sglang_triton", "==", '"ran"'),
-        ("rows.0.speedup_vs_sglang_triton", ">=", "3"),
-        ("rows.0.sol", ">=", "0.4"),
-        ("rows.6.sol", ">=", "0.9"),
-        ("rows.5.fp8_over_bf16_time", "<=", "0.6"),
+        ("summary.headline_speedup_vs_sglang_triton", ">=", "3"),
+        ("summary.headline_sol", ">=", "0.4"),
+        ("summary.t256_sol", ">=", "0.9"),
+        ("summary.t64_fp8_over_bf16_time", "<=", "0.6"),
     } == gates
     s, gates = dsa(3, "probe")
     assert s.command[-2:] == ["--model-family", "{model_family}"]
