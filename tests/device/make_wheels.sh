@@ -8,6 +8,8 @@
 #   .whl-orch/    the orchestrator's own dependencies (tests/device/session.sh runs it on the H200)
 #   .whl-pydantic/ pydantic 2 and its compiled core (SGLang's kernel modules and the plugin graph check
 #                 import it; the device image has none)
+#   .whl-flashmla/ sgl-flash-mla 1.0.0 (SGLang 0.5.23's pin; package `flash_mla`, abi3 + PyTorch stable
+#                 ABI, CUDA 13; 9.9 MB): the FlashMLA peer of both benches (tests/device/flashmla_peer.sh)
 # The device's python is 3.12 (torch, triton, transformers, numpy come with its image).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,7 +18,7 @@ PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platfo
       --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64)
 dl() { local dir=$1; shift; python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
          --implementation cp "${PLAT[@]}" -d "$dir" "$@"; }
-mkdir -p .whl .whl-plugin .whl-orch .whl-pydantic
+mkdir -p .whl .whl-plugin .whl-orch .whl-pydantic .whl-flashmla
 if [ ! -f .whl/sglang-0.5.23-pyonly.zip ]; then
   tmp=$(mktemp -d); python3 -m pip download -q --no-deps -d "$tmp" sglang==0.5.23
   (cd "$tmp" && python3 -m zipfile -e sglang-0.5.23-*.whl x && cd x && python3 -m zipfile -c ../sglang-0.5.23-pyonly.zip sglang sglang-0.5.23.dist-info)
@@ -30,4 +32,5 @@ dl .whl-orch typer rich fabric==3.2.3 paramiko==5.1.0 invoke decorator deprecate
   pydantic-core annotated-types typing-inspection bcrypt pynacl cryptography cffi pycparser
 dl .whl-pydantic pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
   typing-extensions==4.16.0
-du -sh .whl .whl-plugin .whl-orch .whl-pydantic
+python3 -m pip download -q --no-deps -d .whl-flashmla sgl-flash-mla==1.0.0  # one abi3 wheel: no --python-version
+du -sh .whl .whl-plugin .whl-orch .whl-pydantic .whl-flashmla
