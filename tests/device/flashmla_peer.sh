@@ -16,7 +16,7 @@
 # reason (and the dense bench runs --no-sglang).
 # Usage: bash tests/device/flashmla_peer.sh [dense B:L:n:H,...]    (JSON + logs under $OUT)
 # Device call (one, ~6-8 min):
-#   run(command="OUT=$OUT bash tests/device/flashmla_peer.sh", carry=[".whl-flashmla"], timeout_s=600)
+#   run(command="bash tests/device/flashmla_peer.sh", carry=[".whl-flashmla"], kind="nvidia-h200", timeout_s=600)
 set -o pipefail
 SHAPES=${1:-1:32768:8:16,8:32768:8:16,4:65536:4:64}
 OUT=${OUT:-/tmp/fm-out}; mkdir -p "$OUT"
