@@ -4,28 +4,34 @@
 compares it in several places) with :func:`make_dsa_factory`'s factory. Each time a process
 builds its attention backend it reads the config (`verify_backend.json`): with
 `verify_kernel: bundled` and `model_family: dsa` it returns `BundledDsaVerifyBackend`, a subclass
-of SGLang 0.5.23's `DeepseekSparseAttnBackend` (its isinstance checks accept a subclass);
-otherwise SGLang's own backend (stock factory). Only the target model's backend comes from this
-factory; the MTP draft worker builds `DeepseekSparseAttnBackend` itself.
+of SGLang 0.5.23's `DeepseekSparseAttnBackend` (its isinstance checks accept a subclass), for the
+target runner; otherwise SGLang's own backend (stock factory). SGLang also builds the MTP draft
+runner's backend through this registry (then replaces it with a `DeepseekSparseAttnBackend` of
+its own): the factory returns SGLang's class for any runner that is not the target's.
 
 Routing: `forward_extend` marks the call when `forward_batch.forward_mode.is_target_verify()`
 (TARGET_VERIFY goes through forward_extend, and SGLang then runs its decode impl). The decode
 impls that receive the verify tensors after the KV save and the index transform are overridden:
 `_forward_flashinfer_sparse_mla` (sm_120 default, fp8), `_forward_fa3` (sm_90 default, bf16) and
 `_forward_flashmla_kv` (sm_90, fp8). On a marked call each one hands q_all [T, H, 576],
-kv_cache, page_table_1 [T, 2048] and dsa_cache_seqlens_int32 to `dsa_verify.dsa_verify_fwd`;
+kv_cache, page_table_1 [T, index_topk] and dsa_cache_seqlens_int32 to `dsa_verify.dsa_verify_fwd`;
 anything the bundled kernel does not support (why_unsupported: shape, dtype, stride, device;
-skip-softmax thresholds; v_head_dim != 512; index kpool > 1; the prebuilt library missing; a
-kernel error) falls back to SGLang's own impl. Draft extend and prefill are never routed.
+skip-softmax thresholds; v_head_dim != 512; index kpool > 1; a page-table width other than the
+model's index_topk; the prebuilt library missing; a kernel error) falls back to SGLang's own
+impl. A verify that SGLang serves with an impl not overridden here (trtllm, flashmla_sparse,
+tilelang, ...) is counted as declined (`impl <name>`). Draft extend and prefill are never routed.
+The trace of these paths through SGLang 0.5.23 (file:line) is in docs/kernels/sglang-plugin.md.
 
-Every routed or declined verify call is counted per backend (= per TP rank process) with the
-same record the dense route writes (:meth:`stats`): per CUDA-graph-captured batch size which
-kernel the graph replays, eager calls routed/declined with reasons, the static decline (no
-prebuilt library: every call declined) and the library record. The process record
-(`active.d/<rank>.json`, merged into `active.json`) carries `route: "dsa"`.
+Every routed or declined verify call is counted per process and role (all the bundled backends
+of one rank share one `DsaRouteStats`: two-batch overlap builds three) with the same record the
+dense route writes (:meth:`stats`): per CUDA-graph-captured batch size which kernel the graph
+replays (the capture's eager warmup runs count with it), eager calls routed/declined with
+reasons, the static decline (no prebuilt library: every call declined) and the library record.
+The process record (`active.d/<rank>.json`, merged into `active.json`) carries `route: "dsa"`.
 
-The workspace is persistent per (T, H, kv format) and owned by the backend instance
-(allocated on first use, before or inside CUDA-graph capture, then reused by every replay).
+The workspace is owned by the backend instance: one per (T, H, kv format) while capturing
+(allocated by the warmup runs before the capture, reused by every replay of that graph), one
+grow-only buffer for eager calls.
 """
 
 from __future__ import annotations
@@ -58,10 +64,26 @@ def _short(reason: str | None) -> str:
     return reason.split(":", 1)[0].strip()[:60] if reason else "unknown"
 
 
+_CAPTURE_MODE: list = []  # [SGLang's get_is_capture_mode or None], resolved once
+
+
 def _capturing() -> bool:
+    """True inside CUDA-graph capture: the stream is capturing, or SGLang's graph runner is in
+    capture mode (its two eager warmup runs per batch size, full_cuda_graph_backend.py:162,
+    run under model_capture_mode(), decode_cuda_graph_runner.py:599: they make the same
+    decision as the captured run and are counted with it, not as eager serving calls)."""
     import torch
 
-    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return True
+    if not _CAPTURE_MODE:
+        try:
+            from sglang.srt.model_executor.runner_utils.capture_mode import get_is_capture_mode
+        except Exception:  # noqa: BLE001 - another SGLang layout: stream capture only
+            get_is_capture_mode = None
+        _CAPTURE_MODE.append(get_is_capture_mode)
+    fn = _CAPTURE_MODE[0]
+    return bool(fn is not None and fn())
 
 
 def load_dsa_library(device: Any) -> dict:
@@ -111,6 +133,26 @@ class DsaRouteStats(RouteCounters):
         }
 
 
+_PROCESS_ROUTES: dict[tuple, DsaRouteStats] = {}  # (role, rank) -> the counters all its backends share
+
+
+def process_route(role: str, rank: dict | None = None) -> DsaRouteStats:
+    """The counters shared by every bundled backend this process builds for ``role``: with
+    two-batch overlap SGLang builds a primary and two children through the factory
+    (tbo_backend.py:44-48), and each child runs a micro-batch of the verify."""
+    r = rank or {}
+    key = (role, r.get("tp_rank"), r.get("pp_rank"), r.get("dp_rank"))
+    route = _PROCESS_ROUTES.get(key)
+    if route is None:
+        route = _PROCESS_ROUTES[key] = DsaRouteStats()
+    return route
+
+
+def reset_process_routes() -> None:
+    """Forget the shared counters (tests: a new process)."""
+    _PROCESS_ROUTES.clear()
+
+
 _CLASS = None
 
 
@@ -126,6 +168,7 @@ def backend_class():
 
         _dsa_verify_marked = False
         _dsa_verify_bs: int | None = None
+        _dsa_verify_reached = False  # an overridden impl saw the marked call (else: counted as declined)
 
         @property
         def dsa_route(self) -> DsaRouteStats:
@@ -161,21 +204,48 @@ def backend_class():
         def forward_extend(self, q, k, v, layer, forward_batch, *args, **kwargs):
             mode = getattr(forward_batch, "forward_mode", None)
             marked = bool(mode is not None and mode.is_target_verify())
-            prev, prev_bs = self._dsa_verify_marked, self._dsa_verify_bs
+            prev = self._dsa_verify_marked, self._dsa_verify_bs, self._dsa_verify_reached
             self._dsa_verify_marked = marked
             self._dsa_verify_bs = getattr(forward_batch, "batch_size", None) if marked else None
+            self._dsa_verify_reached = False
             try:
-                return super().forward_extend(q, k, v, layer, forward_batch, *args, **kwargs)
+                out = super().forward_extend(q, k, v, layer, forward_batch, *args, **kwargs)
+                if marked and not self._dsa_verify_reached:
+                    # SGLang served this verify with an impl that is not overridden here
+                    # (trtllm, flashmla_sparse, tilelang, triton, aiter, ...): count it, never
+                    # let a rank look idle while it runs SGLang's kernel
+                    self._dsa_decline(f"impl {getattr(self, 'dsa_decode_impl', None) or 'unknown'}")
+                return out
             finally:
-                self._dsa_verify_marked, self._dsa_verify_bs = prev, prev_bs
+                self._dsa_verify_marked, self._dsa_verify_bs, self._dsa_verify_reached = prev
 
         def _dsa_decline(self, reason: str) -> None:
+            self._dsa_verify_reached = True
             self.dsa_route.count(self._dsa_verify_bs, _capturing(), reason)
+
+        def _dsa_workspace(self, q_all, kv, page_table_1, capturing: bool):
+            """The bundled kernel's split workspace, owned by this backend: one per call shape
+            while capturing (allocated by the eager warmup runs before the capture, then
+            replayed by that shape's graph; never freed), one grow-only buffer for eager calls
+            (no graph reads it, so replacing it is safe)."""
+            import torch
+
+            from dsa_verify.api import workspace_numel_for
+
+            need = max(1, workspace_numel_for(q_all, kv, page_table_1))
+            wss = self.__dict__.setdefault("_dsa_verify_ws", {})
+            dev = q_all.device.index
+            key = (q_all.shape[0], q_all.shape[1], kv.shape[-1], dev) if capturing else ("eager", dev)
+            ws = wss.get(key)
+            if ws is None or ws.numel() < need:
+                ws = wss[key] = torch.empty(need, dtype=torch.float32, device=q_all.device)
+            return ws
 
         # -- the bundled call, or None (then the caller falls back) --
         def _dsa_bundled(self, q_all, kv_cache, page_table_1, seq_lens, sm_scale, v_head_dim=512):
             if not self._dsa_verify_marked:
                 return None
+            self._dsa_verify_reached = True
             route = self.dsa_route
             reason = route.static_decline
             if reason is None and route.kernel_error is not None:
@@ -184,9 +254,12 @@ def backend_class():
                 reason = "v_head_dim != 512"
             if reason is None and int(getattr(self, "dsa_index_kpool", 1) or 1) > 1:
                 reason = "index_kpool > 1"
+            topk = getattr(self, "dsa_index_topk", None)  # the model config's index_topk
+            if reason is None and topk is not None and page_table_1.shape[-1] != int(topk):
+                reason = "topk_width != index_topk"
             if reason is None:
                 try:
-                    from dsa_verify.api import dsa_verify_fwd, why_unsupported, workspace_numel_for
+                    from dsa_verify.api import dsa_verify_fwd, why_unsupported
 
                     T = q_all.shape[0]
                     if seq_lens.shape[0] > T:  # trailing metadata padding (graph batches)
@@ -197,17 +270,10 @@ def backend_class():
                     if why is not None:
                         reason = _short(why)
                     else:
-                        key = (T, q_all.shape[1], row, q_all.device.index)
-                        wss = self.__dict__.setdefault("_dsa_verify_ws", {})
-                        ws = wss.get(key)
-                        if ws is None:
-                            import torch
-
-                            need = workspace_numel_for(q_all, kv, page_table_1)
-                            ws = torch.empty(max(1, need), dtype=torch.float32, device=q_all.device)
-                            wss[key] = ws
+                        capturing = _capturing()
+                        ws = self._dsa_workspace(q_all, kv, page_table_1, capturing)
                         out = dsa_verify_fwd(q_all, kv, page_table_1, seq_lens, float(sm_scale), workspace=ws)
-                        route.count(self._dsa_verify_bs, _capturing(), None)
+                        route.count(self._dsa_verify_bs, capturing, None)
                         return out
                 except (
                     ImportError,
@@ -313,8 +379,15 @@ def make_dsa_factory(
 
         cfg = config_loader()
         role = runner_role(runner)
-        set_rank(**runner_rank(runner))
+        rank = runner_rank(runner)
+        set_rank(**rank)
         why_not = _route_refusal(cfg)
+        if why_not is None and role != "target":
+            # SGLang builds the draft runner's backend through this registry too
+            # (eagle_worker_v2.py:283 -> model_runner.py:1122 -> attention_backend_setup.py:283)
+            # before it swaps in its own DeepseekSparseAttnBackend (draft_utils.py:214-225,
+            # eagle_worker_v2.py:414): verify runs in the target model, the draft stays SGLang's
+            why_not = f"{cfg.reason}; {role} runner: only the target model's verify is routed"
         if why_not is not None:
             log.info("DSA verify kernel: SGLang's own (%s)", why_not)
             backend = stock(runner)
@@ -326,6 +399,7 @@ def make_dsa_factory(
             return backend
         log.info("DSA verify kernel: bundled %s (%s)", (cfg.bundle_sha or "?")[:12], cfg.reason)
         backend = backend_class()(runner)
+        backend.__dict__["_dsa_route"] = process_route(role, rank)
         record_dsa_active(backend, cfg, role)
         return backend
 

@@ -32,6 +32,7 @@ def dsa(sglang_ready, monkeypatch):
     from sglang_verify_plugin import dsa_backend
 
     saved = dict(attention_registry.ATTENTION_BACKENDS)
+    dsa_backend.reset_process_routes()  # each test is a new service process
     calls = {"sglang": [], "bundled": []}
 
     def sglang_impl(self, q_all, kv_cache, page_table_1, seq_lens, sm_scale, skip):
@@ -50,6 +51,7 @@ def dsa(sglang_ready, monkeypatch):
 
     monkeypatch.setattr(DeepseekSparseAttnBackend, "forward_extend", extend)
     yield types.SimpleNamespace(mod=dsa_backend, base=DeepseekSparseAttnBackend, calls=calls)
+    dsa_backend.reset_process_routes()
     attention_registry.ATTENTION_BACKENDS.clear()
     attention_registry.ATTENTION_BACKENDS.update(saved)
 
