@@ -5,7 +5,7 @@ through the plugin and writes ``<root>/active.d/tp<r>.json`` (then re-merges act
 The stand-in is one process, so this object plays every rank in turn with the plugin's own
 helpers: ``sglang_verify_plugin.config`` (``set_rank``, ``set_stats_provider``,
 ``record_active``: what the factory calls) and one ``BundledVerify`` per rank for the routing
-counters (``_count``: what the hook calls per verify call). The records are therefore the
+counters (``count``: what the hook calls per verify call). The records are therefore the
 plugin's format, not a copy of it.
 
 Control keys (``<root>/standin_control.json``, read at start and per request):
@@ -73,7 +73,7 @@ class StandinRanks:
 
     @staticmethod
     def _count(bv: Any, bs: int | None, capturing: bool, reason: str | None) -> None:
-        (bv.count if isinstance(bv, DsaRouteStats) else bv._count)(bs, capturing, reason)
+        bv.count(bs, capturing, reason)  # both routes keep sglang_verify_plugin.route_stats.RouteCounters
 
     def write_records(self) -> None:
         """Each rank's record and the merge, as each rank's process would write them."""
