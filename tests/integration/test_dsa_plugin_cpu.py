@@ -8,7 +8,10 @@ The bundled kernel itself is replaced by a recorder here (no GPU; the GPU parity
 its numbers), SGLang's decode impls by markers, and SGLang's forward_extend by a reduced one
 that calls the decode impl as SGLang does for TARGET_VERIFY. DeepseekSparseAttnBackend's
 __init__ needs a full model runner, so the factory tests replace it with one that sets the
-attributes the route reads (device, token_to_kv_pool, dsa_index_kpool)."""
+attributes the route reads (device, token_to_kv_pool, dsa_index_kpool).
+
+SGLang's real forward/forward_extend/forward_decode, capture metadata, capture mode and TBO
+construction drive the route in test_dsa_route_sglang_paths.py."""
 
 from __future__ import annotations
 

@@ -270,7 +270,7 @@ def test_padded_graph_rows_have_seq_len_one_and_all_minus_one_indices(route):
 
 
 def test_flashmla_kv_over_a_bf16_store_stays_on_sglang(route):
-    """SGLang quantizes the whole bf16 cache to fp8 for FlashMLA here (dsa_backend.py:3341-3343);
+    """SGLang quantizes the whole bf16 cache to fp8 for FlashMLA here (dsa_backend.py:3343-3344);
     the route declines rather than give different (unquantized) numbers."""
     b = _backend(route)
     fb = _batch("TARGET_VERIFY", [5])
