@@ -148,6 +148,17 @@ def test_plan_preserves_tokens_and_ownership_under_churn(pool, min_run):
     check_plan(pool, min_run)
 
 
+def _assert_not_worse(plan) -> None:
+    """A plan never leaves the pool more fragmented by the planner's own order: first the share of
+    tokens in runs at target (``min_run``, or the whole request), then fewer runs. Fewer tokens in
+    good runs is never allowed; more runs only when more tokens reach their target (hypothesis
+    found such a budgeted round: 97 -> 99 runs while 0 -> 2% of the tokens reached min_run)."""
+    a, b = plan.frag_after, plan.frag_before
+    assert a.frac_tokens_in_good_runs >= b.frac_tokens_in_good_runs - 1e-12
+    if a.frac_tokens_in_good_runs <= b.frac_tokens_in_good_runs + 1e-12:
+        assert a.runs <= b.runs
+
+
 def _assert_incremental_rounds_write_only_free_slots(pool: PoolIndex, plan) -> None:
     """Every round is incremental and each destination is free when its round starts."""
     isfree = np.zeros(pool.num_slots + 1, dtype=bool)
@@ -164,7 +175,7 @@ def _assert_incremental_rounds_write_only_free_slots(pool: PoolIndex, plan) -> N
 def test_split_incremental_rounds_preserve_tokens_and_write_only_free_slots(pool, min_run, max_rounds):
     plan = check_plan(pool, min_run, max_rounds=max_rounds, compact=False, split=True)
     _assert_incremental_rounds_write_only_free_slots(pool, plan)
-    assert plan.frag_after.runs <= plan.frag_before.runs
+    _assert_not_worse(plan)
 
 
 def _interleaved_full_pool(n_req=8, length=300, free_frac=0.34, seed=0):
@@ -342,7 +353,7 @@ def test_budgeted_plan_stays_within_its_budget_and_preserves_every_token(pool, m
     )
     _assert_incremental_rounds_write_only_free_slots(pool, plan)
     assert plan.tokens_moved <= moves
-    assert plan.frag_after.runs <= plan.frag_before.runs
+    _assert_not_worse(plan)
     if plan.resume_at is not None:
         assert 0 <= plan.resume_at < max(1, pool.num_requests)
 
