@@ -124,20 +124,20 @@ def interpreter_tags() -> dict:
     return tags
 
 
-def check_prebuilt(arch: str) -> dict:
-    """The prebuilt library's record for ``arch``, checked; raises PrebuiltUnavailable with the reason.
+def check_record(d: Path, arch: str, ext_name: str, want_source_hash: str, label: str = "library") -> dict:
+    """The prebuilt ``label`` in folder ``d`` (``<ext_name>.so`` + build.json), checked for ``arch``;
+    raises PrebuiltUnavailable with the reason. Shared by mla_verify and dsa_verify.
 
     Checks, in order: the record exists and parses, names this arch and these sources
-    (``source_hash``), the library exists and its sha256 equals the record's, and it was built
-    for this Python and torch. Reads files only: no compiler, no lock.
+    (``want_source_hash``), the library exists and its sha256 equals the record's, and it was
+    built for this Python and torch. Reads files only: no compiler, no lock.
     """
-    d = prebuilt_dir(arch)
-    rec_path, lib = d / RECORD_NAME, d / LIBRARY_NAME
+    rec_path, lib = d / RECORD_NAME, d / f"{ext_name}.so"
     try:
         record = json.loads(rec_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PrebuiltUnavailable(
-            f"prebuilt library missing: no {rec_path} (phase 0 builds it: python -m verify_tools.build_check "
+            f"prebuilt {label} missing: no {rec_path} (phase 0 builds it: python -m verify_tools.build_check "
             f"--arch {arch} --library)"
         ) from None
     except (OSError, ValueError) as exc:
@@ -145,28 +145,49 @@ def check_prebuilt(arch: str) -> dict:
     if not isinstance(record, dict):
         raise PrebuiltUnavailable(f"prebuilt record {rec_path} is not a JSON object")
     if record.get("arch") != arch:
-        raise PrebuiltUnavailable(f"prebuilt library is for {record.get('arch')}, this GPU needs {arch}")
-    want_src = source_hash(arch)
-    if record.get("source_hash") != want_src:
+        raise PrebuiltUnavailable(f"prebuilt {label} is for {record.get('arch')}, this GPU needs {arch}")
+    if record.get("source_hash") != want_source_hash:
         raise PrebuiltUnavailable(
-            f"prebuilt library was built from other sources (source_hash {record.get('source_hash')}, "
-            f"bundle has {want_src})"
+            f"prebuilt {label} was built from other sources (source_hash {record.get('source_hash')}, "
+            f"bundle has {want_source_hash})"
         )
     if not lib.is_file():
-        raise PrebuiltUnavailable(f"prebuilt library missing: {lib}")
+        raise PrebuiltUnavailable(f"prebuilt {label} missing: {lib}")
     got = sha256_file(lib)
     if got != record.get("sha256"):
         raise PrebuiltUnavailable(
-            f"prebuilt library hash mismatch: {lib} has sha256 {got[:16]}, {RECORD_NAME} says "
+            f"prebuilt {label} hash mismatch: {lib} has sha256 {got[:16]}, {RECORD_NAME} says "
             f"{str(record.get('sha256'))[:16]}"
         )
     tags = interpreter_tags()
     for key in ("python", "torch"):
         if record.get(key) != tags[key]:
             raise PrebuiltUnavailable(
-                f"prebuilt library was built for {key} {record.get(key)}, this process runs {key} {tags[key]}"
+                f"prebuilt {label} was built for {key} {record.get(key)}, this process runs {key} {tags[key]}"
             )
     return {**record, "path": str(lib)}
+
+
+def import_library(path: str, ext_name: str, label: str = "library"):
+    """Import the extension file ``path`` (module ``ext_name``) with importlib; it must have fwd()."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(ext_name, path)
+    spec = importlib.util.spec_from_file_location(ext_name, path, loader=loader)
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+    except Exception as exc:  # dlopen errors (missing libtorch_cuda, ABI) come back as ImportError
+        raise PrebuiltUnavailable(f"prebuilt {label} {path} failed to load: {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(mod, "fwd", None)):
+        raise PrebuiltUnavailable(f"prebuilt {label} {path} has no fwd()")
+    return mod
+
+
+def check_prebuilt(arch: str) -> dict:
+    """The prebuilt library's record for ``arch``, checked (:func:`check_record`)."""
+    return check_record(prebuilt_dir(arch), arch, EXT_NAME, source_hash(arch))
 
 
 def load_prebuilt(arch: str):
@@ -174,20 +195,7 @@ def load_prebuilt(arch: str):
     key = ("prebuilt", arch)
     if key in _MODULES:
         return _MODULES[key]
-    record = check_prebuilt(arch)
-    import importlib.machinery
-    import importlib.util
-
-    path = record["path"]
-    loader = importlib.machinery.ExtensionFileLoader(EXT_NAME, path)
-    spec = importlib.util.spec_from_file_location(EXT_NAME, path, loader=loader)
-    try:
-        mod = importlib.util.module_from_spec(spec)
-        loader.exec_module(mod)
-    except Exception as exc:  # dlopen errors (missing libtorch_cuda, ABI) come back as ImportError
-        raise PrebuiltUnavailable(f"prebuilt library {path} failed to load: {type(exc).__name__}: {exc}") from exc
-    if not callable(getattr(mod, "fwd", None)):
-        raise PrebuiltUnavailable(f"prebuilt library {path} has no fwd()")
+    mod = import_library(check_prebuilt(arch)["path"], EXT_NAME)
     _MODULES[key] = mod
     return mod
 
@@ -207,8 +215,20 @@ setup(
 """
 
 
-def build_prebuilt(arch: str, out_dir: Path | None = None, timeout_s: float = 1800.0, jobs: int | None = None) -> dict:
-    """Compile the extension for ``arch`` with this Python's torch; write the library and its record.
+def compile_library(
+    arch: str,
+    *,
+    ext_name: str,
+    csrc: Path,
+    sources: tuple[str, ...],
+    nvcc: list[str],
+    want_source_hash: str,
+    out: Path,
+    timeout_s: float,
+    jobs: int | None = None,
+) -> dict:
+    """Compile ``ext_name`` for ``arch`` with this Python's torch; write ``out/<ext_name>.so`` and
+    its build.json. Shared by mla_verify and dsa_verify.
 
     Uses torch's public ``CUDAExtension``/``BuildExtension`` in a child process (its compiler
     output stays out of our stdout) and a fresh temporary build folder (no shared lock). The
@@ -218,16 +238,16 @@ def build_prebuilt(arch: str, out_dir: Path | None = None, timeout_s: float = 18
     """
     if arch not in TORCH_ARCH:
         raise ValueError(f"arch must be one of {sorted(TORCH_ARCH)}, got {arch!r}")
-    out = Path(out_dir) if out_dir is not None else prebuilt_dir(arch)
+    library_name = f"{ext_name}.so"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="mlav-aot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{ext_name}-aot-") as tmp:
         args = {
-            "name": EXT_NAME,
-            "sources": [str(CSRC / s) for s in SOURCES],
-            "include": [str(CSRC)],
+            "name": ext_name,
+            "sources": [str(csrc / s) for s in sources],
+            "include": [str(csrc)],
             "cxx": CXX_FLAGS,
-            "nvcc": nvcc_flags(arch),
+            "nvcc": nvcc,
             "out": os.path.join(tmp, "lib"),
             "tmp": os.path.join(tmp, "obj"),
         }
@@ -249,7 +269,7 @@ def build_prebuilt(arch: str, out_dir: Path | None = None, timeout_s: float = 18
             return {"ok": False, "arch": arch, "error": f"extension build ran past {timeout_s:g}s"}
         secs = round(time.time() - t0, 2)
         log = (proc.stdout + proc.stderr).strip()
-        built = sorted(Path(args["out"]).glob(f"{EXT_NAME}*.so"))
+        built = sorted(Path(args["out"]).glob(f"{ext_name}*.so"))
         if proc.returncode != 0 or not built:
             return {
                 "ok": False,
@@ -258,8 +278,8 @@ def build_prebuilt(arch: str, out_dir: Path | None = None, timeout_s: float = 18
                 "error": f"extension build exited {proc.returncode}" + ("" if built else ", no library produced"),
                 "log_tail": log[-3000:],
             }
-        lib = out / LIBRARY_NAME
-        tmp_lib = out / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
+        lib = out / library_name
+        tmp_lib = out / f".{library_name}.{os.getpid()}.tmp"
         with open(built[0], "rb") as src, open(tmp_lib, "wb") as dst:
             while chunk := src.read(1 << 20):
                 dst.write(chunk)
@@ -268,11 +288,11 @@ def build_prebuilt(arch: str, out_dir: Path | None = None, timeout_s: float = 18
     digest = sha256_file(tmp_lib)
     record = {
         "arch": arch,
-        "library": LIBRARY_NAME,
+        "library": library_name,
         "sha256": digest,
         "size_bytes": tmp_lib.stat().st_size,
-        "source_hash": source_hash(arch),
-        "nvcc_flags": nvcc_flags(arch),
+        "source_hash": want_source_hash,
+        "nvcc_flags": nvcc,
         "built_at": time.time(),
         "build_seconds": secs,
         **interpreter_tags(),
@@ -291,6 +311,22 @@ def build_prebuilt(arch: str, out_dir: Path | None = None, timeout_s: float = 18
         os.fsync(fh.fileno())
     os.replace(tmp_rec, rec)
     return {"ok": True, "path": str(lib), "record": str(rec), "seconds": secs, **record}
+
+
+def build_prebuilt(arch: str, out_dir: Path | None = None, timeout_s: float = 1800.0, jobs: int | None = None) -> dict:
+    """Compile the extension for ``arch`` into ``out_dir`` (default :func:`prebuilt_dir`) with its
+    record (:func:`compile_library`; ValueError for an arch it cannot build)."""
+    return compile_library(
+        arch,
+        ext_name=EXT_NAME,
+        csrc=CSRC,
+        sources=SOURCES,
+        nvcc=nvcc_flags(arch),
+        want_source_hash=source_hash(arch),
+        out=Path(out_dir) if out_dir is not None else prebuilt_dir(arch),
+        timeout_s=timeout_s,
+        jobs=jobs,
+    )
 
 
 # ----------------------------------------------------------------------------- load
@@ -315,6 +351,41 @@ def load(arch: str):
     return mod
 
 
+def compile_jit(
+    arch: str,
+    *,
+    name: str,
+    csrc: Path,
+    sources: tuple[str, ...],
+    nvcc: list[str],
+    extra: list[str],
+    build_dir: Path,
+    verbose: bool,
+):
+    """torch ``cpp_extension.load`` of ``sources`` for ``arch`` into ``build_dir`` (development
+    only; TORCH_CUDA_ARCH_LIST set for the build and restored). Shared by mla_verify and dsa_verify."""
+    from torch.utils import cpp_extension
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = TORCH_ARCH[arch]
+    try:
+        return cpp_extension.load(
+            name=name,
+            sources=[str(csrc / s) for s in sources],
+            extra_cflags=CXX_FLAGS + extra,
+            extra_cuda_cflags=nvcc + extra,
+            extra_include_paths=[str(csrc)],
+            build_directory=str(build_dir),
+            verbose=verbose,
+        )
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = old
+
+
 def load_jit(arch: str):
     """Compile (once, cached by source hash) and import the extension; development only."""
     if prebuilt_only():
@@ -322,27 +393,16 @@ def load_jit(arch: str):
     key = ("jit", arch)
     if key in _MODULES:
         return _MODULES[key]
-    from torch.utils import cpp_extension
-
     digest = source_hash(arch)
-    build_dir = cache_root() / digest
-    build_dir.mkdir(parents=True, exist_ok=True)
-    old = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = TORCH_ARCH[arch]
-    try:
-        mod = cpp_extension.load(
-            name=f"mla_verify_{arch}_{digest}",
-            sources=[str(CSRC / s) for s in SOURCES],
-            extra_cflags=CXX_FLAGS,
-            extra_cuda_cflags=nvcc_flags(arch),
-            extra_include_paths=[str(CSRC)],
-            build_directory=str(build_dir),
-            verbose=bool(os.environ.get("MLAV_VERBOSE_BUILD")),
-        )
-    finally:
-        if old is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = old
+    mod = compile_jit(
+        arch,
+        name=f"mla_verify_{arch}_{digest}",
+        csrc=CSRC,
+        sources=SOURCES,
+        nvcc=nvcc_flags(arch),
+        extra=[],
+        build_dir=cache_root() / digest,
+        verbose=bool(os.environ.get("MLAV_VERBOSE_BUILD")),
+    )
     _MODULES[key] = mod
     return mod
