@@ -103,37 +103,27 @@ def nvcc_version(nvcc: str) -> str:
     return m.group(2) if m else out.strip().splitlines()[-1]
 
 
-def build(arch: str, nvcc: str) -> dict:
-    limit = tiles.SMEM_LIMIT[arch]
-    with tempfile.TemporaryDirectory(prefix="mlav-build-") as tmp:
-        cmd = [
-            nvcc,
-            *nvcc_flags(arch),
-            "-Xptxas",
-            "-v",
-            "-cubin",
-            "-I",
-            str(CSRC),
-            str(CSRC / "mla_verify.cu"),
-            "-o",
-            os.path.join(tmp, "mla_verify.cubin"),
-        ]
+def ptxas_report(nvcc: str, arch: str, flags: list[str], csrc: Path, source: str, limit: int, smem_of) -> dict:
+    """nvcc-compile ``csrc/source`` to a cubin with ``-Xptxas -v`` (no GPU, no torch) and read the
+    per-kernel resources: registers, spills, stack, static smem + ``smem_of(kernel)`` (the
+    kernel's dynamic bytes; it may add fields to the kernel entry), ``smem_ok`` against
+    ``limit``. ``errors`` covers nvcc failing, no kernels, spills and smem; ``ok`` is no errors.
+    Shared by the dense (:func:`build`) and the DSA (:func:`dsa_build`) checks."""
+    stem = Path(source).stem
+    with tempfile.TemporaryDirectory(prefix=f"{stem}-build-") as tmp:
+        cmd = [nvcc, *flags, "-Xptxas", "-v", "-cubin", "-I", str(csrc), str(csrc / source)]
+        cmd += ["-o", os.path.join(tmp, f"{stem}.cubin")]
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         secs = round(time.time() - t0, 2)
     log = proc.stdout + proc.stderr
     kernels = parse_ptxas(log)
     for k in kernels:
-        dyn, cfg = dynamic_smem(k["name"])
-        k["tile_config"] = cfg
-        k["dynamic_smem_bytes"] = dyn
-        k["smem_bytes"] = k["static_smem_bytes"] + dyn
+        k["dynamic_smem_bytes"] = smem_of(k)
+        k["smem_bytes"] = k["static_smem_bytes"] + k["dynamic_smem_bytes"]
         k["spill_bytes"] = k["spill_store_bytes"] + k["spill_load_bytes"]
         k["smem_ok"] = k["smem_bytes"] <= limit
-    compiled = proc.returncode == 0 and bool(kernels)
     spill = sum(k["spill_bytes"] for k in kernels)
-    smem_ok = all(k["smem_ok"] for k in kernels)
-    ok = compiled and spill == 0 and smem_ok
     errors = []
     if proc.returncode != 0:
         errors.append(f"nvcc exited {proc.returncode}: {log.strip()[-2000:]}")
@@ -141,23 +131,47 @@ def build(arch: str, nvcc: str) -> dict:
         errors.append("ptxas reported no kernels")
     if spill:
         errors.append(f"{spill} spill bytes")
-    if not smem_ok:
+    if not all(k["smem_ok"] for k in kernels):
         errors.append(f"smem above the {limit} B per-block limit of {arch}")
     return {
-        "ok": ok,
-        "arch": arch,
-        "nvcc_version": nvcc_version(nvcc),
+        "ok": not errors,
+        "returncode": proc.returncode,
         "command": cmd,
         "compile_seconds": secs,
         "kernels": kernels,
         "errors": errors,
         "summary": {
-            "arch": arch,
             "kernels": len(kernels),
             "spill_bytes": spill,
             "max_registers": max((k["registers"] or 0 for k in kernels), default=0),
             "max_smem_bytes": max((k["smem_bytes"] for k in kernels), default=0),
             "smem_limit_bytes": limit,
+        },
+    }
+
+
+def build(arch: str, nvcc: str) -> dict:
+    """The dense kernel's check: ``mla_verify/csrc/mla_verify.cu`` for ``arch`` (:func:`ptxas_report`;
+    a kernel's dynamic smem from the tile config in its mangled name)."""
+
+    def smem_of(k: dict) -> int:
+        dyn, cfg = dynamic_smem(k["name"])
+        k["tile_config"] = cfg
+        return dyn
+
+    rep = ptxas_report(nvcc, arch, nvcc_flags(arch), CSRC, "mla_verify.cu", tiles.SMEM_LIMIT[arch], smem_of)
+    kernels = rep["kernels"]
+    return {
+        "ok": rep["ok"],
+        "arch": arch,
+        "nvcc_version": nvcc_version(nvcc),
+        "command": rep["command"],
+        "compile_seconds": rep["compile_seconds"],
+        "kernels": kernels,
+        "errors": rep["errors"],
+        "summary": {
+            "arch": arch,
+            **rep["summary"],
             "stack_bytes": max((k["stack_bytes"] for k in kernels), default=0),
         },
     }
@@ -355,61 +369,34 @@ def main(argv=None) -> int:
 
 def dsa_build(arch: str, nvcc: str) -> dict:
     """Compile ``dsa_verify/csrc/dsa_verify.cu`` (the sparse DSA verify kernel) for ``arch`` to a
-    cubin with ``-Xptxas -v`` (no GPU, no torch); per kernel registers, spills, stack and smem
-    (static + the dynamic bytes its launcher asks for, from ``dsa_verify.tiles``). ``ok`` needs
-    every tile config (bf16 and fp8) present, 0 spill bytes and smem within the arch's limit."""
+    cubin with ``-Xptxas -v`` (no GPU, no torch; :func:`ptxas_report`); per kernel registers,
+    spills, stack and smem (static + the dynamic bytes its launcher asks for, from
+    ``dsa_verify.tiles``). ``ok`` needs every tile config (bf16 and fp8) present, 0 spill bytes
+    and smem within the arch's limit."""
     from dsa_verify import tiles as dsa_tiles
     from dsa_verify._build import CSRC as DSA_CSRC
     from dsa_verify._build import nvcc_flags as dsa_nvcc_flags
 
-    flags = dsa_nvcc_flags(arch)
-    limit = dsa_tiles.SMEM_LIMIT[arch]
-    exe = nvcc
-    with tempfile.TemporaryDirectory(prefix="dsav-build-") as tmp:
-        cmd = [exe, *flags, "-Xptxas", "-v", "-cubin", "-I", str(DSA_CSRC), str(DSA_CSRC / "dsa_verify.cu")]
-        cmd += ["-o", os.path.join(tmp, "dsa_verify.cubin")]
-        t0 = time.time()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        secs = round(time.time() - t0, 2)
-    log = proc.stdout + proc.stderr
-    kernels = parse_ptxas(log)
-    for k in kernels:
+    def smem_of(k: dict) -> int:
         found = dsa_tiles.config_for_mangled(k["name"])
         k["tile_config"] = found[0].name if found else None
         k["fp8"] = found[1] if found else None
-        k["dynamic_smem_bytes"] = found[0].smem_bytes(found[1]) if found else 0
-        k["smem_bytes"] = k["static_smem_bytes"] + k["dynamic_smem_bytes"]
-        k["spill_bytes"] = k["spill_store_bytes"] + k["spill_load_bytes"]
-        k["smem_ok"] = k["smem_bytes"] <= limit
+        return found[0].smem_bytes(found[1]) if found else 0
+
+    rep = ptxas_report(nvcc, arch, dsa_nvcc_flags(arch), DSA_CSRC, "dsa_verify.cu", dsa_tiles.SMEM_LIMIT[arch], smem_of)
+    kernels, errors = rep["kernels"], rep["errors"]
     want = {(c.name, f) for c in dsa_tiles.ARCH_CONFIGS[arch] for f in (False, True)}
     got = {(k["tile_config"], k["fp8"]) for k in kernels if k["tile_config"]}
-    spill = sum(k["spill_bytes"] for k in kernels)
-    errors = []
-    if proc.returncode != 0:
-        errors.append(f"nvcc exited {proc.returncode}: {log.strip()[-2000:]}")
-    elif not kernels:
-        errors.append("ptxas reported no kernels")
-    if want - got and proc.returncode == 0:
-        errors.append(f"configs missing from the cubin: {sorted(want - got)}")
-    if spill:
-        errors.append(f"{spill} spill bytes")
-    if not all(k["smem_ok"] for k in kernels):
-        errors.append(f"smem above the {limit} B per-block limit of {arch}")
+    if want - got and rep["returncode"] == 0:  # after a "no kernels" error, before the spill one
+        errors.insert(0 if kernels else 1, f"configs missing from the cubin: {sorted(want - got)}")
     return {
         "ok": not errors,
         "arch": arch,
-        "command": cmd,
-        "compile_seconds": secs,
+        "command": rep["command"],
+        "compile_seconds": rep["compile_seconds"],
         "kernels": kernels,
         "errors": errors,
-        "summary": {
-            "arch": arch,
-            "kernels": len(kernels),
-            "spill_bytes": spill,
-            "max_registers": max((k["registers"] or 0 for k in kernels), default=0),
-            "max_smem_bytes": max((k["smem_bytes"] for k in kernels), default=0),
-            "smem_limit_bytes": limit,
-        },
+        "summary": {"arch": arch, **rep["summary"]},
     }
 
 
