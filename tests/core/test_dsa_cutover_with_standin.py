@@ -7,15 +7,9 @@ records its TP ranks as the plugin does (tests/support/sglang_standin_ranks.py).
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-import yaml
-from core_helpers import REPO, invoke
-
-from tests.support.net import free_port
-from tests.support.paths import copy_kernels
-from tests.support.sglang_standin import Standin
+from core_helpers import approve_and_run_phase3, phase_results, standin_phase3
 
 pytestmark = pytest.mark.slow
 
@@ -25,39 +19,7 @@ def dsa_host(ws, request):
     """A local host whose inventory says model_family ``request.param[0]`` and whose stand-in
     serves a ``request.param[1]`` model on 2 TP ranks."""
     inventory_family, served = request.param
-    copy_kernels(ws.checkout)
-    root = ws.root / "remote" / "local"
-    root.mkdir(parents=True)
-    standin = Standin(root, free_port())
-    ws.inventory.write_text(
-        yaml.safe_dump(
-            {
-                "hosts": [
-                    {
-                        "name": "local",
-                        "connection": "local",
-                        "remote_root": str(root),
-                        "model_family": inventory_family,
-                        "service": {
-                            "restart": standin.restart_argv,
-                            "health_url": standin.health_url,
-                            "generate_url": standin.generate_url,
-                            "python": sys.executable,
-                            "health_timeout_s": 60,
-                        },
-                    }
-                ]
-            }
-        )
-    )
-    spec = yaml.safe_load((REPO / "phases" / "3-integration.yaml").read_text())
-    spec["requires"] = None
-    spec["steps"] = [s for s in spec["steps"] if s["id"] not in ("probe", "stage")]
-    canary = next(s for s in spec["steps"] if s["id"] == "canary")
-    for g in canary["gates"]:  # the stand-in answers in ~1 ms: the latency ratio is scheduler noise
-        if g["metric"] == "latency_ratio":
-            g["value"] = 1000
-    (ws.phases / "3-integration.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    standin, root = standin_phase3(ws, model_family=inventory_family)
     standin.control(tp=2, model_family=served)
     standin.restart()
     standin.wait_up(30)
@@ -66,20 +28,10 @@ def dsa_host(ws, request):
     standin.stop()
 
 
-def approve_and_run(ws) -> tuple[int, dict]:
-    plan = json.loads(invoke("plan", "3", "--json").stdout)["plan"]
-    r = invoke("run", "3", "--json", "--approve", plan["digest"])
-    return r.exit_code, json.loads(r.stdout)
-
-
-def results(doc) -> dict[str, dict]:
-    return {s["id"]: s["hosts"].get("local") for s in doc["results"]["phases"][0]["steps"]}
-
-
 @pytest.mark.parametrize("dsa_host", [("dsa", "dsa")], indirect=True)
 def test_a_dsa_host_is_cut_over_to_the_dsa_route_on_every_rank(dsa_host):
-    code, doc = approve_and_run(dsa_host)
-    res = results(doc)
+    code, doc = approve_and_run_phase3()
+    res = phase_results(doc)
     assert code == 0, {k: (v or {}).get("reason") for k, v in res.items()}
     assert res["switch"]["metrics"]["model_family"] == "dsa"
     m = res["canary"]["metrics"]
@@ -94,8 +46,8 @@ def test_a_dsa_host_is_cut_over_to_the_dsa_route_on_every_rank(dsa_host):
 def test_a_host_whose_inventory_family_is_wrong_fails_the_canary_and_is_rolled_back(dsa_host):
     """The probe catches this first (model_family_derived); without it, the canary still does:
     the route the switch enabled is not the backend SGLang built, so no rank records it."""
-    code, doc = approve_and_run(dsa_host)
-    res = results(doc)
+    code, doc = approve_and_run_phase3()
+    res = phase_results(doc)
     assert code == 1 and res["canary"]["status"] == "failed"
     m = res["canary"]["metrics"]
     assert m["kernel_active"] is False and m["route_family"] is None
