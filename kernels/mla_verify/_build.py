@@ -406,3 +406,30 @@ def load_jit(arch: str):
     )
     _MODULES[key] = mod
     return mod
+
+
+TRACE_FLAG = "-DMLAV_TRACE=1"
+
+
+def load_trace(arch: str):
+    """The diagnostic build of `arch` (JIT only, never prebuilt): the same kernels plus a per-CTA
+    %globaltimer timeline (module.set_trace(int64 tensor), csrc -DMLAV_TRACE). The shipped library
+    never has it; verify_tools.bench --trace reads it."""
+    if prebuilt_only():
+        raise PrebuiltUnavailable("JIT build refused: this process is in prebuilt-only mode (a service)")
+    key = ("jit-trace", arch)
+    if key in _MODULES:
+        return _MODULES[key]
+    digest = hashlib.sha256((source_hash(arch) + TRACE_FLAG).encode()).hexdigest()[:16]
+    mod = compile_jit(
+        arch,
+        name=f"mla_verify_{arch}_{digest}_trace",
+        csrc=CSRC,
+        sources=SOURCES,
+        nvcc=nvcc_flags(arch),
+        extra=[TRACE_FLAG],
+        build_dir=cache_root() / f"{digest}-trace",
+        verbose=bool(os.environ.get("MLAV_VERBOSE_BUILD")),
+    )
+    _MODULES[key] = mod
+    return mod

@@ -420,7 +420,7 @@ def mla_verify_fwd(
     v_alias = int(v_extend.data_ptr() == k_extend.data_ptr() and v_extend.stride(0) == k_extend.stride(0))
     from ._build import load
 
-    mod = load(arch)
+    mod = _TRACE_MODULE.get(arch) or load(arch)
     mod.fwd(
         q_extend,
         k_extend,
@@ -446,6 +446,25 @@ def mla_verify_fwd(
         *rule,
     )
     return o_extend
+
+
+_TRACE_MODULE: dict = {}
+
+
+def use_trace_build(device, on: bool = True):
+    """Diagnostics only: route this process's calls through the -DMLAV_TRACE build (JIT) of the
+    device's arch, whose `set_trace(int64 tensor | None)` makes the kernels write a per-CTA
+    %globaltimer timeline (csrc/mla_verify_kernel.cuh); returns that module. on=False: back to
+    the normal module."""
+    arch = device_arch(device)
+    if not on:
+        _TRACE_MODULE.pop(arch, None)
+        return None
+    from ._build import load_trace
+
+    mod = load_trace(arch)
+    _TRACE_MODULE[arch] = mod
+    return mod
 
 
 def why_unsupported(*args, **kwargs) -> str | None:

@@ -698,6 +698,175 @@ def parse_shapes(text):
     return out
 
 
+def _env_call(env, fn):
+    """fn() with os.environ updated by `env` (restored after): the binding reads MLAV_* per call."""
+    import os
+
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _padded_buffer(torch, inp, numel):
+    """kv_indices copied into a larger (CUDA-graph style) buffer: the device-side split rule runs."""
+    buf = torch.zeros(numel, dtype=torch.int64, device=inp["kv_indices"].device)
+    buf[: inp["kv_indices"].numel()].copy_(inp["kv_indices"])
+    return buf
+
+
+def _trace_summary(tr, split_ctas, t_event_us):
+    """Per-phase statistics (µs from the first split CTA's entry) of one traced replay."""
+    import statistics as st
+
+    rows = tr.view(-1, 8).tolist()
+    split = [r for r in rows[:split_ctas] if r[0]]
+    comb = [r for r in rows[split_ctas:] if r[0]]
+    if not split:
+        return {"error": "no split CTA stamped"}
+    t0 = min(r[0] for r in split)
+
+    def stat(vals):
+        vals = sorted(vals)
+        return [round(vals[0] / 1e3, 2), round(st.median(vals) / 1e3, 2), round(vals[-1] / 1e3, 2)] if vals else None
+
+    working = [r for r in split if r[5]]
+    out = {"event_us": round(t_event_us, 2), "split_ctas_stamped": len(split), "working": len(working)}
+    names = ("entry", "idx_ready", "tile0_issued", "tile0_visible", "loop_done", "epilogue_done")
+    for k, nm in enumerate(names):
+        out[nm] = stat([r[k] - t0 for r in working if r[k]])
+    out["d_idx"] = stat([r[1] - r[0] for r in working])
+    out["d_issue"] = stat([r[2] - r[1] for r in working if r[2]])
+    out["d_first_tile"] = stat([r[3] - r[2] for r in working if r[3] and r[2]])
+    out["d_loop"] = stat([r[4] - r[3] for r in working if r[4] and r[3]])
+    out["d_epilogue"] = stat([r[5] - r[4] for r in working if r[5] and r[4]])
+    out["ntiles"] = sorted({r[6] >> 32 for r in working})
+    out["S"] = sorted({r[7] for r in split})
+    if comb:
+        out["combine_blocks"] = len(comb)
+        out["comb_entry"] = stat([r[0] - t0 for r in comb])
+        out["comb_released"] = stat([r[2] - t0 for r in comb if r[2]])
+        out["comb_end"] = stat([r[3] - t0 for r in comb if r[3]])
+    return out
+
+
+def v6_diag(torch, timer, iters=30):
+    """v6 diagnostics (issue 13, B=1 intercept): per-CTA %globaltimer timelines of the trace build
+    (exact-size and graph-buffer inputs, fp32 and bf16 partials) and same-process A/B timings
+    (graph replay, L2 flushed) of the partial dtype, the device-side split rule and split counts."""
+    from mla_verify import api, mla_verify_fwd, tiles
+
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    doc = {"trace": [], "ab": [], "splits": []}
+
+    def inputs(B, L, n, H):
+        inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
+        return inp, list(kernel_args(inp))
+
+    # ---- timelines ----
+    mod = api.use_trace_build(dev)
+    for B, L, n, H in ((1, 4096, 8, 16), (1, 32768, 8, 16)):
+        inp, a = inputs(B, L, n, H)
+        m_tiles = -(-n * H // 64)
+        T = B * n
+        tr = torch.zeros(8 * (B * 128 * m_tiles + T * H * 4), dtype=torch.int64, device=dev)
+        padded = _padded_buffer(torch, inp, 131072 * B)
+        for label, env, idx in (
+            ("exact fp32", {"MLAV_PART_BF16": "0"}, inp["kv_indices"]),
+            ("exact bf16", {"MLAV_PART_BF16": "1"}, inp["kv_indices"]),
+            ("graphbuf fp32", {"MLAV_PART_BF16": "0"}, padded),
+        ):
+            b = list(a)
+            b[8] = idx
+            rule = api.split_rule(B, n, H, sms, tiles.SM90WG, 1)
+            S = api.splits_for_total(rule, B, idx.numel())
+            mod.set_trace(tr)
+            g = _env_call(env, lambda b=b: timer.graph(lambda: mla_verify_fwd(*b, sm_scale=inp["sm_scale"])))
+            mod.set_trace(None)
+            res = []
+            for _ in range(5):
+                timer.flush_buf.fill_(1.0)
+                timer.flush_buf[: timer.flush_buf.numel() // 2].sum()
+                tr.zero_()
+                s_ev, e_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s_ev.record()
+                g.replay()
+                e_ev.record()
+                e_ev.synchronize()
+                res.append(_trace_summary(tr.cpu(), B * S * m_tiles, s_ev.elapsed_time(e_ev) * 1e3))
+            res.sort(key=lambda r: r.get("event_us", 0))
+            med = res[len(res) // 2]
+            med.update({"B": B, "L": L, "n": n, "H": H, "variant": label, "grid_S": S,
+                        "event_us_all": [r.get("event_us") for r in res]})
+            doc["trace"].append(med)
+            print(f"[diag] trace B={B} L={L} {label}: {json.dumps(med)}", file=sys.stderr)
+            g = None
+    api.use_trace_build(dev, False)
+
+    # ---- A/B timings: partial dtype, device rule (graph buffer) vs exact, explicit count ----
+    shapes = ((1, 512, 8, 16), (1, 4096, 8, 16), (1, 32768, 8, 16), (1, 131072, 8, 16), (8, 32768, 8, 16),
+              (32, 8192, 8, 16), (4, 131072, 4, 16))
+    for B, L, n, H in shapes:
+        inp, a = inputs(B, L, n, H)
+        rule = api.split_rule(B, n, H, sms, tiles.SM90WG, 1)
+        S = api.splits_for_total(rule, B, B * L)
+        padded = _padded_buffer(torch, inp, B * 131072 + 64)
+        variants = {
+            "fp32": ({"MLAV_PART_BF16": "0"}, None, None),
+            "bf16": ({"MLAV_PART_BF16": "1"}, None, None),
+            "fp32_explicit": ({"MLAV_PART_BF16": "0"}, None, S),
+            "fp32_graphbuf": ({"MLAV_PART_BF16": "0"}, padded, None),
+            "bf16_graphbuf": ({"MLAV_PART_BF16": "1"}, padded, None),
+        }
+        times = {k: [] for k in variants}
+        outs = {}
+        for _ in range(2):
+            for k, (env, idx, ns) in variants.items():
+                b = list(a)
+                if idx is not None:
+                    b[8] = idx
+
+                def fn(b=b, ns=ns):
+                    return mla_verify_fwd(*b, sm_scale=inp["sm_scale"], num_splits=ns)
+
+                us, _ = _env_call(env, lambda fn=fn: timer.time_graph_or_eager(fn, 3, iters))
+                times[k].append(us)
+                outs[k] = inp["o_extend"].float().clone()
+        ref = outs["fp32"]
+        row = {"B": B, "L": L, "n": n, "H": H, "S": S, "us": {k: round(min(v), 2) for k, v in times.items()},
+               "runs": times,
+               "rel_vs_fp32": {k: float((v - ref).norm() / ref.norm()) for k, v in outs.items()},
+               "bitwise_graphbuf_fp32": bool(torch.equal(outs["fp32_graphbuf"], ref))}
+        mn = row["us"]
+        row["ratio_bf16_over_fp32"] = mn["bf16"] / mn["fp32"]
+        row["ratio_fp32_over_explicit"] = mn["fp32"] / mn["fp32_explicit"]
+        row["ratio_graphbuf_over_exact"] = mn["fp32_graphbuf"] / mn["fp32"]
+        doc["ab"].append(row)
+        print(f"[diag] ab B={B} L={L} n={n} H={H} S={S}: {mn} bf16/fp32 {row['ratio_bf16_over_fp32']:.3f} "
+              f"auto/explicit {row['ratio_fp32_over_explicit']:.3f} graphbuf/exact {row['ratio_graphbuf_over_exact']:.3f} "
+              f"rel {row['rel_vs_fp32']['bf16']:.1e}", file=sys.stderr)
+
+    # ---- split counts at B=1 with both partial dtypes ----
+    for L, counts in ((4096, (17, 33, 65)), (32768, (33, 49, 65, 97))):
+        inp, a = inputs(1, L, 8, 16)
+        res = {}
+        for pb in ("0", "1"):
+            for ns in counts:
+                us, _ = _env_call({"MLAV_PART_BF16": pb}, lambda ns=ns: timer.time_graph_or_eager(
+                    lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], num_splits=ns), 3, iters))
+                res[f"{'bf16' if pb == '1' else 'fp32'}_S{ns}"] = round(us, 2)
+        doc["splits"].append({"L": L, "us": res})
+        print(f"[diag] splits B=1 L={L}: {res}", file=sys.stderr)
+    return doc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -713,6 +882,7 @@ def main(argv=None) -> int:
         help="run the CUDA-graph max-buffer mode (default only with the built-in shape list)",
     )
     ap.add_argument("--no-graph-buffer", action="store_true", help="skip the graph-buffer mode")
+    ap.add_argument("--v6-diag", action="store_true", help="only the v6 diagnostics (timelines, A/B); JSON doc")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -728,6 +898,10 @@ def main(argv=None) -> int:
     fm = (None, "--no-flashmla given") if a.no_flashmla else import_flashmla()
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
+    if a.v6_diag:
+        doc = v6_diag(torch, timer)
+        print(json.dumps(doc, indent=1))
+        return 0
     ceilings = measure_ceilings(torch, timer)
     print(
         f"[bench] copy {ceilings[0] / 1e9:.0f} GB/s, bf16 matmul {ceilings[1] / 1e12:.0f} TFLOP/s; "

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
-# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph  (writes JSON/logs/PNG under $OUT)
+# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph|v6diag  (writes JSON/logs/PNG under $OUT)
+#   v6diag: JIT build, verify_tools.bench --v6-diag (per-CTA timelines of the trace build + A/B timings), parity
+#           of graph + 5 cases with bf16 split partials (MLAV_PART_BF16=1).
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
 #   splits: small parity, then the B=1 split counts of the v3 rule against the current one, same run.
 #   graph: parity of the CUDA-graph replay cases (in-place rewrites, device-side split count) + 5
@@ -51,7 +53,23 @@ GRAPH_CASES=graph_b1_n8_h16_32k,graph_b3_varlen_n4_h16,graph_fp8_b2_n8_h16
 if [ "$MODE" = graph ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
 elif [ "$MODE" = splits ]; then PARGS="--cases b1_full_nomask_h16,b1_n1_h128_prefix4k,b4_prefix0_mixed_h16,seed_b1_prefix65k_n8_h16_chain,fp8_codes_exact"
 elif [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
+if [ "$MODE" != v6diag ]; then
 timeout 240 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
+fi
+if [ "$MODE" = v6diag ]; then
+  say "v6 diagnostics: timelines (trace build) + A/B (partial dtype, device rule, split counts)"
+  timeout 300 python3 -m verify_tools.bench --v6-diag > "$OUT/diag.json" 2> >(tee -a "$LOG" >&2); echo "diag rc=$?" | tee -a "$LOG"
+  say "parity with bf16 partials (MLAV_PART_BF16=1)"
+  MLAV_PART_BF16=1 timeout 150 python3 -m verify_tools.parity --json --cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,fp8_b4_varlen_tree_h16_u8 > "$OUT/parity_bf16.json" 2> >(tee -a "$LOG" >&2); echo "parity bf16 rc=$?" | tee -a "$LOG"
+  python3 - <<'PY' 2>&1 | tee -a "$LOG"
+import json, os
+p = json.load(open(os.path.join(os.environ.get("OUT", "/tmp/mlav-out"), "parity_bf16.json")))
+print("parity bf16", p.get("ok"), p.get("summary"))
+for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']}")
+for r in p.get("graph_replays", []): print(f"  graph-replay {r['name']:<26} {r['tile_config']:<6} ok={r['ok']} bitwise={r['equal_eager_same_splits']} auto={r['equal_eager_auto']}")
+PY
+  exit 0
+fi
 if [ "$MODE" = splits ]; then
   say "split counts: v3 rule vs current, B=1 n=8 H=16, graph replay, L2 flushed"
   timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/splits.txt"

@@ -38,6 +38,43 @@ constexpr int V_CHUNKS = D_V / 8;     // 64 chunks of 16 B
 
 
 
+// Diagnostic timeline (built only with -DMLAV_TRACE, never in the shipped library): thread 0 of
+// every CTA writes %globaltimer (ns) at fixed points into p.trace, 8 words per CTA. Split CTA c
+// (c = x + X * (y + Y * z)) of the wgmma kernel: 0 entry, 1 index words arrived and split count
+// known, 2 Q and tile 0 issued (tile 0's slot id has arrived), 3 tile 0 visible, 4 all tiles
+// computed, 5 epilogue stores issued, 6 %smid | ntiles << 32, 7 effective S. Combine block b
+// (after the split CTAs' words): 0 entry, 1 split count known, 2 griddepcontrol.wait released,
+// 3 end, 6 %smid.
+#ifdef MLAV_TRACE
+__device__ __forceinline__ long long mlav_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return (long long)t;
+}
+__device__ __forceinline__ long long mlav_smid() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+  return (long long)r;
+}
+#define MLAV_SPLIT_STAMP(k, v)                                                                                  \
+  do {                                                                                                          \
+    if (threadIdx.x == 0 && p.trace)                                                                            \
+      p.trace[8 * ((long long)blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z)) + \
+              (k)] = (v);                                                                                       \
+  } while (0)
+#define MLAV_COMBINE_STAMP(k, v)                                                                    \
+  do {                                                                                              \
+    if (threadIdx.x == 0 && p.trace) p.trace[8 * (p.trace_split_ctas + (long long)blockIdx.x) + (k)] = (v); \
+  } while (0)
+#else
+#define MLAV_SPLIT_STAMP(k, v) \
+  do {                         \
+  } while (0)
+#define MLAV_COMBINE_STAMP(k, v) \
+  do {                           \
+  } while (0)
+#endif
+
 __device__ __forceinline__ int64_t ld_idx(const void* p, int is64, int i) {
   return is64 ? reinterpret_cast<const int64_t*>(p)[i] : (int64_t)reinterpret_cast<const int32_t*>(p)[i];
 }
@@ -262,6 +299,7 @@ __device__ __forceinline__ bool draft_visible(const Params& p, int64_t mask_base
 // Destination of tile row r's 512 output values: the bf16 output row when there is one split,
 // else split s's fp32 partial row. Built once per row; put() writes columns (col, col+1) already
 // divided by the row sum.
+// p.part_bf16: the partial row is stored as bf16 (ws_o read as __nv_bfloat16 [S, T*H, 512]).
 struct RowOut {
   __nv_bfloat16* o;
   float* part;
@@ -274,8 +312,17 @@ struct RowOut {
 __device__ __forceinline__ RowOut row_out(const Params& p, const Work& w, int s, int r) {
   const int gr = w.row0 + r;
   RowOut ro;
-  ro.o = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh : nullptr;
-  ro.part = w.S == 1 ? nullptr : p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
+  const int64_t prow = ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
+  if (w.S == 1) {
+    ro.o = p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh;
+    ro.part = nullptr;
+  } else if (p.part_bf16) {  // a bf16 partial row goes through the bf16 output path of put()
+    ro.o = reinterpret_cast<__nv_bfloat16*>(p.ws_o) + prow;
+    ro.part = nullptr;
+  } else {
+    ro.o = nullptr;
+    ro.part = p.ws_o + prow;
+  }
   return ro;
 }
 
@@ -680,10 +727,20 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (valid) {
     const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
+    const uint2* src16 = reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(p.ws_o) + grow * D_V +
+                                                        quarter * 128) + lane;
     const int64_t split_stride4 = rows * (D_V / 4);
+    const bool b16 = p.part_bf16 != 0;
 #pragma unroll 4
     for (int s = k; s < S; s += W) {
-      const float4 v = src[s * split_stride4];
+      float4 v;
+      if (b16) {  // 4 bf16 -> 4 fp32 (exact)
+        const uint2 u = src16[s * split_stride4];
+        v = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                        __uint_as_float(u.y & 0xffff0000u));
+      } else {
+        v = src[s * split_stride4];
+      }
       const float lse = p.ws_lse[(int64_t)s * rows + grow];
       const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
       acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, v.x) : 0.f);
@@ -720,18 +777,25 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
   // reads kv_indptr only (the split kernel does not write it): overlaps the split kernel's tail
+  MLAV_COMBINE_STAMP(0, mlav_now());
   const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
   const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
+  MLAV_COMBINE_STAMP(1, mlav_now() + 0 * S);
+  MLAV_COMBINE_STAMP(6, mlav_smid());
   if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here
     if (blockIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    MLAV_COMBINE_STAMP(2, mlav_now());
+    MLAV_COMBINE_STAMP(3, mlav_now());
     return;
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  MLAV_COMBINE_STAMP(2, mlav_now());
   if (W == 1) combine_unit<1>(p, S, part, red);
   else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red);
   else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red);
   else if (LW >= 8) combine_unit<8>(p, S, part, red);
+  MLAV_COMBINE_STAMP(3, mlav_now());
 }
 
 }  // namespace mlav

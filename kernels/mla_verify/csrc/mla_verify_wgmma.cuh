@@ -94,14 +94,22 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (rows 16wq..16wq+15)
   const int s = blockIdx.y;
+  MLAV_SPLIT_STAMP(0, mlav_now());
   pdl_signal(p);
   const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
-  if (w.row0 >= w.R) return;
+  MLAV_SPLIT_STAMP(7, (long long)w.S);
+  MLAV_SPLIT_STAMP(6, mlav_smid() | ((long long)w.ntiles << 32));
+  if (w.row0 >= w.R) {
+    MLAV_SPLIT_STAMP(1, mlav_now());
+    return;
+  }
+  MLAV_SPLIT_STAMP(1, mlav_now());
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
   if (w.ntiles == 0) {  // empty split: sentinel only
     for (int r = tid; r < BM; r += THREADS)
       if (w.row0 + r < w.R) p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = -INFINITY;
+    MLAV_SPLIT_STAMP(5, mlav_now());
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
@@ -167,6 +175,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   load_tile(0, 0);
   store_fp8();
   cp_async_commit();
+  MLAV_SPLIT_STAMP(2, mlav_now());
   const float sl_pre = FP8 ? p.scale_log2 * p.k_scale : p.scale_log2;  // log2-domain scale of prefix logits
   const float vs_pre = FP8 ? p.v_scale : 1.f;                         // V dequantization folded into P
 
@@ -187,6 +196,9 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
+#ifdef MLAV_TRACE
+    if (j == 0) MLAV_SPLIT_STAMP(3, mlav_now());
+#endif
     const uint32_t sK = sKV + (j & 1) * TILE;
     const bool draft = j >= w.n_pre;
     const bool early = FP8 && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
@@ -301,6 +313,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if (FP8 && p.fp8_sched == 2) store_fp8();
   }
   cp_async_wait<0>();
+  MLAV_SPLIT_STAMP(4, mlav_now());
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
 #pragma unroll
@@ -322,6 +335,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if (w.S > 1 && grp == 0 && (lane & 3) == 0)
       p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
   }
+#ifdef MLAV_TRACE
+  __syncthreads();  // every thread's epilogue stores issued
+#endif
+  MLAV_SPLIT_STAMP(5, mlav_now());
 }
 
 }  // namespace wg
