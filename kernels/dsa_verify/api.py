@@ -151,7 +151,9 @@ def split_plan(T: int, H: int, topk: int, num_sms: int, ctas_per_sm: int, cfg: t
     base = T * m_tiles
     slots = max(1, num_sms * max(1, ctas_per_sm))
     s = 1 if base >= 0.8 * slots else max(1, slots // base)
-    s = min(s, max(1, topk // (cfg.block_n * cfg.stages)))
+    # m configs keep >= STAGES tiles per split (pipelining in one CTA); n8 warps each own a ring, so
+    # one tile per split already has STAGES tiles per warp in flight
+    s = min(s, max(1, topk // (cfg.block_n * (1 if cfg.kind == "n8" else cfg.stages))))
     cap = max(T * topk * tiles.BF_ROW, 32 * 2**20)
     s = min(s, max(1, cap // (T * H * 513 * 4 * 2)), MAX_SPLITS)
     chunk = math.ceil(math.ceil(topk / s) / cfg.block_n) * cfg.block_n
@@ -263,9 +265,10 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
 
 
 def trace_numel(T: int, H: int, num_splits: int, cfg: tiles.TileConfig, cluster: int = 0) -> int:
-    """int64 words of a diagnostic timeline: 8 per split CTA, plus 8 per combine CTA (T*H of them)."""
+    """int64 words of a diagnostic timeline: 8 per split CTA, plus 8 per combine CTA (4 per (row,
+    head): 16 warps of one 32-dim slice each, 4 warps per CTA; csrc combine_blocks)."""
     split_ctas = T * num_splits * math.ceil(H / cfg.block_m)
-    combine_ctas = T * H if num_splits > 1 and not cluster else 0
+    combine_ctas = T * H * 4 if num_splits > 1 and not cluster else 0
     return 8 * (split_ctas + combine_ctas)
 
 
@@ -297,7 +300,7 @@ def dsa_verify_fwd(
 
     `workspace`: fp32 CUDA tensor with >= workspace_numel_for(...) elements (required under CUDA
     graph capture when the plan splits; otherwise a cached buffer is grown on first use).
-    `num_splits` / `tile_config` ("auto", "m16", "m32", "m64", "m16d") / `combine` ("auto",
+    `num_splits` / `tile_config` ("auto" or a tiles.CONFIGS name) / `combine` ("auto",
     "kernel", "cluster": see resolve_full) override the heuristics (tests, bench).
     `trace` (diagnostics only): a contiguous int64 CUDA tensor of >= trace_numel(...) words; the
     call then runs the DSAV_TRACE build (_build.load_trace, JIT) and fills the per-CTA timeline."""

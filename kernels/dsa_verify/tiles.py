@@ -1,7 +1,10 @@
 """Tile configurations of the DSA verify kernel, mirrored from csrc/dsa_verify_kernel.cuh (Cfg<>).
 
 A config is (BM heads per CTA, BN index positions per KV tile, STAGES cp.async stages); all use
-mma.sync m16n8k16 bf16. Warps: 4 * (BM / 32) (at least 4), or the config's override (m16w: 8). Shared memory (bytes, all dynamic):
+mma.sync m16n8k16 bf16. Two kinds: "m" (heads in the mma M, Cfg<>: m16, m32, m64, m16d, m16w) and
+"n8" (8 heads in the mma N, CfgN<WARPS, STAGES> in csrc/dsa_verify_n8.cuh: n8, n8s; every warp owns
+16 positions of each tile with its own STAGES-deep ring; smem = Q 8*1152 + WARPS*STAGES*16 raw rows
++ (fp8) WARPS*16*1152 dequantized rows + WARPS*STAGES*4 mask words). Warps: 4 * (BM / 32) (at least 4), or the config's override (m16w: 8). Shared memory (bytes, all dynamic):
 Q BM*1152 + STAGES raw KV tiles (BN*1152 bf16, BN*656 fp8) + one bf16 compute tile BN*1152
 (fp8 only) + P BM*BN*2 + (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) +
 (STAGES+1)*BN*4 (per-position flags), TG = warps / (BM/16) column groups of the S phase.
@@ -24,7 +27,8 @@ class TileConfig:
     block_m: int
     block_n: int
     stages: int
-    warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps)
+    warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
+    kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>)
 
     @property
     def warps(self) -> int:
@@ -39,6 +43,11 @@ class TileConfig:
 
     def smem_bytes(self, fp8: bool) -> int:
         bm, bn, st = self.block_m, self.block_n, self.stages
+        if self.kind == "n8":
+            w = self.warps
+            return (
+                bm * BF_ROW + w * st * 16 * (FP8_ROW if fp8 else BF_ROW) + (w * 16 * BF_ROW if fp8 else 0) + w * st * 4
+            )
         tg = self.warps // (bm // 16)
         raw = bn * (FP8_ROW if fp8 else BF_ROW)
         return (
@@ -59,10 +68,14 @@ M64 = TileConfig("m64", 2, 64, 32, 3)
 M16D = TileConfig("m16d", 3, 16, 32, 4)
 # m16 with 8 warps on 64-position tiles (sm_90a): the B=1 latency config, one tile per split
 M16W = TileConfig("m16w", 4, 16, 64, 2, 8)
-CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W)}
+# 8 heads per CTA in the mma N (H <= 8 wastes no tensor-core row: GLM-5 at TP8): 4 independent warps
+# of 16 positions (sm_90a), and 2 (every arch, <= 99 KiB)
+N8 = TileConfig("n8", 5, 8, 64, 2, 4, kind="n8")
+N8S = TileConfig("n8s", 6, 8, 32, 2, 2, kind="n8")
+CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
-ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W), "sm_120a": (M16, M32)}
+ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S), "sm_120a": (M16, M32, N8S)}
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")
@@ -80,9 +93,16 @@ def config_for_mangled(name: str):
     """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
     import re
 
+    n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])E", name)
+    if n:
+        w, st, f = map(int, n.groups())
+        cn = next((c for c in CONFIGS.values() if c.kind == "n8" and (c.warps, c.stages) == (w, st)), None)
+        return None if cn is None else (cn, bool(f))
     m = re.search(r"CfgILi(\d+)ELi(\d+)ELi(\d+)ELb([01])E", name)
     if not m:
         return None
     bm, bn, st, f = map(int, m.groups())
-    cfg = next((c for c in CONFIGS.values() if (c.block_m, c.block_n, c.stages) == (bm, bn, st)), None)
+    cfg = next(
+        (c for c in CONFIGS.values() if c.kind == "m" and (c.block_m, c.block_n, c.stages) == (bm, bn, st)), None
+    )
     return None if cfg is None else (cfg, bool(f))

@@ -400,7 +400,8 @@ def diag(device, reps: int) -> dict:
     out = torch.empty(4, 8, 512, dtype=torch.bfloat16, device=device)
     caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
     variants = [("auto", None, "auto"), ("m16", 32, "kernel"), ("m16", 16, "cluster")]
-    variants += [("m16w", 16, "kernel"), ("m16w", 32, "kernel"), ("m16w", 16, "cluster")]
+    variants += [("m16w", 32, "kernel"), ("n8", 32, "kernel"), ("n8", 16, "kernel"), ("n8s", 64, "kernel")]
+    variants += [("n8s", 32, "kernel")]
     graphs, fns, keep = {}, {}, []
     for kvname, cache in caches.items():
         for cfg, S, comb in variants:
@@ -475,7 +476,7 @@ def trace(device, reps: int) -> dict:
     caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
     res = {}
     for kvname, cache in caches.items():
-        for cfg, S in (("auto", None), ("m16", 32), ("m16w", 16)):
+        for cfg, S in (("auto", None), ("m16", 32), ("n8", 32), ("n8s", 64)):
             lab = f"{kvname}_{cfg}_S{S or 'auto'}"
             try:
                 _, tc, s_run, _, _, cl = resolve_full(device, 8, 2048, 4, kvname == "fp8", cfg, S)
@@ -517,6 +518,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="per-CTA timeline of the headline shape (DSAV_TRACE build)")
     ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's DSA Triton peer")
     ap.add_argument("--no-flashmla", action="store_true", help="skip FlashMLA's sparse peer")
+    ap.add_argument(
+        "--alt-config", default="", help="also time ours with this tile config (its own split plan), same run: A/B"
+    )
     a = ap.parse_args(argv)
     try:
         import torch
@@ -599,6 +603,27 @@ def main(argv=None) -> int:
             except Exception as exc:
                 row["ours_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 failures += 1
+            if a.alt_config:
+                try:
+                    _, acfg, aS, _, _, _ = resolve_full(device, H, TOPK, T, kvname == "fp8", a.alt_config)
+                    aws = torch.empty(
+                        max(1, workspace_numel_for(q, kv, pt, a.alt_config)), dtype=torch.float32, device=device
+                    )
+                    aout = torch.empty_like(out)
+                    keep += [aws, aout]
+                    afn = lambda q=q, kv=kv, pt=pt, sl=sl, o=aout, w=aws: dsa_verify_fwd(  # noqa: E731
+                        q, kv, pt, sl, SM_SCALE, out=o, workspace=w, tile_config=a.alt_config
+                    )
+                    row["alt"] = {"config": acfg.name, "splits": aS}
+                    fns[("alt", kvname)] = afn
+                    graphs[("alt", kvname)] = g = timer.graph(afn)
+                    row["alt"]["replay_s"] = timer.time(afn, a.reps, g)
+                    if "ours_replay_s" in row:
+                        row["alt"]["max_abs_diff_vs_ours"] = float((aout.float() - out.float()).abs().max())
+                except Exception as exc:
+                    row["alt"] = {"config": a.alt_config, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    fns.pop(("alt", kvname), None)
+                    graphs.pop(("alt", kvname), None)
             if kvname == "bf16":
                 if peer is None:
                     row["sglang_triton"] = {"skipped": peer_reason}
@@ -653,6 +678,10 @@ def main(argv=None) -> int:
                     row["sol_shared"] = floor_sh / sp["s"]
                 else:
                     failures += 1
+            elif who == "alt":
+                row["alt"].update(sp)
+                if "s" in sp:
+                    row["alt"]["sol"] = floor / sp["s"]
             else:
                 key = "sglang_triton" if who == "peer" else "flashmla"
                 row[key].update(sp)
@@ -667,6 +696,11 @@ def main(argv=None) -> int:
             fmr = row.get("flashmla", {})
             if "ours_s" in row and "s" in fmr:
                 row["speedup_vs_flashmla"] = fmr["s"] / row["ours_s"]
+            alt = row.get("alt", {})
+            if "ours_s" in row and "s" in alt:
+                alt["time_over_auto"] = alt["s"] / row["ours_s"]
+            if "s" in alt and "s" in st:
+                alt["speedup_vs_sglang_triton"] = st["s"] / alt["s"]
         graphs = fns = keep = None
         if "ours_s" in per_kv.get("fp8", {}) and "ours_s" in per_kv.get("bf16", {}):
             per_kv["fp8"]["fp8_over_bf16_time"] = per_kv["fp8"]["ours_s"] / per_kv["bf16"]["ours_s"]

@@ -10,6 +10,8 @@
 #   (tests/kernels/test_dsa_gpu.py, incl. the prebuilt-library build); one summary line per step.
 # DSA_MODE=trace: build check, then the per-CTA %globaltimer timeline of the headline shape
 #   (dsa_bench --trace: the DSAV_TRACE diagnostic build, JIT; never the shipped library).
+# DSA_MODE=dev: build check, parity --quick (every config, graph replay), the trace, the breakdown,
+#   the headline bench shapes with ALT_CONFIG (default n8) timed beside auto in the same run.
 # .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
 set -o pipefail
 BUDGET=${1:-120}
@@ -60,7 +62,7 @@ if [ "${DSA_MODE:-}" = trace ]; then  # per-CTA timeline of the headline shape (
   echo "trace rc=$?"; tail -5 "/tmp/dsa_trace.err"; cat "$OUT/dsa_trace.json"
   exit 0
 fi
-if [ "${DSA_MODE:-}" = diag ] || [ "${DSA_MODE:-}" = iter ]; then set -- --quick "$@"; fi
+if [ "${DSA_MODE:-}" = diag ] || [ "${DSA_MODE:-}" = iter ] || [ "${DSA_MODE:-}" = dev ]; then set -- --quick "$@"; fi
 timeout "${PARITY_TIMEOUT:-300}" python3 -m verify_tools.dsa_parity --json --out "$OUT/dsa_parity.json" "$@" > /dev/null 2> "/tmp/dsa_parity.err"
 echo "parity rc=$?"
 python3 - "$OUT/dsa_parity.json" <<'PY'
@@ -77,6 +79,41 @@ for r in d["cases"]:
               {k: r.get(k) for k in ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")})
 PY
 tail -5 "/tmp/dsa_parity.err"
+if [ "${DSA_MODE:-}" = dev ]; then
+  timeout 120 python3 -m verify_tools.dsa_bench --trace --reps 20 > "$OUT/dsa_trace.json" 2> "/tmp/dsa_trace.err"
+  echo "trace rc=$?"; tail -3 "/tmp/dsa_trace.err"
+  python3 - "$OUT/dsa_trace.json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("trace json unreadable", e); sys.exit(0)
+for k, v in d.items():
+    print(k, {a: (round(b, 2) if isinstance(b, float) else b) for a, b in v.items()})
+PY
+  timeout 90 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
+  echo "diag rc=$?"; tail -3 "/tmp/dsa_diag.err"
+  print_diag "$OUT/dsa_diag.json"
+  timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick --reps 20 --budget-s "$BUDGET" \
+    --alt-config "${ALT_CONFIG:-n8}" --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
+  echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -8
+  python3 - "$OUT/dsa_bench.json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("bench json unreadable", e); sys.exit(0)
+us = lambda v: round(v * 1e6, 2) if isinstance(v, (int, float)) else v
+for r in d.get("rows", []):
+    t, a = r.get("sglang_triton", {}), r.get("alt", {})
+    print((r["B"], r["L"], r["n"], r["T"], r["H"], r["kv"]), r["config"], "S", r["splits"], "floor", us(r["floor_s"]),
+          "ours", us(r.get("ours_s")), "triton", us(t.get("s")), "alt", a.get("config"), "S", a.get("splits"),
+          us(a.get("s")), "alt/auto", round(a.get("time_over_auto", float("nan")), 3),
+          "alt diff", a.get("max_abs_diff_vs_ours"), a.get("error", ""))
+print("summary", json.dumps(d.get("summary")))
+PY
+  exit 0
+fi
 if [ "${DSA_MODE:-}" = final ]; then
   # bench first (headline shapes first; the JSON is rewritten after every shape), then memcheck, breakdown
   timeout "${BENCH_TIMEOUT:-100}" python3 -m verify_tools.dsa_bench --budget-s "$BUDGET" --reps 20 \

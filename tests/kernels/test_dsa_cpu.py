@@ -329,14 +329,20 @@ def test_parity_config_labels():
     from verify_tools import dsa_parity
 
     labels = dsa_parity.configs_for("sm_90a", "all")
-    assert labels == ["auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster"]
-    assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32"]
+    assert labels == [
+        "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s"
+    ]  # fmt: skip
+    assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s"]
     assert dsa_parity.call_kwargs("m16/cluster") == {"tile_config": "m16", "combine": "cluster"}
     assert dsa_parity.call_kwargs("auto") == {"tile_config": "auto", "combine": "auto"}
     m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(m) == (tiles.M16D, False)
     m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi64ELi2ELb1ELi8EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(m) == (tiles.M16W, True)
+    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi4ELi2ELb1EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(m) == (tiles.N8, True)
+    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi2ELi2ELb0EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(m) == (tiles.N8S, False)
 
 
 def test_parity_order_and_partial_out(monkeypatch, tmp_path):

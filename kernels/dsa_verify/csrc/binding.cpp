@@ -56,7 +56,7 @@ void fwd_impl(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, 
                 "trace must be a contiguous CUDA int64 tensor");
     const int64_t bm = dsav::config_block_m((int)cfg);
     const int64_t split_ctas = (int64_t)p.T * p.S * ((p.H + bm - 1) / bm);
-    const int64_t combine_ctas = (p.S > 1 && !p.cluster) ? (int64_t)p.T * p.H : 0;
+    const int64_t combine_ctas = (p.S > 1 && !p.cluster) ? (int64_t)dsav::combine_blocks((long long)p.T * p.H) : 0;
     TORCH_CHECK(trace->numel() >= 8 * (split_ctas + combine_ctas), "trace too small");
     p.trace = reinterpret_cast<unsigned long long*>(trace->data_ptr<int64_t>());
     p.trace_split_ctas = split_ctas;

@@ -6,10 +6,14 @@
 //   the small-T latency config (a 128-position split has its whole KV in flight at once)
 // cfg 4 "m16w": BM 16, BN 64, 2 stages, 256 threads (8 warps: 8 S column groups, 8 PV groups of 64
 //   dims), sm_90a only: the B=1 latency config (twice the warps on one 64-position tile).
+// cfg 5 "n8": 8 heads per CTA in the mma N (dsa_verify_n8.cuh), 4 independent warps of 16 positions
+//   (BN 64), 2 stages per warp, 128 threads (bf16 156,704 B / fp8 166,944 B), sm_90a only
+// cfg 6 "n8s": n8 with 2 warps (BN 32), 64 threads (bf16 82,960 B / fp8 88,080 B): the sm_120a one
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves cfg 2 out (sm_120a builds: 99 KiB of smem per block).
 #include "dsa_verify_kernel.cuh"
+#include "dsa_verify_n8.cuh"
 #include "dsa_verify_launch.h"
 
 #ifndef DSAV_BUILD_CFG90
@@ -22,6 +26,8 @@ using M16B = Cfg<16, 32, 2, false>;
 using M16F = Cfg<16, 32, 2, true>;
 using M32B = Cfg<32, 16, 3, false>;
 using M32F = Cfg<32, 16, 3, true>;
+using N8SB = CfgN<2, 2, false>;
+using N8SF = CfgN<2, 2, true>;
 #if DSAV_BUILD_CFG90
 using M64B = Cfg<64, 32, 3, false>;
 using M64F = Cfg<64, 32, 3, true>;
@@ -29,7 +35,19 @@ using M16DB = Cfg<16, 32, 4, false>;
 using M16DF = Cfg<16, 32, 4, true>;
 using M16WB = Cfg<16, 64, 2, false, 8>;
 using M16WF = Cfg<16, 64, 2, true, 8>;
+using N8B = CfgN<4, 2, false>;
+using N8F = CfgN<4, 2, true>;
 #endif
+
+// the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
+using SplitFn = void (*)(const Params);
+template <typename C>
+constexpr SplitFn split_fn() {
+  if constexpr (C::N8)
+    return dsa_verify_n8_kernel<C>;
+  else
+    return dsa_verify_split_kernel<C>;
+}
 
 template <typename C>
 static cudaError_t launch_split(const Params& p, cudaStream_t stream) {
@@ -38,20 +56,20 @@ static cudaError_t launch_split(const Params& p, cudaStream_t stream) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (attr_device != dev) {
-    e = cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes);
+    e = cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes);
     if (e != cudaSuccess) return e;
     attr_device = dev;
   }
   const dim3 grid((unsigned)p.T, (unsigned)p.S, (unsigned)((p.H + C::BM - 1) / C::BM));
   if (!p.cluster) {
-    dsa_verify_split_kernel<C><<<grid, C::THREADS, C::bytes, stream>>>(p);
+    split_fn<C>()<<<grid, C::THREADS, C::bytes, stream>>>(p);
     return cudaGetLastError();
   }
   if (!C::CLUSTER_OK || p.cluster != p.S || p.cluster > C::MAX_CLUSTER || (D_V % (4 * p.cluster)) != 0)
     return cudaErrorInvalidValue;
   static int nonportable_device = -1;  // cluster sizes above 8 need the non-portable opt-in
   if (p.cluster > 8 && nonportable_device != dev) {
-    e = cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    e = cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (e != cudaSuccess) return e;
     nonportable_device = dev;
   }
@@ -67,7 +85,7 @@ static cudaError_t launch_split(const Params& p, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   lc.attrs = attr;
   lc.numAttrs = 1;
-  return cudaLaunchKernelEx(&lc, dsa_verify_split_kernel<C>, p);
+  return cudaLaunchKernelEx(&lc, split_fn<C>(), p);
 }
 
 // Clusters of `size` CTAs that can be resident at once (0: this size cannot launch).
@@ -76,13 +94,13 @@ static int max_clusters(int size) {
   if (!C::CLUSTER_OK || size < 1 || size > C::MAX_CLUSTER) return 0;
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  if (cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes) !=
+  if (cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
   if (size > 8 &&
-      cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+      cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
           cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -98,7 +116,7 @@ static int max_clusters(int size) {
   attr[0].val.clusterDim.z = 1;
   lc.attrs = attr;
   lc.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&n, dsa_verify_split_kernel<C>, &lc) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&n, split_fn<C>(), &lc) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -109,12 +127,12 @@ template <typename C>
 static int occupancy() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  if (cudaFuncSetAttribute(dsa_verify_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes) !=
+  if (cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, dsa_verify_split_kernel<C>, C::THREADS, C::bytes) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_fn<C>(), C::THREADS, C::bytes) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -123,7 +141,7 @@ static int occupancy() {
 }
 
 static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
-  const long long units = (long long)p.T * p.H * 4;
+  const long long units = (long long)p.T * p.H * COMBINE_SLICES;
   const unsigned blocks = (unsigned)((units + COMBINE_WARPS - 1) / COMBINE_WARPS);
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(blocks);
@@ -141,21 +159,24 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-int config_block_m(int cfg) { return cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64; }
-int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 ? 64 : 32; }
+int config_block_m(int cfg) { return cfg == 5 || cfg == 6 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64; }
+int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : 32; }
+long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
 int config_smem_bytes(int cfg, bool fp8) {
   if (cfg == 0) return fp8 ? M16F::bytes : M16B::bytes;
   if (cfg == 1) return fp8 ? M32F::bytes : M32B::bytes;
+  if (cfg == 6) return fp8 ? N8SF::bytes : N8SB::bytes;
 #if DSAV_BUILD_CFG90
   if (cfg == 2) return fp8 ? M64F::bytes : M64B::bytes;
   if (cfg == 3) return fp8 ? M16DF::bytes : M16DB::bytes;
   if (cfg == 4) return fp8 ? M16WF::bytes : M16WB::bytes;
+  if (cfg == 5) return fp8 ? N8F::bytes : N8B::bytes;
 #endif
   return 0;
 }
 
-bool config_compiled(int cfg) { return cfg == 0 || cfg == 1 || ((cfg >= 2 && cfg <= 4) && DSAV_BUILD_CFG90); }
+bool config_compiled(int cfg) { return cfg == 0 || cfg == 1 || cfg == 6 || ((cfg >= 2 && cfg <= 5) && DSAV_BUILD_CFG90); }
 
 int config_max_clusters(int cfg, bool fp8, int size) {
   if (cfg == 0) return fp8 ? max_clusters<M16F>(size) : max_clusters<M16B>(size);
@@ -169,10 +190,12 @@ int config_max_clusters(int cfg, bool fp8, int size) {
 int config_ctas_per_sm(int cfg, bool fp8) {
   if (cfg == 0) return fp8 ? occupancy<M16F>() : occupancy<M16B>();
   if (cfg == 1) return fp8 ? occupancy<M32F>() : occupancy<M32B>();
+  if (cfg == 6) return fp8 ? occupancy<N8SF>() : occupancy<N8SB>();
 #if DSAV_BUILD_CFG90
   if (cfg == 2) return fp8 ? occupancy<M64F>() : occupancy<M64B>();
   if (cfg == 3) return fp8 ? occupancy<M16DF>() : occupancy<M16DB>();
   if (cfg == 4) return fp8 ? occupancy<M16WF>() : occupancy<M16WB>();
+  if (cfg == 5) return fp8 ? occupancy<N8F>() : occupancy<N8B>();
 #endif
   return 0;
 }
@@ -185,10 +208,12 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   cudaError_t e = cudaErrorInvalidValue;
   if (cfg == 0) e = fp8 ? launch_split<M16F>(p, stream) : launch_split<M16B>(p, stream);
   if (cfg == 1) e = fp8 ? launch_split<M32F>(p, stream) : launch_split<M32B>(p, stream);
+  if (cfg == 6) e = fp8 ? launch_split<N8SF>(p, stream) : launch_split<N8SB>(p, stream);
 #if DSAV_BUILD_CFG90
   if (cfg == 2) e = fp8 ? launch_split<M64F>(p, stream) : launch_split<M64B>(p, stream);
   if (cfg == 3) e = fp8 ? launch_split<M16DF>(p, stream) : launch_split<M16DB>(p, stream);
   if (cfg == 4) e = fp8 ? launch_split<M16WF>(p, stream) : launch_split<M16WB>(p, stream);
+  if (cfg == 5) e = fp8 ? launch_split<N8F>(p, stream) : launch_split<N8B>(p, stream);
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);

@@ -114,6 +114,7 @@ template <int BM_, int BN_, int STAGES_, bool FP8_, int WARPS_ = 0>
 struct Cfg {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_;
   static constexpr bool FP8 = FP8_;
+  static constexpr bool N8 = false;  // heads in the mma M (dsa_verify_n8.cuh: heads in N)
   static constexpr int RB = BM >= 32 ? 2 : 1;      // 16-row blocks per warp in the PV phase
   static constexpr int PV_RW = BM / (16 * RB);     // PV row warps
   static constexpr int WARPS = WARPS_ ? WARPS_ : 4 * PV_RW;
@@ -234,9 +235,33 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     return;
   }
   const int64_t rows_total = (int64_t)p.T * p.H;
-  int nv = p.seq_lens[t];
-  nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
+  const uint32_t sQ = smem_u32(smem + C::off_q), sRaw = smem_u32(smem + C::off_raw);
+  // Q first, then the index words of the first STAGES tiles, then seq_lens: all three loads are in
+  // flight together (the gather waits for one HBM round trip, not for seq_lens and then the index)
+  {
+    const int r = tid / C::QTPR, qs = tid % C::QTPR;
+    const bool ok = h0 + r < p.H;
+    const __nv_bfloat16* src = p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h0 + r : 0) * p.q_sh;
+#pragma unroll
+    for (int it = 0; it < (BF_CHUNKS + C::QTPR - 1) / C::QTPR; ++it) {
+      const int ch = qs + it * C::QTPR;
+      if (BF_CHUNKS % C::QTPR == 0 || ch < BF_CHUNKS) cp_async16(sQ + swz(r, ch), src + ch * 8, ok ? 16 : 0);
+    }
+  }
+  const int tk = tid / C::TPT, sub = tid % C::TPT;  // loader: thread copies KV row tk of every tile
+  const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
   const int pb = s * p.chunk;
+  int32_t raw_idx[STAGES];
+  {
+    const int cend = min(pb + p.chunk, p.topk);
+#pragma unroll
+    for (int st = 0; st < STAGES; ++st) {
+      const int pos = pb + st * BN + tk;
+      raw_idx[st] = pos < cend ? __ldg(idx_row + pos) : -1;
+    }
+  }
+  int nv = __ldg(p.seq_lens + t);
+  nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
   const int pe = min(pb + p.chunk, nv);
   const int ntiles = pe > pb ? (pe - pb + BN - 1) / BN : 0;
 
@@ -248,6 +273,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
 
   if (ntiles == 0 && !p.cluster) {  // nothing visible in this split (cluster mode: the CTA still
     // takes part in the cluster reduction below, with an empty partial: lse = -inf, o = 0)
+    cp_async_wait<0>();  // Q's copies (never read)
     if (p.S > 1) {
       for (int r = tid; r < BM; r += C::THREADS)
         if (h0 + r < p.H) p.ws_lse[(int64_t)s * rows_total + (int64_t)t * p.H + h0 + r] = -INFINITY;
@@ -266,18 +292,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     return;
   }
 
-  const uint32_t sQ = smem_u32(smem + C::off_q), sRaw = smem_u32(smem + C::off_raw);
   const uint32_t sP = smem_u32(smem + C::off_p);
   uint8_t* pP = smem + C::off_p;
 
-  // ---- loaders: thread (tk = tid / TPT, sub = tid % TPT) copies KV row tk of every tile ----
-  const int tk = tid / C::TPT, sub = tid % C::TPT;
-  const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
-  auto slot_of = [&](int j) -> int64_t {  // slot of this thread's row in tile j; -1 = unused
+  auto slot_of_raw = [&](int j, int32_t w) -> int64_t {  // slot of this thread's row in tile j; -1 = unused
     const int pos = pb + j * BN + tk;
     if (j >= ntiles || pos >= pe) return -1;
-    const int64_t sl = (int64_t)__ldg(idx_row + pos);
+    const int64_t sl = (int64_t)w;
     return (sl >= 0 && sl < p.num_slots) ? sl : -1;
+  };
+  auto slot_of = [&](int j) -> int64_t {
+    const int pos = pb + j * BN + tk;
+    return (j >= ntiles || pos >= pe) ? -1 : slot_of_raw(j, __ldg(idx_row + pos));
   };
   auto issue_tile = [&](int stage, int64_t sl) {
     const bool ok = sl >= 0;
@@ -296,23 +322,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     if (sub == 0) flag[stage * BN + tk] = ok ? 1 : 0;
   };
 
-  // ---- prologue: Q, then the first STAGES tiles (slots looked up first, all at once) ----
-  {
-    const int r = tid / C::QTPR, qs = tid % C::QTPR;
-    const bool ok = h0 + r < p.H;
-    const __nv_bfloat16* src = p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h0 + r : 0) * p.q_sh;
-#pragma unroll
-    for (int it = 0; it < (BF_CHUNKS + C::QTPR - 1) / C::QTPR; ++it) {
-      const int ch = qs + it * C::QTPR;
-      if (BF_CHUNKS % C::QTPR == 0 || ch < BF_CHUNKS) cp_async16(sQ + swz(r, ch), src + ch * 8, ok ? 16 : 0);
-    }
-  }
-  int64_t pre[STAGES];
-#pragma unroll
-  for (int st = 0; st < STAGES; ++st) pre[st] = slot_of(st);
+  // ---- prologue: the first STAGES tiles (their slots are already loaded) ----
 #pragma unroll
   for (int st = 0; st < STAGES; ++st) {
-    if (st < ntiles) issue_tile(st, pre[st]);
+    if (st < ntiles) issue_tile(st, slot_of_raw(st, raw_idx[st]));
     cp_async_commit();  // group st (Q rides in group 0)
   }
   DSAV_SPLIT_STAMP(1, dsav_now());
@@ -574,14 +587,16 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   DSAV_SPLIT_STAMP(4, dsav_now());
 }
 
-// Merge the S partials of each (row, head): one warp per (row, 128-dim quarter), lane = 4 dims.
-// Lane i holds the lse of splits i, i+32, ... (S <= 128), so the max and the weights come from
-// warp shuffles, and every partial load is unconditional and independent (many in flight: the
-// loop is unrolled 8). Weights are applied in split order (bitwise deterministic); an empty split
-// (lse = -inf) gets weight 0 and its never-written partial is discarded by a select, never
-// multiplied. Launched with programmatic dependent launch where available: griddepcontrol.wait
-// orders it after every write of the split kernel.
+// Merge the S partials of each (row, head): one warp per (row, 32-dim slice), 16 warps per row.
+// Lane = (split group sg = lane / 8, 4 dims d4 = lane % 8): the lane loads the float4 partials of
+// splits sg, sg + 4, ... (all issued before the first use), while lane i holds the lse of splits
+// i, i+32, ... (S <= 128) for the max and the weights (warp shuffles). The four split groups are
+// summed by a fixed xor tree, so the result is bitwise deterministic. An empty split (lse = -inf)
+// gets weight 0 and its never-written partial is discarded by a select, never multiplied.
+// Launched with programmatic dependent launch where available: griddepcontrol.wait orders it after
+// every write of the split kernel.
 constexpr int COMBINE_WARPS = 4;
+constexpr int COMBINE_SLICES = 16;  // 32-dim slices per (row, head)
 constexpr int COMBINE_MAX_SPLITS = 128;
 
 __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(const Params p) {
@@ -591,11 +606,22 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t rows = (int64_t)p.T * p.H;
   const int64_t unit = (int64_t)blockIdx.x * COMBINE_WARPS + warp;
-  const int64_t grow = unit >> 2;
-  const int quarter = (int)(unit & 3);
+  const int64_t grow = unit / COMBINE_SLICES;
+  const int slice = (int)(unit % COMBINE_SLICES);
   if (grow >= rows) {
     DSAV_COMBINE_STAMP(2);
     return;
+  }
+  const int sg = lane >> 3, d4 = lane & 7;
+  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + slice * 32) + d4;
+  const int64_t sstride4 = rows * (D_V / 4);
+  constexpr int PER = COMBINE_MAX_SPLITS / 4;  // splits per lane at most
+  float4 v[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int s = 4 * i + sg;
+    v[i] = s < p.S ? src[(int64_t)s * sstride4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (4 * (i + 1) >= p.S) break;
   }
   float l4[4];
   float mx = -INFINITY;
@@ -609,44 +635,50 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   const float mref = mx == -INFINITY ? 0.f : mx;
   float w4[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) w4[k] = l4[k] == -INFINITY ? 0.f : exp2f(l4[k] - mref);
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
-  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
-  const int64_t sstride4 = rows * (D_V / 4);
-#pragma unroll 1
-  for (int k = 0; k < 4; ++k) {  // 32 splits at a time: all 32 partial loads issued before the first use
-    const int s0 = 32 * k;
-    if (s0 >= p.S) break;
-    float4 v[32];
 #pragma unroll
-    for (int i = 0; i < 32; ++i)
-      v[i] = s0 + i < p.S ? src[(int64_t)(s0 + i) * sstride4] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float wk = k == 0 ? w4[0] : k == 1 ? w4[1] : k == 2 ? w4[2] : w4[3];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const float w = s0 + i < p.S ? __shfl_sync(0xffffffffu, wk, i) : 0.f;
-      const bool on = w > 0.f;
-      acc.x += on ? w * v[i].x : 0.f;
-      acc.y += on ? w * v[i].y : 0.f;
-      acc.z += on ? w * v[i].z : 0.f;
-      acc.w += on ? w * v[i].w : 0.f;
-      wsum += w;
-    }
+  for (int k = 0; k < 4; ++k) {
+    w4[k] = l4[k] == -INFINITY ? 0.f : exp2f(l4[k] - mref);
+    wsum += w4[k];
   }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  const int64_t t = grow / p.H;
-  const int h = (int)(grow % p.H);
-  __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + quarter * 128 + 4 * lane;
-  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-  uint2 pk;
-  pk.x = *reinterpret_cast<uint32_t*>(&lo);
-  pk.y = *reinterpret_cast<uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(dst) = pk;
-  if (p.lse && quarter == 0 && lane == 0)
-    p.lse[grow] = wsum > 0.f ? (mref + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    if (4 * i >= p.S) break;  // warp-uniform
+    const int s = 4 * i + sg;
+    const int k = (4 * i) >> 5;  // warp-uniform: the 4 splits of step i share one block of 32
+    const float wk = k == 0 ? w4[0] : k == 1 ? w4[1] : k == 2 ? w4[2] : w4[3];
+    float w = __shfl_sync(0xffffffffu, wk, s & 31);
+    w = s < p.S ? w : 0.f;
+    const bool on = w > 0.f;
+    acc.x += on ? w * v[i].x : 0.f;
+    acc.y += on ? w * v[i].y : 0.f;
+    acc.z += on ? w * v[i].z : 0.f;
+    acc.w += on ? w * v[i].w : 0.f;
+  }
+#pragma unroll
+  for (int o = 8; o <= 16; o <<= 1) {
+    acc.x += __shfl_xor_sync(0xffffffffu, acc.x, o);
+    acc.y += __shfl_xor_sync(0xffffffffu, acc.y, o);
+    acc.z += __shfl_xor_sync(0xffffffffu, acc.z, o);
+    acc.w += __shfl_xor_sync(0xffffffffu, acc.w, o);
+  }
+  if (sg == 0) {
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const int64_t t = grow / p.H;
+    const int h = (int)(grow % p.H);
+    __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + slice * 32 + 4 * d4;
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    uint2 pk;
+    pk.x = *reinterpret_cast<uint32_t*>(&lo);
+    pk.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(dst) = pk;
+    if (p.lse && slice == 0 && lane == 0)
+      p.lse[grow] = wsum > 0.f ? (mref + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+  }
   DSAV_COMBINE_STAMP(2);
 }
 
