@@ -75,8 +75,13 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   p.pdl_early = (pdl && pdl[0] == '0') ? 0 : 1;
   // MLAV_PART_BF16=1 stores the split partials as bf16 (half the partial bytes; A/B in the bench;
   // read per call like MLAV_PDL_EARLY, so a CUDA graph keeps the value of its capture).
+  // Default: bf16 partials in the wgmma config (cfg 2), whose epilogue stages them through smem
+  // (MLAV_STAGE_OUT=0 turns the staging off); fp32 in the mma.sync configs, whose fragment-layout
+  // bf16 stores were slower than fp32 ones (v6 call 1). MLAV_PART_BF16=0 / 1 forces either.
   const char* pb16 = std::getenv("MLAV_PART_BF16");
-  p.part_bf16 = (pb16 && pb16[0] == '1') ? 1 : 0;
+  p.part_bf16 = pb16 && pb16[0] ? (pb16[0] == '1' ? 1 : 0) : (cfg == 2 ? 1 : 0);
+  const char* stg = std::getenv("MLAV_STAGE_OUT");
+  p.stage_out = (stg && stg[0] == '0') ? 0 : 1;
 #ifdef MLAV_TRACE
   if (g_trace.defined()) {
     const long long rows = (long long)max_len_extend * p.H, bm = mlav::config_block_m((int)cfg);

@@ -700,7 +700,8 @@ constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
 template <int W>
-__device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS]) {
+__device__ __forceinline__ void combine_unit(const Params& p, int S, int64_t t_end, float4 (*part)[32],
+                                             float (*red)[COMBINE_WARPS], float (*lse_s)[32]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int k = warp % W, first = warp - k;  // this warp's index in its unit, the unit's first warp
   const int64_t rows = (int64_t)p.T * p.H;
@@ -708,10 +709,36 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   const int64_t grow = unit >> 2;
   const int quarter = (int)(unit & 3);
   const int64_t t = grow < rows ? grow / p.H : 0;
-  const bool valid = grow < rows && t < ld_idx(p.qo_indptr, p.qo_is64, p.B);  // uniform per unit
-  // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * W)
+  const bool valid = grow < rows && t < t_end;  // uniform per unit (t_end = qo_indptr[B], read before the wait)
+  // The unit's lse values (unit thread i owns split i; S <= 32 * W) and this warp's first MAXJ
+  // partials s = k, k + W, ... are loaded together, before the max reduction needs the lse values
+  // (v5 loaded the partials only after it: one dependent round trip more); later partials
+  // (S > 4 W: W = 8 and S > 32) are loaded in the accumulation loop, 4 at a time. MAXJ = 4 keeps
+  // the register count near v5's, so the B=1 combine grid (512 blocks) stays one wave.
+  constexpr int MAXJ = 4;
   const int ti = k * 32 + lane;
   const float lse_mine = valid && ti < S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
+  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
+  const uint2* src16 =
+      reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(p.ws_o) + grow * D_V + quarter * 128) + lane;
+  const int64_t split_stride4 = rows * (D_V / 4);
+  const bool b16 = p.part_bf16 != 0;
+  float4 v[MAXJ];
+#pragma unroll
+  for (int j = 0; j < MAXJ; ++j) {
+    const int s = k + j * W;
+    v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (valid && s < S) {
+      if (b16) {  // 4 bf16 -> 4 fp32 (exact)
+        const uint2 u = src16[s * split_stride4];
+        v[j] = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                           __uint_as_float(u.y & 0xffff0000u));
+      } else {
+        v[j] = src[s * split_stride4];
+      }
+    }
+  }
+  lse_s[warp][lane] = lse_mine;  // split s's lse, for the accumulation: lse_s[first + s / 32][s % 32]
   float mx = lse_mine;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -725,28 +752,28 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   for (int o = 16; o > 0; o >>= 1) wsum = __fadd_rn(wsum, __shfl_xor_sync(0xffffffffu, wsum, o));
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (valid) {
-    const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
-    const uint2* src16 = reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(p.ws_o) + grow * D_V +
-                                                        quarter * 128) + lane;
-    const int64_t split_stride4 = rows * (D_V / 4);
-    const bool b16 = p.part_bf16 != 0;
+  if (valid) {  // same splits, same order, same arithmetic as the v5 loop: bitwise the same sums
+    auto add = [&](const float4& x, float lse) {
+      const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
+      acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, x.x) : 0.f);
+      acc.y = __fadd_rn(acc.y, w > 0.f ? __fmul_rn(w, x.y) : 0.f);
+      acc.z = __fadd_rn(acc.z, w > 0.f ? __fmul_rn(w, x.z) : 0.f);
+      acc.w = __fadd_rn(acc.w, w > 0.f ? __fmul_rn(w, x.w) : 0.f);
+    };
+#pragma unroll
+    for (int j = 0; j < MAXJ; ++j)
+      if (k + j * W < S) add(v[j], lse_s[first + ((k + j * W) >> 5)][(k + j * W) & 31]);
 #pragma unroll 4
-    for (int s = k; s < S; s += W) {
-      float4 v;
-      if (b16) {  // 4 bf16 -> 4 fp32 (exact)
+    for (int s = k + MAXJ * W; s < S; s += W) {
+      float4 x;
+      if (b16) {
         const uint2 u = src16[s * split_stride4];
-        v = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+        x = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                         __uint_as_float(u.y & 0xffff0000u));
       } else {
-        v = src[s * split_stride4];
+        x = src[s * split_stride4];
       }
-      const float lse = p.ws_lse[(int64_t)s * rows + grow];
-      const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
-      acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, v.x) : 0.f);
-      acc.y = __fadd_rn(acc.y, w > 0.f ? __fmul_rn(w, v.y) : 0.f);
-      acc.z = __fadd_rn(acc.z, w > 0.f ? __fmul_rn(w, v.z) : 0.f);
-      acc.w = __fadd_rn(acc.w, w > 0.f ? __fmul_rn(w, v.w) : 0.f);
+      add(x, lse_s[first + (s >> 5)][s & 31]);
     }
   }
   part[warp][lane] = acc;
@@ -773,11 +800,13 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
 }
 
 template <int LW>
-__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
+__global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_kernel(const Params p) {  // <= 64 registers: 4 blocks per SM (the B=1 grid, 512 blocks, is one wave on 132 SMs)
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
-  // reads kv_indptr only (the split kernel does not write it): overlaps the split kernel's tail
+  __shared__ float lse_s[COMBINE_WARPS][32];
   MLAV_COMBINE_STAMP(0, mlav_now());
+  // reads kv_indptr / qo_indptr only (the split kernel writes neither): before the wait
+  const int64_t t_end = ld_idx(p.qo_indptr, p.qo_is64, p.B);
   const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
   const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
@@ -791,10 +820,10 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   MLAV_COMBINE_STAMP(2, mlav_now());
-  if (W == 1) combine_unit<1>(p, S, part, red);
-  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red);
-  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red);
-  else if (LW >= 8) combine_unit<8>(p, S, part, red);
+  if (W == 1) combine_unit<1>(p, S, t_end, part, red, lse_s);
+  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, t_end, part, red, lse_s);
+  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, t_end, part, red, lse_s);
+  else if (LW >= 8) combine_unit<8>(p, S, t_end, part, red, lse_s);
   MLAV_COMBINE_STAMP(3, mlav_now());
 }
 

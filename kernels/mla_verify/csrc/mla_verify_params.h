@@ -34,6 +34,7 @@ struct Params {
   int64_t rule_part_div;  // B * max_len_extend * H * 513 * 4 * 2: fp32 partial bytes per split
   int pdl_early;          // 1: split CTAs execute griddepcontrol.launch_dependents at their start
   int part_bf16;          // 1: split partials stored as bf16 (ws_o read as __nv_bfloat16, half the bytes)
+  int stage_out;          // 1 (wgmma kernel): bf16 rows (output / bf16 partials) staged through smem, 16-B stores
   float scale_log2;
   float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
