@@ -420,7 +420,7 @@ def mla_verify_fwd(
     v_alias = int(v_extend.data_ptr() == k_extend.data_ptr() and v_extend.stride(0) == k_extend.stride(0))
     from ._build import load
 
-    mod = _TRACE_MODULE.get(arch) or load(arch)
+    mod = _MODULE_OVERRIDE.get(arch) or load(arch)
     mod.fwd(
         q_extend,
         k_extend,
@@ -448,7 +448,18 @@ def mla_verify_fwd(
     return o_extend
 
 
-_TRACE_MODULE: dict = {}
+_MODULE_OVERRIDE: dict = {}  # arch -> module used instead of _build.load (diagnostics only)
+
+
+def use_module(device, mod):
+    """Diagnostics only: route this process's calls on the device's arch through `mod` (a build
+    with the same `fwd` binding: the trace build, or an older source tree for same-run A/B timing);
+    None: back to the normal module. Returns the previous override."""
+    arch = device_arch(device)
+    prev = _MODULE_OVERRIDE.pop(arch, None)
+    if mod is not None:
+        _MODULE_OVERRIDE[arch] = mod
+    return prev
 
 
 def use_trace_build(device, on: bool = True):
@@ -456,14 +467,13 @@ def use_trace_build(device, on: bool = True):
     device's arch, whose `set_trace(int64 tensor | None)` makes the kernels write a per-CTA
     %globaltimer timeline (csrc/mla_verify_kernel.cuh); returns that module. on=False: back to
     the normal module."""
-    arch = device_arch(device)
     if not on:
-        _TRACE_MODULE.pop(arch, None)
+        use_module(device, None)
         return None
     from ._build import load_trace
 
-    mod = load_trace(arch)
-    _TRACE_MODULE[arch] = mod
+    mod = load_trace(device_arch(device))
+    use_module(device, mod)
     return mod
 
 

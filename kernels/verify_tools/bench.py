@@ -756,114 +756,124 @@ def _trace_summary(tr, split_ctas, t_event_us):
     return out
 
 
-def v6_diag(torch, timer, iters=30):
+def v6_diag(torch, timer, iters=30, baseline_csrc=None):
     """v6 diagnostics (issue 13, B=1 intercept): per-CTA %globaltimer timelines of the trace build
-    (exact-size and graph-buffer inputs, fp32 and bf16 partials) and same-process A/B timings
-    (graph replay, L2 flushed) of the partial dtype, the device-side split rule and split counts."""
-    from mla_verify import api, mla_verify_fwd, tiles
+    (exact-size and graph-buffer inputs) and same-process A/B timings (graph replay, L2 flushed):
+    the current kernel against an older source tree (`baseline_csrc`, JIT-built here), fp32 vs bf16
+    partials, graph-buffer vs exact-size indices, and B=1 split counts."""
+    import os
+
+    from mla_verify import _build, api, mla_verify_fwd, tiles
 
     dev = torch.device("cuda")
+    arch = api.device_arch(dev)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    doc = {"trace": [], "ab": [], "splits": []}
+    doc = {"trace": [], "ab": [], "splits": [], "baseline_csrc": baseline_csrc}
+    base_mod = _build.load_source_tree(arch, baseline_csrc) if baseline_csrc else None
 
     def inputs(B, L, n, H):
         inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
         return inp, list(kernel_args(inp))
 
-    # ---- timelines ----
+    # ---- timelines of the current kernel ----
     mod = api.use_trace_build(dev)
-    for B, L, n, H in ((1, 4096, 8, 16), (1, 32768, 8, 16)):
-        inp, a = inputs(B, L, n, H)
+    for B, L, n, H, label, env, pad in (
+        (1, 4096, 8, 16, "exact", {}, False),
+        (1, 4096, 8, 16, "exact fp32", {"MLAV_PART_BF16": "0"}, False),
+        (1, 4096, 8, 16, "graphbuf", {}, True),
+        (1, 32768, 8, 16, "exact", {}, False),
+        (1, 32768, 8, 16, "graphbuf", {}, True),
+    ):
+        inp, b = inputs(B, L, n, H)
         m_tiles = -(-n * H // 64)
         T = B * n
         tr = torch.zeros(8 * (B * 128 * m_tiles + T * H * 4), dtype=torch.int64, device=dev)
-        padded = _padded_buffer(torch, inp, 131072 * B)
-        for label, env, idx in (
-            ("exact fp32", {"MLAV_PART_BF16": "0"}, inp["kv_indices"]),
-            ("exact bf16", {"MLAV_PART_BF16": "1"}, inp["kv_indices"]),
-            ("graphbuf fp32", {"MLAV_PART_BF16": "0"}, padded),
-        ):
-            b = list(a)
-            b[8] = idx
-            rule = api.split_rule(B, n, H, sms, tiles.SM90WG, 1)
-            S = api.splits_for_total(rule, B, idx.numel())
-            mod.set_trace(tr)
-            g = _env_call(env, lambda b=b: timer.graph(lambda: mla_verify_fwd(*b, sm_scale=inp["sm_scale"])))
-            mod.set_trace(None)
-            res = []
-            for _ in range(5):
-                timer.flush_buf.fill_(1.0)
-                timer.flush_buf[: timer.flush_buf.numel() // 2].sum()
-                tr.zero_()
-                s_ev, e_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s_ev.record()
-                g.replay()
-                e_ev.record()
-                e_ev.synchronize()
-                res.append(_trace_summary(tr.cpu(), B * S * m_tiles, s_ev.elapsed_time(e_ev) * 1e3))
-            res.sort(key=lambda r: r.get("event_us", 0))
-            med = res[len(res) // 2]
-            med.update({"B": B, "L": L, "n": n, "H": H, "variant": label, "grid_S": S,
-                        "event_us_all": [r.get("event_us") for r in res]})
-            doc["trace"].append(med)
-            print(f"[diag] trace B={B} L={L} {label}: {json.dumps(med)}", file=sys.stderr)
-            g = None
+        if pad:
+            b[8] = _padded_buffer(torch, inp, 131072 * B)
+        rule = api.split_rule(B, n, H, sms, tiles.SM90WG, 1)
+        S = api.splits_for_total(rule, B, b[8].numel())
+        mod.set_trace(tr)
+        g = _env_call(env, lambda b=b: timer.graph(lambda: mla_verify_fwd(*b, sm_scale=inp["sm_scale"])))
+        mod.set_trace(None)
+        res = []
+        for _ in range(5):
+            timer.flush_buf.fill_(1.0)
+            timer.flush_buf[: timer.flush_buf.numel() // 2].sum()
+            tr.zero_()
+            s_ev, e_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s_ev.record()
+            g.replay()
+            e_ev.record()
+            e_ev.synchronize()
+            res.append(_trace_summary(tr.cpu(), B * S * m_tiles, s_ev.elapsed_time(e_ev) * 1e3))
+        res.sort(key=lambda r: r.get("event_us", 0))
+        med = res[len(res) // 2]
+        med.update({"B": B, "L": L, "n": n, "H": H, "variant": label, "grid_S": S,
+                    "event_us_all": [r.get("event_us") for r in res]})
+        doc["trace"].append(med)
+        print(f"[diag] trace B={B} L={L} {label}: {json.dumps(med)}", file=sys.stderr)
+        g = None
     api.use_trace_build(dev, False)
 
-    # ---- A/B timings: partial dtype, device rule (graph buffer) vs exact, explicit count ----
+    # ---- A/B: current vs baseline tree, partial dtype, graph buffer (device rule) ----
     shapes = ((1, 512, 8, 16), (1, 4096, 8, 16), (1, 32768, 8, 16), (1, 131072, 8, 16), (8, 32768, 8, 16),
-              (32, 8192, 8, 16), (4, 131072, 4, 16))
+              (32, 8192, 8, 16), (4, 131072, 4, 16), (4, 65536, 4, 64))
     for B, L, n, H in shapes:
         inp, a = inputs(B, L, n, H)
         rule = api.split_rule(B, n, H, sms, tiles.SM90WG, 1)
         S = api.splits_for_total(rule, B, B * L)
         padded = _padded_buffer(torch, inp, B * 131072 + 64)
-        variants = {
-            "fp32": ({"MLAV_PART_BF16": "0"}, None, None),
-            "bf16": ({"MLAV_PART_BF16": "1"}, None, None),
-            "fp32_explicit": ({"MLAV_PART_BF16": "0"}, None, S),
-            "fp32_graphbuf": ({"MLAV_PART_BF16": "0"}, padded, None),
-            "bf16_graphbuf": ({"MLAV_PART_BF16": "1"}, padded, None),
-        }
+        variants = {"new": ({}, None, None), "new_fp32": ({"MLAV_PART_BF16": "0"}, None, None),
+                    "new_graphbuf": ({}, padded, None)}
+        if base_mod is not None:
+            variants.update({"base": ({}, None, base_mod), "base_graphbuf": ({}, padded, base_mod)})
         times = {k: [] for k in variants}
         outs = {}
         for _ in range(2):
-            for k, (env, idx, ns) in variants.items():
+            for k, (env, idx, m) in variants.items():
                 b = list(a)
                 if idx is not None:
                     b[8] = idx
+                prev = api.use_module(dev, m)
 
-                def fn(b=b, ns=ns):
-                    return mla_verify_fwd(*b, sm_scale=inp["sm_scale"], num_splits=ns)
+                def fn(b=b):
+                    return mla_verify_fwd(*b, sm_scale=inp["sm_scale"])
 
-                us, _ = _env_call(env, lambda fn=fn: timer.time_graph_or_eager(fn, 3, iters))
+                try:
+                    us, _ = _env_call(env, lambda fn=fn: timer.time_graph_or_eager(fn, 3, iters))
+                finally:
+                    api.use_module(dev, prev)
                 times[k].append(us)
                 outs[k] = inp["o_extend"].float().clone()
-        ref = outs["fp32"]
-        row = {"B": B, "L": L, "n": n, "H": H, "S": S, "us": {k: round(min(v), 2) for k, v in times.items()},
-               "runs": times,
-               "rel_vs_fp32": {k: float((v - ref).norm() / ref.norm()) for k, v in outs.items()},
-               "bitwise_graphbuf_fp32": bool(torch.equal(outs["fp32_graphbuf"], ref))}
-        mn = row["us"]
-        row["ratio_bf16_over_fp32"] = mn["bf16"] / mn["fp32"]
-        row["ratio_fp32_over_explicit"] = mn["fp32"] / mn["fp32_explicit"]
-        row["ratio_graphbuf_over_exact"] = mn["fp32_graphbuf"] / mn["fp32"]
+        ref = outs["base"] if "base" in outs else outs["new_fp32"]
+        mn = {k: round(min(v), 2) for k, v in times.items()}
+        row = {"B": B, "L": L, "n": n, "H": H, "S": S, "us": mn, "runs": times,
+               "rel_vs_ref": {k: float((v - ref).norm() / ref.norm()) for k, v in outs.items()},
+               "bitwise_new_graphbuf": bool(torch.equal(outs["new_graphbuf"], outs["new"])),
+               "ratio_new_over_fp32": mn["new"] / mn["new_fp32"],
+               "ratio_graphbuf_over_exact": mn["new_graphbuf"] / mn["new"]}
+        if "base" in mn:
+            row["ratio_new_over_base"] = mn["new"] / mn["base"]
+            row["ratio_graphbuf_new_over_base"] = mn["new_graphbuf"] / mn["base_graphbuf"]
+            row["bitwise_new_fp32_eq_base"] = bool(torch.equal(outs["new_fp32"], outs["base"]))
         doc["ab"].append(row)
-        print(f"[diag] ab B={B} L={L} n={n} H={H} S={S}: {mn} bf16/fp32 {row['ratio_bf16_over_fp32']:.3f} "
-              f"auto/explicit {row['ratio_fp32_over_explicit']:.3f} graphbuf/exact {row['ratio_graphbuf_over_exact']:.3f} "
-              f"rel {row['rel_vs_fp32']['bf16']:.1e}", file=sys.stderr)
+        print(f"[diag] ab B={B} L={L} n={n} H={H} S={S}: {mn} new/base {row.get('ratio_new_over_base', 0):.3f} "
+              f"graphbuf new/base {row.get('ratio_graphbuf_new_over_base', 0):.3f} new/fp32 "
+              f"{row['ratio_new_over_fp32']:.3f} graphbuf/exact {row['ratio_graphbuf_over_exact']:.3f} "
+              f"rel new {row['rel_vs_ref']['new']:.1e} fp32==base {row.get('bitwise_new_fp32_eq_base')}",
+              file=sys.stderr)
 
-    # ---- split counts at B=1 with both partial dtypes ----
-    for L, counts in ((4096, (17, 33, 65)), (32768, (33, 49, 65, 97))):
+    # ---- split counts at B=1, current kernel (bf16 partials) ----
+    for L, counts in ((4096, (33, 43, 65)), (8192, (43, 65)), (32768, (57, 65))):
         inp, a = inputs(1, L, 8, 16)
         res = {}
-        for pb in ("0", "1"):
-            for ns in counts:
-                us, _ = _env_call({"MLAV_PART_BF16": pb}, lambda ns=ns: timer.time_graph_or_eager(
-                    lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], num_splits=ns), 3, iters))
-                res[f"{'bf16' if pb == '1' else 'fp32'}_S{ns}"] = round(us, 2)
+        for ns in counts:
+            us, _ = timer.time_graph_or_eager(lambda ns=ns: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], num_splits=ns),
+                                              3, iters)
+            res[f"S{ns}"] = round(us, 2)
         doc["splits"].append({"L": L, "us": res})
         print(f"[diag] splits B=1 L={L}: {res}", file=sys.stderr)
+    doc["env"] = {k: v for k, v in os.environ.items() if k.startswith("MLAV_")}
     return doc
 
 
@@ -883,6 +893,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--no-graph-buffer", action="store_true", help="skip the graph-buffer mode")
     ap.add_argument("--v6-diag", action="store_true", help="only the v6 diagnostics (timelines, A/B); JSON doc")
+    ap.add_argument("--baseline-csrc", default=None, help="--v6-diag: an older csrc/ tree to time against")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -899,7 +910,7 @@ def main(argv=None) -> int:
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
     if a.v6_diag:
-        doc = v6_diag(torch, timer)
+        doc = v6_diag(torch, timer, baseline_csrc=a.baseline_csrc)
         print(json.dumps(doc, indent=1))
         return 0
     ceilings = measure_ceilings(torch, timer)

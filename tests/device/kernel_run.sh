@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
 # Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph|v6diag  (writes JSON/logs/PNG under $OUT)
+#   v6: the graph mode's parity and bench, then --v6-diag against the baseline csrc in .v6base (carry it;
+#       made by: git archive <commit> kernels/mla_verify/csrc | tar -x -C .v6base), memcheck x2, racecheck x1.
 #   v6diag: JIT build, verify_tools.bench --v6-diag (per-CTA timelines of the trace build + A/B timings), parity
 #           of graph + 5 cases with bf16 split partials (MLAV_PART_BF16=1).
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
@@ -42,15 +44,20 @@ if [ -n "$SKIP_BUILD_CHECK" ]; then say "build check skipped: SKIP_BUILD_CHECK=$
 say "build check $ARCH (nvcc)"
 python3 -m verify_tools.build_check --arch "$ARCH" --json > "$OUT/build_${ARCH/_/}.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"; fi
 say "JIT build of the extension"
+if [ "$MODE" = v6 ]; then  # the trace build and the baseline tree (.v6base, carried) build alongside
+  python3 -c "import torch; from mla_verify._build import load_trace; load_trace('$ARCH')" >>"$LOG" 2>&1 &
+  [ -d .v6base/kernels/mla_verify/csrc ] && python3 -c "import torch; from mla_verify._build import load_source_tree as f; f('$ARCH', '.v6base/kernels/mla_verify/csrc')" >>"$LOG" 2>&1 &
+fi
 python3 -c "
 import time, torch; t=time.time()
 from mla_verify._build import load
 from mla_verify.api import device_arch
 a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
+wait; say "builds done"
 say "parity"
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k,fp8_codes_exact
 GRAPH_CASES=graph_b1_n8_h16_32k,graph_b3_varlen_n4_h16,graph_fp8_b2_n8_h16
-if [ "$MODE" = graph ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
+if [ "$MODE" = graph ] || [ "$MODE" = v6 ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
 elif [ "$MODE" = splits ]; then PARGS="--cases b1_full_nomask_h16,b1_n1_h128_prefix4k,b4_prefix0_mixed_h16,seed_b1_prefix65k_n8_h16_chain,fp8_codes_exact"
 elif [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
 if [ "$MODE" != v6diag ]; then
@@ -96,7 +103,7 @@ PY
   exit 0
 fi
 say "bench"
-if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = graph ]; then
+if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = graph ] || [ "$MODE" = v6 ]; then
   BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,32:8192:8:16,4:131072:4:16"
 elif [ "$MODE" = dev ]; then
   BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,1:131072:8:16,32:8192:8:16,8:32768:8:16,4:32768:8:128,4:131072:4:16"
@@ -126,6 +133,12 @@ PY
   cuobjdump -sass "$SO" > "$OUT/sass.txt" 2>&1; echo "sass dump rc=$? $(wc -l < "$OUT/sass.txt") lines" | tee -a "$LOG"
   say "compute-sanitizer memcheck (small cases, all configs, bf16 + fp8 cache)"
   sanitize 120 memcheck:b4_varlen_tree_h16 memcheck:fp8_b4_varlen_tree_h16_u8 racecheck:fp8_b2_n16_h128_tree_scales
+elif [ "$MODE" = v6 ]; then
+  say "v6 diagnostics: timelines + same-run A/B against the baseline tree .v6base (if carried)"
+  BASE=""; [ -d .v6base/kernels/mla_verify/csrc ] && BASE="--baseline-csrc .v6base/kernels/mla_verify/csrc"
+  timeout 200 python3 -m verify_tools.bench --v6-diag $BASE > "$OUT/diag.json" 2> >(grep "^\[diag\]" | tee -a "$LOG" >&2); echo "diag rc=$?" | tee -a "$LOG"
+  say "compute-sanitizer (graph replay case, B=1 S=65 case; racecheck small case; all configs)"
+  sanitize 150 memcheck:graph_b3_varlen_n4_h16 memcheck:seed_b1_prefix65k_n8_h16_chain racecheck:b4_prefix0_mixed_h16
 elif [ "$MODE" = graph ]; then
   say "A/B: split kernels' early PDL signal on (MLAV_PDL_EARLY=1, default) vs off, same process, graph replay, L2 flushed"
   timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/pdl_ab.txt"
