@@ -401,7 +401,7 @@ def diag(device, reps: int) -> dict:
     caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
     variants = [("auto", None, "auto"), ("m16", 32, "kernel"), ("m16", 16, "cluster")]
     variants += [("m16w", 32, "kernel"), ("n8", 32, "kernel"), ("n8", 16, "kernel"), ("n8s", 64, "kernel")]
-    variants += [("n8s", 32, "kernel")]
+    variants += [("n8s", 32, "kernel"), ("m16", 64, "kernel")]
     graphs, fns, keep = {}, {}, []
     for kvname, cache in caches.items():
         for cfg, S, comb in variants:

@@ -153,6 +153,8 @@ struct Cfg {
   static_assert(WARPS % PV_RW == 0 && NBV % 2 == 0 && NQ * DW == D_V, "PV warp split");
   static_assert(FP8 || BF_CHUNKS % TPT == 0, "bf16 loader split");
   static_assert(BN % 16 == 0, "PV k-steps");
+  static constexpr int RPT = BN * 8 / THREADS;     // KV rows per loader thread (8 threads per row)
+  static_assert(RPT >= 1 && RPT * THREADS == BN * 8, "loader: 8 threads per row");
 };
 
 // Fused combine of the S = p.cluster splits of one (row t, head tile) launched as one thread-block
@@ -248,17 +250,22 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       if (BF_CHUNKS % C::QTPR == 0 || ch < BF_CHUNKS) cp_async16(sQ + swz(r, ch), src + ch * 8, ok ? 16 : 0);
     }
   }
-  const int tk = tid / C::TPT, sub = tid % C::TPT;  // loader: thread copies KV row tk of every tile
+  // loader: 8 threads per KV row (128 contiguous bytes per row per instruction); thread copies
+  // rows lrow + (THREADS / 8) * k, k < RPT, of every tile
+  constexpr int RPT = C::RPT;
+  const int lrow = tid >> 3, sub = tid & 7;
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
   const int pb = s * p.chunk;
-  int32_t raw_idx[STAGES];
+  int32_t raw_idx[STAGES][RPT];
   {
     const int cend = min(pb + p.chunk, p.topk);
 #pragma unroll
-    for (int st = 0; st < STAGES; ++st) {
-      const int pos = pb + st * BN + tk;
-      raw_idx[st] = pos < cend ? __ldg(idx_row + pos) : -1;
-    }
+    for (int st = 0; st < STAGES; ++st)
+#pragma unroll
+      for (int k = 0; k < RPT; ++k) {
+        const int pos = pb + st * BN + lrow + (C::THREADS / 8) * k;
+        raw_idx[st][k] = pos < cend ? __ldg(idx_row + pos) : -1;
+      }
   }
   int nv = __ldg(p.seq_lens + t);
   nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
@@ -295,43 +302,55 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   const uint32_t sP = smem_u32(smem + C::off_p);
   uint8_t* pP = smem + C::off_p;
 
-  auto slot_of_raw = [&](int j, int32_t w) -> int64_t {  // slot of this thread's row in tile j; -1 = unused
-    const int pos = pb + j * BN + tk;
+  auto slot_of_raw = [&](int j, int k, int32_t w) -> int64_t {  // slot of row k of this thread in tile j; -1 = unused
+    const int pos = pb + j * BN + lrow + (C::THREADS / 8) * k;
     if (j >= ntiles || pos >= pe) return -1;
     const int64_t sl = (int64_t)w;
     return (sl >= 0 && sl < p.num_slots) ? sl : -1;
   };
-  auto slot_of = [&](int j) -> int64_t {
-    const int pos = pb + j * BN + tk;
-    return (j >= ntiles || pos >= pe) ? -1 : slot_of_raw(j, __ldg(idx_row + pos));
-  };
-  auto issue_tile = [&](int stage, int64_t sl) {
-    const bool ok = sl >= 0;
-    const uint8_t* src = p.kv + (ok ? sl : 0) * p.kv_st;
-    const uint32_t dst = sRaw + stage * C::RAW_TILE;
-    if constexpr (C::FP8) {
-      for (int ch = sub; ch < FP8_CHUNKS; ch += C::TPT)
-        cp_async16(dst + tk * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
-    } else {
+  auto slots_of = [&](int j, int64_t (&out)[RPT]) {
 #pragma unroll
-      for (int it = 0; it < BF_CHUNKS / C::TPT; ++it) {
-        const int ch = sub + it * C::TPT;
-        cp_async16(dst + swz(tk, ch), src + ch * 16, ok ? 16 : 0);
-      }
+    for (int k = 0; k < RPT; ++k) {
+      const int pos = pb + j * BN + lrow + (C::THREADS / 8) * k;
+      out[k] = (j >= ntiles || pos >= pe) ? -1 : slot_of_raw(j, k, __ldg(idx_row + pos));
     }
-    if (sub == 0) flag[stage * BN + tk] = ok ? 1 : 0;
+  };
+  auto issue_tile = [&](int stage, const int64_t (&sl)[RPT]) {
+    const uint32_t dst = sRaw + stage * C::RAW_TILE;
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) {
+      const int rr = lrow + (C::THREADS / 8) * k;
+      const bool ok = sl[k] >= 0;
+      const uint8_t* src = p.kv + (ok ? sl[k] : 0) * p.kv_st;
+      if constexpr (C::FP8) {
+        for (int ch = sub; ch < FP8_CHUNKS; ch += 8) cp_async16(dst + rr * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int it = 0; it < BF_CHUNKS / 8; ++it) {
+          const int ch = sub + 8 * it;
+          cp_async16(dst + swz(rr, ch), src + ch * 16, ok ? 16 : 0);
+        }
+      }
+      if (sub == 0) flag[stage * BN + rr] = ok ? 1 : 0;
+    }
   };
 
   // ---- prologue: the first STAGES tiles (their slots are already loaded) ----
 #pragma unroll
   for (int st = 0; st < STAGES; ++st) {
-    if (st < ntiles) issue_tile(st, slot_of_raw(st, raw_idx[st]));
+    if (st < ntiles) {
+      int64_t sl[RPT];
+#pragma unroll
+      for (int k = 0; k < RPT; ++k) sl[k] = slot_of_raw(st, k, raw_idx[st][k]);
+      issue_tile(st, sl);
+    }
     cp_async_commit();  // group st (Q rides in group 0)
   }
   DSAV_SPLIT_STAMP(1, dsav_now());
   DSAV_SPLIT_STAMP(5, (unsigned long long)smid_now());
   DSAV_SPLIT_STAMP(6, (unsigned long long)ntiles);
-  int64_t next_slot = slot_of(STAGES);
+  int64_t next_slot[RPT];
+  slots_of(STAGES, next_slot);
 
   float o_acc[C::RB][C::NBV][4];
 #pragma unroll
@@ -384,7 +403,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       __syncthreads();  // compute tile ready; raw stage free
       if (j + STAGES < ntiles) issue_tile(stage, next_slot);
       cp_async_commit();
-      next_slot = slot_of(j + STAGES + 1);
+      slots_of(j + STAGES + 1, next_slot);
       sK = smem_u32(cvt);
     } else {
       sK = sRaw + stage * C::RAW_TILE;
@@ -523,7 +542,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       __syncthreads();  // every warp done with this stage before it is refilled
       if (j + STAGES < ntiles) issue_tile(stage, next_slot);
       cp_async_commit();
-      next_slot = slot_of(j + STAGES + 1);
+      slots_of(j + STAGES + 1, next_slot);
     }
   }
   cp_async_wait<0>();

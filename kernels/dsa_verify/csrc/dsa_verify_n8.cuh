@@ -43,7 +43,7 @@ struct CfgN {
   // the end-of-kernel merge reuses the drained ring: O^T [WARPS][8][PSTR] + m, l [WARPS][8]
   static constexpr int MERGE_BYTES = WARPS * BM * PSTR * 4 + 2 * WARPS * BM * 4;
   static_assert(MERGE_BYTES <= WARPS * STAGES * RAW_STAGE, "merge space must fit the ring");
-  static_assert(FP8 || BF_CHUNKS % 2 == 0, "two lanes per bf16 row");
+  static_assert(BF_CHUNKS % 8 == 0 && WR % 4 == 0, "8 lanes per row, 4 rows per loader step");
 };
 
 __device__ __forceinline__ uint32_t movmatrix_t(uint32_t a) {
@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     cp_async_commit();
   }
   // ---- index words of this warp's first STAGES tiles, before seq_lens is known ----
-  const int row = lane & 15, half = lane >> 4;  // loader: two lanes per KV row of the warp tile
+  // lane r < 16 holds the slot of row r of the warp tile (lanes 16..31 repeat rows 0..15)
+  const int row = lane & 15;
   const int pb = s * p.chunk;
   const int cend = min(pb + p.chunk, p.topk);
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
@@ -120,26 +121,32 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   const uint32_t sRing = smem_u32(smem + C::off_ring) + warp * STAGES * C::RAW_STAGE;
   uint32_t* vmask = reinterpret_cast<uint32_t*>(smem + C::off_mask) + warp * STAGES;
   // slot of this lane's row in warp tile j, given its raw index word; -1 = unused
-  auto slot_ok = [&](int j, int32_t w) -> int64_t {
+  auto slot_ok = [&](int j, int32_t w) -> int32_t {  // slot of row `row` of warp tile j; -1 = unused
     const int pos = pb + j * BN + warp * WR + row;
     if (j >= ntiles || pos >= pe) return -1;
-    const int64_t sl = (int64_t)w;
-    return (sl >= 0 && sl < p.num_slots) ? sl : -1;
+    return (w >= 0 && (int64_t)w < p.num_slots) ? w : -1;
   };
-  auto issue = [&](int stage, int64_t sl) {
-    const bool ok = sl >= 0;
-    const uint8_t* src = p.kv + (ok ? sl : 0) * p.kv_st;
+  // loader: 8 lanes per row (128 contiguous bytes per row per instruction), rows lane/8 + 4k
+  auto issue = [&](int stage, int32_t sl) {
+    const uint32_t bits = __ballot_sync(0xffffffffu, sl >= 0) & 0xffffu;  // rows 0..15 (lanes 16..31 repeat)
     const uint32_t dst = sRing + stage * C::RAW_STAGE;
-    if constexpr (C::FP8) {
-      for (int ch = half; ch < FP8_CHUNKS; ch += 2) cp_async16(dst + row * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
-    } else {
+    const int sub = lane & 7;
 #pragma unroll
-      for (int it = 0; it < BF_CHUNKS / 2; ++it) {
-        const int ch = half + 2 * it;
-        cp_async16(dst + swz(row, ch), src + ch * 16, ok ? 16 : 0);
+    for (int k = 0; k < WR / 4; ++k) {
+      const int r = (lane >> 3) + 4 * k;
+      const int32_t sr = __shfl_sync(0xffffffffu, sl, r);
+      const bool ok = (bits >> r) & 1u;
+      const uint8_t* src = p.kv + (int64_t)(ok ? sr : 0) * p.kv_st;
+      if constexpr (C::FP8) {
+        for (int ch = sub; ch < FP8_CHUNKS; ch += 8) cp_async16(dst + r * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int it = 0; it < BF_CHUNKS / 8; ++it) {
+          const int ch = sub + 8 * it;
+          cp_async16(dst + swz(r, ch), src + ch * 16, ok ? 16 : 0);
+        }
       }
     }
-    const uint32_t bits = __ballot_sync(0xffffffffu, ok) & 0xffffu;  // rows 0..15 (lanes 16..31 repeat them)
     if (lane == 0) vmask[stage] = bits;
   };
 #pragma unroll
