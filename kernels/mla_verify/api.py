@@ -420,7 +420,7 @@ def mla_verify_fwd(
     v_alias = int(v_extend.data_ptr() == k_extend.data_ptr() and v_extend.stride(0) == k_extend.stride(0))
     from ._build import load
 
-    mod = _MODULE_OVERRIDE.get(arch) or load(arch)
+    mod = _MODULE_OVERRIDE.get(arch) or _csrc_override(arch) or load(arch)
     mod.fwd(
         q_extend,
         k_extend,
@@ -460,6 +460,21 @@ def use_module(device, mod):
     if mod is not None:
         _MODULE_OVERRIDE[arch] = mod
     return prev
+
+
+def _csrc_override(arch: str):
+    """Diagnostics only: MLAV_CSRC_OVERRIDE=<csrc dir> runs this process on a JIT build of that
+    source tree (a variant or an older commit's csrc/), e.g. the parity suite of an A/B variant."""
+    import os
+
+    d = os.environ.get("MLAV_CSRC_OVERRIDE")
+    if not d:
+        return None
+    from ._build import load_source_tree
+
+    mod = load_source_tree(arch, d)
+    _MODULE_OVERRIDE[arch] = mod
+    return mod
 
 
 def use_trace_build(device, on: bool = True):

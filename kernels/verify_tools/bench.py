@@ -877,6 +877,76 @@ def v6_diag(torch, timer, iters=30, baseline_csrc=None):
     return doc
 
 
+def v6_ab(torch, timer, trees, iters=30):
+    """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout):
+    graph-replay times with L2 flushed (fp32 partials too for "cur"), graph-buffer ratios through
+    bench_graph_buffer, and per-kernel CUPTI times (split kernel vs combine)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mla_verify import _build, api, mla_verify_fwd
+
+    dev = torch.device("cuda")
+    arch = api.device_arch(dev)
+    mods = {"cur": None}
+    mods.update({k: _build.load_source_tree(arch, d) for k, d in trees.items()})
+    doc = {"trees": trees, "ab": [], "graph_buffer": [], "cupti": []}
+
+    def inputs(B, L, n, H):
+        inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
+        return inp, list(kernel_args(inp))
+
+    variants = [(k, {}) for k in mods] + [("cur_fp32", {"MLAV_PART_BF16": "0"})]
+    shapes = ((1, 512, 8, 16), (1, 4096, 8, 16), (1, 32768, 8, 16), (1, 131072, 8, 16), (8, 32768, 8, 16),
+              (32, 8192, 8, 16), (4, 131072, 4, 16))
+    for B, L, n, H in shapes:
+        inp, a = inputs(B, L, n, H)
+        times = {k: [] for k, _ in variants}
+        outs = {}
+        for _ in range(2):
+            for k, env in variants:
+                prev = api.use_module(dev, mods.get(k.replace("_fp32", "")))
+                try:
+                    us, _ = _env_call(env, lambda: timer.time_graph_or_eager(
+                        lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"]), 3, iters))
+                finally:
+                    api.use_module(dev, prev)
+                times[k].append(us)
+                outs[k] = inp["o_extend"].float().clone()
+        mn = {k: round(min(v), 2) for k, v in times.items()}
+        ref = outs.get("base", outs["cur_fp32"])
+        row = {"B": B, "L": L, "n": n, "H": H, "us": mn, "runs": times,
+               "rel_vs_ref": {k: float((v - ref).norm() / ref.norm()) for k, v in outs.items()}}
+        if "base" in mn:
+            row["ratio_over_base"] = {k: round(v / mn["base"], 4) for k, v in mn.items()}
+        doc["ab"].append(row)
+        print(f"[ab] B={B} L={L} n={n} H={H}: {mn} over base {row.get('ratio_over_base')}", file=sys.stderr)
+    for k, m in mods.items():
+        prev = api.use_module(dev, m)
+        try:
+            for max_bs, n, h in ((1, 8, 16), (4, 4, 16)):
+                for r in bench_graph_buffer(torch, timer, max_bs, n, h, lens=(512, 4096, 32768)):
+                    r["tree"] = k
+                    doc["graph_buffer"].append(r)
+                    print(f"[ab] graph-buffer {k} B={max_bs} n={n} L={r['L']}: {r['graph_buffer_us']:.2f} vs "
+                          f"{r['exact_us']:.2f} ratio {r['ratio']:.3f} bitwise {r['replay_equal_exact_bitwise']}",
+                          file=sys.stderr)
+            for B, L in ((1, 4096), (1, 32768), (8, 32768), (32, 8192)):
+                inp, a = inputs(B, L, 8, 16)
+                for _ in range(3):
+                    mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(20):
+                        mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                    torch.cuda.synchronize()
+                ks = {e.key[:48]: round(e.device_time, 2) for e in prof.key_averages() if "mla_verify" in e.key}
+                doc["cupti"].append({"tree": k, "B": B, "L": L, "kernels_us": ks})
+                print(f"[ab] cupti {k} B={B} L={L}: {ks}", file=sys.stderr)
+        finally:
+            api.use_module(dev, prev)
+    return doc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -894,6 +964,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-graph-buffer", action="store_true", help="skip the graph-buffer mode")
     ap.add_argument("--v6-diag", action="store_true", help="only the v6 diagnostics (timelines, A/B); JSON doc")
     ap.add_argument("--baseline-csrc", default=None, help="--v6-diag: an older csrc/ tree to time against")
+    ap.add_argument("--v6-ab", default=None, help="name=csrc_dir,...: same-process A/B of source trees; JSON doc")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -909,6 +980,11 @@ def main(argv=None) -> int:
     fm = (None, "--no-flashmla given") if a.no_flashmla else import_flashmla()
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
+    if a.v6_ab is not None:
+        trees = dict(x.split("=", 1) for x in a.v6_ab.split(",") if x)
+        doc = v6_ab(torch, timer, trees)
+        print(json.dumps(doc, indent=1))
+        return 0
     if a.v6_diag:
         doc = v6_diag(torch, timer, baseline_csrc=a.baseline_csrc)
         print(json.dumps(doc, indent=1))

@@ -3,6 +3,8 @@
 # Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph|v6diag  (writes JSON/logs/PNG under $OUT)
 #   v6: the graph mode's parity and bench, then --v6-diag against the baseline csrc in .v6base (carry it;
 #       made by: git archive <commit> kernels/mla_verify/csrc | tar -x -C .v6base), memcheck x2, racecheck x1.
+#   v6b: parity (graph set) of this tree and of each .v6var/<name> tree, --v6-ab A/B of base (.v6base) /
+#        cur / the variants (times, graph-buffer ratios, CUPTI), memcheck + racecheck.
 #   v6diag: JIT build, verify_tools.bench --v6-diag (per-CTA timelines of the trace build + A/B timings), parity
 #           of graph + 5 cases with bf16 split partials (MLAV_PART_BF16=1).
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
@@ -44,6 +46,9 @@ if [ -n "$SKIP_BUILD_CHECK" ]; then say "build check skipped: SKIP_BUILD_CHECK=$
 say "build check $ARCH (nvcc)"
 python3 -m verify_tools.build_check --arch "$ARCH" --json > "$OUT/build_${ARCH/_/}.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"; fi
 say "JIT build of the extension"
+if [ "$MODE" = v6b ]; then  # the A/B trees (.v6base, .v6var/*, carried) build alongside
+  for d in .v6base/kernels/mla_verify/csrc .v6var/*; do [ -d "$d" ] && python3 -c "import torch; from mla_verify._build import load_source_tree as f; f('$ARCH', '$d')" >>"$LOG" 2>&1 & done
+fi
 if [ "$MODE" = v6 ]; then  # the trace build and the baseline tree (.v6base, carried) build alongside
   python3 -c "import torch; from mla_verify._build import load_trace; load_trace('$ARCH')" >>"$LOG" 2>&1 &
   [ -d .v6base/kernels/mla_verify/csrc ] && python3 -c "import torch; from mla_verify._build import load_source_tree as f; f('$ARCH', '.v6base/kernels/mla_verify/csrc')" >>"$LOG" 2>&1 &
@@ -57,11 +62,25 @@ wait; say "builds done"
 say "parity"
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k,fp8_codes_exact
 GRAPH_CASES=graph_b1_n8_h16_32k,graph_b3_varlen_n4_h16,graph_fp8_b2_n8_h16
-if [ "$MODE" = graph ] || [ "$MODE" = v6 ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
+if [ "$MODE" = graph ] || [ "$MODE" = v6 ] || [ "$MODE" = v6b ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
 elif [ "$MODE" = splits ]; then PARGS="--cases b1_full_nomask_h16,b1_n1_h128_prefix4k,b4_prefix0_mixed_h16,seed_b1_prefix65k_n8_h16_chain,fp8_codes_exact"
 elif [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
 if [ "$MODE" != v6diag ]; then
 timeout 240 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
+fi
+if [ "$MODE" = v6b ]; then
+  for d in .v6var/*; do [ -d "$d" ] || continue; v=$(basename "$d")
+    say "parity of variant $v (MLAV_CSRC_OVERRIDE=$d)"
+    MLAV_CSRC_OVERRIDE=$d timeout 120 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity_$v.json" 2>>"$LOG"; echo "parity $v rc=$?" | tee -a "$LOG"
+    python3 -c "import json;d=json.load(open('$OUT/parity_$v.json'));print('parity $v', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$LOG"
+  done
+  TREES="base=.v6base/kernels/mla_verify/csrc"; for d in .v6var/*; do [ -d "$d" ] && TREES="$TREES,$(basename $d)=$d"; done
+  say "A/B of source trees: $TREES"
+  timeout 240 python3 -m verify_tools.bench --v6-ab "$TREES" > "$OUT/ab.json" 2> >(grep "^\[ab\]" | tee -a "$LOG" >&2); echo "ab rc=$?" | tee -a "$LOG"
+  say "compute-sanitizer (graph replay case; racecheck of a B=32 case: the combine's grid-stride smem reuse)"
+  sanitize 150 memcheck:graph_b3_varlen_n4_h16 racecheck:fp8_b32_chain_n8_h16_prefix1k
+  python3 -c "import json;d=json.load(open('$OUT/parity.json'));print('parity cur', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$LOG"
+  exit 0
 fi
 if [ "$MODE" = v6diag ]; then
   say "v6 diagnostics: timelines (trace build) + A/B (partial dtype, device rule, split counts)"

@@ -28,6 +28,12 @@
 #pragma once
 #include "mla_verify_kernel.cuh"
 
+// MLAV_STAGE_ALL=1: every epilogue of the wgmma kernel goes through the smem staging tile (fp32
+// partials too); 0 (default): fp32 partials use the fragment-layout stores (v6 A/B candidate).
+#ifndef MLAV_STAGE_ALL
+#define MLAV_STAGE_ALL 0
+#endif
+
 namespace mlav {
 namespace wg {
 
@@ -325,7 +331,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if ((lane & 3) == 0) red_sum[grp * BM + r0 + 8 * h] = l_run[h];
   }
   __syncthreads();  // also: every wgmma of both warpgroups has completed, the Q / KV tiles are free
-  if (p.stage_out && (w.S == 1 || p.part_bf16)) {
+  if ((MLAV_STAGE_ALL || p.stage_out) && (w.S == 1 || p.part_bf16)) {
     // bf16 rows (the output, or a bf16 split partial) staged through smem and written as whole
     // 16-byte chunks per lane, 1 KiB contiguous per row: the fragment layout's direct stores write
     // 4 bytes per lane into 8 rows, half a 32-byte sector each, which ran at ~3.4 TB/s in all (v6
@@ -356,6 +362,34 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       __nv_bfloat16* dst = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh
                                     : reinterpret_cast<__nv_bfloat16*>(p.ws_o) + ((int64_t)s * p.T * p.H + w.grow0 + rr) * D_V;
       *reinterpret_cast<uint4*>(dst + ch * 8) = v;
+    }
+  } else if constexpr (MLAV_STAGE_ALL != 0) {  // S > 1, fp32 partials
+    // fp32 partial rows staged the same way: [64][2048 B] over the Q tile and KV stage 0 (both free),
+    // 16-byte chunk c of row r at r * 2048 + ((c & ~7) | ((c ^ r) & 7)) * 16 (2-way bank conflicts
+    // on the fragment side, none on the read side); written back as whole 16-byte chunks.
+    uint8_t* stg = smem + Smem::off_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      const float l = red_sum[r] + red_sum[BM + r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int ch = grp * 64 + i * 2 + ((lane & 3) >> 1);  // the chunk of columns grp*256 + i*8 + 2*(lane&3)
+        *reinterpret_cast<float2*>(stg + r * 2048 + (((ch & ~7) | ((ch ^ r) & 7)) << 4) + (lane & 1) * 8) =
+            make_float2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+      }
+      if (grp == 0 && (lane & 3) == 0 && w.row0 + r < w.R)
+        p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+    }
+    __syncthreads();
+    const int rows = w.R - w.row0 < BM ? w.R - w.row0 : BM;
+    const int ch = tid & 127;
+#pragma unroll 1
+    for (int rr = tid >> 7; rr < rows; rr += THREADS / 128) {
+      const uint4 v = *reinterpret_cast<const uint4*>(stg + rr * 2048 + (((ch & ~7) | ((ch ^ rr) & 7)) << 4));
+      float* dst = p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + rr) * D_V;
+      *reinterpret_cast<uint4*>(dst + ch * 4) = v;
     }
   } else {
 #pragma unroll
