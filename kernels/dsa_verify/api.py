@@ -186,6 +186,11 @@ COMBINES = ("auto", "kernel", "cluster")
 # (12.86 vs 13.82 us), and it has passed only two hostile parity cases (no graph replay, no full
 # suite), while m16's code is unchanged since its quick parity incl. graph replay (run 4).
 AUTO_M16W = False
+# auto picks n8 (8 heads in the mma N, independent warps) for bf16 with H <= 8 on sm_90a from this
+# many rows on. H200 run 8 (same run, CUPTI span, n8 / m16 time): T=8 0.977, T=64 0.865 (50.2 vs
+# 58.0 us, SGLang's Triton 59.3), T=256 0.812 (145.8 vs 179.6 us: 99.8% of the floor, Triton
+# 144.1); at T=4 (B=1 n=4) n8 is slower (1.087) and for fp8 it is slower at every T (1.02-1.11).
+AUTO_N8_MIN_T = 8
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -222,7 +227,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     the PDL-launched combine already overlaps the split grid); "cluster" requires the cluster
     (an automatic plan is rounded down to a power of two <= 16). With AUTO_M16W set and
     tile_config="auto" on sm_90a with H <= 16, the 8-warp m16w config with one 64-position tile
-    per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default)."""
+    per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default).
+    tile_config="auto" with bf16, H <= 8, T >= AUTO_N8_MIN_T on sm_90a (no cluster asked): n8."""
     from ._build import load
 
     if combine not in COMBINES:
@@ -237,6 +243,15 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         cfg = tiles.CONFIGS[tile_config]
         if cfg not in tiles.ARCH_CONFIGS[arch]:
             _fail("tile_config", f"{tile_config} is not built for {arch}")
+    if (
+        auto_cfg
+        and arch == "sm_90a"
+        and not fp8
+        and H <= tiles.N8.block_m
+        and T >= AUTO_N8_MIN_T
+        and combine != "cluster"
+    ):
+        cfg = tiles.N8
     mod = load(arch)
     if num_splits is None:
         S, chunk = split_plan(T, H, topk, sms, _ctas_per_sm(mod, device, cfg, fp8), cfg)

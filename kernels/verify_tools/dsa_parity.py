@@ -194,6 +194,13 @@ def configs_for(arch: str, which: str) -> list:
 
     if which == "auto":
         return ["auto"]
+    if which != "all":  # a comma list of labels, each one configs_for(arch, "all") has
+        every = configs_for(arch, "all")
+        picked = [x for x in which.split(",") if x]
+        bad = [x for x in picked if x not in every]
+        if bad or not picked:
+            raise ValueError(f"--configs: {','.join(bad) or which!r} not among {','.join(every)} ({arch})")
+        return picked
     out = ["auto"]
     for c in tiles.ARCH_CONFIGS[arch]:
         out.append(c.name)
@@ -319,7 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     ap.add_argument("--cases", default="", help="comma-separated case names")
-    ap.add_argument("--configs", default="all", choices=("auto", "all"), help="tile configs to run")
+    ap.add_argument("--configs", default="all", help="tile configs to run: auto, all, or a comma list of labels")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph replay cases")
     ap.add_argument("--no-peer", action="store_true", help="skip SGLang's DSA Triton kernel")
     ap.add_argument(
@@ -346,10 +353,14 @@ def main(argv=None) -> int:
         if unknown:
             print(f"unknown cases: {sorted(unknown)}", file=sys.stderr)
             return 2
+    try:
+        cfgs = configs_for(arch, a.configs)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     peer, peer_reason = (None, "disabled (--no-peer)") if a.no_peer else sglang_triton()
     w = lm_head(device)
     results = []
-    cfgs = configs_for(arch, a.configs)
     # order: the quick cases, their graph replays, then the rest (a timeout keeps the first parts)
     jobs = [("case", c) for c in CASES if c.name in wanted and c.name in QUICK]
     if not a.no_graph:

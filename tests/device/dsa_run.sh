@@ -119,11 +119,30 @@ if [ "${DSA_MODE:-}" = final ]; then
   timeout "${BENCH_TIMEOUT:-100}" python3 -m verify_tools.dsa_bench --budget-s "$BUDGET" --reps 20 \
     --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
   echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -12
-  timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m verify_tools.dsa_parity --json \
+  timeout "${MEMCHECK_TIMEOUT:-70}" compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m verify_tools.dsa_parity --json \
     --cases hostile_b2_n4_h16_fp8,hostile_b2_n4_h64_bf16,hostile_b1_n4_h8_bf16,hostile_b1_n4_h8_fp8 \
-    --configs auto --no-graph --no-peer > "$OUT/dsa_memcheck.json" 2> "/tmp/dsa_memcheck.err"
+    --configs "${MEMCHECK_CONFIGS:-auto}" --no-graph --no-peer > "$OUT/dsa_memcheck.json" 2> "/tmp/dsa_memcheck.err"
   echo "memcheck rc=$? (9 = errors found, 124 = timed out)"; grep -E "ERROR SUMMARY|Invalid" "/tmp/dsa_memcheck.err" | head -5
   python3 -c "import json; d=json.load(open('$OUT/dsa_memcheck.json')); print('memcheck parity', d['summary'])" || true
+  if [ -d .whl-flashmla ]; then  # FlashMLA's sparse kernels as a peer, in a separate process after ours
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fmsite .whl-flashmla/*.whl
+    PYTHONPATH=/tmp/fmsite:$PYTHONPATH timeout "${FM_TIMEOUT:-100}" python3 -m verify_tools.dsa_bench --quick --reps 20 \
+      --budget-s "${FM_BUDGET:-40}" --out "$OUT/dsa_bench_flashmla.json" 2> "/tmp/dsa_fm.err" > /dev/null
+    echo "flashmla bench rc=$?"; grep -v -i "warn" "/tmp/dsa_fm.err" | tail -4
+    python3 - "$OUT/dsa_bench_flashmla.json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("flashmla bench json unreadable", e); sys.exit(0)
+us = lambda v: round(v * 1e6, 2) if isinstance(v, (int, float)) else v
+print("flashmla:", d.get("flashmla"))
+for r in d.get("rows", []):
+    fm = r.get("flashmla", {})
+    print((r["B"], r["T"], r["H"], r["kv"]), r["config"], "ours", us(r.get("ours_s")), "flashmla", us(fm.get("s")),
+          "skipped:", str(fm.get("skipped", ""))[:160], "err vs ours", fm.get("rel_err_vs_ours"), "fastest", r.get("fastest"))
+PY
+  fi
   timeout 45 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
   print_diag "$OUT/dsa_diag.json"
   exit 0

@@ -275,7 +275,7 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
     """resolve_full with no GPU: device_info, the module and its occupancy queries stubbed."""
     from dsa_verify import _build
 
-    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1}
+    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2}
     monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
     monkeypatch.setattr(_build, "load", lambda a: object())
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: occ[cfg.name])
@@ -292,9 +292,10 @@ def test_plan_small_t(monkeypatch):
     monkeypatch.setattr(api, "AUTO_M16W", True)
     _, cfg, S, chunk, _, cluster = plan(8, 2048, 4, False)
     assert (cfg.name, S, chunk, cluster) == ("m16w", 32, 64, 0)
-    # T=8: 256 m16w CTAs exceed one wave at 1 CTA/SM -> m16's own plan
-    _, cfg, S, _, _, cluster = plan(8, 2048, 8, False)
-    assert (cfg.name, S, cluster) == ("m16", 32, 0)
+    # T=8 bf16: n8 (8 heads in the mma N) with its own plan: 16 splits of 128 positions (two tiles)
+    _, cfg, S, chunk, _, cluster = plan(8, 2048, 8, False)
+    assert (cfg.name, S, chunk, cluster) == ("n8", 16, 128, 0)
+    monkeypatch.setattr(api, "AUTO_M16W", False)
     # a named config keeps split_plan's choice
     assert plan(8, 2048, 4, False, "m16")[1:3] == (tiles.M16, 32)
     # cluster on request: the plan rounded down to a power of two <= 16
@@ -304,6 +305,17 @@ def test_plan_small_t(monkeypatch):
     assert (cfg.name, S, cluster) == ("m16", 8, 8)
     # T=256: one split, nothing to merge
     assert plan(8, 2048, 256, False)[2] == 1
+
+
+def test_plan_picks_n8_for_bf16_up_to_8_heads_from_8_rows(monkeypatch):
+    plan = _fake_plan(monkeypatch)
+    assert plan(8, 2048, 256, False)[1].name == "n8"  # bandwidth regime (H200: 0.81x m16's time)
+    assert plan(8, 2048, 64, False)[1].name == "n8"
+    assert plan(8, 2048, 4, False)[1].name == "m16"  # B=1 n=4: m16 (n8 1.09x slower)
+    assert plan(8, 2048, 64, True)[1].name == "m16"  # fp8: m16 at every T
+    assert plan(16, 2048, 64, False)[1].name == "m16"  # H=16: two n8 head tiles would read KV twice
+    assert plan(8, 2048, 64, False, "auto", None, "cluster")[1].name == "m16"  # n8 has no cluster merge
+    assert _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, False)[1].name == "m16"  # not measured there
 
 
 def test_cluster_plan_refusals(monkeypatch):
@@ -333,6 +345,9 @@ def test_parity_config_labels():
         "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s"
     ]  # fmt: skip
     assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s"]
+    assert dsa_parity.configs_for("sm_90a", "n8,m16/cluster") == ["n8", "m16/cluster"]
+    with pytest.raises(ValueError, match="m64"):
+        dsa_parity.configs_for("sm_120a", "m64")  # not built for sm_120a
     assert dsa_parity.call_kwargs("m16/cluster") == {"tile_config": "m16", "combine": "cluster"}
     assert dsa_parity.call_kwargs("auto") == {"tile_config": "auto", "combine": "auto"}
     m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE"
