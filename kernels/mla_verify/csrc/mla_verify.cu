@@ -82,7 +82,7 @@ static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
   const long long units = (long long)p.T * p.H * 4;
   long long need = (units + COMBINE_WARPS / WPU - 1) / (COMBINE_WARPS / WPU);
   int dev = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess) {  // at most one resident wave; the kernel grid-strides
+  if (MLAV_COMBINE_GRID_STRIDE && cudaGetDevice(&dev) == cudaSuccess) {  // at most one resident wave; the kernel grid-strides
     const long long wave = combine_wave<WPU>(dev);
     if (wave > 0 && need > wave) need = wave;
   }

@@ -696,6 +696,9 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 // blocks until the split kernel's writes are visible; block 0 always waits, so the combine grid
 // never completes before the split grid.
 constexpr int COMBINE_MAX_SPLITS = 128;
+#ifndef MLAV_COMBINE_GRID_STRIDE
+#define MLAV_COMBINE_GRID_STRIDE 0
+#endif
 constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
@@ -812,9 +815,11 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_kern
   const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
   MLAV_COMBINE_STAMP(1, mlav_now() + 0 * S);
   MLAV_COMBINE_STAMP(6, mlav_smid());
-  // Grid-stride over the units-blocks a launch for S would have (vblock): the launch is capped at
-  // one resident wave (launch_combine), so a graph captured for a larger count never queues waves
-  // of blocks that only exit; each unit's arithmetic depends on S and W only (bitwise the same).
+  // MLAV_COMBINE_GRID_STRIDE=1 (a v6 variant, not yet run on a GPU): grid-stride over the
+  // units-blocks a launch for S would have (vblock), the launch capped at one resident wave
+  // (launch_combine), so a graph captured for a larger count never queues waves of blocks that only
+  // exit; each unit's arithmetic depends on S and W only (bitwise the same). 0 (default): one
+  // units-block per block, the launch sized for LW (the code measured in v6 call 2).
   if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here
     if (blockIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     MLAV_COMBINE_STAMP(2, mlav_now());
@@ -823,6 +828,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_kern
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   MLAV_COMBINE_STAMP(2, mlav_now());
+#if MLAV_COMBINE_GRID_STRIDE
   for (long long vb = blockIdx.x; vb * per_block < units; vb += gridDim.x) {
     if (W == 1) combine_unit<1>(p, S, t_end, part, red, lse_s, vb);
     else if (LW >= 2 && W == 2) combine_unit<2>(p, S, t_end, part, red, lse_s, vb);
@@ -830,6 +836,13 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_kern
     else if (LW >= 8) combine_unit<8>(p, S, t_end, part, red, lse_s, vb);
     __syncthreads();  // smem (part, red, lse_s) reused by the next units-block
   }
+#else
+  const long long vb = blockIdx.x;
+  if (W == 1) combine_unit<1>(p, S, t_end, part, red, lse_s, vb);
+  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, t_end, part, red, lse_s, vb);
+  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, t_end, part, red, lse_s, vb);
+  else if (LW >= 8) combine_unit<8>(p, S, t_end, part, red, lse_s, vb);
+#endif
   MLAV_COMBINE_STAMP(3, mlav_now());
 }
 
