@@ -74,7 +74,8 @@ if [ "$MODE" = v6b ]; then
     MLAV_CSRC_OVERRIDE=$d timeout 120 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity_$v.json" 2>>"$LOG"; echo "parity $v rc=$?" | tee -a "$LOG"
     python3 -c "import json;d=json.load(open('$OUT/parity_$v.json'));print('parity $v', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$LOG"
   done
-  TREES="base=.v6base/kernels/mla_verify/csrc"; for d in .v6var/*; do [ -d "$d" ] && TREES="$TREES,$(basename $d)=$d"; done
+  TREES=""; [ -d .v6base/kernels/mla_verify/csrc ] && TREES="base=.v6base/kernels/mla_verify/csrc"
+  for d in .v6var/*; do [ -d "$d" ] && TREES="$TREES${TREES:+,}$(basename $d)=$d"; done
   say "A/B of source trees: $TREES"
   timeout 240 python3 -m verify_tools.bench --v6-ab "$TREES" > "$OUT/ab.json" 2> >(grep "^\[ab\]" | tee -a "$LOG" >&2); echo "ab rc=$?" | tee -a "$LOG"
   say "compute-sanitizer (graph replay case; racecheck of a B=32 case: the combine's grid-stride smem reuse)"
