@@ -122,10 +122,11 @@ if [ "${DSA_MODE:-}" = final ]; then
   timeout "${MEMCHECK_TIMEOUT:-70}" compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m verify_tools.dsa_parity --json \
     --cases hostile_b2_n4_h16_fp8,hostile_b2_n4_h64_bf16,hostile_b1_n4_h8_bf16,hostile_b1_n4_h8_fp8 \
     --configs "${MEMCHECK_CONFIGS:-auto}" --no-graph --no-peer > "$OUT/dsa_memcheck.json" 2> "/tmp/dsa_memcheck.err"
-  echo "memcheck rc=$? (9 = errors found, 124 = timed out)"; grep -E "ERROR SUMMARY|Invalid" "/tmp/dsa_memcheck.err" | head -5
-  python3 -c "import json; d=json.load(open('$OUT/dsa_memcheck.json')); print('memcheck parity', d['summary'])" || true
-  if [ -d .whl-flashmla ]; then  # FlashMLA's sparse kernels as a peer, in a separate process after ours
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fmsite .whl-flashmla/*.whl
+  echo "memcheck rc=$? (9 = errors found, 124 = timed out)"; grep -hE "ERROR SUMMARY|Invalid" "/tmp/dsa_memcheck.err" "$OUT/dsa_memcheck.json" | head -5
+  # the sanitizer writes its banner and summary into stdout around the JSON document
+  python3 -c "import json; t=open('$OUT/dsa_memcheck.json').read(); d=json.JSONDecoder().raw_decode(t[t.index('{'):])[0]; print('memcheck parity', d['summary'])" || true
+  if [ -d ../.whl-flashmla ]; then  # FlashMLA's sparse kernels as a peer, in a separate process after ours
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fmsite ../.whl-flashmla/*.whl
     PYTHONPATH=/tmp/fmsite:$PYTHONPATH timeout "${FM_TIMEOUT:-100}" python3 -m verify_tools.dsa_bench --quick --reps 20 \
       --budget-s "${FM_BUDGET:-40}" --out "$OUT/dsa_bench_flashmla.json" 2> "/tmp/dsa_fm.err" > /dev/null
     echo "flashmla bench rc=$?"; grep -v -i "warn" "/tmp/dsa_fm.err" | tail -4
