@@ -21,7 +21,7 @@ reads a slot shared by several draft rows once). Peers: SGLang 0.5.23's DSA Trit
 against our own bf16 time); FlashMLA (sgl-flash-mla 1.0.0's `flash_mla`, legacy kernels, sm_90 /
 sm_100: fp8 rows through its sparse decode as SGLang's `flashmla_kv` calls it, bf16 rows through its
 sparse prefill kernel; FLASHMLA_ENTRY; the `flashmla` key of each row: CUPTI span `s`, or `skipped`
-with the reason; NOT RUN ON A GPU YET); FA3 (skipped: not installed). `summary` holds what phase 2
+with the reason; ran on the H200 in DSA run 10, 2026-12-01); FA3 (skipped: not installed). `summary` holds what phase 2
 gates (SUMMARY_SHAPES). Exit 0 ran, 1 a kernel failed, 75 no CUDA device.
 """
 
@@ -639,7 +639,7 @@ def main(argv=None) -> int:
                 row["sglang_triton"] = {"skipped": "cannot read SGLang's 656-byte fp8 rows (raw e4m3 only)"}
             if fm is None:
                 row["flashmla"] = {"skipped": fm_reason}
-            else:  # NOT RUN ON A GPU YET (2026-12-01): see FLASHMLA_ENTRY for what SGLang calls
+            else:  # see FLASHMLA_ENTRY for what SGLang calls (ran on the H200: DSA run 10)
                 row["flashmla"] = {"entry": FLASHMLA_ENTRY[kvname], "q_heads": flashmla_heads(H)}
                 try:
                     fargs = flashmla_args(q, kv, pt, sl, kvname)

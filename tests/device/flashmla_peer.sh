@@ -4,7 +4,9 @@
 # context + draft KV) and the DSA bench (verify_tools.dsa_bench's `flashmla` key: fp8 rows through
 # FlashMLA's sparse decode as SGLang's flashmla_kv calls it, bf16 rows through its sparse prefill
 # kernel flash_mla_sparse_fwd), same inputs and same run as ours.
-# NOT RUN ON A GPU YET (written 2026-12-01, when the team's device time was used up).
+# The DSA part ran on the H200 (2026-12-01, DSA run 10, as `dsa_bench --quick --no-sglang` with the wheel on
+# PYTHONPATH: docs/results/dsa_bench_flashmla_h200_run10.json). This script as a whole, and the dense part
+# (verify_tools.bench's flashmla_peer), have NOT run on a GPU yet.
 #
 # Carry `.whl-flashmla` (git-ignored, never committed; made by tests/device/make_wheels.sh:
 # `pip download sgl-flash-mla==1.0.0 --no-deps`): sgl_flash_mla-1.0.0-cp310-abi3-manylinux2014_x86_64.whl,
