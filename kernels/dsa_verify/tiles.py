@@ -1,13 +1,16 @@
-"""Tile configurations of the DSA verify kernel, mirrored from csrc/dsa_verify_kernel.cuh (Cfg<>).
+"""Tile configurations of the DSA verify kernel, mirrored from csrc/dsa_verify_kernel.cuh (Cfg<>)
+and csrc/dsa_verify_n8.cuh (CfgN<>).
 
 A config is (BM heads per CTA, BN index positions per KV tile, STAGES cp.async stages); all use
-mma.sync m16n8k16 bf16. Two kinds: "m" (heads in the mma M, Cfg<>: m16, m32, m64, m16d, m16w) and
-"n8" (8 heads in the mma N, CfgN<WARPS, STAGES> in csrc/dsa_verify_n8.cuh: n8, n8s; every warp owns
-16 positions of each tile with its own STAGES-deep ring; smem = Q 8*1152 + WARPS*STAGES*16 raw rows
-+ (fp8) WARPS*16*1152 dequantized rows + WARPS*STAGES*4 mask words). Warps: 4 * (BM / 32) (at least 4), or the config's override (m16w: 8). Shared memory (bytes, all dynamic):
-Q BM*1152 + STAGES raw KV tiles (BN*1152 bf16, BN*656 fp8) + one bf16 compute tile BN*1152
-(fp8 only) + P BM*BN*2 + (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) +
-(STAGES+1)*BN*4 (per-position flags), TG = warps / (BM/16) column groups of the S phase.
+mma.sync m16n8k16 bf16. Two kinds:
+- "m" (heads in the mma M, Cfg<>: m16, m32, m64, m16d, m16w). Warps: 4 * (BM / 32) (at least 4),
+  or the config's override (m16w: 8). Shared memory (bytes, all dynamic): Q BM*1152 + STAGES raw
+  KV tiles (BN*1152 bf16, BN*656 fp8) + one bf16 compute tile BN*1152 (fp8 only) + P BM*BN*2 +
+  (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) + (STAGES+1)*BN*4 (per-position
+  flags), TG = warps / (BM/16) column groups of the S phase.
+- "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s): every warp owns 16 positions of each
+  tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
+  WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 dequantized rows + WARPS*STAGES*4 mask words.
 """
 
 from __future__ import annotations
