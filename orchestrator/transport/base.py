@@ -12,11 +12,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import StepFailed
+
+if TYPE_CHECKING:
+    from orchestrator.transport.framing import JobRecord
 
 
 class CommandResult(BaseModel):
@@ -63,6 +66,11 @@ class RemoteJob(BaseModel):
     run_id: str = ""
     started_at: str = ""
     pid_file: str = ""
+
+    @classmethod
+    def from_record(cls, rec: JobRecord, *, host: str, job: str, pid_file: str) -> RemoteJob:
+        """The running copy a pid-file line (:class:`~orchestrator.transport.framing.JobRecord`) names."""
+        return cls(host=host, job=job, pgid=rec.pgid, run_id=rec.run_id, started_at=rec.started_at, pid_file=pid_file)
 
     def describe(self) -> str:
         by = f" by run {self.run_id}" if self.run_id else ""

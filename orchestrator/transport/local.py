@@ -187,14 +187,7 @@ class LocalTransport:
         if rec is None or not _group_alive(rec.pgid):
             pf.unlink(missing_ok=True)
             return None
-        return RemoteJob(
-            host=self.host_name,
-            job=job_name(job),
-            pgid=rec.pgid,
-            run_id=rec.run_id,
-            started_at=rec.started_at,
-            pid_file=str(pf),
-        )
+        return RemoteJob.from_record(rec, host=self.host_name, job=job_name(job), pid_file=str(pf))
 
     def run(
         self,
@@ -274,16 +267,7 @@ class LocalTransport:
             stderr = err_fh.read().decode("utf-8", "replace")
             rec = refused_record(stdout, token)
             if rec is not None and pid_file is not None:  # a copy started between the check and here
-                raise JobStillRunning(
-                    RemoteJob(
-                        host=self.host_name,
-                        job=job,
-                        pgid=rec.pgid,
-                        run_id=rec.run_id,
-                        started_at=rec.started_at,
-                        pid_file=str(pid_file),
-                    )
-                )
+                raise JobStillRunning(RemoteJob.from_record(rec, host=self.host_name, job=job, pid_file=str(pid_file)))
             code = None if timed_out else proc.returncode
             if log_path is not None:
                 err_fh.write(f"\n[orchestrator] exit={code} timed_out={timed_out} duration_s={duration:.3f}\n".encode())

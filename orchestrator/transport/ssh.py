@@ -424,14 +424,7 @@ class SSHTransport:
                 rec = refused_record(framed.stdout, token)
                 if rec is not None:
                     raise JobStillRunning(
-                        RemoteJob(
-                            host=self.host_name,
-                            job=job,
-                            pgid=rec.pgid,
-                            run_id=rec.run_id,
-                            started_at=rec.started_at,
-                            pid_file=self.pid_file(job),
-                        )
+                        RemoteJob.from_record(rec, host=self.host_name, job=job, pid_file=self.pid_file(job))
                     )
                 code = framed.exit_code if framed.exit_code is not None else r.exited
                 if r.exited == -1:  # the channel closed without an exit status (T7)
@@ -540,14 +533,7 @@ class SSHTransport:
         rec = parse_pid_line(out[len("running ") :])
         if rec is None:
             return None
-        return RemoteJob(
-            host=self.host_name,
-            job=job_name(job),
-            pgid=rec.pgid,
-            run_id=rec.run_id,
-            started_at=rec.started_at,
-            pid_file=pf,
-        )
+        return RemoteJob.from_record(rec, host=self.host_name, job=job_name(job), pid_file=pf)
 
     # ------------------------------------------------------------------ files
 
