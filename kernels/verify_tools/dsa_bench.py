@@ -777,8 +777,26 @@ def _print_rows(doc: dict) -> None:
             f"triton/floor={st.get('s', nan) / r['floor_s']:.2f} "
             f"fp8/bf16={r.get('fp8_over_bf16_time', nan):.2f} "
             f"uniq={r['overlap']['unique_fraction_mean'] or nan:.2f}"
+            + _peer_columns(r)
         )
     print(f"left out: {len(doc.get('left_out', []))}")
+
+
+def _peer_columns(r: dict) -> str:
+    """The --alt-config and FlashMLA columns of a row, where the run has them."""
+    nan, out = float("nan"), ""
+    alt = r.get("alt")
+    if alt:
+        out += (
+            f" alt={alt.get('config')} S={alt.get('splits')} alt/auto={alt.get('time_over_auto', nan):.3f} "
+            f"alt_diff={alt.get('max_abs_diff_vs_ours')} {alt.get('error', '')}"
+        )
+    fm = r.get("flashmla", {})
+    if "s" in fm:
+        out += f" flashmla/ours={fm['s'] / r.get('ours_s', nan):.2f} err_vs_ours={fm.get('rel_err_vs_ours')}"
+    elif fm.get("skipped"):
+        out += f" flashmla skipped: {str(fm['skipped'])[:120]}"
+    return out + f" fastest={r.get('fastest')}"
 
 
 if __name__ == "__main__":

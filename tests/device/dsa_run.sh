@@ -50,6 +50,10 @@ for k, v in d.items():
         print(k, round(v * 1e6, 2), "us")
 PY
 }
+print_bench() {  # the bench's own row printer, also for a partial document left by a timeout
+  python3 -c "import json, sys; from verify_tools.dsa_bench import _print_rows; d = json.load(open(sys.argv[1])); _print_rows(d); print('summary', json.dumps(d.get('summary')))" "$1" \
+    || echo "bench json unreadable: $1"
+}
 cd kernels || exit 1
 python3 - > "$OUT/dsa_build.json" <<'PY'
 import json, shutil
@@ -97,21 +101,7 @@ PY
   timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick --reps 20 --budget-s "$BUDGET" \
     --alt-config "${ALT_CONFIG:-n8}" --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
   echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -8
-  python3 - "$OUT/dsa_bench.json" <<'PY'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("bench json unreadable", e); sys.exit(0)
-us = lambda v: round(v * 1e6, 2) if isinstance(v, (int, float)) else v
-for r in d.get("rows", []):
-    t, a = r.get("sglang_triton", {}), r.get("alt", {})
-    print((r["B"], r["L"], r["n"], r["T"], r["H"], r["kv"]), r["config"], "S", r["splits"], "floor", us(r["floor_s"]),
-          "ours", us(r.get("ours_s")), "triton", us(t.get("s")), "alt", a.get("config"), "S", a.get("splits"),
-          us(a.get("s")), "alt/auto", round(a.get("time_over_auto", float("nan")), 3),
-          "alt diff", a.get("max_abs_diff_vs_ours"), a.get("error", ""))
-print("summary", json.dumps(d.get("summary")))
-PY
+  print_bench "$OUT/dsa_bench.json"
   exit 0
 fi
 if [ "${DSA_MODE:-}" = final ]; then
@@ -130,19 +120,7 @@ if [ "${DSA_MODE:-}" = final ]; then
     PYTHONPATH=/tmp/fmsite:$PYTHONPATH timeout "${FM_TIMEOUT:-100}" python3 -m verify_tools.dsa_bench --quick --reps 20 \
       --budget-s "${FM_BUDGET:-40}" --out "$OUT/dsa_bench_flashmla.json" 2> "/tmp/dsa_fm.err" > /dev/null
     echo "flashmla bench rc=$?"; grep -v -i "warn" "/tmp/dsa_fm.err" | tail -4
-    python3 - "$OUT/dsa_bench_flashmla.json" <<'PY'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("flashmla bench json unreadable", e); sys.exit(0)
-us = lambda v: round(v * 1e6, 2) if isinstance(v, (int, float)) else v
-print("flashmla:", d.get("flashmla"))
-for r in d.get("rows", []):
-    fm = r.get("flashmla", {})
-    print((r["B"], r["T"], r["H"], r["kv"]), r["config"], "ours", us(r.get("ours_s")), "flashmla", us(fm.get("s")),
-          "skipped:", str(fm.get("skipped", ""))[:160], "err vs ours", fm.get("rel_err_vs_ours"), "fastest", r.get("fastest"))
-PY
+    print_bench "$OUT/dsa_bench_flashmla.json"
   fi
   timeout 45 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
   print_diag "$OUT/dsa_diag.json"

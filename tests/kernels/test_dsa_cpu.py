@@ -478,8 +478,8 @@ def test_prebuilt_record_is_checked(tmp_path, monkeypatch):
         _build.check_prebuilt("sm_120a")
 
 
-# ---- FlashMLA sparse peer (dsa_bench.flashmla_*) and the summary block. The peer has NOT run on a
-# GPU yet: these check the argument construction (what SGLang 0.5.23 passes) and the skip path.
+# ---- FlashMLA sparse peer (dsa_bench.flashmla_*) and the summary block (the peer ran on the H200 in
+# DSA run 10): these check the argument construction (what SGLang 0.5.23 passes) and the skip path.
 def _fake_flashmla_sparse(calls):
     import types
 
