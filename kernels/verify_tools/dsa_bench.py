@@ -776,8 +776,7 @@ def _print_rows(doc: dict) -> None:
             f"(replay {r.get('speedup_vs_sglang_triton_replay', nan):.2f}x) "
             f"triton/floor={st.get('s', nan) / r['floor_s']:.2f} "
             f"fp8/bf16={r.get('fp8_over_bf16_time', nan):.2f} "
-            f"uniq={r['overlap']['unique_fraction_mean'] or nan:.2f}"
-            + _peer_columns(r)
+            f"uniq={r['overlap']['unique_fraction_mean'] or nan:.2f}" + _peer_columns(r)
         )
     print(f"left out: {len(doc.get('left_out', []))}")
 
