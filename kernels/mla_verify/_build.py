@@ -406,3 +406,59 @@ def load_jit(arch: str):
     )
     _MODULES[key] = mod
     return mod
+
+
+TRACE_FLAG = "-DMLAV_TRACE=1"
+
+
+def load_trace(arch: str):
+    """The diagnostic build of `arch` (JIT only, never prebuilt): the same kernels plus a per-CTA
+    %globaltimer timeline (module.set_trace(int64 tensor), csrc -DMLAV_TRACE). The shipped library
+    never has it; verify_tools.bench --trace reads it."""
+    if prebuilt_only():
+        raise PrebuiltUnavailable("JIT build refused: this process is in prebuilt-only mode (a service)")
+    key = ("jit-trace", arch)
+    if key in _MODULES:
+        return _MODULES[key]
+    digest = hashlib.sha256((source_hash(arch) + TRACE_FLAG).encode()).hexdigest()[:16]
+    mod = compile_jit(
+        arch,
+        name=f"mla_verify_{arch}_{digest}_trace",
+        csrc=CSRC,
+        sources=SOURCES,
+        nvcc=nvcc_flags(arch),
+        extra=[TRACE_FLAG],
+        build_dir=cache_root() / f"{digest}-trace",
+        verbose=bool(os.environ.get("MLAV_VERBOSE_BUILD")),
+    )
+    _MODULES[key] = mod
+    return mod
+
+
+def load_source_tree(arch: str, csrc_dir: str):
+    """JIT build of another copy of csrc/ (an older commit's, for same-run A/B timing in
+    verify_tools.bench --v6-diag); development only. Same flags and sources as load_jit."""
+    if prebuilt_only():
+        raise PrebuiltUnavailable("JIT build refused: this process is in prebuilt-only mode (a service)")
+    d = Path(csrc_dir).resolve()
+    h = hashlib.sha256()
+    for name in SOURCES + HEADERS:
+        h.update(name.encode())
+        h.update((d / name).read_bytes())
+    h.update(" ".join(nvcc_flags(arch)).encode())
+    digest = h.hexdigest()[:16]
+    key = ("jit-tree", arch, digest)
+    if key in _MODULES:
+        return _MODULES[key]
+    mod = compile_jit(
+        arch,
+        name=f"mla_verify_{arch}_{digest}_tree",
+        csrc=d,
+        sources=SOURCES,
+        nvcc=nvcc_flags(arch),
+        extra=[],
+        build_dir=cache_root() / f"{digest}-tree",
+        verbose=bool(os.environ.get("MLAV_VERBOSE_BUILD")),
+    )
+    _MODULES[key] = mod
+    return mod

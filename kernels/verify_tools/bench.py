@@ -698,6 +698,312 @@ def parse_shapes(text):
     return out
 
 
+def _env_call(env, fn):
+    """fn() with os.environ updated by `env` (restored after): the binding reads MLAV_* per call."""
+    import os
+
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _padded_buffer(torch, inp, numel):
+    """kv_indices copied into a larger (CUDA-graph style) buffer: the device-side split rule runs."""
+    buf = torch.zeros(numel, dtype=torch.int64, device=inp["kv_indices"].device)
+    buf[: inp["kv_indices"].numel()].copy_(inp["kv_indices"])
+    return buf
+
+
+def _trace_summary(tr, split_ctas, t_event_us):
+    """Per-phase statistics (µs from the first split CTA's entry) of one traced replay."""
+    import statistics as st
+
+    rows = tr.view(-1, 8).tolist()
+    split = [r for r in rows[:split_ctas] if r[0]]
+    comb = [r for r in rows[split_ctas:] if r[0]]
+    if not split:
+        return {"error": "no split CTA stamped"}
+    t0 = min(r[0] for r in split)
+
+    def stat(vals):
+        vals = sorted(vals)
+        return [round(vals[0] / 1e3, 2), round(st.median(vals) / 1e3, 2), round(vals[-1] / 1e3, 2)] if vals else None
+
+    working = [r for r in split if r[5]]
+    out = {"event_us": round(t_event_us, 2), "split_ctas_stamped": len(split), "working": len(working)}
+    names = ("entry", "idx_ready", "tile0_issued", "tile0_visible", "loop_done", "epilogue_done")
+    for k, nm in enumerate(names):
+        out[nm] = stat([r[k] - t0 for r in working if r[k]])
+    out["d_idx"] = stat([r[1] - r[0] for r in working])
+    out["d_issue"] = stat([r[2] - r[1] for r in working if r[2]])
+    out["d_first_tile"] = stat([r[3] - r[2] for r in working if r[3] and r[2]])
+    out["d_loop"] = stat([r[4] - r[3] for r in working if r[4] and r[3]])
+    out["d_epilogue"] = stat([r[5] - r[4] for r in working if r[5] and r[4]])
+    out["ntiles"] = sorted({r[6] >> 32 for r in working})
+    out["S"] = sorted({r[7] for r in split})
+    if comb:
+        out["combine_blocks"] = len(comb)
+        out["comb_entry"] = stat([r[0] - t0 for r in comb])
+        out["comb_released"] = stat([r[2] - t0 for r in comb if r[2]])
+        out["comb_end"] = stat([r[3] - t0 for r in comb if r[3]])
+    return out
+
+
+def v6_diag(torch, timer, iters=30, baseline_csrc=None):
+    """v6 diagnostics (issue 13, B=1 intercept): per-CTA %globaltimer timelines of the trace build
+    (exact-size and graph-buffer inputs) and same-process A/B timings (graph replay, L2 flushed):
+    the current kernel against an older source tree (`baseline_csrc`, JIT-built here), fp32 vs bf16
+    partials, graph-buffer vs exact-size indices, and B=1 split counts."""
+    import os
+
+    from mla_verify import _build, api, mla_verify_fwd, tiles
+
+    dev = torch.device("cuda")
+    arch = api.device_arch(dev)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    doc = {"trace": [], "ab": [], "splits": [], "baseline_csrc": baseline_csrc}
+    base_mod = _build.load_source_tree(arch, baseline_csrc) if baseline_csrc else None
+
+    def inputs(B, L, n, H):
+        inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
+        return inp, list(kernel_args(inp))
+
+    # ---- timelines of the current kernel ----
+    mod = api.use_trace_build(dev)
+    for B, L, n, H, label, env, pad in (
+        (1, 4096, 8, 16, "exact", {}, False),
+        (1, 4096, 8, 16, "exact fp32", {"MLAV_PART_BF16": "0"}, False),
+        (1, 4096, 8, 16, "graphbuf", {}, True),
+        (1, 32768, 8, 16, "exact", {}, False),
+        (1, 32768, 8, 16, "graphbuf", {}, True),
+    ):
+        inp, b = inputs(B, L, n, H)
+        m_tiles = -(-n * H // 64)
+        T = B * n
+        tr = torch.zeros(8 * (B * 128 * m_tiles + T * H * 4), dtype=torch.int64, device=dev)
+        if pad:
+            b[8] = _padded_buffer(torch, inp, 131072 * B)
+        rule = api.split_rule(B, n, H, sms, tiles.SM90WG, 1)
+        S = api.splits_for_total(rule, B, b[8].numel())
+        mod.set_trace(tr)
+        g = _env_call(env, lambda b=b: timer.graph(lambda: mla_verify_fwd(*b, sm_scale=inp["sm_scale"])))
+        mod.set_trace(None)
+        res = []
+        for _ in range(5):
+            timer.flush_buf.fill_(1.0)
+            timer.flush_buf[: timer.flush_buf.numel() // 2].sum()
+            tr.zero_()
+            s_ev, e_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s_ev.record()
+            g.replay()
+            e_ev.record()
+            e_ev.synchronize()
+            res.append(_trace_summary(tr.cpu(), B * S * m_tiles, s_ev.elapsed_time(e_ev) * 1e3))
+        res.sort(key=lambda r: r.get("event_us", 0))
+        med = res[len(res) // 2]
+        med.update(
+            {
+                "B": B,
+                "L": L,
+                "n": n,
+                "H": H,
+                "variant": label,
+                "grid_S": S,
+                "event_us_all": [r.get("event_us") for r in res],
+            }
+        )
+        doc["trace"].append(med)
+        print(f"[diag] trace B={B} L={L} {label}: {json.dumps(med)}", file=sys.stderr)
+        g = None
+    api.use_trace_build(dev, False)
+
+    # ---- A/B: current vs baseline tree, partial dtype, graph buffer (device rule) ----
+    shapes = (
+        (1, 512, 8, 16),
+        (1, 4096, 8, 16),
+        (1, 32768, 8, 16),
+        (1, 131072, 8, 16),
+        (8, 32768, 8, 16),
+        (32, 8192, 8, 16),
+        (4, 131072, 4, 16),
+        (4, 65536, 4, 64),
+    )
+    for B, L, n, H in shapes:
+        inp, a = inputs(B, L, n, H)
+        rule = api.split_rule(B, n, H, sms, tiles.SM90WG, 1)
+        S = api.splits_for_total(rule, B, B * L)
+        padded = _padded_buffer(torch, inp, B * 131072 + 64)
+        variants = {
+            "new": ({}, None, None),
+            "new_fp32": ({"MLAV_PART_BF16": "0"}, None, None),
+            "new_graphbuf": ({}, padded, None),
+        }
+        if base_mod is not None:
+            variants.update({"base": ({}, None, base_mod), "base_graphbuf": ({}, padded, base_mod)})
+        times = {k: [] for k in variants}
+        outs = {}
+        for _ in range(2):
+            for k, (env, idx, m) in variants.items():
+                b = list(a)
+                if idx is not None:
+                    b[8] = idx
+                prev = api.use_module(dev, m)
+
+                def fn(b=b):
+                    return mla_verify_fwd(*b, sm_scale=inp["sm_scale"])
+
+                try:
+                    us, _ = _env_call(env, lambda fn=fn: timer.time_graph_or_eager(fn, 3, iters))
+                finally:
+                    api.use_module(dev, prev)
+                times[k].append(us)
+                outs[k] = inp["o_extend"].float().clone()
+        ref = outs["base"] if "base" in outs else outs["new_fp32"]
+        mn = {k: round(min(v), 2) for k, v in times.items()}
+        row = {
+            "B": B,
+            "L": L,
+            "n": n,
+            "H": H,
+            "S": S,
+            "us": mn,
+            "runs": times,
+            "rel_vs_ref": {k: float((v - ref).norm() / ref.norm()) for k, v in outs.items()},
+            "bitwise_new_graphbuf": bool(torch.equal(outs["new_graphbuf"], outs["new"])),
+            "ratio_new_over_fp32": mn["new"] / mn["new_fp32"],
+            "ratio_graphbuf_over_exact": mn["new_graphbuf"] / mn["new"],
+        }
+        if "base" in mn:
+            row["ratio_new_over_base"] = mn["new"] / mn["base"]
+            row["ratio_graphbuf_new_over_base"] = mn["new_graphbuf"] / mn["base_graphbuf"]
+            row["bitwise_new_fp32_eq_base"] = bool(torch.equal(outs["new_fp32"], outs["base"]))
+        doc["ab"].append(row)
+        print(
+            f"[diag] ab B={B} L={L} n={n} H={H} S={S}: {mn} new/base {row.get('ratio_new_over_base', 0):.3f} "
+            f"graphbuf new/base {row.get('ratio_graphbuf_new_over_base', 0):.3f} new/fp32 "
+            f"{row['ratio_new_over_fp32']:.3f} graphbuf/exact {row['ratio_graphbuf_over_exact']:.3f} "
+            f"rel new {row['rel_vs_ref']['new']:.1e} fp32==base {row.get('bitwise_new_fp32_eq_base')}",
+            file=sys.stderr,
+        )
+
+    # ---- split counts at B=1, current kernel (bf16 partials) ----
+    for L, counts in ((4096, (33, 43, 65)), (8192, (43, 65)), (32768, (57, 65))):
+        inp, a = inputs(1, L, 8, 16)
+        res = {}
+        for ns in counts:
+            us, _ = timer.time_graph_or_eager(
+                lambda ns=ns: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], num_splits=ns), 3, iters
+            )
+            res[f"S{ns}"] = round(us, 2)
+        doc["splits"].append({"L": L, "us": res})
+        print(f"[diag] splits B=1 L={L}: {res}", file=sys.stderr)
+    doc["env"] = {k: v for k, v in os.environ.items() if k.startswith("MLAV_")}
+    return doc
+
+
+def v6_ab(torch, timer, trees, iters=30, gb_trees=None, dump=None):
+    """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout):
+    graph-replay times with L2 flushed (fp32 partials too for "cur"), graph-buffer ratios through
+    bench_graph_buffer (every GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS row, for the trees named in
+    gb_trees, default all), and per-kernel CUPTI times (split kernel vs combine). dump(doc), if
+    given, is called after every row (a partial document survives a timeout)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mla_verify import _build, api, mla_verify_fwd
+
+    dev = torch.device("cuda")
+    arch = api.device_arch(dev)
+    mods = {"cur": None}
+    mods.update({k: _build.load_source_tree(arch, d) for k, d in trees.items()})
+    doc = {"trees": trees, "ab": [], "graph_buffer": [], "cupti": []}
+
+    def inputs(B, L, n, H):
+        inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
+        return inp, list(kernel_args(inp))
+
+    variants = [(k, {}) for k in mods] + [("cur_fp32", {"MLAV_PART_BF16": "0"})]
+    shapes = (
+        (1, 512, 8, 16),
+        (1, 4096, 8, 16),
+        (1, 32768, 8, 16),
+        (1, 131072, 8, 16),
+        (8, 32768, 8, 16),
+        (32, 8192, 8, 16),
+        (4, 131072, 4, 16),
+    )
+    for B, L, n, H in shapes:
+        inp, a = inputs(B, L, n, H)
+        times = {k: [] for k, _ in variants}
+        outs = {}
+        for _ in range(2):
+            for k, env in variants:
+                prev = api.use_module(dev, mods.get(k.replace("_fp32", "")))
+                try:
+                    us, _ = _env_call(
+                        env,
+                        lambda: timer.time_graph_or_eager(
+                            lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"]), 3, iters
+                        ),
+                    )
+                finally:
+                    api.use_module(dev, prev)
+                times[k].append(us)
+                outs[k] = inp["o_extend"].float().clone()
+        mn = {k: round(min(v), 2) for k, v in times.items()}
+        ref = outs.get("base", outs["cur_fp32"])
+        row = {
+            "B": B,
+            "L": L,
+            "n": n,
+            "H": H,
+            "us": mn,
+            "runs": times,
+            "rel_vs_ref": {k: float((v - ref).norm() / ref.norm()) for k, v in outs.items()},
+        }
+        if "base" in mn:
+            row["ratio_over_base"] = {k: round(v / mn["base"], 4) for k, v in mn.items()}
+        doc["ab"].append(row)
+        if dump:
+            dump(doc)
+        print(f"[ab] B={B} L={L} n={n} H={H}: {mn} over base {row.get('ratio_over_base')}", file=sys.stderr)
+    for k, m in mods.items():
+        prev = api.use_module(dev, m)
+        try:
+            for max_bs, n, h in GRAPH_BUFFER_SHAPES if gb_trees is None or k in gb_trees else ():
+                for r in bench_graph_buffer(torch, timer, max_bs, n, h):
+                    r["tree"] = k
+                    doc["graph_buffer"].append(r)
+                    if dump:
+                        dump(doc)
+                    print(
+                        f"[ab] graph-buffer {k} B={max_bs} n={n} L={r['L']}: {r['graph_buffer_us']:.2f} vs "
+                        f"{r['exact_us']:.2f} ratio {r['ratio']:.3f} bitwise {r['replay_equal_exact_bitwise']}",
+                        file=sys.stderr,
+                    )
+            for B, L in ((1, 4096), (1, 32768), (8, 32768), (32, 8192)):
+                inp, a = inputs(B, L, 8, 16)
+                for _ in range(3):
+                    mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(20):
+                        mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                    torch.cuda.synchronize()
+                ks = {e.key[:48]: round(e.device_time, 2) for e in prof.key_averages() if "mla_verify" in e.key}
+                doc["cupti"].append({"tree": k, "B": B, "L": L, "kernels_us": ks})
+                print(f"[ab] cupti {k} B={B} L={L}: {ks}", file=sys.stderr)
+        finally:
+            api.use_module(dev, prev)
+    return doc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -713,6 +1019,13 @@ def main(argv=None) -> int:
         help="run the CUDA-graph max-buffer mode (default only with the built-in shape list)",
     )
     ap.add_argument("--no-graph-buffer", action="store_true", help="skip the graph-buffer mode")
+    ap.add_argument("--v6-diag", action="store_true", help="only the v6 diagnostics (timelines, A/B); JSON doc")
+    ap.add_argument("--baseline-csrc", default=None, help="--v6-diag: an older csrc/ tree to time against")
+    ap.add_argument("--v6-ab", default=None, help="name=csrc_dir,...: same-process A/B of source trees; JSON doc")
+    ap.add_argument("--ab-out", default=None, help="--v6-ab: also write the (partial) JSON doc here after every row")
+    ap.add_argument(
+        "--ab-gb-trees", default=None, help="--v6-ab: graph-buffer rows only for these trees (cur,base,...)"
+    )
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -728,6 +1041,23 @@ def main(argv=None) -> int:
     fm = (None, "--no-flashmla given") if a.no_flashmla else import_flashmla()
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
+    if a.v6_ab is not None:
+        trees = dict(x.split("=", 1) for x in a.v6_ab.split(",") if x)
+        gbt = set(a.ab_gb_trees.split(",")) if a.ab_gb_trees else None
+
+        def dump(d, path=a.ab_out):
+            if path:
+                with open(path, "w", encoding="utf-8") as fh:
+                    json.dump(d, fh, indent=1)
+
+        doc = v6_ab(torch, timer, trees, gb_trees=gbt, dump=dump)
+        dump(doc)
+        print(json.dumps(doc, indent=1))
+        return 0
+    if a.v6_diag:
+        doc = v6_diag(torch, timer, baseline_csrc=a.baseline_csrc)
+        print(json.dumps(doc, indent=1))
+        return 0
     ceilings = measure_ceilings(torch, timer)
     print(
         f"[bench] copy {ceilings[0] / 1e9:.0f} GB/s, bf16 matmul {ceilings[1] / 1e12:.0f} TFLOP/s; "
