@@ -420,7 +420,7 @@ def mla_verify_fwd(
     v_alias = int(v_extend.data_ptr() == k_extend.data_ptr() and v_extend.stride(0) == k_extend.stride(0))
     from ._build import load
 
-    mod = _MODULE_OVERRIDE.get(arch) or _csrc_override(arch) or load(arch)
+    mod = load(arch)
     mod.fwd(
         q_extend,
         k_extend,
@@ -446,50 +446,6 @@ def mla_verify_fwd(
         *rule,
     )
     return o_extend
-
-
-_MODULE_OVERRIDE: dict = {}  # arch -> module used instead of _build.load (diagnostics only)
-
-
-def use_module(device, mod):
-    """Diagnostics only: route this process's calls on the device's arch through `mod` (a build
-    with the same `fwd` binding: the trace build, or an older source tree for same-run A/B timing);
-    None: back to the normal module. Returns the previous override."""
-    arch = device_arch(device)
-    prev = _MODULE_OVERRIDE.pop(arch, None)
-    if mod is not None:
-        _MODULE_OVERRIDE[arch] = mod
-    return prev
-
-
-def _csrc_override(arch: str):
-    """Diagnostics only: MLAV_CSRC_OVERRIDE=<csrc dir> runs this process on a JIT build of that
-    source tree (a variant or an older commit's csrc/), e.g. the parity suite of an A/B variant."""
-    import os
-
-    d = os.environ.get("MLAV_CSRC_OVERRIDE")
-    if not d:
-        return None
-    from ._build import load_source_tree
-
-    mod = load_source_tree(arch, d)
-    _MODULE_OVERRIDE[arch] = mod
-    return mod
-
-
-def use_trace_build(device, on: bool = True):
-    """Diagnostics only: route this process's calls through the -DMLAV_TRACE build (JIT) of the
-    device's arch, whose `set_trace(int64 tensor | None)` makes the kernels write a per-CTA
-    %globaltimer timeline (csrc/mla_verify_kernel.cuh); returns that module. on=False: back to
-    the normal module."""
-    if not on:
-        use_module(device, None)
-        return None
-    from ._build import load_trace
-
-    mod = load_trace(device_arch(device))
-    use_module(device, mod)
-    return mod
 
 
 def why_unsupported(*args, **kwargs) -> str | None:

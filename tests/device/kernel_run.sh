@@ -1,16 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
-# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph|v6|v6b|v6c|v6diag  (writes JSON/logs/PNG under $OUT)
-#   v6: the graph mode's parity and bench, then --v6-diag against the baseline csrc in .v6base (carry it;
-#       made by: git archive <commit> kernels/mla_verify/csrc | tar -x -C .v6base), memcheck x2, racecheck x1.
-#   v6b: parity (graph set) of this tree and of each .v6var/<name> tree, --v6-ab A/B of base (.v6base) /
-#        cur / the variants (times, graph-buffer ratios, CUPTI), memcheck + racecheck.
-#   v6c: one call for the v6 ship decision (deadline V6C_DEADLINE s, default 390): JIT builds of this
-#        tree, .v6base and each .v6var/<name> (carried), the full parity suite, bench graph-buffer mode
-#        (all 12 rows) + 5 shapes, --v6-ab base/cur/variants (times, graph-buffer rows of cur/base/gs0,
-#        CUPTI), the GPU pytest file, then memcheck + racecheck while time is left.
-#   v6diag: JIT build, verify_tools.bench --v6-diag (per-CTA timelines of the trace build + A/B timings), parity
-#           of graph + 5 cases with bf16 split partials (MLAV_PART_BF16=1).
+# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph  (writes JSON/logs/PNG under $OUT)
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
 #   splits: small parity, then the B=1 split counts of the v3 rule against the current one, same run.
 #   graph: parity of the CUDA-graph replay cases (in-place rewrites, device-side split count) + 5
@@ -39,7 +29,6 @@ sanitize() {
   rm -f "$OUT/san_tmp.json"
 }
 say "host: $(nvidia-smi -L 2>&1 | head -1); mode $MODE; commit $(git rev-parse --short HEAD 2>/dev/null)"
-if [ "$MODE" = v6c ]; then SKIP_BUILD_CHECK=${SKIP_BUILD_CHECK:-"v6c: build_check ran on the host (sm_90a + sm_120a, 0 spills)"}; fi
 # SGLang 0.5.23 python tree + small pure-Python deps, carried in .whl/
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
@@ -51,95 +40,18 @@ if [ -n "$SKIP_BUILD_CHECK" ]; then say "build check skipped: SKIP_BUILD_CHECK=$
 say "build check $ARCH (nvcc)"
 python3 -m verify_tools.build_check --arch "$ARCH" --json > "$OUT/build_${ARCH/_/}.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"; fi
 say "JIT build of the extension"
-if [ "$MODE" = v6b ] || [ "$MODE" = v6c ]; then  # the A/B trees (.v6base, .v6var/*, carried) build alongside
-  for d in .v6base/kernels/mla_verify/csrc .v6var/*; do [ -d "$d" ] && python3 -c "import torch; from mla_verify._build import load_source_tree as f; f('$ARCH', '$d')" >>"$LOG" 2>&1 & done
-fi
-if [ "$MODE" = v6 ]; then  # the trace build and the baseline tree (.v6base, carried) build alongside
-  python3 -c "import torch; from mla_verify._build import load_trace; load_trace('$ARCH')" >>"$LOG" 2>&1 &
-  [ -d .v6base/kernels/mla_verify/csrc ] && python3 -c "import torch; from mla_verify._build import load_source_tree as f; f('$ARCH', '.v6base/kernels/mla_verify/csrc')" >>"$LOG" 2>&1 &
-fi
 python3 -c "
 import time, torch; t=time.time()
 from mla_verify._build import load
 from mla_verify.api import device_arch
 a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
-wait; say "builds done"
 say "parity"
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k,fp8_codes_exact
 GRAPH_CASES=graph_b1_n8_h16_32k,graph_b3_varlen_n4_h16,graph_fp8_b2_n8_h16
-if [ "$MODE" = graph ] || [ "$MODE" = v6 ] || [ "$MODE" = v6b ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
+if [ "$MODE" = graph ]; then PARGS="--cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b4_prefix0_mixed_h16,fp8_b4_varlen_tree_h16_u8,fp8_codes_exact"
 elif [ "$MODE" = splits ]; then PARGS="--cases b1_full_nomask_h16,b1_n1_h128_prefix4k,b4_prefix0_mixed_h16,seed_b1_prefix65k_n8_h16_chain,fp8_codes_exact"
 elif [ "$MODE" = quick ] || [ "$MODE" = dev ]; then PARGS="--cases seed_b1_prefix65k_n8_h16_chain,b1_prefix0_n4_h16_tree,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,b3_tree_n32_h16_valias_idx64,$FP8_CASES"; else PARGS=""; fi
-if [ "$MODE" != v6diag ] && [ "$MODE" != v6c ]; then
 timeout 240 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity.json" 2> >(tee -a "$LOG" >&2); echo "parity rc=$?" | tee -a "$LOG"
-fi
-if [ "$MODE" = v6c ]; then
-  DL=${V6C_DEADLINE:-390}
-  lim() { local l=$((DL - SECONDS - 5)); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
-  say "full parity suite (limit $(lim 150) s)"
-  timeout "$(lim 150)" python3 -m verify_tools.parity --json > "$OUT/parity.json" 2>>"$LOG"; echo "parity rc=$?" | tee -a "$LOG"
-  python3 -c "import json;d=json.load(open('$OUT/parity.json'));print('parity', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$LOG"
-  say "bench: graph-buffer mode (12 rows) + 5 shapes (limit $(lim 110) s)"
-  timeout "$(lim 110)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla --graph-buffer \
-    --shapes 1:512:8:16,1:4096:8:16,1:32768:8:16,32:8192:8:16,4:131072:4:16 > "$OUT/bench.json" 2> >(grep "^\[bench\]" | tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
-  TREES=""; [ -d .v6base/kernels/mla_verify/csrc ] && TREES="base=.v6base/kernels/mla_verify/csrc"
-  for d in .v6var/*; do [ -d "$d" ] && TREES="$TREES${TREES:+,}$(basename $d)=$d"; done
-  say "A/B of source trees in one process: $TREES (limit $(lim 130) s)"
-  timeout "$(lim 130)" python3 -m verify_tools.bench --v6-ab "$TREES" --ab-gb-trees cur,base,gs0 --ab-out "$OUT/ab.json" > /dev/null 2> >(grep "^\[ab\]" | tee -a "$LOG" >&2); echo "ab rc=$?" | tee -a "$LOG"
-  say "GPU pytest (limit $(lim 90) s)"
-  timeout "$(lim 90)" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu_parity.py > "$OUT/pytest.txt" 2>&1; echo "pytest rc=$?" | tee -a "$LOG"; tail -4 "$OUT/pytest.txt" | tee -a "$LOG"
-  if [ $((DL - SECONDS)) -gt 70 ]; then
-    say "compute-sanitizer (racecheck of a B=32 case: the combine's grid-stride smem reuse; memcheck of a graph case)"
-    sanitize "$(lim 60)" racecheck:fp8_b32_chain_n8_h16_prefix1k
-    [ $((DL - SECONDS)) -gt 40 ] && sanitize "$(lim 60)" memcheck:graph_b3_varlen_n4_h16
-  else say "sanitizer skipped: $((DL - SECONDS)) s left"; fi
-  say "summary"
-  python3 - <<'PY' 2>&1 | tee -a "$LOG"
-import json, os
-out = os.environ.get("OUT", "/tmp/mlav-out")
-def load(n):
-    try: return json.load(open(os.path.join(out, n)))
-    except Exception as e: return {"error": str(e)}
-p = load("parity.json"); print("parity", p.get("ok"), p.get("summary"))
-x = load("bench.json"); print("bench", x.get("ok"), x.get("errors"), {k: x.get("summary", {}).get(k) for k in ("max_graph_buffer_ratio", "graph_buffer_bitwise_equal", "graph_buffer_rows", "copy_bw_gbs", "matmul_tflops")})
-for r in x.get("rows", []): print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} new {r['new_us']:.2f}us SOL {r['sol_pct']:.1f}% S={r.get('num_splits')}")
-for r in x.get("graph_buffer", []): print(f"  gb B{r['max_bs']} n{r['n']} L{r['L']}: {r['graph_buffer_us']:.2f} vs {r['exact_us']:.2f} ratio {r['ratio']:.3f} S {r['splits_graph_buffer']}/{r.get('splits_effective')}/{r['splits_exact']} bitwise {r.get('replay_equal_exact_bitwise')}")
-a = load("ab.json")
-for r in a.get("ab", []): print(f"  ab B{r['B']} L{r['L']} n{r['n']} H{r['H']}: {r['us']} over base {r.get('ratio_over_base')}")
-for r in a.get("graph_buffer", []): print(f"  ab-gb {r['tree']} B{r['max_bs']} L{r['L']}: ratio {r['ratio']:.3f} bitwise {r['replay_equal_exact_bitwise']}")
-for r in a.get("cupti", []): print(f"  cupti {r['tree']} B{r['B']} L{r['L']}: {r['kernels_us']}")
-PY
-  exit 0
-fi
-if [ "$MODE" = v6b ]; then
-  for d in .v6var/*; do [ -d "$d" ] || continue; v=$(basename "$d")
-    say "parity of variant $v (MLAV_CSRC_OVERRIDE=$d)"
-    MLAV_CSRC_OVERRIDE=$d timeout 120 python3 -m verify_tools.parity --json $PARGS > "$OUT/parity_$v.json" 2>>"$LOG"; echo "parity $v rc=$?" | tee -a "$LOG"
-    python3 -c "import json;d=json.load(open('$OUT/parity_$v.json'));print('parity $v', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$LOG"
-  done
-  TREES=""; [ -d .v6base/kernels/mla_verify/csrc ] && TREES="base=.v6base/kernels/mla_verify/csrc"
-  for d in .v6var/*; do [ -d "$d" ] && TREES="$TREES${TREES:+,}$(basename $d)=$d"; done
-  say "A/B of source trees: $TREES"
-  timeout 240 python3 -m verify_tools.bench --v6-ab "$TREES" > "$OUT/ab.json" 2> >(grep "^\[ab\]" | tee -a "$LOG" >&2); echo "ab rc=$?" | tee -a "$LOG"
-  say "compute-sanitizer (graph replay case; racecheck of a B=32 case: the combine's grid-stride smem reuse)"
-  sanitize 150 memcheck:graph_b3_varlen_n4_h16 racecheck:fp8_b32_chain_n8_h16_prefix1k
-  python3 -c "import json;d=json.load(open('$OUT/parity.json'));print('parity cur', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$LOG"
-  exit 0
-fi
-if [ "$MODE" = v6diag ]; then
-  say "v6 diagnostics: timelines (trace build) + A/B (partial dtype, device rule, split counts)"
-  timeout 300 python3 -m verify_tools.bench --v6-diag > "$OUT/diag.json" 2> >(tee -a "$LOG" >&2); echo "diag rc=$?" | tee -a "$LOG"
-  say "parity with bf16 partials (MLAV_PART_BF16=1)"
-  MLAV_PART_BF16=1 timeout 150 python3 -m verify_tools.parity --json --cases $GRAPH_CASES,seed_b1_prefix65k_n8_h16_chain,b4_varlen_tree_h16,b2_n16_h128_tree_prefix3k,fp8_b4_varlen_tree_h16_u8 > "$OUT/parity_bf16.json" 2> >(tee -a "$LOG" >&2); echo "parity bf16 rc=$?" | tee -a "$LOG"
-  python3 - <<'PY' 2>&1 | tee -a "$LOG"
-import json, os
-p = json.load(open(os.path.join(os.environ.get("OUT", "/tmp/mlav-out"), "parity_bf16.json")))
-print("parity bf16", p.get("ok"), p.get("summary"))
-for c in p.get("cases", []): print(f"  {c['name']:<36} {c['tile_config']:<6} ok={c['ok']} rel={c['rel_err']:.2e} tok={c['token_mismatches']}")
-for r in p.get("graph_replays", []): print(f"  graph-replay {r['name']:<26} {r['tile_config']:<6} ok={r['ok']} bitwise={r['equal_eager_same_splits']} auto={r['equal_eager_auto']}")
-PY
-  exit 0
-fi
 if [ "$MODE" = splits ]; then
   say "split counts: v3 rule vs current, B=1 n=8 H=16, graph replay, L2 flushed"
   timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/splits.txt"
@@ -166,7 +78,7 @@ PY
   exit 0
 fi
 say "bench"
-if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = graph ] || [ "$MODE" = v6 ]; then
+if [ "$MODE" = quick ]; then BARGS="--quick"; elif [ "$MODE" = graph ]; then
   BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,32:8192:8:16,4:131072:4:16"
 elif [ "$MODE" = dev ]; then
   BARGS="--no-sglang --graph-buffer --shapes 1:4096:8:16,1:32768:8:16,1:131072:8:16,32:8192:8:16,8:32768:8:16,4:32768:8:128,4:131072:4:16"
@@ -196,12 +108,6 @@ PY
   cuobjdump -sass "$SO" > "$OUT/sass.txt" 2>&1; echo "sass dump rc=$? $(wc -l < "$OUT/sass.txt") lines" | tee -a "$LOG"
   say "compute-sanitizer memcheck (small cases, all configs, bf16 + fp8 cache)"
   sanitize 120 memcheck:b4_varlen_tree_h16 memcheck:fp8_b4_varlen_tree_h16_u8 racecheck:fp8_b2_n16_h128_tree_scales
-elif [ "$MODE" = v6 ]; then
-  say "v6 diagnostics: timelines + same-run A/B against the baseline tree .v6base (if carried)"
-  BASE=""; [ -d .v6base/kernels/mla_verify/csrc ] && BASE="--baseline-csrc .v6base/kernels/mla_verify/csrc"
-  timeout 200 python3 -m verify_tools.bench --v6-diag $BASE > "$OUT/diag.json" 2> >(grep "^\[diag\]" | tee -a "$LOG" >&2); echo "diag rc=$?" | tee -a "$LOG"
-  say "compute-sanitizer (graph replay case, B=1 S=65 case; racecheck small case; all configs)"
-  sanitize 150 memcheck:graph_b3_varlen_n4_h16 memcheck:seed_b1_prefix65k_n8_h16_chain racecheck:b4_prefix0_mixed_h16
 elif [ "$MODE" = graph ]; then
   say "A/B: split kernels' early PDL signal on (MLAV_PDL_EARLY=1, default) vs off, same process, graph replay, L2 flushed"
   timeout 120 python3 - <<'PY' 2>&1 | tee -a "$LOG" "$OUT/pdl_ab.txt"

@@ -12,13 +12,6 @@
 
 namespace {
 
-#ifdef MLAV_TRACE
-// Diagnostic builds only (-DMLAV_TRACE): the next fwd calls write their per-CTA timeline here
-// (int64 words, 8 per CTA: mla_verify_kernel.cuh); set_trace(None) turns it off.
-at::Tensor g_trace;
-void set_trace(const std::optional<at::Tensor>& t) { g_trace = (t.has_value() && t->defined()) ? *t : at::Tensor(); }
-#endif
-
 const void* ptr_or_null(const std::optional<at::Tensor>& t) {
   return (t.has_value() && t->defined()) ? t->data_ptr() : nullptr;
 }
@@ -73,24 +66,6 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   // the bench; read per call, so a CUDA graph keeps the value of its capture).
   const char* pdl = std::getenv("MLAV_PDL_EARLY");
   p.pdl_early = (pdl && pdl[0] == '0') ? 0 : 1;
-  // MLAV_PART_BF16=1 stores the split partials as bf16 (half the partial bytes; A/B in the bench;
-  // read per call like MLAV_PDL_EARLY, so a CUDA graph keeps the value of its capture).
-  // Default: bf16 partials in the wgmma config (cfg 2), whose epilogue stages them through smem
-  // (MLAV_STAGE_OUT=0 turns the staging off); fp32 in the mma.sync configs, whose fragment-layout
-  // bf16 stores were slower than fp32 ones (v6 call 1). MLAV_PART_BF16=0 / 1 forces either.
-  const char* pb16 = std::getenv("MLAV_PART_BF16");
-  p.part_bf16 = pb16 && pb16[0] ? (pb16[0] == '1' ? 1 : 0) : (cfg == 2 ? 1 : 0);
-  const char* stg = std::getenv("MLAV_STAGE_OUT");
-  p.stage_out = (stg && stg[0] == '0') ? 0 : 1;
-#ifdef MLAV_TRACE
-  if (g_trace.defined()) {
-    const long long rows = (long long)max_len_extend * p.H, bm = mlav::config_block_m((int)cfg);
-    p.trace_split_ctas = (long long)p.B * p.S * ((rows + bm - 1) / bm);
-    TORCH_CHECK(g_trace.is_cuda() && g_trace.scalar_type() == at::kLong && g_trace.is_contiguous(), "trace: int64 CUDA");
-    TORCH_CHECK(g_trace.numel() >= 8 * (p.trace_split_ctas + (long long)p.T * p.H * 4), "trace too small");
-    p.trace = reinterpret_cast<long long*>(g_trace.data_ptr<int64_t>());
-  }
-#endif
   TORCH_CHECK(!p.split_auto || (p.rule_bn > 0 && (p.rule_bn & (p.rule_bn - 1)) == 0 && p.rule_part_div > 0 &&
                                  p.rule_s_cap >= 1),
               "split rule parameters out of range");
@@ -114,7 +89,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("config_smem_bytes", &mlav::config_smem_bytes, "dynamic smem bytes of a tile config");
   m.def("config_block_m", &mlav::config_block_m, "rows per CTA of a tile config");
   m.def("config_compiled", &mlav::config_compiled, "whether a tile config is in this module");
-#ifdef MLAV_TRACE
-  m.def("set_trace", &set_trace, "diagnostic builds: per-CTA %globaltimer timeline buffer (None: off)");
-#endif
 }

@@ -58,35 +58,10 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
 
 // Combine launch: programmatic dependent launch (its griddepcontrol.wait orders it after the split
 // kernel), so its launch latency overlaps the split kernel's tail; plain launch if refused.
-// Combine blocks resident at once on this device (occupancy x SMs), per kernel; cached per device.
-template <int WPU>
-static long long combine_wave(int dev) {
-  static int cached_dev = -1;
-  static long long wave = 0;
-  if (cached_dev != dev) {
-    int sms = 0, per_sm = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mla_verify_combine_kernel<WPU>, COMBINE_WARPS * 32, 0) !=
-            cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;  // unknown: no cap
-    }
-    wave = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    cached_dev = dev;
-  }
-  return wave;
-}
-
 template <int WPU>
 static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
   const long long units = (long long)p.T * p.H * 4;
-  long long need = (units + COMBINE_WARPS / WPU - 1) / (COMBINE_WARPS / WPU);
-  int dev = 0;
-  if (MLAV_COMBINE_GRID_STRIDE && cudaGetDevice(&dev) == cudaSuccess) {  // at most one resident wave; the kernel grid-strides
-    const long long wave = combine_wave<WPU>(dev);
-    if (wave > 0 && need > wave) need = wave;
-  }
-  const unsigned blocks = (unsigned)need;
+  const unsigned blocks = (unsigned)((units + COMBINE_WARPS / WPU - 1) / (COMBINE_WARPS / WPU));
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(blocks);
   lc.blockDim = dim3(COMBINE_WARPS * 32);

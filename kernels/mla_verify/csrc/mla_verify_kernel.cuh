@@ -38,43 +38,6 @@ constexpr int V_CHUNKS = D_V / 8;     // 64 chunks of 16 B
 
 
 
-// Diagnostic timeline (built only with -DMLAV_TRACE, never in the shipped library): thread 0 of
-// every CTA writes %globaltimer (ns) at fixed points into p.trace, 8 words per CTA. Split CTA c
-// (c = x + X * (y + Y * z)) of the wgmma kernel: 0 entry, 1 index words arrived and split count
-// known, 2 Q and tile 0 issued (tile 0's slot id has arrived), 3 tile 0 visible, 4 all tiles
-// computed, 5 epilogue stores issued, 6 %smid | ntiles << 32, 7 effective S. Combine block b
-// (after the split CTAs' words): 0 entry, 1 split count known, 2 griddepcontrol.wait released,
-// 3 end, 6 %smid.
-#ifdef MLAV_TRACE
-__device__ __forceinline__ long long mlav_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return (long long)t;
-}
-__device__ __forceinline__ long long mlav_smid() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
-  return (long long)r;
-}
-#define MLAV_SPLIT_STAMP(k, v)                                                                                  \
-  do {                                                                                                          \
-    if (threadIdx.x == 0 && p.trace)                                                                            \
-      p.trace[8 * ((long long)blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z)) + \
-              (k)] = (v);                                                                                       \
-  } while (0)
-#define MLAV_COMBINE_STAMP(k, v)                                                                    \
-  do {                                                                                              \
-    if (threadIdx.x == 0 && p.trace) p.trace[8 * (p.trace_split_ctas + (long long)blockIdx.x) + (k)] = (v); \
-  } while (0)
-#else
-#define MLAV_SPLIT_STAMP(k, v) \
-  do {                         \
-  } while (0)
-#define MLAV_COMBINE_STAMP(k, v) \
-  do {                           \
-  } while (0)
-#endif
-
 __device__ __forceinline__ int64_t ld_idx(const void* p, int is64, int i) {
   return is64 ? reinterpret_cast<const int64_t*>(p)[i] : (int64_t)reinterpret_cast<const int32_t*>(p)[i];
 }
@@ -299,7 +262,6 @@ __device__ __forceinline__ bool draft_visible(const Params& p, int64_t mask_base
 // Destination of tile row r's 512 output values: the bf16 output row when there is one split,
 // else split s's fp32 partial row. Built once per row; put() writes columns (col, col+1) already
 // divided by the row sum.
-// p.part_bf16: the partial row is stored as bf16 (ws_o read as __nv_bfloat16 [S, T*H, 512]).
 struct RowOut {
   __nv_bfloat16* o;
   float* part;
@@ -312,17 +274,8 @@ struct RowOut {
 __device__ __forceinline__ RowOut row_out(const Params& p, const Work& w, int s, int r) {
   const int gr = w.row0 + r;
   RowOut ro;
-  const int64_t prow = ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
-  if (w.S == 1) {
-    ro.o = p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh;
-    ro.part = nullptr;
-  } else if (p.part_bf16) {  // a bf16 partial row goes through the bf16 output path of put()
-    ro.o = reinterpret_cast<__nv_bfloat16*>(p.ws_o) + prow;
-    ro.part = nullptr;
-  } else {
-    ro.o = nullptr;
-    ro.part = p.ws_o + prow;
-  }
+  ro.o = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh : nullptr;
+  ro.part = w.S == 1 ? nullptr : p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
   return ro;
 }
 
@@ -696,52 +649,22 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 // blocks until the split kernel's writes are visible; block 0 always waits, so the combine grid
 // never completes before the split grid.
 constexpr int COMBINE_MAX_SPLITS = 128;
-#ifndef MLAV_COMBINE_GRID_STRIDE
-#define MLAV_COMBINE_GRID_STRIDE 1
-#endif
 constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
 template <int W>
-__device__ __forceinline__ void combine_unit(const Params& p, int S, int64_t t_end, float4 (*part)[32],
-                                             float (*red)[COMBINE_WARPS], float (*lse_s)[32], int64_t vblock) {
+__device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int k = warp % W, first = warp - k;  // this warp's index in its unit, the unit's first warp
   const int64_t rows = (int64_t)p.T * p.H;
-  const int64_t unit = vblock * (COMBINE_WARPS / W) + warp / W;
+  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / W) + warp / W;
   const int64_t grow = unit >> 2;
   const int quarter = (int)(unit & 3);
   const int64_t t = grow < rows ? grow / p.H : 0;
-  const bool valid = grow < rows && t < t_end;  // uniform per unit (t_end = qo_indptr[B], read before the wait)
-  // The unit's lse values (unit thread i owns split i; S <= 32 * W) and this warp's first MAXJ
-  // partials s = k, k + W, ... are loaded together, before the max reduction needs the lse values
-  // (v5 loaded the partials only after it: one dependent round trip more); later partials
-  // (S > 4 W: W = 8 and S > 32) are loaded in the accumulation loop, 4 at a time. MAXJ = 4 keeps
-  // the register count near v5's, so the B=1 combine grid (512 blocks) stays one wave.
-  constexpr int MAXJ = 4;
+  const bool valid = grow < rows && t < ld_idx(p.qo_indptr, p.qo_is64, p.B);  // uniform per unit
+  // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * W)
   const int ti = k * 32 + lane;
   const float lse_mine = valid && ti < S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
-  const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
-  const uint2* src16 =
-      reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(p.ws_o) + grow * D_V + quarter * 128) + lane;
-  const int64_t split_stride4 = rows * (D_V / 4);
-  const bool b16 = p.part_bf16 != 0;
-  float4 v[MAXJ];
-#pragma unroll
-  for (int j = 0; j < MAXJ; ++j) {
-    const int s = k + j * W;
-    v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (valid && s < S) {
-      if (b16) {  // 4 bf16 -> 4 fp32 (exact)
-        const uint2 u = src16[s * split_stride4];
-        v[j] = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                           __uint_as_float(u.y & 0xffff0000u));
-      } else {
-        v[j] = src[s * split_stride4];
-      }
-    }
-  }
-  lse_s[warp][lane] = lse_mine;  // split s's lse, for the accumulation: lse_s[first + s / 32][s % 32]
   float mx = lse_mine;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -755,28 +678,18 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, int64_t t_e
   for (int o = 16; o > 0; o >>= 1) wsum = __fadd_rn(wsum, __shfl_xor_sync(0xffffffffu, wsum, o));
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (valid) {  // same splits, same order, same arithmetic as the v5 loop: bitwise the same sums
-    auto add = [&](const float4& x, float lse) {
-      const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
-      acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, x.x) : 0.f);
-      acc.y = __fadd_rn(acc.y, w > 0.f ? __fmul_rn(w, x.y) : 0.f);
-      acc.z = __fadd_rn(acc.z, w > 0.f ? __fmul_rn(w, x.z) : 0.f);
-      acc.w = __fadd_rn(acc.w, w > 0.f ? __fmul_rn(w, x.w) : 0.f);
-    };
-#pragma unroll
-    for (int j = 0; j < MAXJ; ++j)
-      if (k + j * W < S) add(v[j], lse_s[first + ((k + j * W) >> 5)][(k + j * W) & 31]);
+  if (valid) {
+    const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
+    const int64_t split_stride4 = rows * (D_V / 4);
 #pragma unroll 4
-    for (int s = k + MAXJ * W; s < S; s += W) {
-      float4 x;
-      if (b16) {
-        const uint2 u = src16[s * split_stride4];
-        x = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                        __uint_as_float(u.y & 0xffff0000u));
-      } else {
-        x = src[s * split_stride4];
-      }
-      add(x, lse_s[first + (s >> 5)][s & 31]);
+    for (int s = k; s < S; s += W) {
+      const float4 v = src[s * split_stride4];
+      const float lse = p.ws_lse[(int64_t)s * rows + grow];
+      const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
+      acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, v.x) : 0.f);
+      acc.y = __fadd_rn(acc.y, w > 0.f ? __fmul_rn(w, v.y) : 0.f);
+      acc.z = __fadd_rn(acc.z, w > 0.f ? __fmul_rn(w, v.z) : 0.f);
+      acc.w = __fadd_rn(acc.w, w > 0.f ? __fmul_rn(w, v.w) : 0.f);
     }
   }
   part[warp][lane] = acc;
@@ -803,47 +716,22 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, int64_t t_e
 }
 
 template <int LW>
-__global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_kernel(const Params p) {  // <= 64 registers: 4 blocks per SM (the B=1 grid, 512 blocks, is one wave on 132 SMs)
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
-  __shared__ float lse_s[COMBINE_WARPS][32];
-  MLAV_COMBINE_STAMP(0, mlav_now());
-  // reads kv_indptr / qo_indptr only (the split kernel writes neither): before the wait
-  const int64_t t_end = ld_idx(p.qo_indptr, p.qo_is64, p.B);
+  // reads kv_indptr only (the split kernel does not write it): overlaps the split kernel's tail
   const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
   const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
-  MLAV_COMBINE_STAMP(1, mlav_now() + 0 * S);
-  MLAV_COMBINE_STAMP(6, mlav_smid());
-  // MLAV_COMBINE_GRID_STRIDE=1 (a v6 variant, not yet run on a GPU): grid-stride over the
-  // units-blocks a launch for S would have (vblock), the launch capped at one resident wave
-  // (launch_combine), so a graph captured for a larger count never queues waves of blocks that only
-  // exit; each unit's arithmetic depends on S and W only (bitwise the same). 0 (default): one
-  // units-block per block, the launch sized for LW (the code measured in v6 call 2).
   if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here
     if (blockIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    MLAV_COMBINE_STAMP(2, mlav_now());
-    MLAV_COMBINE_STAMP(3, mlav_now());
     return;
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  MLAV_COMBINE_STAMP(2, mlav_now());
-#if MLAV_COMBINE_GRID_STRIDE
-  for (long long vb = blockIdx.x; vb * per_block < units; vb += gridDim.x) {
-    if (W == 1) combine_unit<1>(p, S, t_end, part, red, lse_s, vb);
-    else if (LW >= 2 && W == 2) combine_unit<2>(p, S, t_end, part, red, lse_s, vb);
-    else if (LW >= 4 && W == 4) combine_unit<4>(p, S, t_end, part, red, lse_s, vb);
-    else if (LW >= 8) combine_unit<8>(p, S, t_end, part, red, lse_s, vb);
-    __syncthreads();  // smem (part, red, lse_s) reused by the next units-block
-  }
-#else
-  const long long vb = blockIdx.x;
-  if (W == 1) combine_unit<1>(p, S, t_end, part, red, lse_s, vb);
-  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, t_end, part, red, lse_s, vb);
-  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, t_end, part, red, lse_s, vb);
-  else if (LW >= 8) combine_unit<8>(p, S, t_end, part, red, lse_s, vb);
-#endif
-  MLAV_COMBINE_STAMP(3, mlav_now());
+  if (W == 1) combine_unit<1>(p, S, part, red);
+  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red);
+  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red);
+  else if (LW >= 8) combine_unit<8>(p, S, part, red);
 }
 
 }  // namespace mlav

@@ -33,17 +33,9 @@ struct Params {
   int rule_bn;            // KV tile tokens of the config the host rule was evaluated for
   int64_t rule_part_div;  // B * max_len_extend * H * 513 * 4 * 2: fp32 partial bytes per split
   int pdl_early;          // 1: split CTAs execute griddepcontrol.launch_dependents at their start
-  int part_bf16;          // 1: split partials stored as bf16 (ws_o read as __nv_bfloat16, half the bytes)
-  int stage_out;          // 1 (wgmma kernel): bf16 rows (output / bf16 partials) staged through smem, 16-B stores
   float scale_log2;
   float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
-#ifdef MLAV_TRACE
-  // Diagnostic timeline (-DMLAV_TRACE builds only, never the shipped library): 8 int64 words per
-  // CTA, split CTAs first (c = x + X * (y + Y * z)), then combine blocks (mla_verify_kernel.cuh).
-  long long* trace;
-  long long trace_split_ctas;
-#endif
 };
 
 }  // namespace mlav

@@ -28,12 +28,6 @@
 #pragma once
 #include "mla_verify_kernel.cuh"
 
-// MLAV_STAGE_ALL=1: every epilogue of the wgmma kernel goes through the smem staging tile (fp32
-// partials too); 0 (default): fp32 partials use the fragment-layout stores (v6 A/B candidate).
-#ifndef MLAV_STAGE_ALL
-#define MLAV_STAGE_ALL 0
-#endif
-
 namespace mlav {
 namespace wg {
 
@@ -100,22 +94,14 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (rows 16wq..16wq+15)
   const int s = blockIdx.y;
-  MLAV_SPLIT_STAMP(0, mlav_now());
   pdl_signal(p);
   const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
-  MLAV_SPLIT_STAMP(7, (long long)w.S);
-  MLAV_SPLIT_STAMP(6, mlav_smid() | ((long long)w.ntiles << 32));
-  if (w.row0 >= w.R) {
-    MLAV_SPLIT_STAMP(1, mlav_now());
-    return;
-  }
-  MLAV_SPLIT_STAMP(1, mlav_now());
+  if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
   if (w.ntiles == 0) {  // empty split: sentinel only
     for (int r = tid; r < BM; r += THREADS)
       if (w.row0 + r < w.R) p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = -INFINITY;
-    MLAV_SPLIT_STAMP(5, mlav_now());
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
@@ -134,14 +120,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     for (int it = 0; it < ROW_CHUNKS / 4; ++it)  // chunk lsub + 4 it: atom it/2, half it%2
       cp_async16(tile + (it >> 1) * ATOM + ((it & 1) ? row_odd : row_even), g + it * 32, bytes);
   };
-  // tile 0's slot id is loaded before the Q copies are issued: its DRAM round trip is the next link
-  // of the kv_indptr -> kv_indices -> KV chain, and issuing Q's 18 cp.async first delayed it (v6 trace)
-  int64_t next_slot = tile_slot(p, w, 0, BN, lr);  // slot of the next tile to load
   {
     bool ok;
     const __nv_bfloat16* src = q_src(p, w, lr, ok);
     copy_row(sQ, src, ok);
   }
+  int64_t next_slot = tile_slot(p, w, 0, BN, lr);  // slot of the next tile to load
   // fp8 prefix tile: 16-byte piece lsub + 4 it (it < 9) of the row = bf16 chunks 2c, 2c+1 of atom it.
   uint4 f8[FP8 ? 9 : 1];
   int f8_stage = -1;
@@ -183,7 +167,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   load_tile(0, 0);
   store_fp8();
   cp_async_commit();
-  MLAV_SPLIT_STAMP(2, mlav_now());
   const float sl_pre = FP8 ? p.scale_log2 * p.k_scale : p.scale_log2;  // log2-domain scale of prefix logits
   const float vs_pre = FP8 ? p.v_scale : 1.f;                         // V dequantization folded into P
 
@@ -204,9 +187,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
-#ifdef MLAV_TRACE
-    if (j == 0) MLAV_SPLIT_STAMP(3, mlav_now());
-#endif
     const uint32_t sK = sKV + (j & 1) * TILE;
     const bool draft = j >= w.n_pre;
     const bool early = FP8 && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
@@ -321,7 +301,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if (FP8 && p.fp8_sched == 2) store_fp8();
   }
   cp_async_wait<0>();
-  MLAV_SPLIT_STAMP(4, mlav_now());
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
 #pragma unroll
@@ -330,85 +309,19 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
     if ((lane & 3) == 0) red_sum[grp * BM + r0 + 8 * h] = l_run[h];
   }
-  __syncthreads();  // also: every wgmma of both warpgroups has completed, the Q / KV tiles are free
-  if ((MLAV_STAGE_ALL || p.stage_out) && (w.S == 1 || p.part_bf16)) {
-    // bf16 rows (the output, or a bf16 split partial) staged through smem and written as whole
-    // 16-byte chunks per lane, 1 KiB contiguous per row: the fragment layout's direct stores write
-    // 4 bytes per lane into 8 rows, half a 32-byte sector each, which ran at ~3.4 TB/s in all (v6
-    // trace: 5 us for the B=1 partials). Staging tile [64][1024 B] in the Q tile's space, 16-byte
-    // chunk c of row r at r * 1024 + ((c & ~7) | ((c ^ r) & 7)) * 16: both sides conflict-free.
-    uint8_t* stg = smem + Smem::off_q;
+  __syncthreads();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const float l = red_sum[r] + red_sum[BM + r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    if (w.row0 + r >= w.R) continue;  // padded row: write nothing
+    const float l = red_sum[r] + red_sum[BM + r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const RowOut ro = row_out(p, w, s, r);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int ch = grp * 32 + i;  // the chunk of columns grp * 256 + i * 8 .. + 7
-        *reinterpret_cast<__nv_bfloat162*>(stg + r * 1024 + (((ch & ~7) | ((ch ^ r) & 7)) << 4) + (lane & 3) * 4) =
-            __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-      }
-      if (w.S > 1 && grp == 0 && (lane & 3) == 0 && w.row0 + r < w.R)
-        p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
-    }
-    __syncthreads();
-    const int rows = w.R - w.row0 < BM ? w.R - w.row0 : BM;  // padded rows: written to smem only
-    const int ch = tid & 63;
-#pragma unroll 1
-    for (int rr = tid >> 6; rr < rows; rr += THREADS / 64) {
-      const uint4 v = *reinterpret_cast<const uint4*>(stg + rr * 1024 + (((ch & ~7) | ((ch ^ rr) & 7)) << 4));
-      const int gr = w.row0 + rr;
-      __nv_bfloat16* dst = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh
-                                    : reinterpret_cast<__nv_bfloat16*>(p.ws_o) + ((int64_t)s * p.T * p.H + w.grow0 + rr) * D_V;
-      *reinterpret_cast<uint4*>(dst + ch * 8) = v;
-    }
-  } else if constexpr (MLAV_STAGE_ALL != 0) {  // S > 1, fp32 partials
-    // fp32 partial rows staged the same way: [64][2048 B] over the Q tile and KV stage 0 (both free),
-    // 16-byte chunk c of row r at r * 2048 + ((c & ~7) | ((c ^ r) & 7)) * 16 (2-way bank conflicts
-    // on the fragment side, none on the read side); written back as whole 16-byte chunks.
-    uint8_t* stg = smem + Smem::off_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const float l = red_sum[r] + red_sum[BM + r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int ch = grp * 64 + i * 2 + ((lane & 3) >> 1);  // the chunk of columns grp*256 + i*8 + 2*(lane&3)
-        *reinterpret_cast<float2*>(stg + r * 2048 + (((ch & ~7) | ((ch ^ r) & 7)) << 4) + (lane & 1) * 8) =
-            make_float2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-      }
-      if (grp == 0 && (lane & 3) == 0 && w.row0 + r < w.R)
-        p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
-    }
-    __syncthreads();
-    const int rows = w.R - w.row0 < BM ? w.R - w.row0 : BM;
-    const int ch = tid & 127;
-#pragma unroll 1
-    for (int rr = tid >> 7; rr < rows; rr += THREADS / 128) {
-      const uint4 v = *reinterpret_cast<const uint4*>(stg + rr * 2048 + (((ch & ~7) | ((ch ^ rr) & 7)) << 4));
-      float* dst = p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + rr) * D_V;
-      *reinterpret_cast<uint4*>(dst + ch * 4) = v;
-    }
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      if (w.row0 + r >= w.R) continue;  // padded row: write nothing
-      const float l = red_sum[r] + red_sum[BM + r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const RowOut ro = row_out(p, w, s, r);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-      if (w.S > 1 && grp == 0 && (lane & 3) == 0)
-        p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
-    }
+    for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
+      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
   }
-#ifdef MLAV_TRACE
-  __syncthreads();  // every thread's epilogue stores issued
-#endif
-  MLAV_SPLIT_STAMP(5, mlav_now());
 }
 
 }  // namespace wg
