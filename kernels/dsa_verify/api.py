@@ -189,8 +189,16 @@ AUTO_M16W = False
 # auto picks n8 (8 heads in the mma N, independent warps) for bf16 with H <= 8 on sm_90a from this
 # many rows on. H200 run 8 (same run, CUPTI span, n8 / m16 time): T=8 0.977, T=64 0.865 (50.2 vs
 # 58.0 us, SGLang's Triton 59.3), T=256 0.812 (145.8 vs 179.6 us: 99.8% of the floor, Triton
-# 144.1); at T=4 (B=1 n=4) n8 is slower (1.087) and for fp8 it is slower at every T (1.02-1.11).
+# 144.1); at T=4 (B=1 n=4) n8 is slower (1.087). fp8 (session 6, raw e4m3 in f16 with the scales
+# outside the tensor cores, same run, n8 / m16): 0.940 (T=4), 0.972 (T=8), 0.906 (T=64), 0.912
+# (T=256), so fp8 takes n8 from T=1 on.
 AUTO_N8_MIN_T = 8
+AUTO_N8_MIN_T_FP8 = 1
+# ... and n8w (7 warps, one raw stage each) from this many rows on: same run (session 6, n8w / n8
+# CUPTI span): bf16 T=64 0.801, T=256 0.741 (below the no-sharing floor: a request's rows share L2
+# lines), fp8 T=64 0.863, T=256 0.779; at T=4 / T=8 n8w is slower (bf16 1.283 / 1.096, fp8 1.447 /
+# 1.134). T between 8 and 64 is not measured and stays on n8.
+AUTO_N8W_MIN_T = 64
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -228,7 +236,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     (an automatic plan is rounded down to a power of two <= 16). With AUTO_M16W set and
     tile_config="auto" on sm_90a with H <= 16, the 8-warp m16w config with one 64-position tile
     per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default).
-    tile_config="auto" with bf16, H <= 8, T >= AUTO_N8_MIN_T on sm_90a (no cluster asked): n8."""
+    tile_config="auto" with H <= 8 on sm_90a (no cluster asked) and T >= AUTO_N8_MIN_T (bf16) or
+    T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T."""
     from ._build import load
 
     if combine not in COMBINES:
@@ -246,12 +255,11 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     if (
         auto_cfg
         and arch == "sm_90a"
-        and not fp8
         and H <= tiles.N8.block_m
-        and T >= AUTO_N8_MIN_T
+        and T >= (AUTO_N8_MIN_T_FP8 if fp8 else AUTO_N8_MIN_T)
         and combine != "cluster"
     ):
-        cfg = tiles.N8
+        cfg = tiles.N8W if T >= AUTO_N8W_MIN_T else tiles.N8
     mod = load(arch)
     if num_splits is None:
         S, chunk = split_plan(T, H, topk, sms, _ctas_per_sm(mod, device, cfg, fp8), cfg)

@@ -7,10 +7,12 @@ mma.sync m16n8k16 bf16. Two kinds:
   or the config's override (m16w: 8). Shared memory (bytes, all dynamic): Q BM*1152 + STAGES raw
   KV tiles (BN*1152 bf16, BN*656 fp8) + one bf16 compute tile BN*1152 (fp8 only) + P BM*BN*2 +
   (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) + (STAGES+1)*BN*4 (per-position
-  flags), TG = warps / (BM/16) column groups of the S phase.
+  flags) + (fp8) 4*BM*4 Q block exponents + BN*16 scales + 16 (the tile's max scale per block),
+  TG = warps / (BM/16) column groups of the S phase.
 - "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s): every warp owns 16 positions of each
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
-  WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 dequantized rows + WARPS*STAGES*4 mask words.
+  WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 converted rows (f16 nope, bf16 rope) +
+  WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ class TileConfig:
         bm, bn, st = self.block_m, self.block_n, self.stages
         if self.kind == "n8":
             w = self.warps
-            return (
-                bm * BF_ROW + w * st * 16 * (FP8_ROW if fp8 else BF_ROW) + (w * 16 * BF_ROW if fp8 else 0) + w * st * 4
-            )
+            head = bm * BF_ROW + w * st * 16 * (FP8_ROW if fp8 else BF_ROW) + (w * 16 * BF_ROW if fp8 else 0)
+            if not fp8:
+                return head + w * st * 4
+            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + w * 16 * 16
         tg = self.warps // (bm // 16)
         raw = bn * (FP8_ROW if fp8 else BF_ROW)
         return (
@@ -60,6 +63,7 @@ class TileConfig:
             + bm * bn * 2
             + (2 * tg * bm + 2 * bm) * 4
             + (st + 1) * bn * 4
+            + (4 * bm * 4 + bn * 16 + 16 if fp8 else 0)
         )
 
 
@@ -75,10 +79,13 @@ M16W = TileConfig("m16w", 4, 16, 64, 2, 8)
 # of 16 positions (sm_90a), and 2 (every arch, <= 99 KiB)
 N8 = TileConfig("n8", 5, 8, 64, 2, 4, kind="n8")
 N8S = TileConfig("n8s", 6, 8, 32, 2, 2, kind="n8")
-CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S)}
+# n8 with 7 warps and one raw stage per warp (sm_90a): with fp8 the stage is free once converted, so
+# each warp still has its next tile in flight, and the SM holds 7 warps instead of 4
+N8W = TileConfig("n8w", 7, 8, 112, 1, 7, kind="n8")
+CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
-ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S), "sm_120a": (M16, M32, N8S)}
+ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W), "sm_120a": (M16, M32, N8S)}
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")

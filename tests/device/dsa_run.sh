@@ -12,6 +12,8 @@
 #   (dsa_bench --trace: the DSAV_TRACE diagnostic build, JIT; never the shipped library).
 # DSA_MODE=dev: build check, parity --quick (every config, graph replay), the trace, the breakdown,
 #   the headline bench shapes with ALT_CONFIG (default n8) timed beside auto in the same run.
+# DSA_MODE=ab: build check, parity with the given args (no --quick added), the headline bench shapes
+#   with ALT_CONFIG (default n8) timed beside auto in the same run (no trace, no breakdown).
 # .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
 set -o pipefail
 BUDGET=${1:-120}
@@ -83,6 +85,13 @@ for r in d["cases"]:
               {k: r.get(k) for k in ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")})
 PY
 tail -5 "/tmp/dsa_parity.err"
+if [ "${DSA_MODE:-}" = ab ]; then
+  timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick --reps 20 --budget-s "$BUDGET" \
+    --alt-config "${ALT_CONFIG:-n8}" --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
+  echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -8
+  print_bench "$OUT/dsa_bench.json"
+  exit 0
+fi
 if [ "${DSA_MODE:-}" = dev ]; then
   timeout 120 python3 -m verify_tools.dsa_bench --trace --reps 20 > "$OUT/dsa_trace.json" 2> "/tmp/dsa_trace.err"
   echo "trace rc=$?"; tail -3 "/tmp/dsa_trace.err"

@@ -275,7 +275,7 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
     """resolve_full with no GPU: device_info, the module and its occupancy queries stubbed."""
     from dsa_verify import _build
 
-    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2}
+    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2, "n8w": 1}
     monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
     monkeypatch.setattr(_build, "load", lambda a: object())
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: occ[cfg.name])
@@ -307,14 +307,22 @@ def test_plan_small_t(monkeypatch):
     assert plan(8, 2048, 256, False)[2] == 1
 
 
-def test_plan_picks_n8_for_bf16_up_to_8_heads_from_8_rows(monkeypatch):
+def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     plan = _fake_plan(monkeypatch)
-    assert plan(8, 2048, 256, False)[1].name == "n8"  # bandwidth regime (H200: 0.81x m16's time)
-    assert plan(8, 2048, 64, False)[1].name == "n8"
+    # bf16: n8 from 8 rows, n8w (7 warps) from 64 rows (H200: 0.80x / 0.74x n8's time at T=64 / 256)
+    assert plan(8, 2048, 256, False)[1].name == "n8w"
+    assert plan(8, 2048, 64, False)[1].name == "n8w"
+    assert plan(8, 2048, 32, False)[1].name == "n8"  # between 8 and 64 rows: not measured, n8
+    assert plan(8, 2048, 8, False)[1].name == "n8"
     assert plan(8, 2048, 4, False)[1].name == "m16"  # B=1 n=4: m16 (n8 1.09x slower)
-    assert plan(8, 2048, 64, True)[1].name == "m16"  # fp8: m16 at every T
+    # fp8: n8 at every T below 64 (0.94x m16's time at T=4), n8w from 64
+    assert plan(8, 2048, 4, True)[1].name == "n8"
+    assert plan(8, 2048, 64, True)[1].name == "n8w"
     assert plan(16, 2048, 64, False)[1].name == "m16"  # H=16: two n8 head tiles would read KV twice
     assert plan(8, 2048, 64, False, "auto", None, "cluster")[1].name == "m16"  # n8 has no cluster merge
+    # n8w: one 112-position tile per split at most; T=64 takes 2 splits of 1120 positions
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, False)
+    assert (cfg.name, S, chunk) == ("n8w", 2, 1120)
     assert _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, False)[1].name == "m16"  # not measured there
 
 
@@ -342,7 +350,8 @@ def test_parity_config_labels():
 
     labels = dsa_parity.configs_for("sm_90a", "all")
     assert labels == [
-        "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s"
+        "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s",
+        "n8w",
     ]  # fmt: skip
     assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s"]
     assert dsa_parity.configs_for("sm_90a", "n8,m16/cluster") == ["n8", "m16/cluster"]
@@ -358,6 +367,8 @@ def test_parity_config_labels():
     assert tiles.config_for_mangled(m) == (tiles.N8, True)
     m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi2ELi2ELb0EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(m) == (tiles.N8S, False)
+    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi7ELi1ELb1EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(m) == (tiles.N8W, True)
 
 
 def test_parity_order_and_partial_out(monkeypatch, tmp_path):

@@ -7,8 +7,11 @@
 // cfg 4 "m16w": BM 16, BN 64, 2 stages, 256 threads (8 warps: 8 S column groups, 8 PV groups of 64
 //   dims), sm_90a only: the B=1 latency config (twice the warps on one 64-position tile).
 // cfg 5 "n8": 8 heads per CTA in the mma N (dsa_verify_n8.cuh), 4 independent warps of 16 positions
-//   (BN 64), 2 stages per warp, 128 threads (bf16 156,704 B / fp8 166,944 B), sm_90a only
-// cfg 6 "n8s": n8 with 2 warps (BN 32), 64 threads (bf16 82,960 B / fp8 88,080 B): the sm_120a one
+//   (BN 64), 2 stages per warp, 128 threads (bf16 156,704 B / fp8 168,096 B), sm_90a only
+// cfg 7 "n8w": n8 with 7 warps (BN 112) and 1 raw stage per warp, 224 threads (bf16 138,544 B / fp8
+//   N8WF B), sm_90a only: for fp8 the raw stage is free after the conversion, so every warp still has
+//   its next tile in flight while it computes, with 7 warps per SM instead of 4 to hide latency
+// cfg 6 "n8s": n8 with 2 warps (BN 32), 64 threads (bf16 82,960 B / fp8 88,720 B): the sm_120a one
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves cfg 2 out (sm_120a builds: 99 KiB of smem per block).
@@ -37,6 +40,8 @@ using M16WB = Cfg<16, 64, 2, false, 8>;
 using M16WF = Cfg<16, 64, 2, true, 8>;
 using N8B = CfgN<4, 2, false>;
 using N8F = CfgN<4, 2, true>;
+using N8WB = CfgN<7, 1, false>;
+using N8WF = CfgN<7, 1, true>;
 #endif
 
 // the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
@@ -159,8 +164,10 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-int config_block_m(int cfg) { return cfg == 5 || cfg == 6 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64; }
-int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : 32; }
+int config_block_m(int cfg) {
+  return cfg >= 5 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64;
+}
+int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : 32; }
 long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
 int config_smem_bytes(int cfg, bool fp8) {
@@ -172,11 +179,14 @@ int config_smem_bytes(int cfg, bool fp8) {
   if (cfg == 3) return fp8 ? M16DF::bytes : M16DB::bytes;
   if (cfg == 4) return fp8 ? M16WF::bytes : M16WB::bytes;
   if (cfg == 5) return fp8 ? N8F::bytes : N8B::bytes;
+  if (cfg == 7) return fp8 ? N8WF::bytes : N8WB::bytes;
 #endif
   return 0;
 }
 
-bool config_compiled(int cfg) { return cfg == 0 || cfg == 1 || cfg == 6 || ((cfg >= 2 && cfg <= 5) && DSAV_BUILD_CFG90); }
+bool config_compiled(int cfg) {
+  return cfg == 0 || cfg == 1 || cfg == 6 || (((cfg >= 2 && cfg <= 5) || cfg == 7) && DSAV_BUILD_CFG90);
+}
 
 int config_max_clusters(int cfg, bool fp8, int size) {
   if (cfg == 0) return fp8 ? max_clusters<M16F>(size) : max_clusters<M16B>(size);
@@ -196,6 +206,7 @@ int config_ctas_per_sm(int cfg, bool fp8) {
   if (cfg == 3) return fp8 ? occupancy<M16DF>() : occupancy<M16DB>();
   if (cfg == 4) return fp8 ? occupancy<M16WF>() : occupancy<M16WB>();
   if (cfg == 5) return fp8 ? occupancy<N8F>() : occupancy<N8B>();
+  if (cfg == 7) return fp8 ? occupancy<N8WF>() : occupancy<N8WB>();
 #endif
   return 0;
 }
@@ -214,6 +225,7 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (cfg == 3) e = fp8 ? launch_split<M16DF>(p, stream) : launch_split<M16DB>(p, stream);
   if (cfg == 4) e = fp8 ? launch_split<M16WF>(p, stream) : launch_split<M16WB>(p, stream);
   if (cfg == 5) e = fp8 ? launch_split<N8F>(p, stream) : launch_split<N8B>(p, stream);
+  if (cfg == 7) e = fp8 ? launch_split<N8WF>(p, stream) : launch_split<N8WB>(p, stream);
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);

@@ -17,7 +17,12 @@
 // (NQ = 4 dim groups of 128, or 8 of 64 in the 8-warp m16w config).
 // The first STAGES tiles are issued before any compute, so a split of <= STAGES tiles has its
 // whole KV in flight at once (the small-T latency regime). fp8 tiles land raw in a staging ring
-// and are dequantized to bf16 into one compute tile, which frees the raw stage at once.
+// and are converted into one compute tile (e4m3 -> f16 without the scales, rope bf16), which frees
+// the raw stage at once. The per-128-dim scales stay outside the tensor cores: S folds
+// s[t, b] * qinv[b, h] per block b over f16 Q (scaled by 2^e per (head, block)), and the PV warps
+// of block b multiply P by s[t, b] / sigma_b (sigma_b = running max |s[., b]| of the CTA's
+// positions, so the f16 operand stays in [-1, 1]) and rescale O_b by sigma_old / sigma_new with
+// the softmax alpha; O_b = sigma_b * accumulator at the end (dsa_verify_n8.cuh does the same).
 // Softmax in the log2 domain (scale_log2 = sm_scale * log2 e); partial lse values are log2.
 #pragma once
 #include <cuda_bf16.h>
@@ -104,10 +109,84 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ void mma_f16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+// two e4m3 bytes (low byte first) -> f16x2, exact
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
 // Byte offset of 16-byte chunk `ch` of row `row` in a swizzled [rows][576] bf16 tile: the low
 // three chunk bits are XORed with the row, so the 8 rows of an ldmatrix hit 8 distinct bank groups.
 __device__ __forceinline__ uint32_t swz(int row, int ch) {
   return (uint32_t)(row * BF_ROW + (((ch & ~7) | ((ch ^ row) & 7)) << 4));
+}
+
+// fp8: 16-byte chunk `ch` (< 32: 16 e4m3 of dims 16 ch ..) of a raw row -> f16 chunks 2 ch, 2 ch + 1
+// of row r of a swizzled compute tile, no scale. The store order alternates every 4 chunks, so 8
+// consecutive ch (one 8-lane phase) hit 8 distinct bank groups.
+__device__ __forceinline__ void fp8_chunk_to_f16(const uint8_t* raw_row, uint8_t* cvt, int r, int ch) {
+  const uint4 v = *reinterpret_cast<const uint4*>(raw_row + ch * 16);
+  const uint4 lo = make_uint4(e4m3x2_to_f16x2(v.x), e4m3x2_to_f16x2(v.x >> 16), e4m3x2_to_f16x2(v.y),
+                              e4m3x2_to_f16x2(v.y >> 16));
+  const uint4 hi = make_uint4(e4m3x2_to_f16x2(v.z), e4m3x2_to_f16x2(v.z >> 16), e4m3x2_to_f16x2(v.w),
+                              e4m3x2_to_f16x2(v.w >> 16));
+  const int first = (ch >> 2) & 1;
+  *reinterpret_cast<uint4*>(cvt + swz(r, 2 * ch + first)) = first ? hi : lo;
+  *reinterpret_cast<uint4*>(cvt + swz(r, 2 * ch + 1 - first)) = first ? lo : hi;
+}
+// fp8 only: the nope part of the bf16 Q tile rewritten in place as f16, scaled by 2^e per (head,
+// 128-dim block) so that its largest |value| lies in [2^14, 2^15); qinv[b * BM + h] = 2^-e. One
+// 16-lane group per (head, block), one 16-byte chunk (8 values) per lane.
+template <typename C>
+__device__ __forceinline__ void q_nope_to_f16(uint8_t* smem, int tid) {
+  float* qinv = reinterpret_cast<float*>(smem + C::off_qinv);
+  static_assert(C::THREADS % 16 == 0, "one 16-lane group per (head, block)");
+  const unsigned gmask = 0xffffu << (tid & 16);  // this lane's 16-lane group: all in or all out
+  for (int u0 = 0; u0 < C::BM * 64; u0 += C::THREADS) {
+    const int u = u0 + tid;
+    if (u >= C::BM * 64) break;
+    const int r = u >> 6, b = (u >> 4) & 3, ch = b * 16 + (u & 15);
+    uint4* ptr = reinterpret_cast<uint4*>(smem + C::off_q + swz(r, ch));
+    const uint4 v = *ptr;
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+    float mx = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(f[i]));
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, o));
+    int e = 0;
+    if (mx > 0.f) e = 14 - ilogbf(mx);  // inf / NaN: ilogbf is huge, e clamps low
+    e = max(-120, min(120, e));
+    const float sc = __int_as_float((127 + e) << 23), inv = __int_as_float((127 - e) << 23);
+    *ptr = make_uint4(pack_f16(f[0] * sc, f[1] * sc), pack_f16(f[2] * sc, f[3] * sc), pack_f16(f[4] * sc, f[5] * sc),
+                      pack_f16(f[6] * sc, f[7] * sc));
+    if ((u & 15) == 0) qinv[b * C::BM + r] = inv;
+  }
 }
 
 template <int BM_, int BN_, int STAGES_, bool FP8_, int WARPS_ = 0>
@@ -138,7 +217,11 @@ struct Cfg {
   static constexpr int off_p = off_cvt + (FP8 ? KV_TILE : 0);
   static constexpr int off_red = off_p + BM * P_ROW;  // red_max[TG][BM], red_sum[TG][BM], alpha[BM], m[BM]
   static constexpr int off_flag = off_red + (2 * TG * BM + 2 * BM) * 4;
-  static constexpr int bytes = off_flag + (STAGES + 1) * BN * 4;  // + the fp8 compute tile's flags
+  // fp8: qinv [4 blocks][BM] (2^-e of the f16 Q), ssc [BN][4] (the compute tile's scales), tmax [4]
+  static constexpr int off_qinv = off_flag + (STAGES + 1) * BN * 4;  // + the fp8 compute tile's flags
+  static constexpr int off_ssc = off_qinv + (FP8 ? 4 * BM * 4 : 0);
+  static constexpr int off_tmax = off_ssc + (FP8 ? BN * 16 : 0);
+  static constexpr int bytes = off_tmax + (FP8 ? 16 : 0);
   // S-phase accumulator chains: consecutive k-steps go to different sets so the dependent
   // mma.sync latency overlaps (4 sets when a warp holds one n-block, else 2)
   static constexpr int NACC = NB_S == 1 ? 4 : 2;
@@ -361,6 +444,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
 
   const int g = warp % C::RG, c = warp / C::RG;      // S-phase warp tile
   const int rw = warp / C::NQ, qd = warp % C::NQ;    // PV-phase warp tile
+  // fp8: the 128-dim scale block of this PV warp's dims, its running max |s| (sig) and this tile's
+  // sigma_old / sigma_new (sig_r) and 1 / sigma_new (sig_i)
+  const int pv_blk = (qd * C::DW) / 128;
+  float sig = 0.f, sig_r = 1.f, sig_i = 0.f;
+  static_assert(C::DW <= 128 && 128 % C::DW == 0, "a PV warp's dims lie in one scale block");
   const int rl0 = g * 16 + (lane >> 2);              // S-phase rows of this thread: rl0, rl0 + 8
 
   for (int j = 0; j < ntiles; ++j) {
@@ -370,60 +458,58 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     uint32_t sK;
     if constexpr (C::FP8) {
-      // dequantize the raw stage into the bf16 compute tile: 32 e4m3 chunks + 8 rope chunks per row
+      // the raw stage into the compute tile: 32 e4m3 chunks -> f16 (no scale), 8 rope chunks copied
       const uint8_t* raw = smem + C::off_raw + stage * C::RAW_TILE;
       uint8_t* cvt = smem + C::off_cvt;
       if (tid < BN) flag[STAGES * BN + tid] = flag[stage * BN + tid];  // the raw stage's flags are reused next
-      for (int task = tid; task < BN * 40; task += C::THREADS) {
-        const int row = task / 40, k = task % 40;
-        const uint8_t* rr = raw + row * FP8_ROW;
-        if (k < 32) {
-          const float sc = reinterpret_cast<const float*>(rr + 512)[k >> 3];
-          const uint4 v = *reinterpret_cast<const uint4*>(rr + k * 16);
-          const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-          uint32_t outw[8];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w4[q] & 0xffffu), __NV_E4M3);
-            const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w4[q] >> 16), __NV_E4M3);
-            const float2 flo = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-            const float2 fhi = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-            __nv_bfloat162 blo = __floats2bfloat162_rn(flo.x * sc, flo.y * sc);
-            __nv_bfloat162 bhi = __floats2bfloat162_rn(fhi.x * sc, fhi.y * sc);
-            outw[2 * q] = *reinterpret_cast<uint32_t*>(&blo);
-            outw[2 * q + 1] = *reinterpret_cast<uint32_t*>(&bhi);
-          }
-          *reinterpret_cast<uint4*>(cvt + swz(row, 2 * k)) = make_uint4(outw[0], outw[1], outw[2], outw[3]);
-          *reinterpret_cast<uint4*>(cvt + swz(row, 2 * k + 1)) = make_uint4(outw[4], outw[5], outw[6], outw[7]);
-        } else {
-          *reinterpret_cast<uint4*>(cvt + swz(row, 64 + (k - 32))) =
-              *reinterpret_cast<const uint4*>(rr + 528 + (k - 32) * 16);
-        }
+      static_assert(C::THREADS % 32 == 0 && (BN * 32) % C::THREADS == 0, "fp8 chunk tasks");
+#pragma unroll 4
+      for (int task = tid; task < BN * 32; task += C::THREADS) fp8_chunk_to_f16(raw + (task >> 5) * FP8_ROW, cvt, task >> 5, task & 31);
+      for (int task = tid; task < BN * 8; task += C::THREADS) {
+        const int row = task >> 3, ch = task & 7;
+        *reinterpret_cast<uint4*>(cvt + swz(row, 64 + ch)) = *reinterpret_cast<const uint4*>(raw + row * FP8_ROW + 528 + ch * 16);
       }
-      __syncthreads();  // compute tile ready; raw stage free
+      if (warp == 0) {  // the tile's scales, and their max |s| per block
+        float4 mx = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int r = lane; r < BN; r += 32) {
+          const float4 v = *reinterpret_cast<const float4*>(raw + r * FP8_ROW + 512);
+          reinterpret_cast<float4*>(smem + C::off_ssc)[r] = v;
+          mx = make_float4(fmaxf(mx.x, fabsf(v.x)), fmaxf(mx.y, fabsf(v.y)), fmaxf(mx.z, fabsf(v.z)), fmaxf(mx.w, fabsf(v.w)));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          mx.x = fmaxf(mx.x, __shfl_xor_sync(0xffffffffu, mx.x, o));
+          mx.y = fmaxf(mx.y, __shfl_xor_sync(0xffffffffu, mx.y, o));
+          mx.z = fmaxf(mx.z, __shfl_xor_sync(0xffffffffu, mx.z, o));
+          mx.w = fmaxf(mx.w, __shfl_xor_sync(0xffffffffu, mx.w, o));
+        }
+        if (lane == 0) *reinterpret_cast<float4*>(smem + C::off_tmax) = mx;
+      }
+      if (j == 0) q_nope_to_f16<C>(smem, tid);  // Q landed with tile 0
+      __syncthreads();  // compute tile ready (and at j = 0 the f16 Q); raw stage free
       if (j + STAGES < ntiles) issue_tile(stage, next_slot);
       cp_async_commit();
       slots_of(j + STAGES + 1, next_slot);
       sK = smem_u32(cvt);
+      {  // this PV warp's block: sigma update (every thread of the block computes the same values)
+        const float tm = reinterpret_cast<const float*>(smem + C::off_tmax)[pv_blk];
+        const float sn = fmaxf(sig, tm);
+        sig_r = sn > 0.f ? sig / sn : 1.f;
+        sig_i = sn > 0.f ? 1.f / sn : 0.f;
+        sig = sn;
+      }
     } else {
       sK = sRaw + stage * C::RAW_TILE;
     }
     const int* fl = flag + (C::FP8 ? STAGES : stage) * BN;
 
-    // ---- S = Q K^T: 16 rows x WN positions per warp (two accumulator sets: even / odd k-steps,
-    // so consecutive mma.sync do not wait on each other's result) ----
+    // ---- S = Q K^T: 16 rows x WN positions per warp (NACC accumulator sets over consecutive
+    // k-steps, so consecutive mma.sync do not wait on each other's result); fp8: the nope 64-dim
+    // groups in f16, folded per 128-dim block with qinv[b, head] * s[position, b], rope in bf16 ----
     float sacc[C::NB_S][4];
     {
-      float sx[C::NACC][C::NB_S][4];
-#pragma unroll
-      for (int a = 0; a < C::NACC; ++a)
-#pragma unroll
-        for (int i = 0; i < C::NB_S; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) sx[a][i][e] = 0.f;
       const int qr = g * 16 + (lane & 15), qhi = lane >> 4, tb = c * C::WN;
-#pragma unroll 1
-      for (int k4 = 0; k4 < D_QK / 64; ++k4) {
+      auto s_k4 = [&](int k4, float (&sx)[C::NACC][C::NB_S][4], bool f16) {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const int kk = k4 * 4 + u;
@@ -437,8 +523,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
               const int row = tb + nb * 8 + (mi >> 1) * 8 + (lane & 7);
               uint32_t b0, b1, b2, b3;
               ldsm_x4(sK + swz(row, 2 * kk + (mi & 1)), b0, b1, b2, b3);
-              mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
-              mma_bf16(acc[nb + 1], a0, a1, a2, a3, b2, b3);
+              if (f16) {
+                mma_f16(acc[nb], a0, a1, a2, a3, b0, b1);
+                mma_f16(acc[nb + 1], a0, a1, a2, a3, b2, b3);
+              } else {
+                mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
+                mma_bf16(acc[nb + 1], a0, a1, a2, a3, b2, b3);
+              }
             }
           } else {
 #pragma unroll
@@ -446,20 +537,66 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
               const int row = tb + nb * 8 + (lane & 7);
               uint32_t b0, b1;
               ldsm_x2(sK + swz(row, 2 * kk + ((lane >> 3) & 1)), b0, b1);
-              mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
+              if (f16)
+                mma_f16(acc[nb], a0, a1, a2, a3, b0, b1);
+              else
+                mma_bf16(acc[nb], a0, a1, a2, a3, b0, b1);
             }
           }
         }
-      }
+      };
+      auto zero = [&](float (&sx)[C::NACC][C::NB_S][4]) {
 #pragma unroll
-      for (int i = 0; i < C::NB_S; ++i)
+        for (int a = 0; a < C::NACC; ++a)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = sx[0][i][e];
+          for (int i = 0; i < C::NB_S; ++i)
 #pragma unroll
-          for (int a = 1; a < C::NACC; ++a) v += sx[a][i][e];
-          sacc[i][e] = v;
+            for (int e = 0; e < 4; ++e) sx[a][i][e] = 0.f;
+      };
+      auto chain_sum = [&](const float (&sx)[C::NACC][C::NB_S][4], int i, int e) {
+        float v = sx[0][i][e];
+#pragma unroll
+        for (int a = 1; a < C::NACC; ++a) v += sx[a][i][e];
+        return v;
+      };
+      float sx[C::NACC][C::NB_S][4];
+      if constexpr (C::FP8) {
+#pragma unroll
+        for (int i = 0; i < C::NB_S; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+        const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
+        const float* ssc = reinterpret_cast<const float*>(smem + C::off_ssc);
+#pragma unroll 1
+        for (int bk = 0; bk < 4; ++bk) {
+          zero(sx);
+          s_k4(2 * bk, sx, true);
+          s_k4(2 * bk + 1, sx, true);
+          const float q0 = qinv[bk * BM + rl0], q1 = qinv[bk * BM + rl0 + 8];
+#pragma unroll
+          for (int i = 0; i < C::NB_S; ++i) {
+            const int col = c * C::WN + i * 8 + 2 * (lane & 3);
+            const float s0 = ssc[col * 4 + bk], s1 = ssc[(col + 1) * 4 + bk];
+            // element e: head rl0 (e < 2) or rl0 + 8, position col + (e & 1)
+            sacc[i][0] += chain_sum(sx, i, 0) * (q0 * s0);
+            sacc[i][1] += chain_sum(sx, i, 1) * (q0 * s1);
+            sacc[i][2] += chain_sum(sx, i, 2) * (q1 * s0);
+            sacc[i][3] += chain_sum(sx, i, 3) * (q1 * s1);
+          }
         }
+        zero(sx);
+        s_k4(D_V / 64, sx, false);
+#pragma unroll
+        for (int i = 0; i < C::NB_S; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sacc[i][e] += chain_sum(sx, i, e);
+      } else {
+        zero(sx);
+#pragma unroll 1
+        for (int k4 = 0; k4 < D_QK / 64; ++k4) s_k4(k4, sx, false);
+#pragma unroll
+        for (int i = 0; i < C::NB_S; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sacc[i][e] = chain_sum(sx, i, e);
+      }
     }
     // ---- scale + mask, row max over this warp's columns ----
     float tmax[2] = {-INFINITY, -INFINITY};
@@ -500,17 +637,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
         const float p1 = exp2f(sacc[nb][2 * h2 + 1] - m_use);
         psum += p0 + p1;
         const int col = c * C::WN + nb * 8 + 2 * (lane & 3);
-        *reinterpret_cast<__nv_bfloat162*>(pP + r * C::P_ROW + col * 2) = __floats2bfloat162_rn(p0, p1);
+        *reinterpret_cast<uint32_t*>(pP + r * C::P_ROW + col * 2) = C::FP8 ? pack_f16(p0, p1) : pack_bf16(p0, p1);
       }
       l_run[h2] = l_run[h2] * alpha + psum;
       if (c == 0 && (lane & 3) == 0) alpha_s[r] = alpha;
     }
     __syncthreads();  // P and alpha visible
-    // ---- O = alpha O + P V ----
+    // ---- O = alpha O + P V; fp8: O_b = alpha sigma_old / sigma_new O_b + (P s_b / sigma_new) V^_b ----
 #pragma unroll
     for (int rb = 0; rb < C::RB; ++rb) {
       const int r = rw * 16 * C::RB + rb * 16 + (lane >> 2);
-      const float al0 = alpha_s[r], al1 = alpha_s[r + 8];
+      const float al0 = alpha_s[r] * sig_r, al1 = alpha_s[r + 8] * sig_r;  // sig_r = 1 for bf16
 #pragma unroll
       for (int i = 0; i < C::NBV; ++i) {
         o_acc[rb][i][0] *= al0; o_acc[rb][i][1] *= al0;
@@ -525,6 +662,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
         const int r = rw * 16 * C::RB + rb * 16 + (lane & 15);
         ldsm_x4(sP + r * C::P_ROW + (ks * 16 + (lane >> 4) * 8) * 2, a[rb][0], a[rb][1], a[rb][2], a[rb][3]);
       }
+      if constexpr (C::FP8) {  // A columns (positions) ks*16 + 2(lane&3) + {0, 1} and + 8: times s / sigma_new
+        const float* ssc = reinterpret_cast<const float*>(smem + C::off_ssc);
+        const int col = ks * 16 + 2 * (lane & 3);
+        const uint32_t flo = pack_f16(ssc[col * 4 + pv_blk] * sig_i, ssc[(col + 1) * 4 + pv_blk] * sig_i);
+        const uint32_t fhi = pack_f16(ssc[(col + 8) * 4 + pv_blk] * sig_i, ssc[(col + 9) * 4 + pv_blk] * sig_i);
+#pragma unroll
+        for (int rb = 0; rb < C::RB; ++rb) {
+          a[rb][0] = hmul2_u32(a[rb][0], flo); a[rb][1] = hmul2_u32(a[rb][1], flo);
+          a[rb][2] = hmul2_u32(a[rb][2], fhi); a[rb][3] = hmul2_u32(a[rb][3], fhi);
+        }
+      }
       const int mi = lane >> 3;
       const int row = ks * 16 + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
@@ -533,8 +681,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
         ldsm_x4_t(sK + swz(row, qd * C::NBV + np * 2 + (mi >> 1)), b0, b1, b2, b3);
 #pragma unroll
         for (int rb = 0; rb < C::RB; ++rb) {
-          mma_bf16(o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
-          mma_bf16(o_acc[rb][2 * np + 1], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b2, b3);
+          if constexpr (C::FP8) {
+            mma_f16(o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
+            mma_f16(o_acc[rb][2 * np + 1], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b2, b3);
+          } else {
+            mma_bf16(o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
+            mma_bf16(o_acc[rb][2 * np + 1], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b2, b3);
+          }
         }
       }
     }
@@ -573,7 +726,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       float l = red_sum[r];
 #pragma unroll
       for (int cc = 1; cc < C::TG; ++cc) l += red_sum[cc * BM + r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float inv = l > 0.f ? (C::FP8 ? sig : 1.f) / l : 0.f;  // fp8: O_b = sigma_b * accumulator
       const float lse2 = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
       const int64_t grow = (int64_t)t * p.H + h;
       if (p.S == 1) {

@@ -10,7 +10,17 @@
 // (cp.async.wait_group + __syncwarp only). P goes from the S accumulators to the PV B operand by
 // movmatrix.trans (registers, no shared memory). The warps merge once at the end, through shared
 // memory, in fixed warp order (deterministic), then write o / lse (S = 1) or the split partial.
-// fp8 rows land raw in the warp's ring and are dequantized into the warp's bf16 tile.
+// fp8 rows land raw in the warp's ring; the warp converts their e4m3 bytes to f16 without the
+// scales (exact: every e4m3 value is an f16 value) into its compute tile, rope stays bf16. The
+// per-128-dim scales are applied outside the tensor cores instead of on every element:
+//   S^T[t, h] = sum_b s[t, b] * qi[h, b] * (K^_b Q^_b^T)[t, h] + (K_rope Q_rope^T)[t, h]
+// with Q^_b = Q_b * 2^e[h, b] in f16 (a power of two per (head, block) puts |Q^_b| below 2^15;
+// qi = 2^-e), and for the output block b of 128 dims
+//   O_b^T = sigma_b * sum_t V^_b[t]^T (P[t] * s[t, b] / sigma_b)
+// where sigma_b is the running max over the warp's positions of |s[., b]|, so the f16 P^ operand
+// stays in [-1, 1] (P <= 1 after the running softmax max); a larger sigma rescales the O^T block
+// by sigma_old / sigma_new together with the softmax alpha. Positions whose |s| is below 2^-24
+// sigma_b enter as f16 subnormals (absolute error 2^-25 sigma_b per term).
 //
 // Layouts and the used-entry rule are the m16 kernels' (dsa_verify_kernel.cuh, whose helpers this
 // file uses). Index words of the first STAGES tiles are loaded before seq_lens is known (one HBM
@@ -39,10 +49,13 @@ struct CfgN {
   static constexpr int off_ring = BM * BF_ROW;
   static constexpr int off_cvt = off_ring + WARPS * STAGES * RAW_STAGE;
   static constexpr int off_mask = off_cvt + (FP8 ? WARPS * CVT_TILE : 0);
-  static constexpr int bytes = off_mask + WARPS * STAGES * 4;
-  // the end-of-kernel merge reuses the drained ring: O^T [WARPS][8][PSTR] + m, l [WARPS][8]
+  static constexpr int off_qinv = (off_mask + WARPS * STAGES * 4 + 15) / 16 * 16;  // fp8: qi [4][8] fp32
+  static constexpr int off_ssc = off_qinv + (FP8 ? 4 * BM * 4 : 0);  // fp8: [WARPS][16 rows][4] scales
+  static constexpr int bytes = FP8 ? off_ssc + WARPS * WR * 16 : off_mask + WARPS * STAGES * 4;
+  // the end-of-kernel merge reuses the drained ring (and the fp8 compute tiles after it):
+  // O^T [WARPS][8][PSTR] + m, l [WARPS][8]
   static constexpr int MERGE_BYTES = WARPS * BM * PSTR * 4 + 2 * WARPS * BM * 4;
-  static_assert(MERGE_BYTES <= WARPS * STAGES * RAW_STAGE, "merge space must fit the ring");
+  static_assert(MERGE_BYTES <= off_mask - off_ring, "merge space must fit the ring and compute tiles");
   static_assert(BF_CHUNKS % 8 == 0 && WR % 4 == 0, "8 lanes per row, 4 rows per loader step");
 };
 
@@ -51,11 +64,6 @@ __device__ __forceinline__ uint32_t movmatrix_t(uint32_t a) {
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
   return d;
 }
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Params p) {
   constexpr int WR = C::WR, BN = C::BN, STAGES = C::STAGES, BM = C::BM;
@@ -164,8 +172,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   }
   cp_async_wait<STAGES>();  // Q landed (group 0) for this thread
   __syncthreads();          // ... and for every thread (the only block barrier before the merge)
-
   const int g = lane >> 2, c = lane & 3;
+  // fp8: sig[b] = running max over the warp's positions of |scale| of block b (warp-uniform);
+  // qinv [4][8] = 2^-e per (block, head); ssc = the current tile's scales [16 rows][4 blocks]
+  float sig[4] = {0.f, 0.f, 0.f, 0.f}, sig_r[4], sig_i[4];
+  const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
+  float* ssc = reinterpret_cast<float*>(smem + C::off_ssc) + warp * WR * 4;
+  if constexpr (C::FP8) {
+    q_nope_to_f16<C>(smem, tid);
+    __syncthreads();  // the f16 Q and qinv visible to every warp
+  }
+
   float o_acc[D_V / 16][4];
 #pragma unroll
   for (int i = 0; i < D_V / 16; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
@@ -179,35 +196,33 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     const uint32_t mask = vmask[stage];
     uint32_t sK;
     if constexpr (C::FP8) {
-      // dequantize the warp's raw stage into its bf16 tile: 16 rows x (32 e4m3 chunks + 8 rope chunks)
+      // the warp's raw stage into its compute tile: e4m3 -> f16 (no scale), rope bf16 copied
       const uint8_t* raw = smem + C::off_ring + (warp * STAGES + stage) * C::RAW_STAGE;
       uint8_t* cvt = smem + C::off_cvt + warp * C::CVT_TILE;
-#pragma unroll 2
-      for (int task = lane; task < WR * 40; task += 32) {
-        const int r = task / 40, k = task % 40;
-        const uint8_t* rr = raw + r * FP8_ROW;
-        if (k < 32) {
-          const float sc = reinterpret_cast<const float*>(rr + 512)[k >> 3];
-          const uint4 v = *reinterpret_cast<const uint4*>(rr + k * 16);
-          const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-          uint32_t ow[8];
+      if (lane < WR)
+        reinterpret_cast<float4*>(ssc)[lane] = *reinterpret_cast<const float4*>(raw + lane * FP8_ROW + 512);
+#pragma unroll 4
+      for (int r = 0; r < WR; ++r) fp8_chunk_to_f16(raw + r * FP8_ROW, cvt, r, lane);  // lane = chunk
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w4[q] & 0xffffu), __NV_E4M3);
-            const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w4[q] >> 16), __NV_E4M3);
-            const float2 flo = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-            const float2 fhi = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-            ow[2 * q] = pack_bf16(flo.x * sc, flo.y * sc);
-            ow[2 * q + 1] = pack_bf16(fhi.x * sc, fhi.y * sc);
-          }
-          *reinterpret_cast<uint4*>(cvt + swz(r, 2 * k)) = make_uint4(ow[0], ow[1], ow[2], ow[3]);
-          *reinterpret_cast<uint4*>(cvt + swz(r, 2 * k + 1)) = make_uint4(ow[4], ow[5], ow[6], ow[7]);
-        } else {
-          *reinterpret_cast<uint4*>(cvt + swz(r, 64 + (k - 32))) = *reinterpret_cast<const uint4*>(rr + 528 + (k - 32) * 16);
-        }
+      for (int k = 0; k < WR * 8 / 32; ++k) {
+        const int task = lane + 32 * k, r = task >> 3, ch = task & 7;
+        *reinterpret_cast<uint4*>(cvt + swz(r, 64 + ch)) = *reinterpret_cast<const uint4*>(raw + r * FP8_ROW + 528 + ch * 16);
       }
-      __syncwarp();  // compute tile written; the raw stage is free
+      __syncwarp();  // compute tile and scales written; the raw stage is free
       if (j + STAGES < ntiles) issue(stage, slot_ok(j + STAGES, next_raw));
+      // sigma update (positions only; off the S -> softmax -> PV chain): sig_r = sigma_old / sigma_new,
+      // sig_i = 1 / sigma_new per block
+#pragma unroll
+      for (int bk = 0; bk < 4; ++bk) {
+        float smax = fmaxf(fabsf(ssc[g * 4 + bk]), fabsf(ssc[(g + 8) * 4 + bk]));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
+        const float sn = fmaxf(sig[bk], smax);
+        sig_r[bk] = sn > 0.f ? sig[bk] / sn : 1.f;
+        sig_i[bk] = sn > 0.f ? 1.f / sn : 0.f;
+        sig[bk] = sn;
+      }
       cp_async_commit();
       {
         const int pos = pb + (j + STAGES + 1) * BN + warp * WR + row;
@@ -219,22 +234,54 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     }
 
     // ---- S^T = K Q^T: 16 positions x 8 heads over 576 dims (4 accumulator chains) ----
-    float sx[4][4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
-#pragma unroll 1
-    for (int kq = 0; kq < D_QK / 64; ++kq) {  // four k-steps per iteration, one per chain
+    // one iteration: 64 dims, four k-steps, one per chain; fp8: nope in f16 (raw e4m3 x scaled Q)
+    // folded per 128-dim block with s[t, b] * qi[h, b], rope in bf16
+    auto s_kq = [&](int kq, float (&sx)[4][4], bool f16) {
       uint32_t b[8], a[4][4];
       ldsm_x4(sQ + swz(lane & 7, 8 * kq + (lane >> 3)), b[0], b[1], b[2], b[3]);
       ldsm_x4(sQ + swz(lane & 7, 8 * kq + 4 + (lane >> 3)), b[4], b[5], b[6], b[7]);
 #pragma unroll
       for (int u = 0; u < 4; ++u) ldsm_x4(sK + swz(lane & 15, 8 * kq + 2 * u + (lane >> 4)), a[u][0], a[u][1], a[u][2], a[u][3]);
 #pragma unroll
-      for (int u = 0; u < 4; ++u) mma_bf16(sx[u], a[u][0], a[u][1], a[u][2], a[u][3], b[2 * u], b[2 * u + 1]);
-    }
+      for (int u = 0; u < 4; ++u) {
+        if (f16)
+          mma_f16(sx[u], a[u][0], a[u][1], a[u][2], a[u][3], b[2 * u], b[2 * u + 1]);
+        else
+          mma_bf16(sx[u], a[u][0], a[u][1], a[u][2], a[u][3], b[2 * u], b[2 * u + 1]);
+      }
+    };
     float sv[4];
+    if constexpr (C::FP8) {
+      float sn[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+      for (int bk = 0; bk < 4; ++bk) {
+        float sx[4][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) sv[e] = (sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e]);
+        for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
+        s_kq(2 * bk, sx, true);
+        s_kq(2 * bk + 1, sx, true);
+        // sx element e: position g (e < 2) or g + 8, head 2c + (e & 1)
+        const float s0 = ssc[g * 4 + bk], s1 = ssc[(g + 8) * 4 + bk];
+        const float2 qv = *reinterpret_cast<const float2*>(qinv + bk * BM + 2 * c);
+        const float fe[4] = {s0 * qv.x, s0 * qv.y, s1 * qv.x, s1 * qv.y};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sn[e] += ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e])) * fe[e];
+      }
+      float sx[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
+      s_kq(D_V / 64, sx, false);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sv[e] = sn[e] + ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e]));
+    } else {
+      float sx[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
+#pragma unroll 1
+      for (int kq = 0; kq < D_QK / 64; ++kq) s_kq(kq, sx, false);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sv[e] = (sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e]);
+    }
     // sv: [0] (pos g, head 2c) [1] (g, 2c+1) [2] (g+8, 2c) [3] (g+8, 2c+1)
     const bool v0 = (mask >> g) & 1u, v1 = (mask >> (g + 8)) & 1u;
     sv[0] = v0 ? sv[0] * p.scale_log2 : -INFINITY;
@@ -242,7 +289,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     sv[2] = v1 ? sv[2] * p.scale_log2 : -INFINITY;
     sv[3] = v1 ? sv[3] * p.scale_log2 : -INFINITY;
     // ---- online softmax per head over the warp's 16 positions (lanes of equal c) ----
-    float pr[4];
+    float pr[4], alpha_h[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       float mx = fmaxf(sv[hh], sv[hh + 2]);
@@ -256,22 +303,41 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       pr[hh] = exp2f(sv[hh] - m_use);
       pr[hh + 2] = exp2f(sv[hh + 2] - m_use);
       l_run[hh] = l_run[hh] * alpha + (pr[hh] + pr[hh + 2]);
+      alpha_h[hh] = alpha;
+    }
+    const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vch = (lane >> 3) & 1;
+    if constexpr (C::FP8) {
+      // ---- O_b^T = (alpha sigma_old / sigma_new) O_b^T + V^_b^T (P s_b / sigma_new)^T per block ----
+#pragma unroll
+      for (int bk = 0; bk < 4; ++bk) {
+        const float s0 = ssc[g * 4 + bk], s1 = ssc[(g + 8) * 4 + bk];
+        const float f0 = alpha_h[0] * sig_r[bk], f1 = alpha_h[1] * sig_r[bk];
+        const float e0 = s0 * sig_i[bk], e1 = s1 * sig_i[bk];
+        const uint32_t pb0 = movmatrix_t(pack_f16(pr[0] * e0, pr[1] * e0));
+        const uint32_t pb1 = movmatrix_t(pack_f16(pr[2] * e1, pr[3] * e1));
+#pragma unroll
+        for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); ++i) {
+          o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
+          uint32_t a0, a1, a2, a3;
+          ldsm_x4_t(sK + swz(vrow, 2 * i + vch), a0, a1, a2, a3);
+          mma_f16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
+        }
+      }
+    } else {
 #pragma unroll
       for (int i = 0; i < D_V / 16; ++i) {
-        o_acc[i][hh] *= alpha;
-        o_acc[i][hh + 2] *= alpha;
+        o_acc[i][0] *= alpha_h[0]; o_acc[i][1] *= alpha_h[1]; o_acc[i][2] *= alpha_h[0]; o_acc[i][3] *= alpha_h[1];
       }
-    }
-    // P^T as the PV B operand: positions 0..7 and 8..15, transposed in registers
-    const uint32_t pb0 = movmatrix_t(pack_bf16(pr[0], pr[1]));
-    const uint32_t pb1 = movmatrix_t(pack_bf16(pr[2], pr[3]));
-    // ---- O^T += V^T P^T: 32 m-tiles of 16 dims, one k-step of 16 positions ----
-    const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vch = (lane >> 3) & 1;
+      // P^T as the PV B operand: positions 0..7 and 8..15, transposed in registers
+      const uint32_t pb0 = movmatrix_t(pack_bf16(pr[0], pr[1]));
+      const uint32_t pb1 = movmatrix_t(pack_bf16(pr[2], pr[3]));
+      // ---- O^T += V^T P^T: 32 m-tiles of 16 dims, one k-step of 16 positions ----
 #pragma unroll
-    for (int i = 0; i < D_V / 16; ++i) {
-      uint32_t a0, a1, a2, a3;
-      ldsm_x4_t(sK + swz(vrow, 2 * i + vch), a0, a1, a2, a3);
-      mma_bf16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
+      for (int i = 0; i < D_V / 16; ++i) {
+        uint32_t a0, a1, a2, a3;
+        ldsm_x4_t(sK + swz(vrow, 2 * i + vch), a0, a1, a2, a3);
+        mma_bf16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
+      }
     }
     if constexpr (!C::FP8) {
       __syncwarp();  // every lane done with this stage before it is refilled
@@ -288,6 +354,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 4);
     l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 8);
     l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 16);
+  }
+  if constexpr (C::FP8) {  // O_b^T back to its true scale
+#pragma unroll
+    for (int i = 0; i < D_V / 16; ++i) {
+      const float sc = sig[i / (D_V / 64)];
+      o_acc[i][0] *= sc; o_acc[i][1] *= sc; o_acc[i][2] *= sc; o_acc[i][3] *= sc;
+    }
   }
   __syncthreads();  // every warp done with its ring: it becomes the merge space
   float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [WARPS][8][PSTR]
