@@ -186,6 +186,10 @@ COMBINES = ("auto", "kernel", "cluster")
 # (12.86 vs 13.82 us), and it has passed only two hostile parity cases (no graph replay, no full
 # suite), while m16's code is unchanged since its quick parity incl. graph replay (run 4).
 AUTO_M16W = False
+# fp8 only, H <= 8, T < AUTO_N8_MIN_T: m16w when its grid fits one wave. H200 session 6 (the fp8 path
+# with f16 products, full parity 216/216 incl. m16w): B=1 n=4 H=8 CUPTI span m16w 11.28 us, n8 12.43,
+# m16 12.78 (same run, run 16).
+AUTO_M16W_FP8 = True
 # auto picks n8 (8 heads in the mma N, independent warps) for bf16 with H <= 8 on sm_90a from this
 # many rows on. H200 run 8 (same run, CUPTI span, n8 / m16 time): T=8 0.977, T=64 0.865 (50.2 vs
 # 58.0 us, SGLang's Triton 59.3), T=256 0.812 (145.8 vs 179.6 us: 99.8% of the floor, Triton
@@ -197,8 +201,8 @@ AUTO_N8_MIN_T_FP8 = 1
 # ... and n8w (7 warps, one raw stage each) from this many rows on: same run (session 6, n8w / n8
 # CUPTI span): bf16 T=64 0.801, T=256 0.741 (below the no-sharing floor: a request's rows share L2
 # lines), fp8 T=64 0.863, T=256 0.779; at T=4 / T=8 n8w is slower (bf16 1.283 / 1.096, fp8 1.447 /
-# 1.134). T between 8 and 64 is not measured and stays on n8.
-AUTO_N8W_MIN_T = 64
+# 1.134); run 15: T=32 0.865 (bf16) / 0.898 (fp8), T=16 0.985 / 1.012.
+AUTO_N8W_MIN_T = 32
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -237,7 +241,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     tile_config="auto" on sm_90a with H <= 16, the 8-warp m16w config with one 64-position tile
     per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default).
     tile_config="auto" with H <= 8 on sm_90a (no cluster asked) and T >= AUTO_N8_MIN_T (bf16) or
-    T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T."""
+    T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 with T < AUTO_N8_MIN_T
+    takes m16w instead of n8 when that grid fits one wave (AUTO_M16W_FP8)."""
     from ._build import load
 
     if combine not in COMBINES:
@@ -252,6 +257,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         cfg = tiles.CONFIGS[tile_config]
         if cfg not in tiles.ARCH_CONFIGS[arch]:
             _fail("tile_config", f"{tile_config} is not built for {arch}")
+    small_fp8 = fp8 and T < AUTO_N8_MIN_T  # fp8 B=1: m16w below when it fits one wave, else n8
     if (
         auto_cfg
         and arch == "sm_90a"
@@ -268,7 +274,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
             _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
         S, chunk = _chunk_for(topk, num_splits, cfg)
     m_tiles = math.ceil(H / cfg.block_m)
-    if AUTO_M16W and auto_cfg and num_splits is None and arch == "sm_90a" and cfg is tiles.M16:
+    m16w_fp8 = AUTO_M16W_FP8 and small_fp8 and cfg is tiles.N8
+    if auto_cfg and num_splits is None and arch == "sm_90a" and ((AUTO_M16W and cfg is tiles.M16) or m16w_fp8):
         # B=1 latency regime: 8 warps on one 64-position tile per split, when that grid fits one
         # wave at one CTA per SM (run 4: the m16 time grows ~2 us per 32-position tile a CTA owns)
         w = tiles.M16W

@@ -1,6 +1,6 @@
 """Microbenchmark of the sparse (DSA) MLA verify kernel (phase 2): ratios measured in one run.
 
-Usage: python -m verify_tools.dsa_bench [--json] [--quick] [--budget-s SECONDS] [--reps N]
+Usage: python -m verify_tools.dsa_bench [--json] [--quick] [--shapes B:L:n:H,...] [--budget-s SECONDS] [--reps N]
 
 Grid: B 1/8/32 requests x L 4k/32k/128k prefix x n 4/8 chain drafts (T = B*n rows) x H 8/64
 heads x bf16/fp8 (656-byte rows) KV, topk 2048, sm_scale 1/16, inputs from dsa_verify/inputs.py
@@ -189,6 +189,21 @@ def blocked_doc(reason: str) -> dict:
         left_out=[],
         summary={k: None for k in SUMMARY_KEYS},
     )
+
+
+def parse_shapes(text: str) -> list[tuple]:
+    """[(B, L, n, H)] from "B:L:n:H,..." (positive ints; L >= 1, n >= 1); ValueError names the item."""
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        try:
+            vals = tuple(int(x) for x in parts)
+        except ValueError:
+            vals = ()
+        if len(vals) != 4 or min(vals) < 1:
+            raise ValueError(f"{item.strip()!r} is not B:L:n:H with positive integers")
+        out.append(vals)
+    return out
 
 
 def grid(quick: bool) -> list[tuple]:
@@ -511,6 +526,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.dsa_bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="headline shapes only")
+    ap.add_argument("--shapes", default="", help="only these shapes, B:L:n:H comma-separated (e.g. 2:32768:8:8)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop the grid after this many seconds")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--out", default="", help="also write the JSON document to this file")
@@ -522,6 +538,11 @@ def main(argv=None) -> int:
         "--alt-config", default="", help="also time ours with this tile config (its own split plan), same run: A/B"
     )
     a = ap.parse_args(argv)
+    try:
+        shapes = parse_shapes(a.shapes) if a.shapes else grid(a.quick)
+    except ValueError as exc:
+        print(f"--shapes: {exc}", file=sys.stderr)
+        return 2
     try:
         import torch
     except Exception as exc:
@@ -553,7 +574,7 @@ def main(argv=None) -> int:
         fm, fm_reason = import_flashmla(FLASHMLA_SPARSE_ARCHS, "FlashMLA's legacy sparse kernels")
     fm_ran = False
     rows, left_out, failures = [], [], 0
-    for B, L, n, H in grid(a.quick):
+    for B, L, n, H in shapes:
         if time.time() - t_start > a.budget_s:
             left_out.append({"B": B, "L": L, "n": n, "H": H})
             continue

@@ -312,14 +312,19 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     # bf16: n8 from 8 rows, n8w (7 warps) from 64 rows (H200: 0.80x / 0.74x n8's time at T=64 / 256)
     assert plan(8, 2048, 256, False)[1].name == "n8w"
     assert plan(8, 2048, 64, False)[1].name == "n8w"
-    assert plan(8, 2048, 32, False)[1].name == "n8"  # between 8 and 64 rows: not measured, n8
+    assert plan(8, 2048, 32, False)[1].name == "n8w"  # 0.865x n8's time at T=32
+    assert plan(8, 2048, 16, False)[1].name == "n8"  # T=16: n8w 0.985x, not worth a switch
     assert plan(8, 2048, 8, False)[1].name == "n8"
     assert plan(8, 2048, 4, False)[1].name == "m16"  # B=1 n=4: m16 (n8 1.09x slower)
-    # fp8: n8 at every T below 64 (0.94x m16's time at T=4), n8w from 64
-    assert plan(8, 2048, 4, True)[1].name == "n8"
+    # fp8: m16w at B=1 while its grid (32 splits of 64 positions) fits one wave, n8 up to 31 rows, n8w
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 4, True)
+    assert (cfg.name, S, chunk) == ("m16w", 32, 64)
+    assert plan(8, 2048, 6, True)[1].name == "n8"  # 6 x 32 m16w CTAs > 132 SMs: n8
+    assert plan(8, 2048, 8, True)[1].name == "n8"
     assert plan(8, 2048, 64, True)[1].name == "n8w"
     assert plan(16, 2048, 64, False)[1].name == "m16"  # H=16: two n8 head tiles would read KV twice
     assert plan(8, 2048, 64, False, "auto", None, "cluster")[1].name == "m16"  # n8 has no cluster merge
+    assert plan(16, 2048, 4, True)[1].name == "m16"  # H=16 fp8: not measured with m16w
     # n8w: one 112-position tile per split at most; T=64 takes 2 splits of 1120 positions
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, False)
     assert (cfg.name, S, chunk) == ("n8w", 2, 1120)
@@ -593,3 +598,13 @@ def test_dsa_summary_picks_shapes_by_key_and_names_the_fastest():
     assert set(s) == set(db.SUMMARY_KEYS)
     empty = db.summarize([])
     assert empty["headline_sol"] is None and empty["fastest_per_shape"] == {}
+
+
+def test_dsa_bench_shapes_option_parses_and_refuses_bad_items():
+    from verify_tools import dsa_bench as db
+
+    assert db.parse_shapes("2:32768:8:8, 32:4096:8:64") == [(2, 32768, 8, 8), (32, 4096, 8, 64)]
+    for bad in ("2:32768:8", "2:32768:8:x", "0:32768:8:8", "2:32768:8:8:1"):
+        with pytest.raises(ValueError, match="B:L:n:H"):
+            db.parse_shapes(bad)
+    assert db.main(["--shapes", "1:2:3"]) == 2  # refused before torch or a device is touched

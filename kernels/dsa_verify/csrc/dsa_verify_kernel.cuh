@@ -161,9 +161,11 @@ __device__ __forceinline__ void q_nope_to_f16(uint8_t* smem, int tid) {
   float* qinv = reinterpret_cast<float*>(smem + C::off_qinv);
   static_assert(C::THREADS % 16 == 0, "one 16-lane group per (head, block)");
   const unsigned gmask = 0xffffu << (tid & 16);  // this lane's 16-lane group: all in or all out
-  for (int u0 = 0; u0 < C::BM * 64; u0 += C::THREADS) {
-    const int u = u0 + tid;
-    if (u >= C::BM * 64) break;
+  constexpr int ITERS = (C::BM * 64 + C::THREADS - 1) / C::THREADS;
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {  // unrolled: the iterations' loads and reductions overlap
+    const int u = it * C::THREADS + tid;
+    if (u >= C::BM * 64) continue;
     const int r = u >> 6, b = (u >> 4) & 3, ch = b * 16 + (u & 15);
     uint4* ptr = reinterpret_cast<uint4*>(smem + C::off_q + swz(r, ch));
     const uint4 v = *ptr;
@@ -419,6 +421,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   };
 
   // ---- prologue: the first STAGES tiles (their slots are already loaded) ----
+  if constexpr (C::FP8) cp_async_commit();  // fp8: Q alone in the first group, converted below
 #pragma unroll
   for (int st = 0; st < STAGES; ++st) {
     if (st < ntiles) {
@@ -427,13 +430,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       for (int k = 0; k < RPT; ++k) sl[k] = slot_of_raw(st, k, raw_idx[st][k]);
       issue_tile(st, sl);
     }
-    cp_async_commit();  // group st (Q rides in group 0)
+    cp_async_commit();  // group st (bf16: Q rides in group 0; fp8: Q is the group before)
   }
   DSAV_SPLIT_STAMP(1, dsav_now());
   DSAV_SPLIT_STAMP(5, (unsigned long long)smid_now());
   DSAV_SPLIT_STAMP(6, (unsigned long long)ntiles);
   int64_t next_slot[RPT];
   slots_of(STAGES, next_slot);
+  if constexpr (C::FP8) {  // Q (its own group) has landed while the first tiles fly: nope -> f16
+    cp_async_wait<STAGES>();
+    __syncthreads();
+    q_nope_to_f16<C>(smem, tid);  // read by the S phase after the loop's barriers
+  }
 
   float o_acc[C::RB][C::NBV][4];
 #pragma unroll
@@ -485,8 +493,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
         }
         if (lane == 0) *reinterpret_cast<float4*>(smem + C::off_tmax) = mx;
       }
-      if (j == 0) q_nope_to_f16<C>(smem, tid);  // Q landed with tile 0
-      __syncthreads();  // compute tile ready (and at j = 0 the f16 Q); raw stage free
+      __syncthreads();  // compute tile ready; raw stage free
       if (j + STAGES < ntiles) issue_tile(stage, next_slot);
       cp_async_commit();
       slots_of(j + STAGES + 1, next_slot);
