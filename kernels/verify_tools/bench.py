@@ -698,6 +698,134 @@ def parse_shapes(text):
     return out
 
 
+AB_SHAPES = (
+    (1, 512, 8, 16),
+    (1, 4096, 8, 16),
+    (1, 32768, 8, 16),
+    (1, 131072, 8, 16),
+    (8, 32768, 8, 16),
+    (32, 8192, 8, 16),
+    (4, 131072, 4, 16),
+)
+
+
+def load_tree(arch, csrc_dir):
+    """JIT build of another copy of mla_verify's csrc/ (e.g. an older commit's, extracted with
+    git archive) with the same flags and sources as the checkout's; development only."""
+    import hashlib
+    from pathlib import Path
+
+    from mla_verify import _build
+
+    d = Path(csrc_dir).resolve()
+    h = hashlib.sha256()
+    for name in _build.SOURCES + _build.HEADERS:
+        h.update(name.encode())
+        h.update((d / name).read_bytes())
+    h.update(" ".join(_build.nvcc_flags(arch)).encode())
+    digest = h.hexdigest()[:16]
+    return _build.compile_jit(
+        arch,
+        name=f"mla_verify_{arch}_{digest}_tree",
+        csrc=d,
+        sources=_build.SOURCES,
+        nvcc=_build.nvcc_flags(arch),
+        extra=[],
+        build_dir=_build.cache_root() / f"{digest}-tree",
+        verbose=False,
+    )
+
+
+class _TreeModule:
+    """Routes mla_verify_fwd through `mod` (its `from ._build import load` is looked up per call)
+    while active; mod None: the checkout's own build."""
+
+    def __init__(self, mod):
+        self.mod = mod
+
+    def __enter__(self):
+        from mla_verify import _build
+
+        self.prev = _build.load
+        if self.mod is not None:
+            _build.load = lambda arch, m=self.mod: m
+        return self
+
+    def __exit__(self, *exc):
+        from mla_verify import _build
+
+        _build.load = self.prev
+        return False
+
+
+def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None):
+    """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout):
+    graph-replay times of AB_SHAPES with L2 flushed (min over `reps` interleaved medians of
+    `iters`), outputs compared bitwise to "base" if given, graph-buffer rows through
+    bench_graph_buffer (all GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS, for the trees in gb_trees,
+    default all) and per-kernel CUPTI times of eager calls. dump(doc) after every row."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mla_verify import api, mla_verify_fwd
+
+    arch = api.device_arch(torch.device("cuda"))
+    mods = {"cur": None}
+    mods.update({k: load_tree(arch, d) for k, d in trees.items()})
+    doc = {"trees": trees, "reps": reps, "iters": iters, "ab": [], "graph_buffer": [], "cupti": []}
+
+    def inputs(B, L, n, H):
+        inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
+        return inp, list(kernel_args(inp))
+
+    for B, L, n, H in AB_SHAPES:
+        inp, a = inputs(B, L, n, H)
+        times = {k: [] for k in mods}
+        outs = {}
+        for _ in range(reps):
+            for k, m in mods.items():
+                with _TreeModule(m):
+                    us, _ = timer.time_graph_or_eager(lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"]), 3, iters)
+                times[k].append(us)
+                outs[k] = inp["o_extend"].clone()
+        mn = {k: round(min(v), 3) for k, v in times.items()}
+        row = {"B": B, "L": L, "n": n, "H": H, "us": mn, "runs": times}
+        if "base" in mods:
+            row["ratio_over_base"] = {k: round(v / mn["base"], 4) for k, v in mn.items()}
+            row["bitwise_equal_base"] = {k: bool(torch.equal(v, outs["base"])) for k, v in outs.items()}
+        doc["ab"].append(row)
+        if dump:
+            dump(doc)
+        print(f"[ab] B={B} L={L} n={n} H={H}: {mn} over base {row.get('ratio_over_base')}", file=sys.stderr)
+    for k, m in mods.items():
+        with _TreeModule(m):
+            for max_bs, n, h in GRAPH_BUFFER_SHAPES if gb_trees is None or k in gb_trees else ():
+                for r in bench_graph_buffer(torch, timer, max_bs, n, h):
+                    r["tree"] = k
+                    doc["graph_buffer"].append(r)
+                    if dump:
+                        dump(doc)
+                    print(
+                        f"[ab] graph-buffer {k} B={max_bs} n={n} L={r['L']}: {r['graph_buffer_us']:.2f} vs "
+                        f"{r['exact_us']:.2f} ratio {r['ratio']:.3f} bitwise {r['replay_equal_exact_bitwise']}",
+                        file=sys.stderr,
+                    )
+            for B, L, n, H in ((1, 4096, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16), (4, 131072, 4, 16)):
+                inp, a = inputs(B, L, n, H)
+                for _ in range(3):
+                    mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(20):
+                        mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                    torch.cuda.synchronize()
+                ks = {e.key[:48]: round(e.device_time, 2) for e in prof.key_averages() if "mla_verify" in e.key}
+                doc["cupti"].append({"tree": k, "B": B, "L": L, "n": n, "H": H, "kernels_us": ks})
+                if dump:
+                    dump(doc)
+                print(f"[ab] cupti {k} B={B} L={L}: {ks}", file=sys.stderr)
+    return doc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -713,6 +841,10 @@ def main(argv=None) -> int:
         help="run the CUDA-graph max-buffer mode (default only with the built-in shape list)",
     )
     ap.add_argument("--no-graph-buffer", action="store_true", help="skip the graph-buffer mode")
+    ap.add_argument("--tree-ab", default=None, help="name=csrc_dir,...: same-process A/B of source trees; JSON doc")
+    ap.add_argument("--ab-out", default=None, help="--tree-ab: also write the (partial) JSON doc here after every row")
+    ap.add_argument("--ab-gb-trees", default=None, help="--tree-ab: graph-buffer rows only for these trees (cur,base)")
+    ap.add_argument("--ab-reps", type=int, default=3, help="--tree-ab: interleaved medians per tree and shape")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -728,6 +860,19 @@ def main(argv=None) -> int:
     fm = (None, "--no-flashmla given") if a.no_flashmla else import_flashmla()
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
+    if a.tree_ab is not None:
+        trees = dict(x.split("=", 1) for x in a.tree_ab.split(",") if x)
+        gbt = set(a.ab_gb_trees.split(",")) if a.ab_gb_trees else None
+
+        def dump(d, path=a.ab_out):
+            if path:
+                with open(path, "w", encoding="utf-8") as fh:
+                    json.dump(d, fh, indent=1)
+
+        doc = tree_ab(torch, timer, trees, reps=a.ab_reps, gb_trees=gbt, dump=dump)
+        dump(doc)
+        print(json.dumps(doc, indent=1))
+        return 0
     ceilings = measure_ceilings(torch, timer)
     print(
         f"[bench] copy {ceilings[0] / 1e9:.0f} GB/s, bf16 matmul {ceilings[1] / 1e12:.0f} TFLOP/s; "

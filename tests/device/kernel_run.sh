@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: build check, parity, bench (+plot), compute-sanitizer.
-# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph  (writes JSON/logs/PNG under $OUT)
+# Usage: bash tests/device/kernel_run.sh quick|full|final|dev|splits|graph|gs  (writes JSON/logs/PNG under $OUT)
+#   gs: one call for a combine change (deadline GS_DEADLINE s, default 230): JIT builds of this tree and
+#       of .v6base (carried: git archive <commit> kernels/mla_verify/csrc | tar -x -C .v6base), the full
+#       parity suite, the GPU pytest file, bench graph-buffer mode (12 rows), bench --tree-ab cur/base
+#       (B=1 + loop-bound shapes, graph-buffer rows of both, CUPTI), racecheck while time is left.
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
 #   splits: small parity, then the B=1 split counts of the v3 rule against the current one, same run.
 #   graph: parity of the CUDA-graph replay cases (in-place rewrites, device-side split count) + 5
@@ -29,6 +33,7 @@ sanitize() {
   rm -f "$OUT/san_tmp.json"
 }
 say "host: $(nvidia-smi -L 2>&1 | head -1); mode $MODE; commit $(git rev-parse --short HEAD 2>/dev/null)"
+if [ "$MODE" = gs ]; then SKIP_BUILD_CHECK=${SKIP_BUILD_CHECK:-"gs: build_check ran on the host (sm_90a + sm_120a)"}; fi
 # SGLang 0.5.23 python tree + small pure-Python deps, carried in .whl/
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
@@ -40,11 +45,35 @@ if [ -n "$SKIP_BUILD_CHECK" ]; then say "build check skipped: SKIP_BUILD_CHECK=$
 say "build check $ARCH (nvcc)"
 python3 -m verify_tools.build_check --arch "$ARCH" --json > "$OUT/build_${ARCH/_/}.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"; fi
 say "JIT build of the extension"
+if [ "$MODE" = gs ] && [ -d .v6base/kernels/mla_verify/csrc ]; then  # the base tree builds alongside
+  python3 -c "import torch; from verify_tools.bench import load_tree; load_tree('$ARCH', '.v6base/kernels/mla_verify/csrc')" >>"$LOG" 2>&1 &
+fi
 python3 -c "
 import time, torch; t=time.time()
 from mla_verify._build import load
 from mla_verify.api import device_arch
 a = device_arch(torch.device('cuda')); load(a); print('jit build', a, 's', round(time.time()-t,1))" 2>&1 | tail -5 | tee -a "$LOG"
+wait
+if [ "$MODE" = gs ]; then
+  DL=${GS_DEADLINE:-230}
+  lim() { local l=$((DL - SECONDS - 5)); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+  say "full parity suite (limit $(lim 90) s)"
+  timeout "$(lim 90)" python3 -m verify_tools.parity --json > "$OUT/parity.json" 2>>"$LOG"; echo "parity rc=$?" | tee -a "$LOG"
+  python3 -c "import json;d=json.load(open('$OUT/parity.json'));print('parity', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$LOG"
+  say "GPU pytest (limit $(lim 60) s)"
+  timeout "$(lim 60)" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu_parity.py > "$OUT/pytest.txt" 2>&1; echo "pytest rc=$?" | tee -a "$LOG"; tail -3 "$OUT/pytest.txt" | tee -a "$LOG"
+  B=""; [ -d .v6base/kernels/mla_verify/csrc ] && B="base=.v6base/kernels/mla_verify/csrc"
+  say "A/B in one process: cur vs $B (limit $(lim 90) s)"
+  timeout "$(lim 90)" python3 -m verify_tools.bench --tree-ab "$B" --ab-out "$OUT/ab.json" > /dev/null 2> >(grep "^\[ab\]" | tee -a "$LOG" >&2); echo "ab rc=$?" | tee -a "$LOG"
+  say "bench: graph-buffer mode (12 rows) + B=1 4k (limit $(lim 60) s)"
+  timeout "$(lim 60)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla --graph-buffer --shapes 1:4096:8:16 > "$OUT/bench.json" 2> >(grep "^\[bench\]" | tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
+  if [ $((DL - SECONDS)) -gt 45 ]; then
+    say "racecheck fp8_b32_chain_n8_h16_prefix1k (the grid-stride combine's smem reuse)"
+    sanitize "$(lim 40)" racecheck:fp8_b32_chain_n8_h16_prefix1k
+  else say "sanitizer skipped: $((DL - SECONDS)) s left"; fi
+  say "done"
+  exit 0
+fi
 say "parity"
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k,fp8_codes_exact
 GRAPH_CASES=graph_b1_n8_h16_32k,graph_b3_varlen_n4_h16,graph_fp8_b2_n8_h16
