@@ -648,28 +648,16 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 // programmatic dependent launch when available: S is derived before griddepcontrol.wait, which
 // blocks until the split kernel's writes are visible; block 0 always waits, so the combine grid
 // never completes before the split grid.
-// Grid-stride variant (mla_verify_combine_gs_kernel, MLAV_COMBINE_GRID_STRIDE=1, the default; issue
-// 13): when the launch for LW would need more blocks than one resident wave of this kernel
-// (occupancy x SMs), launch_combine runs the grid-stride kernel instead, its grid capped at one
-// resident wave of its own; each block loops over the units-blocks a launch for S would have
-// (vblock = blockIdx.x, blockIdx.x + gridDim.x, ...), so a graph captured for a larger split count
-// no longer queues waves of blocks that only exit. Each unit's arithmetic depends on S, W and
-// vblock only: bitwise the same output. It is a separate kernel because the loop costs registers
-// (ptxas: combine<8> 48 -> 80, 5 -> 3 blocks per SM): launches that fit one wave keep this one.
 constexpr int COMBINE_MAX_SPLITS = 128;
-#ifndef MLAV_COMBINE_GRID_STRIDE
-#define MLAV_COMBINE_GRID_STRIDE 1
-#endif
 constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
 template <int W>
-__device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
-                                             unsigned vblock) {
+__device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int k = warp % W, first = warp - k;  // this warp's index in its unit, the unit's first warp
   const int64_t rows = (int64_t)p.T * p.H;
-  const int64_t unit = (int64_t)vblock * (COMBINE_WARPS / W) + warp / W;
+  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / W) + warp / W;
   const int64_t grow = unit >> 2;
   const int quarter = (int)(unit & 3);
   const int64_t t = grow < rows ? grow / p.H : 0;
@@ -740,44 +728,10 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
     return;
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (W == 1) combine_unit<1>(p, S, part, red, blockIdx.x);
-  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red, blockIdx.x);
-  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red, blockIdx.x);
-  else if (LW >= 8) combine_unit<8>(p, S, part, red, blockIdx.x);
-}
-
-// The units-blocks vblock = blockIdx.x, blockIdx.x + gridDim.x, ... of W (a block-uniform bound);
-// part / red are reused by the next units-block after the barrier.
-template <int W>
-__device__ __forceinline__ void combine_blocks(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
-                                               long long units) {
-  constexpr long long per_block = COMBINE_WARPS / W;
-#pragma unroll 1
-  for (unsigned vb = blockIdx.x; (long long)vb * per_block < units; vb += gridDim.x) {
-    combine_unit<W>(p, S, part, red, vb);
-    __syncthreads();
-  }
-}
-
-template <int LW>
-__global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_gs_kernel(const Params p) {
-  __shared__ float4 part[COMBINE_WARPS][32];
-  __shared__ float red[2][COMBINE_WARPS];
-  // reads kv_indptr only (the split kernel does not write it): overlaps the split kernel's tail
-  const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
-  const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
-  const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
-  if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here
-    if (blockIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    return;
-  }
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  // one loop per W: a W dispatch inside one loop keeps every variant's hoisted invariants live
-  // together (ptxas: combine<8> 127 registers)
-  if (W == 1) combine_blocks<1>(p, S, part, red, units);
-  else if (LW >= 2 && W == 2) combine_blocks<2>(p, S, part, red, units);
-  else if (LW >= 4 && W == 4) combine_blocks<4>(p, S, part, red, units);
-  else if (LW >= 8) combine_blocks<8>(p, S, part, red, units);
+  if (W == 1) combine_unit<1>(p, S, part, red);
+  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red);
+  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red);
+  else if (LW >= 8) combine_unit<8>(p, S, part, red);
 }
 
 }  // namespace mlav
