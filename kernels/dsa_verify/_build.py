@@ -115,35 +115,43 @@ def load(arch: str):
 
 
 TRACE_FLAG = "-DDSAV_TRACE=1"
+EXPERIMENTAL_FLAG = "-DDSAV_EXPERIMENTAL=1"
 
 
 def load_jit(arch: str):
     """Build (once) and import the extension for `arch` with torch's cpp_extension (development)."""
-    return _load_jit(arch, trace=False)
+    return _load_jit(arch, "")
 
 
 def load_trace(arch: str):
     """The diagnostic build of `arch` (JIT only, never prebuilt): the same kernels plus a per-CTA
     %globaltimer timeline (`fwd_trace`, csrc -DDSAV_TRACE). The shipped library never has it."""
-    return _load_jit(arch, trace=True)
+    return _load_jit(arch, TRACE_FLAG)
 
 
-def _load_jit(arch: str, trace: bool):
+def load_experimental(arch: str):
+    """The experimental build of `arch` (JIT only, never prebuilt, never phase 0's check): the
+    shipped kernels plus tiles.EXPERIMENTAL_CONFIGS (csrc -DDSAV_EXPERIMENTAL), for A/B runs."""
+    return _load_jit(arch, EXPERIMENTAL_FLAG)
+
+
+def _load_jit(arch: str, flag: str):
     if prebuilt_only():
         raise PrebuiltUnavailable("JIT build refused: this process is in prebuilt-only mode (a service)")
-    key = ("jit-trace" if trace else "jit", arch)
+    tag = {"": "", TRACE_FLAG: "_trace", EXPERIMENTAL_FLAG: "_exp"}[flag]
+    key = ("jit" + tag, arch)
     if key in _MODULES:
         return _MODULES[key]
     digest = source_hash(arch)
-    if trace:
-        digest = hashlib.sha256((digest + TRACE_FLAG).encode()).hexdigest()[:16]
+    if flag:
+        digest = hashlib.sha256((digest + flag).encode()).hexdigest()[:16]
     mod = compile_jit(
         arch,
-        name=f"dsa_verify_{arch}_{digest}{'_trace' if trace else ''}",
+        name=f"dsa_verify_{arch}_{digest}{tag}",
         csrc=CSRC,
         sources=SOURCES,
         nvcc=nvcc_flags(arch),
-        extra=[TRACE_FLAG] if trace else [],
+        extra=[flag] if flag else [],
         build_dir=cache_root() / f"dsa-{digest}",
         verbose=bool(os.environ.get("DSAV_VERBOSE_BUILD")),
     )

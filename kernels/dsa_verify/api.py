@@ -242,8 +242,10 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default).
     tile_config="auto" with H <= 8 on sm_90a (no cluster asked) and T >= AUTO_N8_MIN_T (bf16) or
     T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 with T < AUTO_N8_MIN_T
-    takes m16w instead of n8 when that grid fits one wave (AUTO_M16W_FP8)."""
-    from ._build import load
+    takes m16w instead of n8 when that grid fits one wave (AUTO_M16W_FP8).
+    A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
+    (_build.load_experimental; n8r: fp8 and sm_90a only)."""
+    from ._build import load, load_experimental
 
     if combine not in COMBINES:
         _fail("combine", f"must be one of {'/'.join(COMBINES)}, got {combine!r}")
@@ -251,6 +253,12 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     auto_cfg = tile_config == "auto"
     if auto_cfg:
         cfg = tiles.default_config(arch, H)
+    elif tile_config in tiles.EXPERIMENTAL_CONFIGS:
+        cfg = tiles.EXPERIMENTAL_CONFIGS[tile_config]
+        if arch != "sm_90a":
+            _fail("tile_config", f"{tile_config} (experimental) is built for sm_90a only, not {arch}")
+        if tile_config in tiles.EXPERIMENTAL_FP8_ONLY and not fp8:
+            _fail("tile_config", f"{tile_config} (experimental) takes an fp8 (656-byte) cache only")
     else:
         if tile_config not in tiles.CONFIGS:
             _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
@@ -266,7 +274,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         and combine != "cluster"
     ):
         cfg = tiles.N8W if T >= AUTO_N8W_MIN_T else tiles.N8
-    mod = load(arch)
+    mod = load_experimental(arch) if cfg.name in tiles.EXPERIMENTAL_CONFIGS else load(arch)
     if num_splits is None:
         S, chunk = split_plan(T, H, topk, sms, _ctas_per_sm(mod, device, cfg, fp8), cfg)
     else:

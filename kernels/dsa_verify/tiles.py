@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 BF_ROW = 1152
 FP8_ROW = 656
+QROW16 = 512 * 2 + 64  # CfgN REG: one f16 Q row (permuted nope dims), padded
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
 
@@ -34,6 +35,7 @@ class TileConfig:
     stages: int
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>)
+    reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
 
     @property
     def warps(self) -> int:
@@ -50,10 +52,12 @@ class TileConfig:
         bm, bn, st = self.block_m, self.block_n, self.stages
         if self.kind == "n8":
             w = self.warps
-            head = bm * BF_ROW + w * st * 16 * (FP8_ROW if fp8 else BF_ROW) + (w * 16 * BF_ROW if fp8 else 0)
+            q16 = bm * QROW16 if self.reg else 0
+            cvt = w * 16 * BF_ROW if fp8 and not self.reg else 0
+            head = bm * BF_ROW + q16 + w * st * 16 * (FP8_ROW if fp8 else BF_ROW) + cvt
             if not fp8:
                 return head + w * st * 4
-            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + w * 16 * 16
+            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16)
         tg = self.warps // (bm // 16)
         raw = bn * (FP8_ROW if fp8 else BF_ROW)
         return (
@@ -86,6 +90,13 @@ CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
 ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W), "sm_120a": (M16, M32, N8S)}
+# Experimental configs: only in the experimental JIT build (_build.load_experimental, csrc
+# DSAV_EXPERIMENTAL), never in phase 0's build, the prebuilt library, auto or the parity suite's
+# "all"; reachable by name (tile_config=, dsa_parity --configs, dsa_bench --alt-config).
+# n8r: fp8 only, 8 warps x 2 raw stages, e4m3 converted in registers into the mma fragments.
+N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8R,)}
+EXPERIMENTAL_FP8_ONLY = ("n8r",)
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")
@@ -103,10 +114,12 @@ def config_for_mangled(name: str):
     """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
     import re
 
-    n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])E", name)
+    n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])E(Lb([01])E)?", name)
     if n:
-        w, st, f = map(int, n.groups())
-        cn = next((c for c in CONFIGS.values() if c.kind == "n8" and (c.warps, c.stages) == (w, st)), None)
+        w, st, f = int(n.group(1)), int(n.group(2)), int(n.group(3))
+        reg = n.group(5) == "1"
+        every = list(CONFIGS.values()) + list(EXPERIMENTAL_CONFIGS.values())
+        cn = next((c for c in every if c.kind == "n8" and (c.warps, c.stages, c.reg) == (w, st, reg)), None)
         return None if cn is None else (cn, bool(f))
     m = re.search(r"CfgILi(\d+)ELi(\d+)ELi(\d+)ELb([01])E", name)
     if not m:

@@ -189,13 +189,14 @@ def sglang_triton():
 
 def configs_for(arch: str, which: str) -> list:
     """Config labels: "auto" (what a plain call runs), each tile config built for the arch, and on
-    sm_90a "<name>/cluster" for the configs whose splits can merge in a thread-block cluster."""
+    sm_90a "<name>/cluster" for the configs whose splits can merge in a thread-block cluster. A
+    comma list may also name the experimental configs (sm_90a; never part of "all")."""
     from dsa_verify import tiles
 
     if which == "auto":
         return ["auto"]
     if which != "all":  # a comma list of labels, each one configs_for(arch, "all") has
-        every = configs_for(arch, "all")
+        every = configs_for(arch, "all") + (list(tiles.EXPERIMENTAL_CONFIGS) if arch == "sm_90a" else [])
         picked = [x for x in which.split(",") if x]
         bad = [x for x in picked if x not in every]
         if bad or not picked:
@@ -366,8 +367,14 @@ def main(argv=None) -> int:
     if not a.no_graph:
         jobs += [("graph", c) for c in CASES if c.name in wanted and c.name in GRAPH_CASES]
     jobs += [("case", c) for c in CASES if c.name in wanted and c.name not in QUICK]
+    from dsa_verify import tiles
+
+    skipped = []
     for kind, spec in jobs:
         for cfg in cfgs:
+            if cfg in tiles.EXPERIMENTAL_FP8_ONLY and spec.kv != "fp8":
+                skipped.append({"case": spec.name, "config": cfg, "reason": "an fp8-only experimental config"})
+                continue
             try:
                 if kind == "case":
                     results.append(run_case(spec, cfg, w, device, peer if cfg == cfgs[0] else None))
@@ -393,6 +400,7 @@ def main(argv=None) -> int:
         },
         "sglang_triton": "ran" if peer else peer_reason,
         "cases": results,
+        "skipped": skipped,
         "summary": {"passed": passed, "failed": len(results) - passed, "total": len(results)},
     }
     if a.out:

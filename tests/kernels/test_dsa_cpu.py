@@ -374,6 +374,11 @@ def test_parity_config_labels():
     assert tiles.config_for_mangled(m) == (tiles.N8S, False)
     m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi7ELi1ELb1EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(m) == (tiles.N8W, True)
+    # the REG template argument (default false) is part of the real names
+    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi7ELi1ELb1ELb0EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(m) == (tiles.N8W, True)
+    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(m) == (tiles.N8R, True)
 
 
 def test_parity_order_and_partial_out(monkeypatch, tmp_path):
@@ -456,6 +461,39 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert names == {(c.name, f) for c in tiles.ARCH_CONFIGS[arch] for f in (False, True)}
     assert all(k["smem_bytes"] <= tiles.SMEM_LIMIT[arch] for k in doc["kernels"])
     assert math.isclose(len(doc["kernels"]), len(names) + 1)  # + the combine kernel
+    assert not names & {(n, f) for n in tiles.EXPERIMENTAL_CONFIGS for f in (False, True)}, "phase 0's build"
+
+
+def test_experimental_build_adds_n8r_fp8_without_spills(nvcc_path):
+    doc = dsa_build("sm_90a", nvcc_path, experimental=True)
+    assert doc["ok"], doc["errors"]
+    n8r = [k for k in doc["kernels"] if k["tile_config"] == "n8r"]
+    assert [k["fp8"] for k in n8r] == [True], "fp8 only"
+    assert (
+        n8r[0]["spill_bytes"] == 0 and n8r[0]["smem_bytes"] == tiles.N8R.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
+    )
+
+
+def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
+    from dsa_verify import _build
+    from verify_tools import dsa_parity
+
+    loaded = []
+    monkeypatch.setattr(_build, "load_experimental", lambda a: loaded.append(a) or object())
+    plan = _fake_plan(monkeypatch)
+    monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
+    assert all(plan(8, 2048, T, True)[1].name != "n8r" for T in (1, 4, 8, 64, 256))  # never auto
+    assert loaded == []
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8r")
+    assert (cfg.name, S, chunk) == ("n8r", 2, 1024) and loaded == ["sm_90a"]
+    with pytest.raises(ValueError, match="fp8"):
+        plan(8, 2048, 64, False, "n8r")
+    with pytest.raises(ValueError, match="sm_90a only"):
+        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8r")
+    assert "n8r" not in dsa_parity.configs_for("sm_90a", "all")
+    assert dsa_parity.configs_for("sm_90a", "auto,n8r") == ["auto", "n8r"]
+    with pytest.raises(ValueError, match="n8r"):
+        dsa_parity.configs_for("sm_120a", "n8r")
 
 
 # ---- prebuilt library (services never compile) ----

@@ -22,6 +22,13 @@
 #ifndef DSAV_BUILD_CFG90
 #define DSAV_BUILD_CFG90 1
 #endif
+// DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
+// library) adds cfg 8 "n8r": fp8 only, 8 warps x 2 raw stages, e4m3 converted in registers into the
+// mma fragments (CfgN REG); not run on a GPU before it is measured (kernels' notes say when).
+#ifndef DSAV_EXPERIMENTAL
+#define DSAV_EXPERIMENTAL 0
+#endif
+#define DSAV_CFG8 (DSAV_BUILD_CFG90 && DSAV_EXPERIMENTAL)
 
 namespace dsav {
 
@@ -42,6 +49,9 @@ using N8B = CfgN<4, 2, false>;
 using N8F = CfgN<4, 2, true>;
 using N8WB = CfgN<7, 1, false>;
 using N8WF = CfgN<7, 1, true>;
+#endif
+#if DSAV_CFG8
+using N8RF = CfgN<8, 2, true, true>;
 #endif
 
 // the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
@@ -167,7 +177,7 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
 int config_block_m(int cfg) {
   return cfg >= 5 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64;
 }
-int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : 32; }
+int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : cfg == 8 ? 128 : 32; }
 long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
 int config_smem_bytes(int cfg, bool fp8) {
@@ -181,11 +191,15 @@ int config_smem_bytes(int cfg, bool fp8) {
   if (cfg == 5) return fp8 ? N8F::bytes : N8B::bytes;
   if (cfg == 7) return fp8 ? N8WF::bytes : N8WB::bytes;
 #endif
+#if DSAV_CFG8
+  if (cfg == 8) return fp8 ? N8RF::bytes : 0;
+#endif
   return 0;
 }
 
 bool config_compiled(int cfg) {
-  return cfg == 0 || cfg == 1 || cfg == 6 || (((cfg >= 2 && cfg <= 5) || cfg == 7) && DSAV_BUILD_CFG90);
+  return cfg == 0 || cfg == 1 || cfg == 6 || (((cfg >= 2 && cfg <= 5) || cfg == 7) && DSAV_BUILD_CFG90) ||
+         (cfg == 8 && DSAV_CFG8);
 }
 
 int config_max_clusters(int cfg, bool fp8, int size) {
@@ -208,6 +222,9 @@ int config_ctas_per_sm(int cfg, bool fp8) {
   if (cfg == 5) return fp8 ? occupancy<N8F>() : occupancy<N8B>();
   if (cfg == 7) return fp8 ? occupancy<N8WF>() : occupancy<N8WB>();
 #endif
+#if DSAV_CFG8
+  if (cfg == 8) return fp8 ? occupancy<N8RF>() : 0;
+#endif
   return 0;
 }
 
@@ -226,6 +243,9 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (cfg == 4) e = fp8 ? launch_split<M16WF>(p, stream) : launch_split<M16WB>(p, stream);
   if (cfg == 5) e = fp8 ? launch_split<N8F>(p, stream) : launch_split<N8B>(p, stream);
   if (cfg == 7) e = fp8 ? launch_split<N8WF>(p, stream) : launch_split<N8WB>(p, stream);
+#endif
+#if DSAV_CFG8
+  if (cfg == 8 && fp8) e = launch_split<N8RF>(p, stream);  // bf16: invalid value
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);

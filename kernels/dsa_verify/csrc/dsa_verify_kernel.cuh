@@ -156,7 +156,8 @@ __device__ __forceinline__ void fp8_chunk_to_f16(const uint8_t* raw_row, uint8_t
 // fp8 only: the nope part of the bf16 Q tile rewritten in place as f16, scaled by 2^e per (head,
 // 128-dim block) so that its largest |value| lies in [2^14, 2^15); qinv[b * BM + h] = 2^-e. One
 // 16-lane group per (head, block), one 16-byte chunk (8 values) per lane.
-template <typename C>
+// PERM (CfgN REG): written to the permuted Q16 rows (C::off_q16, C::QROW16) instead of in place.
+template <typename C, bool PERM = false>
 __device__ __forceinline__ void q_nope_to_f16(uint8_t* smem, int tid) {
   float* qinv = reinterpret_cast<float*>(smem + C::off_qinv);
   static_assert(C::THREADS % 16 == 0, "one 16-lane group per (head, block)");
@@ -185,8 +186,17 @@ __device__ __forceinline__ void q_nope_to_f16(uint8_t* smem, int tid) {
     if (mx > 0.f) e = 14 - ilogbf(mx);  // inf / NaN: ilogbf is huge, e clamps low
     e = max(-120, min(120, e));
     const float sc = __int_as_float((127 + e) << 23), inv = __int_as_float((127 - e) << 23);
-    *ptr = make_uint4(pack_f16(f[0] * sc, f[1] * sc), pack_f16(f[2] * sc, f[3] * sc), pack_f16(f[4] * sc, f[5] * sc),
-                      pack_f16(f[6] * sc, f[7] * sc));
+    const uint32_t h[4] = {pack_f16(f[0] * sc, f[1] * sc), pack_f16(f[2] * sc, f[3] * sc),
+                           pack_f16(f[4] * sc, f[5] * sc), pack_f16(f[6] * sc, f[7] * sc)};
+    if constexpr (PERM) {
+      // dims 8 ch + t, t < 8: segment s = ch / 2 (pair P = s / 2, q = s % 2), lane c = 2 (ch % 2) + t / 4
+      uint8_t* dst = smem + C::off_q16 + r * C::QROW16;
+      const int sg = ch >> 1, P = sg >> 1, q = sg & 1, c0 = 2 * (ch & 1);
+      *reinterpret_cast<uint2*>(dst + (P * 32 + c0 * 8 + q * 4) * 2) = make_uint2(h[0], h[1]);
+      *reinterpret_cast<uint2*>(dst + (P * 32 + (c0 + 1) * 8 + q * 4) * 2) = make_uint2(h[2], h[3]);
+    } else {
+      *ptr = make_uint4(h[0], h[1], h[2], h[3]);
+    }
     if ((u & 15) == 0) qinv[b * C::BM + r] = inv;
   }
 }

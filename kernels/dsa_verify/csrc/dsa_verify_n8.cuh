@@ -10,6 +10,7 @@
 // (cp.async.wait_group + __syncwarp only). P goes from the S accumulators to the PV B operand by
 // movmatrix.trans (registers, no shared memory). The warps merge once at the end, through shared
 // memory, in fixed warp order (deterministic), then write o / lse (S = 1) or the split partial.
+// REG (the experimental n8r) skips that tile: see CfgN::REG.
 // fp8 rows land raw in the warp's ring; the warp converts their e4m3 bytes to f16 without the
 // scales (exact: every e4m3 value is an f16 value) into its compute tile, rope stays bf16. The
 // per-128-dim scales are applied outside the tensor cores instead of on every element:
@@ -30,10 +31,15 @@
 
 namespace dsav {
 
-template <int WARPS_, int STAGES_, bool FP8_>
+template <int WARPS_, int STAGES_, bool FP8_, bool REG_ = false>
 struct CfgN {
   static constexpr int WARPS = WARPS_, STAGES = STAGES_;
   static constexpr bool FP8 = FP8_;
+  // REG (fp8 only, experimental builds): the e4m3 bytes go from the raw ring straight into the mma
+  // fragments (K by ldmatrix + cvt, V^T by ldmatrix.trans + prmt + cvt): no f16 tile, the ring
+  // stays the compute tile, and Q's nope part lives as f16 in the permuted Q16 layout below
+  static constexpr bool REG = REG_;
+  static_assert(!REG || FP8, "the in-register conversion is an fp8 path");
   static constexpr bool N8 = true;
   static constexpr bool CLUSTER_OK = false;  // no cluster merge (the warps merge in the CTA)
   static constexpr int MAX_CLUSTER = 16;
@@ -45,13 +51,17 @@ struct CfgN {
   static constexpr int RAW_STAGE = WR * RAW_ROW;    // one warp's stage
   static constexpr int CVT_TILE = WR * BF_ROW;      // one warp's dequantized tile (fp8)
   static constexpr int PSTR = D_V + 4;              // merge row stride (floats)
+  // REG: Q16 row h holds dim d = 16 s + 4 c + i (s = 2 P + q) at element 32 P + 8 c + 4 q + i, so
+  // one 16-byte load gives lane c the B fragments of two k-steps; rows padded by 64 B (4 bank groups)
+  static constexpr int QROW16 = D_V * 2 + 64;
   static constexpr int off_q = 0;
-  static constexpr int off_ring = BM * BF_ROW;
+  static constexpr int off_q16 = BM * BF_ROW;
+  static constexpr int off_ring = off_q16 + (REG ? BM * QROW16 : 0);
   static constexpr int off_cvt = off_ring + WARPS * STAGES * RAW_STAGE;
-  static constexpr int off_mask = off_cvt + (FP8 ? WARPS * CVT_TILE : 0);
+  static constexpr int off_mask = off_cvt + (FP8 && !REG ? WARPS * CVT_TILE : 0);
   static constexpr int off_qinv = (off_mask + WARPS * STAGES * 4 + 15) / 16 * 16;  // fp8: qi [4][8] fp32
-  static constexpr int off_ssc = off_qinv + (FP8 ? 4 * BM * 4 : 0);  // fp8: [WARPS][16 rows][4] scales
-  static constexpr int bytes = FP8 ? off_ssc + WARPS * WR * 16 : off_mask + WARPS * STAGES * 4;
+  static constexpr int off_ssc = off_qinv + (FP8 ? 4 * BM * 4 : 0);  // fp8 (not REG): [WARPS][16][4] scales
+  static constexpr int bytes = FP8 ? off_ssc + (REG ? 0 : WARPS * WR * 16) : off_mask + WARPS * STAGES * 4;
   // the end-of-kernel merge reuses the drained ring (and the fp8 compute tiles after it):
   // O^T [WARPS][8][PSTR] + m, l [WARPS][8]
   static constexpr int MERGE_BYTES = WARPS * BM * PSTR * 4 + 2 * WARPS * BM * 4;
@@ -179,7 +189,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
   float* ssc = reinterpret_cast<float*>(smem + C::off_ssc) + warp * WR * 4;
   if constexpr (C::FP8) {
-    q_nope_to_f16<C>(smem, tid);
+    q_nope_to_f16<C, C::REG>(smem, tid);
     __syncthreads();  // the f16 Q and qinv visible to every warp
   }
 
@@ -195,7 +205,25 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     if (j == 0 && warp == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     const uint32_t mask = vmask[stage];
     uint32_t sK;
-    if constexpr (C::FP8) {
+    // REG: the raw stage is the compute tile; scale of block bk of its row r
+    auto rscale = [&](int r, int bk) -> float {
+      return reinterpret_cast<const float*>(smem + C::off_ring + (warp * STAGES + stage) * C::RAW_STAGE + r * FP8_ROW +
+                                            512)[bk];
+    };
+    if constexpr (C::REG) {
+#pragma unroll
+      for (int bk = 0; bk < 4; ++bk) {  // sigma update, as below for the f16-tile path
+        float smax = fmaxf(fabsf(rscale(g, bk)), fabsf(rscale(g + 8, bk)));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
+        const float sn = fmaxf(sig[bk], smax);
+        sig_r[bk] = sn > 0.f ? sig[bk] / sn : 1.f;
+        sig_i[bk] = sn > 0.f ? 1.f / sn : 0.f;
+        sig[bk] = sn;
+      }
+      sK = sRing + stage * C::RAW_STAGE;
+    } else if constexpr (C::FP8) {
       // the warp's raw stage into its compute tile: e4m3 -> f16 (no scale), rope bf16 copied
       const uint8_t* raw = smem + C::off_ring + (warp * STAGES + stage) * C::RAW_STAGE;
       uint8_t* cvt = smem + C::off_cvt + warp * C::CVT_TILE;
@@ -250,8 +278,58 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
           mma_bf16(sx[u], a[u][0], a[u][1], a[u][2], a[u][3], b[2 * u], b[2 * u + 1]);
       }
     };
+    // REG: 64 dims (segments 4 kq .. 4 kq + 3 of 16 e4m3) of the nope part, four k-steps into the
+    // four chains. ldmatrix (b16) on the raw rows gives lane (g, c) bytes 4c..4c+3 of segment s of
+    // rows g and g + 8; its low pair is the A fragment of logical k 2c, 2c+1 (dims 16s + 4c + 0, 1),
+    // the high pair k 2c+8, 2c+9 (dims 16s + 4c + 2, 3): the Q16 layout pairs Q the same way.
+    auto s_kq_reg = [&](int kq, float (&sx)[4][4]) {
+      const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int hp = 0; hp < 2; ++hp) {  // segment pairs (4 kq + 2 hp, +1)
+        const int seg = 4 * kq + 2 * hp;
+        uint32_t r0, r1, r2, r3;
+        ldsm_x4(sK + arow * FP8_ROW + (seg + (lane >> 4)) * 16, r0, r1, r2, r3);
+        const uint4 qb = *reinterpret_cast<const uint4*>(smem + C::off_q16 + g * C::QROW16 + c * 16 + (seg / 2) * 64);
+        mma_f16(sx[2 * hp], e4m3x2_to_f16x2(r0), e4m3x2_to_f16x2(r1), e4m3x2_to_f16x2(r0 >> 16), e4m3x2_to_f16x2(r1 >> 16),
+                qb.x, qb.y);
+        mma_f16(sx[2 * hp + 1], e4m3x2_to_f16x2(r2), e4m3x2_to_f16x2(r3), e4m3x2_to_f16x2(r2 >> 16),
+                e4m3x2_to_f16x2(r3 >> 16), qb.z, qb.w);
+      }
+    };
     float sv[4];
-    if constexpr (C::FP8) {
+    if constexpr (C::REG) {
+      float sn[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+      for (int bk = 0; bk < 4; ++bk) {
+        float sx[4][4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
+        s_kq_reg(2 * bk, sx);
+        s_kq_reg(2 * bk + 1, sx);
+        const float s0 = rscale(g, bk), s1 = rscale(g + 8, bk);
+        const float2 qv = *reinterpret_cast<const float2*>(qinv + bk * BM + 2 * c);
+        const float fe[4] = {s0 * qv.x, s0 * qv.y, s1 * qv.x, s1 * qv.y};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sn[e] += ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e])) * fe[e];
+      }
+      // rope: bf16 at byte 528 of the raw rows, the standard A fragments by ldmatrix; Q rope bf16
+      float sx[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
+      {
+        uint32_t b[8];
+        ldsm_x4(sQ + swz(lane & 7, 64 + (lane >> 3)), b[0], b[1], b[2], b[3]);
+        ldsm_x4(sQ + swz(lane & 7, 68 + (lane >> 3)), b[4], b[5], b[6], b[7]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          uint32_t a0, a1, a2, a3;
+          ldsm_x4(sK + (lane & 15) * FP8_ROW + 528 + (2 * u + (lane >> 4)) * 16, a0, a1, a2, a3);
+          mma_bf16(sx[u], a0, a1, a2, a3, b[2 * u], b[2 * u + 1]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sv[e] = sn[e] + ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e]));
+    } else if constexpr (C::FP8) {
       float sn[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1
       for (int bk = 0; bk < 4; ++bk) {
@@ -306,7 +384,33 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       alpha_h[hh] = alpha;
     }
     const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vch = (lane >> 3) & 1;
-    if constexpr (C::FP8) {
+    if constexpr (C::REG) {
+      // O^T m-tile i = segment i of 16 dims: row g <-> dim 16 i + 2 g, row g + 8 <-> 16 i + 2 g + 1.
+      // ldmatrix.trans (b16) of 8 raw rows x segment i gives lane (g, c) bytes 2g, 2g+1 of rows
+      // 2c and 2c+1; prmt pairs equal dims: [dim 2g: rows 2c, 2c+1 | dim 2g+1: rows 2c, 2c+1].
+      const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int bk = 0; bk < 4; ++bk) {
+        const float s0 = rscale(g, bk), s1 = rscale(g + 8, bk);
+        const float f0 = alpha_h[0] * sig_r[bk], f1 = alpha_h[1] * sig_r[bk];
+        const float e0 = s0 * sig_i[bk], e1 = s1 * sig_i[bk];
+        const uint32_t pb0 = movmatrix_t(pack_f16(pr[0] * e0, pr[1] * e0));
+        const uint32_t pb1 = movmatrix_t(pack_f16(pr[2] * e1, pr[3] * e1));
+#pragma unroll
+        for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); i += 2) {
+          uint32_t r0, r1, r2, r3;
+          ldsm_x4_t(sK + arow * FP8_ROW + (i + (lane >> 4)) * 16, r0, r1, r2, r3);
+          const uint32_t t0 = __byte_perm(r0, 0, 0x3120), t1 = __byte_perm(r1, 0, 0x3120);
+          const uint32_t t2 = __byte_perm(r2, 0, 0x3120), t3 = __byte_perm(r3, 0, 0x3120);
+          o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
+          o_acc[i + 1][0] *= f0; o_acc[i + 1][1] *= f1; o_acc[i + 1][2] *= f0; o_acc[i + 1][3] *= f1;
+          mma_f16(o_acc[i], e4m3x2_to_f16x2(t0), e4m3x2_to_f16x2(t0 >> 16), e4m3x2_to_f16x2(t1),
+                  e4m3x2_to_f16x2(t1 >> 16), pb0, pb1);
+          mma_f16(o_acc[i + 1], e4m3x2_to_f16x2(t2), e4m3x2_to_f16x2(t2 >> 16), e4m3x2_to_f16x2(t3),
+                  e4m3x2_to_f16x2(t3 >> 16), pb0, pb1);
+        }
+      }
+    } else if constexpr (C::FP8) {
       // ---- O_b^T = (alpha sigma_old / sigma_new) O_b^T + V^_b^T (P s_b / sigma_new)^T per block ----
 #pragma unroll
       for (int bk = 0; bk < 4; ++bk) {
@@ -339,7 +443,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         mma_bf16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
       }
     }
-    if constexpr (!C::FP8) {
+    if constexpr (!C::FP8 || C::REG) {
       __syncwarp();  // every lane done with this stage before it is refilled
       if (j + STAGES < ntiles) issue(stage, slot_ok(j + STAGES, next_raw));
       cp_async_commit();
@@ -368,12 +472,22 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   float* ml = mm + C::WARPS * BM;                              // [WARPS][8] sum
   {
     float* ow = mo + warp * BM * C::PSTR;
+    if constexpr (C::REG) {  // O^T rows of m-tile i: dims 16 i + 2 g and 16 i + 2 g + 1
 #pragma unroll
-    for (int i = 0; i < D_V / 16; ++i) {
-      ow[(2 * c) * C::PSTR + 16 * i + g] = o_acc[i][0];
-      ow[(2 * c + 1) * C::PSTR + 16 * i + g] = o_acc[i][1];
-      ow[(2 * c) * C::PSTR + 16 * i + g + 8] = o_acc[i][2];
-      ow[(2 * c + 1) * C::PSTR + 16 * i + g + 8] = o_acc[i][3];
+      for (int i = 0; i < D_V / 16; ++i) {
+        ow[(2 * c) * C::PSTR + 16 * i + 2 * g] = o_acc[i][0];
+        ow[(2 * c + 1) * C::PSTR + 16 * i + 2 * g] = o_acc[i][1];
+        ow[(2 * c) * C::PSTR + 16 * i + 2 * g + 1] = o_acc[i][2];
+        ow[(2 * c + 1) * C::PSTR + 16 * i + 2 * g + 1] = o_acc[i][3];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < D_V / 16; ++i) {
+        ow[(2 * c) * C::PSTR + 16 * i + g] = o_acc[i][0];
+        ow[(2 * c + 1) * C::PSTR + 16 * i + g] = o_acc[i][1];
+        ow[(2 * c) * C::PSTR + 16 * i + g + 8] = o_acc[i][2];
+        ow[(2 * c + 1) * C::PSTR + 16 * i + g + 8] = o_acc[i][3];
+      }
     }
     if (g == 0) {
       mm[warp * BM + 2 * c] = m_run[0];
