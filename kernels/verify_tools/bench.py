@@ -690,11 +690,18 @@ def blocked_doc(reason):
     )
 
 
-def parse_shapes(text):
+def parse_shapes(text: str) -> list[tuple]:
+    """[(B, L, n, H)] from "B:L:n:H,..." (integers; B, n, H >= 1, L >= 0); ValueError names the item."""
     out = []
-    for part in text.split(","):
-        b, l, n, h = (int(x) for x in part.split(":"))
-        out.append((b, l, n, h))
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        try:
+            vals = tuple(int(x) for x in parts)
+        except ValueError:
+            vals = ()
+        if len(vals) != 4 or min(vals[0], vals[2], vals[3]) < 1 or vals[1] < 0:
+            raise ValueError(f"{item.strip()!r} is not B:L:n:H (B, n, H >= 1, L >= 0)")
+        out.append(vals)
     return out
 
 
@@ -848,8 +855,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
-    except ValueError:
-        ap.error("--shapes: expected B:L:n:H[,B:L:n:H...] with integers")
+    except ValueError as exc:
+        ap.error(f"--shapes: {exc}")
     try:
         import torch
     except ImportError as exc:

@@ -37,6 +37,7 @@ import time
 from dsa_verify.inputs import DsaCase, make_inputs, topk_overlap
 from tool_contract import EXIT_BLOCKED, emit
 from tool_contract import blocked_doc as tool_blocked_doc
+from verify_tools.bench import parse_shapes
 
 SM_SCALE = 0.0625
 FLASHMLA_AGREE = 1e-2  # FlashMLA vs ours, rel. Frobenius: above it the peer is not named fastest
@@ -189,21 +190,6 @@ def blocked_doc(reason: str) -> dict:
         left_out=[],
         summary={k: None for k in SUMMARY_KEYS},
     )
-
-
-def parse_shapes(text: str) -> list[tuple]:
-    """[(B, L, n, H)] from "B:L:n:H,..." (positive ints; L >= 1, n >= 1); ValueError names the item."""
-    out = []
-    for item in text.split(","):
-        parts = item.strip().split(":")
-        try:
-            vals = tuple(int(x) for x in parts)
-        except ValueError:
-            vals = ()
-        if len(vals) != 4 or min(vals) < 1:
-            raise ValueError(f"{item.strip()!r} is not B:L:n:H with positive integers")
-        out.append(vals)
-    return out
 
 
 def grid(quick: bool) -> list[tuple]:
