@@ -201,6 +201,43 @@ __device__ __forceinline__ void q_nope_to_f16(uint8_t* smem, int tid) {
   }
 }
 
+// A split with no visible position (every config): its lse = -inf in the workspace (S > 1), or
+// o = 0 and lse = -inf for the CTA's heads of row t (S = 1). rows_total = T * H (the caller's).
+template <typename C>
+__device__ __forceinline__ void write_empty_split(const Params& p, int t, int s, int h0, int tid, int64_t rows_total) {
+  constexpr int BM = C::BM;
+  if (p.S > 1) {
+    for (int r = tid; r < BM; r += C::THREADS)
+      if (h0 + r < p.H) p.ws_lse[(int64_t)s * rows_total + (int64_t)t * p.H + h0 + r] = -INFINITY;
+  } else {
+    for (int i = tid; i < BM * (D_V / 8); i += C::THREADS) {
+      const int r = i / (D_V / 8), ch = i % (D_V / 8);
+      if (h0 + r < p.H)
+        *reinterpret_cast<uint4*>(p.o + (int64_t)t * p.o_st + (int64_t)(h0 + r) * p.o_sh + ch * 8) =
+            make_uint4(0, 0, 0, 0);
+    }
+    if (p.lse)
+      for (int r = tid; r < BM; r += C::THREADS)
+        if (h0 + r < p.H) p.lse[(int64_t)t * p.H + h0 + r] = -INFINITY;
+  }
+}
+
+// One KV row's cp.async copies by the 8 loader lanes of that row (lane `sub` = 0..7): fp8 rows land
+// raw (41 chunks of 16 B at FP8_ROW stride), bf16 rows in the swizzled tile layout; !ok
+// zero-fills the destination and reads nothing.
+template <bool FP8>
+__device__ __forceinline__ void issue_kv_row(uint32_t dst, int r, const uint8_t* src, bool ok, int sub) {
+  if constexpr (FP8) {
+    for (int ch = sub; ch < FP8_CHUNKS; ch += 8) cp_async16(dst + r * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
+  } else {
+#pragma unroll
+    for (int it = 0; it < BF_CHUNKS / 8; ++it) {
+      const int ch = sub + 8 * it;
+      cp_async16(dst + swz(r, ch), src + ch * 16, ok ? 16 : 0);
+    }
+  }
+}
+
 template <int BM_, int BN_, int STAGES_, bool FP8_, int WARPS_ = 0>
 struct Cfg {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_;
@@ -376,20 +413,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   if (ntiles == 0 && !p.cluster) {  // nothing visible in this split (cluster mode: the CTA still
     // takes part in the cluster reduction below, with an empty partial: lse = -inf, o = 0)
     cp_async_wait<0>();  // Q's copies (never read)
-    if (p.S > 1) {
-      for (int r = tid; r < BM; r += C::THREADS)
-        if (h0 + r < p.H) p.ws_lse[(int64_t)s * rows_total + (int64_t)t * p.H + h0 + r] = -INFINITY;
-    } else {
-      for (int i = tid; i < BM * (D_V / 8); i += C::THREADS) {
-        const int r = i / (D_V / 8), ch = i % (D_V / 8);
-        if (h0 + r < p.H)
-          *reinterpret_cast<uint4*>(p.o + (int64_t)t * p.o_st + (int64_t)(h0 + r) * p.o_sh + ch * 8) =
-              make_uint4(0, 0, 0, 0);
-      }
-      if (p.lse)
-        for (int r = tid; r < BM; r += C::THREADS)
-          if (h0 + r < p.H) p.lse[(int64_t)t * p.H + h0 + r] = -INFINITY;
-    }
+    write_empty_split<C>(p, t, s, h0, tid, rows_total);
     DSAV_SPLIT_STAMP(4, dsav_now());
     return;
   }
@@ -417,15 +441,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
       const int rr = lrow + (C::THREADS / 8) * k;
       const bool ok = sl[k] >= 0;
       const uint8_t* src = p.kv + (ok ? sl[k] : 0) * p.kv_st;
-      if constexpr (C::FP8) {
-        for (int ch = sub; ch < FP8_CHUNKS; ch += 8) cp_async16(dst + rr * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
-      } else {
-#pragma unroll
-        for (int it = 0; it < BF_CHUNKS / 8; ++it) {
-          const int ch = sub + 8 * it;
-          cp_async16(dst + swz(rr, ch), src + ch * 16, ok ? 16 : 0);
-        }
-      }
+      issue_kv_row<C::FP8>(dst, rr, src, ok, sub);
       if (sub == 0) flag[stage * BN + rr] = ok ? 1 : 0;
     }
   };

@@ -118,20 +118,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
 
   if (ntiles == 0) {  // nothing visible in this split
     cp_async_wait<0>();
-    if (p.S > 1) {
-      for (int r = tid; r < BM; r += C::THREADS)
-        if (h0 + r < p.H) p.ws_lse[(int64_t)s * rows_total + (int64_t)t * p.H + h0 + r] = -INFINITY;
-    } else {
-      for (int i = tid; i < BM * (D_V / 8); i += C::THREADS) {
-        const int r = i / (D_V / 8), ch = i % (D_V / 8);
-        if (h0 + r < p.H)
-          *reinterpret_cast<uint4*>(p.o + (int64_t)t * p.o_st + (int64_t)(h0 + r) * p.o_sh + ch * 8) =
-              make_uint4(0, 0, 0, 0);
-      }
-      if (p.lse)
-        for (int r = tid; r < BM; r += C::THREADS)
-          if (h0 + r < p.H) p.lse[(int64_t)t * p.H + h0 + r] = -INFINITY;
-    }
+    write_empty_split<C>(p, t, s, h0, tid, rows_total);
     DSAV_SPLIT_STAMP(4, dsav_now());
     return;
   }
@@ -155,15 +142,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       const int32_t sr = __shfl_sync(0xffffffffu, sl, r);
       const bool ok = (bits >> r) & 1u;
       const uint8_t* src = p.kv + (int64_t)(ok ? sr : 0) * p.kv_st;
-      if constexpr (C::FP8) {
-        for (int ch = sub; ch < FP8_CHUNKS; ch += 8) cp_async16(dst + r * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
-      } else {
-#pragma unroll
-        for (int it = 0; it < BF_CHUNKS / 8; ++it) {
-          const int ch = sub + 8 * it;
-          cp_async16(dst + swz(r, ch), src + ch * 16, ok ? 16 : 0);
-        }
-      }
+      issue_kv_row<C::FP8>(dst, r, src, ok, sub);
     }
     if (lane == 0) vmask[stage] = bits;
   };
