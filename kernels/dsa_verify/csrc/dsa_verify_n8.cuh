@@ -184,15 +184,21 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     if (j == 0 && warp == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     const uint32_t mask = vmask[stage];
     uint32_t sK;
-    // REG: the raw stage is the compute tile; scale of block bk of its row r
-    auto rscale = [&](int r, int bk) -> float {
-      return reinterpret_cast<const float*>(smem + C::off_ring + (warp * STAGES + stage) * C::RAW_STAGE + r * FP8_ROW +
-                                            512)[bk];
+    // fp8: scale of block bk of row r of this tile (REG: in the raw stage, the compute tile; else
+    // copied to ssc by the conversion below)
+    auto scale = [&](int r, int bk) -> float {
+      if constexpr (C::REG)
+        return reinterpret_cast<const float*>(smem + C::off_ring + (warp * STAGES + stage) * C::RAW_STAGE +
+                                              r * FP8_ROW + 512)[bk];
+      else
+        return ssc[r * 4 + bk];
     };
-    if constexpr (C::REG) {
+    // fp8 sigma update (positions only; off the S -> softmax -> PV chain): sig_r = sigma_old /
+    // sigma_new, sig_i = 1 / sigma_new per block
+    auto sigma_update = [&]() {
 #pragma unroll
-      for (int bk = 0; bk < 4; ++bk) {  // sigma update, as below for the f16-tile path
-        float smax = fmaxf(fabsf(rscale(g, bk)), fabsf(rscale(g + 8, bk)));
+      for (int bk = 0; bk < 4; ++bk) {
+        float smax = fmaxf(fabsf(scale(g, bk)), fabsf(scale(g + 8, bk)));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
@@ -201,6 +207,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         sig_i[bk] = sn > 0.f ? 1.f / sn : 0.f;
         sig[bk] = sn;
       }
+    };
+    if constexpr (C::REG) {
+      sigma_update();
       sK = sRing + stage * C::RAW_STAGE;
     } else if constexpr (C::FP8) {
       // the warp's raw stage into its compute tile: e4m3 -> f16 (no scale), rope bf16 copied
@@ -217,19 +226,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       }
       __syncwarp();  // compute tile and scales written; the raw stage is free
       if (j + STAGES < ntiles) issue(stage, slot_ok(j + STAGES, next_raw));
-      // sigma update (positions only; off the S -> softmax -> PV chain): sig_r = sigma_old / sigma_new,
-      // sig_i = 1 / sigma_new per block
-#pragma unroll
-      for (int bk = 0; bk < 4; ++bk) {
-        float smax = fmaxf(fabsf(ssc[g * 4 + bk]), fabsf(ssc[(g + 8) * 4 + bk]));
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
-        const float sn = fmaxf(sig[bk], smax);
-        sig_r[bk] = sn > 0.f ? sig[bk] / sn : 1.f;
-        sig_i[bk] = sn > 0.f ? 1.f / sn : 0.f;
-        sig[bk] = sn;
-      }
+      sigma_update();
       cp_async_commit();
       {
         const int pos = pb + (j + STAGES + 1) * BN + warp * WR + row;
@@ -276,26 +273,31 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       }
     };
     float sv[4];
-    if constexpr (C::REG) {
+    if constexpr (C::FP8) {
       float sn[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1
       for (int bk = 0; bk < 4; ++bk) {
         float sx[4][4];
 #pragma unroll
         for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
-        s_kq_reg(2 * bk, sx);
-        s_kq_reg(2 * bk + 1, sx);
-        const float s0 = rscale(g, bk), s1 = rscale(g + 8, bk);
+        if constexpr (C::REG) {
+          s_kq_reg(2 * bk, sx);
+          s_kq_reg(2 * bk + 1, sx);
+        } else {
+          s_kq(2 * bk, sx, true);
+          s_kq(2 * bk + 1, sx, true);
+        }
+        // sx element e: position g (e < 2) or g + 8, head 2c + (e & 1)
+        const float s0 = scale(g, bk), s1 = scale(g + 8, bk);
         const float2 qv = *reinterpret_cast<const float2*>(qinv + bk * BM + 2 * c);
         const float fe[4] = {s0 * qv.x, s0 * qv.y, s1 * qv.x, s1 * qv.y};
 #pragma unroll
         for (int e = 0; e < 4; ++e) sn[e] += ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e])) * fe[e];
       }
-      // rope: bf16 at byte 528 of the raw rows, the standard A fragments by ldmatrix; Q rope bf16
       float sx[4][4];
 #pragma unroll
       for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
-      {
+      if constexpr (C::REG) {  // rope: bf16 at byte 528 of the raw rows, the standard A fragments; Q rope bf16
         uint32_t b[8];
         ldsm_x4(sQ + swz(lane & 7, 64 + (lane >> 3)), b[0], b[1], b[2], b[3]);
         ldsm_x4(sQ + swz(lane & 7, 68 + (lane >> 3)), b[4], b[5], b[6], b[7]);
@@ -305,29 +307,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
           ldsm_x4(sK + (lane & 15) * FP8_ROW + 528 + (2 * u + (lane >> 4)) * 16, a0, a1, a2, a3);
           mma_bf16(sx[u], a0, a1, a2, a3, b[2 * u], b[2 * u + 1]);
         }
+      } else {
+        s_kq(D_V / 64, sx, false);
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sv[e] = sn[e] + ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e]));
-    } else if constexpr (C::FP8) {
-      float sn[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-      for (int bk = 0; bk < 4; ++bk) {
-        float sx[4][4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
-        s_kq(2 * bk, sx, true);
-        s_kq(2 * bk + 1, sx, true);
-        // sx element e: position g (e < 2) or g + 8, head 2c + (e & 1)
-        const float s0 = ssc[g * 4 + bk], s1 = ssc[(g + 8) * 4 + bk];
-        const float2 qv = *reinterpret_cast<const float2*>(qinv + bk * BM + 2 * c);
-        const float fe[4] = {s0 * qv.x, s0 * qv.y, s1 * qv.x, s1 * qv.y};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sn[e] += ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e])) * fe[e];
-      }
-      float sx[4][4];
-#pragma unroll
-      for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
-      s_kq(D_V / 64, sx, false);
 #pragma unroll
       for (int e = 0; e < 4; ++e) sv[e] = sn[e] + ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e]));
     } else {
@@ -363,47 +345,41 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       alpha_h[hh] = alpha;
     }
     const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vch = (lane >> 3) & 1;
-    if constexpr (C::REG) {
-      // O^T m-tile i = segment i of 16 dims: row g <-> dim 16 i + 2 g, row g + 8 <-> 16 i + 2 g + 1.
+    if constexpr (C::FP8) {
+      // ---- O_b^T = (alpha sigma_old / sigma_new) O_b^T + V^_b^T (P s_b / sigma_new)^T per block ----
+      // REG: O^T m-tile i = segment i of 16 dims: row g <-> dim 16 i + 2 g, row g + 8 <-> 16 i + 2 g + 1.
       // ldmatrix.trans (b16) of 8 raw rows x segment i gives lane (g, c) bytes 2g, 2g+1 of rows
       // 2c and 2c+1; prmt pairs equal dims: [dim 2g: rows 2c, 2c+1 | dim 2g+1: rows 2c, 2c+1].
       const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
       for (int bk = 0; bk < 4; ++bk) {
-        const float s0 = rscale(g, bk), s1 = rscale(g + 8, bk);
+        const float s0 = scale(g, bk), s1 = scale(g + 8, bk);
         const float f0 = alpha_h[0] * sig_r[bk], f1 = alpha_h[1] * sig_r[bk];
         const float e0 = s0 * sig_i[bk], e1 = s1 * sig_i[bk];
         const uint32_t pb0 = movmatrix_t(pack_f16(pr[0] * e0, pr[1] * e0));
         const uint32_t pb1 = movmatrix_t(pack_f16(pr[2] * e1, pr[3] * e1));
+        if constexpr (C::REG) {
 #pragma unroll
-        for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); i += 2) {
-          uint32_t r0, r1, r2, r3;
-          ldsm_x4_t(sK + arow * FP8_ROW + (i + (lane >> 4)) * 16, r0, r1, r2, r3);
-          const uint32_t t0 = __byte_perm(r0, 0, 0x3120), t1 = __byte_perm(r1, 0, 0x3120);
-          const uint32_t t2 = __byte_perm(r2, 0, 0x3120), t3 = __byte_perm(r3, 0, 0x3120);
-          o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
-          o_acc[i + 1][0] *= f0; o_acc[i + 1][1] *= f1; o_acc[i + 1][2] *= f0; o_acc[i + 1][3] *= f1;
-          mma_f16(o_acc[i], e4m3x2_to_f16x2(t0), e4m3x2_to_f16x2(t0 >> 16), e4m3x2_to_f16x2(t1),
-                  e4m3x2_to_f16x2(t1 >> 16), pb0, pb1);
-          mma_f16(o_acc[i + 1], e4m3x2_to_f16x2(t2), e4m3x2_to_f16x2(t2 >> 16), e4m3x2_to_f16x2(t3),
-                  e4m3x2_to_f16x2(t3 >> 16), pb0, pb1);
-        }
-      }
-    } else if constexpr (C::FP8) {
-      // ---- O_b^T = (alpha sigma_old / sigma_new) O_b^T + V^_b^T (P s_b / sigma_new)^T per block ----
+          for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); i += 2) {
+            uint32_t r0, r1, r2, r3;
+            ldsm_x4_t(sK + arow * FP8_ROW + (i + (lane >> 4)) * 16, r0, r1, r2, r3);
+            const uint32_t t0 = __byte_perm(r0, 0, 0x3120), t1 = __byte_perm(r1, 0, 0x3120);
+            const uint32_t t2 = __byte_perm(r2, 0, 0x3120), t3 = __byte_perm(r3, 0, 0x3120);
+            o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
+            o_acc[i + 1][0] *= f0; o_acc[i + 1][1] *= f1; o_acc[i + 1][2] *= f0; o_acc[i + 1][3] *= f1;
+            mma_f16(o_acc[i], e4m3x2_to_f16x2(t0), e4m3x2_to_f16x2(t0 >> 16), e4m3x2_to_f16x2(t1),
+                    e4m3x2_to_f16x2(t1 >> 16), pb0, pb1);
+            mma_f16(o_acc[i + 1], e4m3x2_to_f16x2(t2), e4m3x2_to_f16x2(t2 >> 16), e4m3x2_to_f16x2(t3),
+                    e4m3x2_to_f16x2(t3 >> 16), pb0, pb1);
+          }
+        } else {
 #pragma unroll
-      for (int bk = 0; bk < 4; ++bk) {
-        const float s0 = ssc[g * 4 + bk], s1 = ssc[(g + 8) * 4 + bk];
-        const float f0 = alpha_h[0] * sig_r[bk], f1 = alpha_h[1] * sig_r[bk];
-        const float e0 = s0 * sig_i[bk], e1 = s1 * sig_i[bk];
-        const uint32_t pb0 = movmatrix_t(pack_f16(pr[0] * e0, pr[1] * e0));
-        const uint32_t pb1 = movmatrix_t(pack_f16(pr[2] * e1, pr[3] * e1));
-#pragma unroll
-        for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); ++i) {
-          o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
-          uint32_t a0, a1, a2, a3;
-          ldsm_x4_t(sK + swz(vrow, 2 * i + vch), a0, a1, a2, a3);
-          mma_f16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
+          for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); ++i) {
+            o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
+            uint32_t a0, a1, a2, a3;
+            ldsm_x4_t(sK + swz(vrow, 2 * i + vch), a0, a1, a2, a3);
+            mma_f16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
+          }
         }
       }
     } else {
