@@ -56,6 +56,12 @@ print_bench() {  # the bench's own row printer, also for a partial document left
   python3 -c "import json, sys; from verify_tools.dsa_bench import _print_rows; d = json.load(open(sys.argv[1])); _print_rows(d); print('summary', json.dumps(d.get('summary')))" "$1" \
     || echo "bench json unreadable: $1"
 }
+ab_bench() {  # the headline bench shapes with ALT_CONFIG (default n8) timed beside auto, same run
+  timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick --reps 20 --budget-s "$BUDGET" \
+    --alt-config "${ALT_CONFIG:-n8}" --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
+  echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -8
+  print_bench "$OUT/dsa_bench.json"
+}
 cd kernels || exit 1
 python3 - > "$OUT/dsa_build.json" <<'PY'
 import json, shutil
@@ -86,10 +92,7 @@ for r in d["cases"]:
 PY
 tail -5 "/tmp/dsa_parity.err"
 if [ "${DSA_MODE:-}" = ab ]; then
-  timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick --reps 20 --budget-s "$BUDGET" \
-    --alt-config "${ALT_CONFIG:-n8}" --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
-  echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -8
-  print_bench "$OUT/dsa_bench.json"
+  ab_bench
   exit 0
 fi
 if [ "${DSA_MODE:-}" = dev ]; then
@@ -107,10 +110,7 @@ PY
   timeout 90 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
   echo "diag rc=$?"; tail -3 "/tmp/dsa_diag.err"
   print_diag "$OUT/dsa_diag.json"
-  timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick --reps 20 --budget-s "$BUDGET" \
-    --alt-config "${ALT_CONFIG:-n8}" --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
-  echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -8
-  print_bench "$OUT/dsa_bench.json"
+  ab_bench
   exit 0
 fi
 if [ "${DSA_MODE:-}" = final ]; then
