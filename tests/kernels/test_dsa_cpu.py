@@ -364,21 +364,19 @@ def test_parity_config_labels():
         dsa_parity.configs_for("sm_120a", "m64")  # not built for sm_120a
     assert dsa_parity.call_kwargs("m16/cluster") == {"tile_config": "m16", "combine": "cluster"}
     assert dsa_parity.call_kwargs("auto") == {"tile_config": "auto", "combine": "auto"}
-    m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE"
-    assert tiles.config_for_mangled(m) == (tiles.M16D, False)
-    m = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi16ELi64ELi2ELb1ELi8EEEEEvNS_6ParamsE"
-    assert tiles.config_for_mangled(m) == (tiles.M16W, True)
-    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi4ELi2ELb1EEEEEvNS_6ParamsE"
-    assert tiles.config_for_mangled(m) == (tiles.N8, True)
-    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi2ELi2ELb0EEEEEvNS_6ParamsE"
-    assert tiles.config_for_mangled(m) == (tiles.N8S, False)
-    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi7ELi1ELb1EEEEEvNS_6ParamsE"
-    assert tiles.config_for_mangled(m) == (tiles.N8W, True)
-    # the REG template argument (default false) is part of the real names
-    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi7ELi1ELb1ELb0EEEEEvNS_6ParamsE"
-    assert tiles.config_for_mangled(m) == (tiles.N8W, True)
-    m = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgNILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE"
-    assert tiles.config_for_mangled(m) == (tiles.N8R, True)
+    split, n8 = "_ZN4dsav23dsa_verify_split_kernelINS_3Cfg", "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgN"
+    mangled = {
+        split + "ILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE": (tiles.M16D, False),
+        split + "ILi16ELi64ELi2ELb1ELi8EEEEEvNS_6ParamsE": (tiles.M16W, True),
+        n8 + "ILi4ELi2ELb1EEEEEvNS_6ParamsE": (tiles.N8, True),
+        n8 + "ILi2ELi2ELb0EEEEEvNS_6ParamsE": (tiles.N8S, False),
+        n8 + "ILi7ELi1ELb1EEEEEvNS_6ParamsE": (tiles.N8W, True),
+        # the REG template argument (default false) is part of the real names
+        n8 + "ILi7ELi1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8W, True),
+        n8 + "ILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8R, True),
+    }
+    for name, want in mangled.items():
+        assert tiles.config_for_mangled(name) == want, name
 
 
 def test_parity_order_and_partial_out(monkeypatch, tmp_path):
