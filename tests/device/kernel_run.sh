@@ -5,6 +5,8 @@
 #       of .v6base (carried: git archive <commit> kernels/mla_verify/csrc | tar -x -C .v6base), the full
 #       parity suite, the GPU pytest file, bench graph-buffer mode (12 rows), bench --tree-ab cur/base
 #       (B=1 + loop-bound shapes, graph-buffer rows of both, CUPTI), racecheck while time is left.
+#       GS_TREES=name=csrc_dir,... (carried, ignored folders): more trees, built alongside and in the A/B
+#       with their graph-buffer rows.
 #   dev: quick parity cases, B=1 sweep + anchors without SGLang, memcheck of one small case.
 #   splits: small parity, then the B=1 split counts of the v3 rule against the current one, same run.
 #   graph: parity of the CUDA-graph replay cases (in-place rewrites, device-side split count) + 5
@@ -45,8 +47,10 @@ if [ -n "$SKIP_BUILD_CHECK" ]; then say "build check skipped: SKIP_BUILD_CHECK=$
 say "build check $ARCH (nvcc)"
 python3 -m verify_tools.build_check --arch "$ARCH" --json > "$OUT/build_${ARCH/_/}.json" 2>>"$LOG"; echo "rc=$?" | tee -a "$LOG"; fi
 say "JIT build of the extension"
-if [ "$MODE" = gs ] && [ -d .v6base/kernels/mla_verify/csrc ]; then  # the base tree builds alongside
-  python3 -c "import torch; from verify_tools.bench import load_tree; load_tree('$ARCH', '.v6base/kernels/mla_verify/csrc')" >>"$LOG" 2>&1 &
+if [ "$MODE" = gs ]; then  # the base tree (and GS_TREES) build alongside
+  for d in .v6base/kernels/mla_verify/csrc $(echo "${GS_TREES:-}" | tr ',' '\n' | sed 's/^[^=]*=//'); do
+    [ -d "$d" ] && python3 -c "import torch; from verify_tools.bench import load_tree; load_tree('$ARCH', '$d')" >>"$LOG" 2>&1 &
+  done
 fi
 python3 -c "
 import time, torch; t=time.time()
@@ -63,13 +67,14 @@ if [ "$MODE" = gs ]; then
   say "GPU pytest (limit $(lim 60) s)"
   timeout "$(lim 60)" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu_parity.py > "$OUT/pytest.txt" 2>&1; echo "pytest rc=$?" | tee -a "$LOG"; tail -3 "$OUT/pytest.txt" | tee -a "$LOG"
   B=""; [ -d .v6base/kernels/mla_verify/csrc ] && B="base=.v6base/kernels/mla_verify/csrc"
-  say "A/B in one process: cur vs $B (limit $(lim 90) s)"
-  timeout "$(lim 90)" python3 -m verify_tools.bench --tree-ab "$B" --ab-out "$OUT/ab.json" > /dev/null 2> >(grep "^\[ab\]" | tee -a "$LOG" >&2); echo "ab rc=$?" | tee -a "$LOG"
+  ABL=90; [ -n "${GS_TREES:-}" ] && B="$B,$GS_TREES" && ABL=125  # ~25 s per extra tree
+  say "A/B in one process: cur vs $B (limit $(lim $ABL) s)"
+  timeout "$(lim $ABL)" python3 -m verify_tools.bench --tree-ab "$B" --ab-out "$OUT/ab.json" > /dev/null 2> >(grep "^\[ab\]" | tee -a "$LOG" >&2); echo "ab rc=$?" | tee -a "$LOG"
   say "bench: graph-buffer mode (12 rows) + B=1 4k (limit $(lim 60) s)"
   timeout "$(lim 60)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla --graph-buffer --shapes 1:4096:8:16 > "$OUT/bench.json" 2> >(grep "^\[bench\]" | tee -a "$LOG" >&2); echo "bench rc=$?" | tee -a "$LOG"
   if [ $((DL - SECONDS)) -gt 45 ]; then
     say "racecheck fp8_b32_chain_n8_h16_prefix1k (the grid-stride combine's smem reuse)"
-    sanitize "$(lim 40)" racecheck:fp8_b32_chain_n8_h16_prefix1k
+    sanitize "$(lim 75)" racecheck:fp8_b32_chain_n8_h16_prefix1k
   else say "sanitizer skipped: $((DL - SECONDS)) s left"; fi
   say "done"
   exit 0

@@ -56,12 +56,45 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
 }
 #endif
 
+// Blocks of `kernel` resident at once on device `dev` (occupancy x SMs); 0 when unknown (no cap).
+// Cached per device in the caller's statics (one pair per kernel).
+static long long combine_wave(const void* kernel, int dev, int* cached_dev, long long* wave) {
+  if (*cached_dev != dev) {
+    int sms = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, COMBINE_WARPS * 32, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    *wave = (long long)sms * (per_sm > 0 ? per_sm : 1);
+    *cached_dev = dev;
+  }
+  return *wave;
+}
+
 // Combine launch: programmatic dependent launch (its griddepcontrol.wait orders it after the split
 // kernel), so its launch latency overlaps the split kernel's tail; plain launch if refused.
+// The grid-stride kernel (32-bit row indices) only for units < 2^31.
 template <int WPU>
 static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
   const long long units = (long long)p.T * p.H * 4;
-  const unsigned blocks = (unsigned)((units + COMBINE_WARPS / WPU - 1) / (COMBINE_WARPS / WPU));
+  long long need = (units + COMBINE_WARPS / WPU - 1) / (COMBINE_WARPS / WPU);
+  void (*kernel)(const Params) = mla_verify_combine_kernel<WPU>;
+  int dev = 0;
+  if (MLAV_COMBINE_GRID_STRIDE && units < (1LL << 31) && cudaGetDevice(&dev) == cudaSuccess) {
+    // more blocks than one resident wave: the grid-stride kernel, capped at one wave of its own
+    static int dev1 = -1, dev_gs = -1;
+    static long long wave1 = 0, wave_gs = 0;
+    const long long w1 = combine_wave((const void*)mla_verify_combine_kernel<WPU>, dev, &dev1, &wave1);
+    if (w1 > 0 && need > w1) {
+      const long long wg = combine_wave((const void*)mla_verify_combine_gs_kernel<WPU>, dev, &dev_gs, &wave_gs);
+      if (wg > 0) {
+        kernel = mla_verify_combine_gs_kernel<WPU>;
+        if (need > wg) need = wg;
+      }
+    }
+  }
+  const unsigned blocks = (unsigned)need;
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(blocks);
   lc.blockDim = dim3(COMBINE_WARPS * 32);
@@ -71,10 +104,10 @@ static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   lc.attrs = attr;
   lc.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&lc, mla_verify_combine_kernel<WPU>, p);
+  cudaError_t e = cudaLaunchKernelEx(&lc, kernel, p);
   if (e == cudaSuccess) return cudaSuccess;
   (void)cudaGetLastError();  // clear, then fall back to a stream-ordered launch
-  mla_verify_combine_kernel<WPU><<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p);
+  kernel<<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "mla_verify_params.h"
 
@@ -648,20 +649,39 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 // programmatic dependent launch when available: S is derived before griddepcontrol.wait, which
 // blocks until the split kernel's writes are visible; block 0 always waits, so the combine grid
 // never completes before the split grid.
+// Grid-stride variant (mla_verify_combine_gs_kernel, MLAV_COMBINE_GRID_STRIDE=1, the default; issue
+// 13): when the launch for LW would need more blocks than one resident wave of this kernel
+// (occupancy x SMs), launch_combine runs the grid-stride kernel instead, its grid capped at one
+// resident wave of its own; each block loops over the units-blocks a launch for S would have
+// (vblock = blockIdx.x, blockIdx.x + gridDim.x, ...), so a graph captured for a larger split count
+// no longer queues waves of blocks that only exit. Each unit's arithmetic depends on S, W and
+// vblock only: bitwise the same output. It is a separate kernel because the loop costs registers
+// (launches that fit one wave keep this one, its machine code unchanged): with 64-bit row indices
+// and no bound its combine<8> took 80 (3 blocks per SM: 396 < the 512 units-blocks of a B=4 n=4
+// graph replayed at S=9); the grid-stride kernel does its row arithmetic in 32 bits (combine_unit
+// GS = true: the launcher uses it only for units < 2^31, the same integers) under
+// __launch_bounds__(256, 4): <= 64 registers, 0 spills, 4 blocks per SM (528 on 132 SMs).
 constexpr int COMBINE_MAX_SPLITS = 128;
+#ifndef MLAV_COMBINE_GRID_STRIDE
+#define MLAV_COMBINE_GRID_STRIDE 1
+#endif
 constexpr int COMBINE_WARPS = 8;  // warps per block
 __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 ? 8 : S > 8 ? 4 : S > 4 ? 2 : 1; }
 
-template <int W>
-__device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS]) {
+// GS (the grid-stride kernel): row indices in 32 bits (units < 2^31, checked by the launcher) and
+// t_end = qo_indptr[B] passed in (loaded once per block); otherwise 64-bit, loaded here.
+template <int W, bool GS = false>
+__device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
+                                             unsigned vblock, int64_t t_end) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int k = warp % W, first = warp - k;  // this warp's index in its unit, the unit's first warp
-  const int64_t rows = (int64_t)p.T * p.H;
-  const int64_t unit = (int64_t)blockIdx.x * (COMBINE_WARPS / W) + warp / W;
-  const int64_t grow = unit >> 2;
+  using I = typename std::conditional<GS, uint32_t, int64_t>::type;
+  const I rows = (I)p.T * (I)p.H;
+  const I unit = (I)vblock * (COMBINE_WARPS / W) + warp / W;
+  const I grow = unit >> 2;
   const int quarter = (int)(unit & 3);
-  const int64_t t = grow < rows ? grow / p.H : 0;
-  const bool valid = grow < rows && t < ld_idx(p.qo_indptr, p.qo_is64, p.B);  // uniform per unit
+  const I t = grow < rows ? grow / (I)p.H : 0;
+  const bool valid = grow < rows && (int64_t)t < (GS ? t_end : ld_idx(p.qo_indptr, p.qo_is64, p.B));  // uniform per unit
   // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * W)
   const int ti = k * 32 + lane;
   const float lse_mine = valid && ti < S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
@@ -679,8 +699,8 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (valid) {
-    const float4* src = reinterpret_cast<const float4*>(p.ws_o + grow * D_V + quarter * 128) + lane;
-    const int64_t split_stride4 = rows * (D_V / 4);
+    const float4* src = reinterpret_cast<const float4*>(p.ws_o + (int64_t)grow * D_V + quarter * 128) + lane;
+    const int64_t split_stride4 = (int64_t)rows * (D_V / 4);
 #pragma unroll 4
     for (int s = k; s < S; s += W) {
       const float4 v = src[s * split_stride4];
@@ -706,7 +726,7 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   }
   const float inv = total > 0.f ? __frcp_rn(total) : 0.f;
   const int h = (int)(grow % p.H);
-  __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + quarter * 128 + 4 * lane;
+  __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)h * p.o_sh + quarter * 128 + 4 * lane;
   __nv_bfloat162 lo = __floats2bfloat162_rn(__fmul_rn(acc.x, inv), __fmul_rn(acc.y, inv));
   __nv_bfloat162 hi = __floats2bfloat162_rn(__fmul_rn(acc.z, inv), __fmul_rn(acc.w, inv));
   uint2 pk;
@@ -728,10 +748,46 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
     return;
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (W == 1) combine_unit<1>(p, S, part, red);
-  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red);
-  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red);
-  else if (LW >= 8) combine_unit<8>(p, S, part, red);
+  if (W == 1) combine_unit<1>(p, S, part, red, blockIdx.x, 0);
+  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red, blockIdx.x, 0);
+  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red, blockIdx.x, 0);
+  else if (LW >= 8) combine_unit<8>(p, S, part, red, blockIdx.x, 0);
+}
+
+// The units-blocks vblock = blockIdx.x, blockIdx.x + gridDim.x, ... of W (a block-uniform bound);
+// part / red are reused by the next units-block after the barrier.
+template <int W>
+__device__ __forceinline__ void combine_blocks(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
+                                               unsigned units, int64_t t_end) {
+  constexpr unsigned per_block = COMBINE_WARPS / W;
+#pragma unroll 1
+  for (unsigned vb = blockIdx.x; vb * per_block < units; vb += gridDim.x) {
+    combine_unit<W, true>(p, S, part, red, vb, t_end);
+    __syncthreads();
+  }
+}
+
+template <int LW>
+__global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_gs_kernel(const Params p) {
+  __shared__ float4 part[COMBINE_WARPS][32];
+  __shared__ float red[2][COMBINE_WARPS];
+  // reads kv_indptr / qo_indptr only (the split kernel writes neither): overlaps the split kernel's tail
+  const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
+  const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
+  const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
+  if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here
+    if (blockIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    return;
+  }
+  const int64_t t_end = ld_idx(p.qo_indptr, p.qo_is64, p.B);
+  const unsigned u32 = (unsigned)units;  // < 2^31 (launch_combine_wpu)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // one loop per W: a W dispatch inside one loop keeps every variant's hoisted invariants live
+  // together (ptxas: combine<8> 127 registers)
+  if (W == 1) combine_blocks<1>(p, S, part, red, u32, t_end);
+  else if (LW >= 2 && W == 2) combine_blocks<2>(p, S, part, red, u32, t_end);
+  else if (LW >= 4 && W == 4) combine_blocks<4>(p, S, part, red, u32, t_end);
+  else if (LW >= 8) combine_blocks<8>(p, S, part, red, u32, t_end);
 }
 
 }  // namespace mlav
