@@ -203,6 +203,10 @@ AUTO_N8_MIN_T_FP8 = 1
 # lines), fp8 T=64 0.863, T=256 0.779; at T=4 / T=8 n8w is slower (bf16 1.283 / 1.096, fp8 1.447 /
 # 1.134); run 15: T=32 0.865 (bf16) / 0.898 (fp8), T=16 0.985 / 1.012.
 AUTO_N8W_MIN_T = 32
+# fp8 with H <= 8 takes n8r (8 warps, e4m3 converted in registers) from this many rows on. H200 run
+# 17 (session 7, same run, CUPTI span): n8r / n8 at T=8 0.823; n8r / n8w at T=64 0.803, T=256 0.741;
+# at T=4 n8r / m16w 1.072 (so B=1 n=4 keeps m16w).
+AUTO_N8R_MIN_T_FP8 = 8
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -241,10 +245,11 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     tile_config="auto" on sm_90a with H <= 16, the 8-warp m16w config with one 64-position tile
     per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default).
     tile_config="auto" with H <= 8 on sm_90a (no cluster asked) and T >= AUTO_N8_MIN_T (bf16) or
-    T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 with T < AUTO_N8_MIN_T
-    takes m16w instead of n8 when that grid fits one wave (AUTO_M16W_FP8).
+    T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 takes n8r from
+    T >= AUTO_N8R_MIN_T_FP8, and with T < AUTO_N8_MIN_T m16w instead of n8 when that grid fits one
+    wave (AUTO_M16W_FP8). An fp8-only config (n8r) refuses a bf16 cache.
     A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
-    (_build.load_experimental; n8r: fp8 and sm_90a only)."""
+    (_build.load_experimental; sm_90a only)."""
     from ._build import load, load_experimental
 
     if combine not in COMBINES:
@@ -257,14 +262,14 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         cfg = tiles.EXPERIMENTAL_CONFIGS[tile_config]
         if arch != "sm_90a":
             _fail("tile_config", f"{tile_config} (experimental) is built for sm_90a only, not {arch}")
-        if tile_config in tiles.EXPERIMENTAL_FP8_ONLY and not fp8:
-            _fail("tile_config", f"{tile_config} (experimental) takes an fp8 (656-byte) cache only")
     else:
         if tile_config not in tiles.CONFIGS:
             _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
         cfg = tiles.CONFIGS[tile_config]
         if cfg not in tiles.ARCH_CONFIGS[arch]:
             _fail("tile_config", f"{tile_config} is not built for {arch}")
+    if cfg.fp8_only and not fp8:
+        _fail("tile_config", f"{tile_config} takes an fp8 (656-byte) cache only")
     small_fp8 = fp8 and T < AUTO_N8_MIN_T  # fp8 B=1: m16w below when it fits one wave, else n8
     if (
         auto_cfg
@@ -274,6 +279,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         and combine != "cluster"
     ):
         cfg = tiles.N8W if T >= AUTO_N8W_MIN_T else tiles.N8
+        if fp8 and T >= AUTO_N8R_MIN_T_FP8:
+            cfg = tiles.N8R
     mod = load_experimental(arch) if cfg.name in tiles.EXPERIMENTAL_CONFIGS else load(arch)
     if num_splits is None:
         S, chunk = split_plan(T, H, topk, sms, _ctas_per_sm(mod, device, cfg, fp8), cfg)

@@ -9,8 +9,8 @@ mma.sync m16n8k16 bf16. Two kinds:
   (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) + (STAGES+1)*BN*4 (per-position
   flags) + (fp8) 4*BM*4 Q block exponents + BN*16 scales + 16 (the tile's max scale per block),
   TG = warps / (BM/16) column groups of the S phase.
-- "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s, n8w; the experimental n8r adds REG:
-  no converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
+- "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s, n8w; n8r adds REG, fp8 only: no
+  converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
   WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 converted rows (f16 nope, bf16 rope) +
   WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales.
@@ -37,6 +37,17 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
+    lazy: bool = False  # CfgN LAZY: O rescaled only when a running max grows by > 2^8 (or sigma grows)
+
+    @property
+    def fp8_only(self) -> bool:
+        """REG converts e4m3 in registers: the config has no bf16 kernel."""
+        return self.reg
+
+    @property
+    def kv_kinds(self) -> tuple[bool, ...]:
+        """The fp8 flags the config is built for (False: bf16 cache, True: fp8 656-byte rows)."""
+        return (True,) if self.fp8_only else (False, True)
 
     @property
     def warps(self) -> int:
@@ -50,6 +61,10 @@ class TileConfig:
         return self.warps * 32
 
     def smem_bytes(self, fp8: bool) -> int:
+        """Dynamic shared memory of the kernel (bytes); 0 where the config has no kernel for the
+        cache kind (bf16 for an fp8-only config), as the binding's config_smem_bytes answers."""
+        if fp8 not in self.kv_kinds:
+            return 0
         bm, bn, st = self.block_m, self.block_n, self.stages
         if self.kind == "n8":
             w = self.warps
@@ -87,17 +102,19 @@ N8S = TileConfig("n8s", 6, 8, 32, 2, 2, kind="n8")
 # n8 with 7 warps and one raw stage per warp (sm_90a): with fp8 the stage is free once converted, so
 # each warp still has its next tile in flight, and the SM holds 7 warps instead of 4
 N8W = TileConfig("n8w", 7, 8, 112, 1, 7, kind="n8")
-CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W)}
+# n8r (sm_90a, fp8 only): 8 warps x 2 raw stages, e4m3 converted in registers into the mma fragments
+N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
+CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
-ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W), "sm_120a": (M16, M32, N8S)}
+ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R), "sm_120a": (M16, M32, N8S)}
 # Experimental configs: only in the experimental JIT build (_build.load_experimental, csrc
 # DSAV_EXPERIMENTAL), never in phase 0's build, the prebuilt library, auto or the parity suite's
 # "all"; reachable by name (tile_config=, dsa_parity --configs, dsa_bench --alt-config).
-# n8r: fp8 only, 8 warps x 2 raw stages, e4m3 converted in registers into the mma fragments.
-N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8R,)}
-EXPERIMENTAL_FP8_ONLY = ("n8r",)
+# n8wl / n8rl: n8w / n8r with the lazy O rescale (CfgN LAZY).
+N8WL = TileConfig("n8wl", 9, 8, 112, 1, 7, kind="n8", lazy=True)
+N8RL = TileConfig("n8rl", 10, 8, 128, 2, 8, kind="n8", reg=True, lazy=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8WL, N8RL)}
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")
@@ -115,12 +132,12 @@ def config_for_mangled(name: str):
     """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
     import re
 
-    n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])E(Lb([01])E)?", name)
+    n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])E", name)
     if n:
-        w, st, f = int(n.group(1)), int(n.group(2)), int(n.group(3))
-        reg = n.group(5) == "1"
+        w, st, f, reg, lazy = (int(x) for x in n.groups())
+        key = (w, st, bool(reg), bool(lazy))
         every = list(CONFIGS.values()) + list(EXPERIMENTAL_CONFIGS.values())
-        cn = next((c for c in every if c.kind == "n8" and (c.warps, c.stages, c.reg) == (w, st, reg)), None)
+        cn = next((c for c in every if c.kind == "n8" and (c.warps, c.stages, c.reg, c.lazy) == key), None)
         return None if cn is None else (cn, bool(f))
     m = re.search(r"CfgILi(\d+)ELi(\d+)ELi(\d+)ELb([01])E", name)
     if not m:

@@ -371,9 +371,9 @@ def dsa_build(arch: str, nvcc: str, experimental: bool = False) -> dict:
     """Compile ``dsa_verify/csrc/dsa_verify.cu`` (the sparse DSA verify kernel) for ``arch`` to a
     cubin with ``-Xptxas -v`` (no GPU, no torch; :func:`ptxas_report`); per kernel registers,
     spills, stack and smem (static + the dynamic bytes its launcher asks for, from
-    ``dsa_verify.tiles``). ``ok`` needs every tile config (bf16 and fp8) present, 0 spill bytes
-    and smem within the arch's limit. ``experimental`` (tests and development only, never phase
-    0): the experimental build, whose fp8 experimental configs must be present too."""
+    ``dsa_verify.tiles``). ``ok`` needs every tile config present (bf16 and fp8; fp8 only for the
+    fp8-only ones), 0 spill bytes and smem within the arch's limit. ``experimental`` (tests and
+    development only, never phase 0): the experimental build, whose configs must be present too."""
     from dsa_verify import tiles as dsa_tiles
     from dsa_verify._build import CSRC as DSA_CSRC
     from dsa_verify._build import EXPERIMENTAL_FLAG
@@ -388,9 +388,9 @@ def dsa_build(arch: str, nvcc: str, experimental: bool = False) -> dict:
     flags = dsa_nvcc_flags(arch) + ([EXPERIMENTAL_FLAG] if experimental else [])
     rep = ptxas_report(nvcc, arch, flags, DSA_CSRC, "dsa_verify.cu", dsa_tiles.SMEM_LIMIT[arch], smem_of)
     kernels, errors = rep["kernels"], rep["errors"]
-    want = {(c.name, f) for c in dsa_tiles.ARCH_CONFIGS[arch] for f in (False, True)}
+    want = {(c.name, f) for c in dsa_tiles.ARCH_CONFIGS[arch] for f in c.kv_kinds}
     if experimental and arch == "sm_90a":
-        want |= {(n, True) for n in dsa_tiles.EXPERIMENTAL_CONFIGS}
+        want |= {(c.name, f) for c in dsa_tiles.EXPERIMENTAL_CONFIGS.values() for f in c.kv_kinds}
     got = {(k["tile_config"], k["fp8"]) for k in kernels if k["tile_config"]}
     if want - got and rep["returncode"] == 0:  # after a "no kernels" error, before the spill one
         errors.insert(0 if kernels else 1, f"configs missing from the cubin: {sorted(want - got)}")

@@ -275,7 +275,7 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
     """resolve_full with no GPU: device_info, the module and its occupancy queries stubbed."""
     from dsa_verify import _build
 
-    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2, "n8w": 1}
+    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2, "n8w": 1, "n8r": 1}
     monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
     monkeypatch.setattr(_build, "load", lambda a: object())
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: occ[cfg.name])
@@ -316,19 +316,24 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     assert plan(8, 2048, 16, False)[1].name == "n8"  # T=16: n8w 0.985x, not worth a switch
     assert plan(8, 2048, 8, False)[1].name == "n8"
     assert plan(8, 2048, 4, False)[1].name == "m16"  # B=1 n=4: m16 (n8 1.09x slower)
-    # fp8: m16w at B=1 while its grid (32 splits of 64 positions) fits one wave, n8 up to 31 rows, n8w
+    # fp8: m16w at B=1 while its grid (32 splits of 64 positions) fits one wave, else n8 below 8 rows;
+    # n8r (e4m3 in registers) from 8 rows (H200: 0.82x n8 at T=8, 0.80x / 0.74x n8w at T=64 / 256)
     _, cfg, S, chunk, _, _ = plan(8, 2048, 4, True)
     assert (cfg.name, S, chunk) == ("m16w", 32, 64)
     assert plan(8, 2048, 6, True)[1].name == "n8"  # 6 x 32 m16w CTAs > 132 SMs: n8
-    assert plan(8, 2048, 8, True)[1].name == "n8"
-    assert plan(8, 2048, 64, True)[1].name == "n8w"
+    assert [plan(8, 2048, T, True)[1].name for T in (8, 16, 64, 256, 1024)] == ["n8r"] * 5
+    assert plan(16, 2048, 64, True)[1].name == "m16"  # n8r holds 8 heads
+    with pytest.raises(ValueError, match="fp8"):
+        plan(8, 2048, 64, False, "n8r")  # no bf16 kernel
     assert plan(16, 2048, 64, False)[1].name == "m16"  # H=16: two n8 head tiles would read KV twice
     assert plan(8, 2048, 64, False, "auto", None, "cluster")[1].name == "m16"  # n8 has no cluster merge
     assert plan(16, 2048, 4, True)[1].name == "m16"  # H=16 fp8: not measured with m16w
     # n8w: one 112-position tile per split at most; T=64 takes 2 splits of 1120 positions
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, False)
     assert (cfg.name, S, chunk) == ("n8w", 2, 1120)
-    assert _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, False)[1].name == "m16"  # not measured there
+    sm120 = _fake_plan(monkeypatch, arch="sm_120a")
+    assert sm120(8, 2048, 64, False)[1].name == "m16"  # not measured there
+    assert sm120(8, 2048, 64, True)[1].name == "m16"  # n8r: sm_90a only
 
 
 def test_cluster_plan_refusals(monkeypatch):
@@ -356,7 +361,7 @@ def test_parity_config_labels():
     labels = dsa_parity.configs_for("sm_90a", "all")
     assert labels == [
         "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s",
-        "n8w",
+        "n8w", "n8r",
     ]  # fmt: skip
     assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s"]
     assert dsa_parity.configs_for("sm_90a", "n8,m16/cluster") == ["n8", "m16/cluster"]
@@ -368,15 +373,17 @@ def test_parity_config_labels():
     mangled = {
         split + "ILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE": (tiles.M16D, False),
         split + "ILi16ELi64ELi2ELb1ELi8EEEEEvNS_6ParamsE": (tiles.M16W, True),
-        n8 + "ILi4ELi2ELb1EEEEEvNS_6ParamsE": (tiles.N8, True),
-        n8 + "ILi2ELi2ELb0EEEEEvNS_6ParamsE": (tiles.N8S, False),
-        n8 + "ILi7ELi1ELb1EEEEEvNS_6ParamsE": (tiles.N8W, True),
-        # the REG template argument (default false) is part of the real names
-        n8 + "ILi7ELi1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8W, True),
-        n8 + "ILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8R, True),
+        # CfgN<WARPS, STAGES, FP8, REG, LAZY>: the defaulted arguments are part of the real names
+        n8 + "ILi4ELi2ELb1ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8, True),
+        n8 + "ILi2ELi2ELb0ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8S, False),
+        n8 + "ILi7ELi1ELb1ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8W, True),
+        n8 + "ILi8ELi2ELb1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8R, True),
+        n8 + "ILi7ELi1ELb0ELb0ELb1EEEEEvNS_6ParamsE": (tiles.N8WL, False),
+        n8 + "ILi8ELi2ELb1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RL, True),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
+    assert tiles.config_for_mangled(n8 + "ILi5ELi3ELb1ELb0ELb0EEEEEvNS_6ParamsE") is None  # no such config
 
 
 def test_parity_order_and_partial_out(monkeypatch, tmp_path):
@@ -456,20 +463,21 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert doc["ok"], doc["errors"]
     assert doc["summary"]["spill_bytes"] == 0
     names = {(k["tile_config"], k["fp8"]) for k in doc["kernels"] if k["tile_config"]}
-    assert names == {(c.name, f) for c in tiles.ARCH_CONFIGS[arch] for f in (False, True)}
+    assert names == {(c.name, f) for c in tiles.ARCH_CONFIGS[arch] for f in c.kv_kinds}
+    assert ("n8r", False) not in names, "n8r is fp8 only"
     assert all(k["smem_bytes"] <= tiles.SMEM_LIMIT[arch] for k in doc["kernels"])
     assert math.isclose(len(doc["kernels"]), len(names) + 1)  # + the combine kernel
     assert not names & {(n, f) for n in tiles.EXPERIMENTAL_CONFIGS for f in (False, True)}, "phase 0's build"
 
 
-def test_experimental_build_adds_n8r_fp8_without_spills(nvcc_path):
+def test_experimental_build_adds_the_lazy_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
-    n8r = [k for k in doc["kernels"] if k["tile_config"] == "n8r"]
-    assert [k["fp8"] for k in n8r] == [True], "fp8 only"
-    assert (
-        n8r[0]["spill_bytes"] == 0 and n8r[0]["smem_bytes"] == tiles.N8R.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
-    )
+    got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
+    assert set(got) == {("n8wl", False), ("n8wl", True), ("n8rl", True)}
+    for (name, fp8), k in got.items():
+        cfg = tiles.EXPERIMENTAL_CONFIGS[name]
+        assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
 
 
 def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
@@ -480,18 +488,21 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     monkeypatch.setattr(_build, "load_experimental", lambda a: loaded.append(a) or object())
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
-    assert all(plan(8, 2048, T, True)[1].name != "n8r" for T in (1, 4, 8, 64, 256))  # never auto
+    lazy = set(tiles.EXPERIMENTAL_CONFIGS)
+    assert lazy == {"n8wl", "n8rl"}
+    assert all(plan(8, 2048, T, f)[1].name not in lazy for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
-    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8r")
-    assert (cfg.name, S, chunk) == ("n8r", 2, 1024) and loaded == ["sm_90a"]
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rl")
+    assert (cfg.name, S, chunk) == ("n8rl", 2, 1024) and loaded == ["sm_90a"]
+    assert plan(8, 2048, 64, False, "n8wl")[1].name == "n8wl"
     with pytest.raises(ValueError, match="fp8"):
-        plan(8, 2048, 64, False, "n8r")
+        plan(8, 2048, 64, False, "n8rl")
     with pytest.raises(ValueError, match="sm_90a only"):
-        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8r")
-    assert "n8r" not in dsa_parity.configs_for("sm_90a", "all")
-    assert dsa_parity.configs_for("sm_90a", "auto,n8r") == ["auto", "n8r"]
-    with pytest.raises(ValueError, match="n8r"):
-        dsa_parity.configs_for("sm_120a", "n8r")
+        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rl")
+    assert not lazy & set(dsa_parity.configs_for("sm_90a", "all"))
+    assert dsa_parity.configs_for("sm_90a", "auto,n8rl") == ["auto", "n8rl"]
+    with pytest.raises(ValueError, match="n8rl"):
+        dsa_parity.configs_for("sm_120a", "n8rl")
 
 
 # ---- prebuilt library (services never compile) ----

@@ -1,4 +1,4 @@
-"""Specification of the experimental n8r kernel's in-register fp8 fragments (CfgN REG in
+"""Specification of the n8r kernel's in-register fp8 fragments (CfgN REG in
 kernels/dsa_verify/csrc/dsa_verify_n8.cuh), checked on the CPU by emulating the PTX instructions
 it uses with the kernel's own address formulas:
 

@@ -20,7 +20,7 @@ def test_binding_smem_matches_tiles(cuda_device):
     mod = load(arch)
     for c in tiles.ARCH_CONFIGS[arch]:
         assert mod.config_compiled(c.index)
-        for fp8 in (False, True):
+        for fp8 in (False, True):  # 0 for the kind a config has no kernel for (bf16 of n8r)
             assert mod.config_smem_bytes(c.index, fp8) == c.smem_bytes(fp8), (c.name, fp8)
 
 

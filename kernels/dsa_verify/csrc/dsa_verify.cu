@@ -1,16 +1,18 @@
 // Launchers of the DSA verify kernels: one translation unit, a few template instantiations.
-// cfg 0 "m16": BM 16 heads, BN 32 positions, 2 stages, 128 threads (bf16 94,208 B / fp8 99,328 B smem)
-// cfg 1 "m32": BM 32, BN 16, 3 stages, 128 threads (bf16 94,208 B / fp8 88,832 B)
-// cfg 2 "m64": BM 64, BN 32, 3 stages, 256 threads (bf16 190,464 B / fp8 179,712 B), sm_90a only
-// cfg 3 "m16d": BM 16, BN 32, 4 stages, 128 threads (bf16 168,448 B / fp8 141,312 B), sm_90a only:
+// cfg 0 "m16": BM 16 heads, BN 32 positions, 2 stages, 128 threads (bf16 94,208 B / fp8 100,112 B smem)
+// cfg 1 "m32": BM 32, BN 16, 3 stages, 128 threads (bf16 94,208 B / fp8 89,616 B)
+// cfg 2 "m64": BM 64, BN 32, 3 stages, 256 threads (bf16 190,464 B / fp8 181,264 B), sm_90a only
+// cfg 3 "m16d": BM 16, BN 32, 4 stages, 128 threads (bf16 168,192 B / fp8 142,352 B), sm_90a only:
 //   the small-T latency config (a 128-position split has its whole KV in flight at once)
 // cfg 4 "m16w": BM 16, BN 64, 2 stages, 256 threads (8 warps: 8 S column groups, 8 PV groups of 64
 //   dims), sm_90a only: the B=1 latency config (twice the warps on one 64-position tile).
 // cfg 5 "n8": 8 heads per CTA in the mma N (dsa_verify_n8.cuh), 4 independent warps of 16 positions
 //   (BN 64), 2 stages per warp, 128 threads (bf16 156,704 B / fp8 168,096 B), sm_90a only
-// cfg 7 "n8w": n8 with 7 warps (BN 112) and 1 raw stage per warp, 224 threads (bf16 138,544 B / fp8
-//   N8WF B), sm_90a only: for fp8 the raw stage is free after the conversion, so every warp still has
+// cfg 7 "n8w": n8 with 7 warps (BN 112) and 1 raw stage per warp, 224 threads (bf16 138,268 B / fp8
+//   213,664 B), sm_90a only: for fp8 the raw stage is free after the conversion, so every warp still has
 //   its next tile in flight while it computes, with 7 warps per SM instead of 4 to hide latency
+// cfg 8 "n8r": fp8 only, 8 warps (BN 128) x 2 raw stages, 256 threads (186,048 B), sm_90a only: the
+//   e4m3 bytes go from the raw ring straight into the mma fragments (CfgN REG), no f16 tile
 // cfg 6 "n8s": n8 with 2 warps (BN 32), 64 threads (bf16 82,960 B / fp8 88,720 B): the sm_120a one
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
@@ -23,12 +25,11 @@
 #define DSAV_BUILD_CFG90 1
 #endif
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
-// library) adds cfg 8 "n8r": fp8 only, 8 warps x 2 raw stages, e4m3 converted in registers into the
-// mma fragments (CfgN REG); not run on a GPU before it is measured (kernels' notes say when).
+// library) adds cfg 9 "n8wl" and cfg 10 "n8rl": n8w and n8r with the lazy O rescale (CfgN LAZY).
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
-#define DSAV_CFG8 (DSAV_BUILD_CFG90 && DSAV_EXPERIMENTAL)
+#define DSAV_EXP90 (DSAV_BUILD_CFG90 && DSAV_EXPERIMENTAL)
 
 namespace dsav {
 
@@ -49,9 +50,12 @@ using N8B = CfgN<4, 2, false>;
 using N8F = CfgN<4, 2, true>;
 using N8WB = CfgN<7, 1, false>;
 using N8WF = CfgN<7, 1, true>;
-#endif
-#if DSAV_CFG8
 using N8RF = CfgN<8, 2, true, true>;
+#endif
+#if DSAV_EXP90
+using N8WLB = CfgN<7, 1, false, false, true>;
+using N8WLF = CfgN<7, 1, true, false, true>;
+using N8RLF = CfgN<8, 2, true, true, true>;
 #endif
 
 // the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
@@ -177,7 +181,9 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
 int config_block_m(int cfg) {
   return cfg >= 5 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64;
 }
-int config_block_n(int cfg) { return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : cfg == 8 ? 128 : 32; }
+int config_block_n(int cfg) {
+  return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 || cfg == 9 ? 112 : cfg == 8 || cfg == 10 ? 128 : 32;
+}
 long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
 int config_smem_bytes(int cfg, bool fp8) {
@@ -190,16 +196,18 @@ int config_smem_bytes(int cfg, bool fp8) {
   if (cfg == 4) return fp8 ? M16WF::bytes : M16WB::bytes;
   if (cfg == 5) return fp8 ? N8F::bytes : N8B::bytes;
   if (cfg == 7) return fp8 ? N8WF::bytes : N8WB::bytes;
-#endif
-#if DSAV_CFG8
   if (cfg == 8) return fp8 ? N8RF::bytes : 0;
+#endif
+#if DSAV_EXP90
+  if (cfg == 9) return fp8 ? N8WLF::bytes : N8WLB::bytes;
+  if (cfg == 10) return fp8 ? N8RLF::bytes : 0;
 #endif
   return 0;
 }
 
 bool config_compiled(int cfg) {
-  return cfg == 0 || cfg == 1 || cfg == 6 || (((cfg >= 2 && cfg <= 5) || cfg == 7) && DSAV_BUILD_CFG90) ||
-         (cfg == 8 && DSAV_CFG8);
+  return cfg == 0 || cfg == 1 || cfg == 6 || (cfg >= 2 && cfg <= 8 && cfg != 6 && DSAV_BUILD_CFG90) ||
+         ((cfg == 9 || cfg == 10) && DSAV_EXP90);
 }
 
 int config_max_clusters(int cfg, bool fp8, int size) {
@@ -221,9 +229,11 @@ int config_ctas_per_sm(int cfg, bool fp8) {
   if (cfg == 4) return fp8 ? occupancy<M16WF>() : occupancy<M16WB>();
   if (cfg == 5) return fp8 ? occupancy<N8F>() : occupancy<N8B>();
   if (cfg == 7) return fp8 ? occupancy<N8WF>() : occupancy<N8WB>();
-#endif
-#if DSAV_CFG8
   if (cfg == 8) return fp8 ? occupancy<N8RF>() : 0;
+#endif
+#if DSAV_EXP90
+  if (cfg == 9) return fp8 ? occupancy<N8WLF>() : occupancy<N8WLB>();
+  if (cfg == 10) return fp8 ? occupancy<N8RLF>() : 0;
 #endif
   return 0;
 }
@@ -243,9 +253,11 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (cfg == 4) e = fp8 ? launch_split<M16WF>(p, stream) : launch_split<M16WB>(p, stream);
   if (cfg == 5) e = fp8 ? launch_split<N8F>(p, stream) : launch_split<N8B>(p, stream);
   if (cfg == 7) e = fp8 ? launch_split<N8WF>(p, stream) : launch_split<N8WB>(p, stream);
-#endif
-#if DSAV_CFG8
   if (cfg == 8 && fp8) e = launch_split<N8RF>(p, stream);  // bf16: invalid value
+#endif
+#if DSAV_EXP90
+  if (cfg == 9) e = fp8 ? launch_split<N8WLF>(p, stream) : launch_split<N8WLB>(p, stream);
+  if (cfg == 10 && fp8) e = launch_split<N8RLF>(p, stream);  // bf16: invalid value
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);

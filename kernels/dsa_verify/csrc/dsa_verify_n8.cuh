@@ -31,15 +31,20 @@
 
 namespace dsav {
 
-template <int WARPS_, int STAGES_, bool FP8_, bool REG_ = false>
+template <int WARPS_, int STAGES_, bool FP8_, bool REG_ = false, bool LAZY_ = false>
 struct CfgN {
   static constexpr int WARPS = WARPS_, STAGES = STAGES_;
   static constexpr bool FP8 = FP8_;
-  // REG (fp8 only, experimental builds): the e4m3 bytes go from the raw ring straight into the mma
+  // REG (fp8 only): the e4m3 bytes go from the raw ring straight into the mma
   // fragments (K by ldmatrix + cvt, V^T by ldmatrix.trans + prmt + cvt): no f16 tile, the ring
   // stays the compute tile, and Q's nope part lives as f16 in the permuted Q16 layout below
   static constexpr bool REG = REG_;
   static_assert(!REG || FP8, "the in-register conversion is an fp8 path");
+  // LAZY (experimental builds): a warp moves its reference max (and rescales O) only when some
+  // head's tile max exceeds it by more than LAZY_TAU (log2 units, so P <= 2^8) or, fp8, some
+  // block's sigma grows; otherwise alpha = 1 and the 128 O multiplies of the tile are skipped
+  static constexpr bool LAZY = LAZY_;
+  static constexpr float LAZY_TAU = 8.f;
   static constexpr bool N8 = true;
   static constexpr bool CLUSTER_OK = false;  // no cluster merge (the warps merge in the CTA)
   static constexpr int MAX_CLUSTER = 16;
@@ -195,6 +200,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     };
     // fp8 sigma update (positions only; off the S -> softmax -> PV chain): sig_r = sigma_old /
     // sigma_new, sig_i = 1 / sigma_new per block
+    bool sig_grew = false;  // some block's sigma grew this tile (warp-uniform)
     auto sigma_update = [&]() {
 #pragma unroll
       for (int bk = 0; bk < 4; ++bk) {
@@ -203,6 +209,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
         const float sn = fmaxf(sig[bk], smax);
+        sig_grew = sig_grew || sn > sig[bk];
         sig_r[bk] = sn > 0.f ? sig[bk] / sn : 1.f;
         sig_i[bk] = sn > 0.f ? 1.f / sn : 0.f;
         sig[bk] = sn;
@@ -328,14 +335,22 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     sv[2] = v1 ? sv[2] * p.scale_log2 : -INFINITY;
     sv[3] = v1 ? sv[3] * p.scale_log2 : -INFINITY;
     // ---- online softmax per head over the warp's 16 positions (lanes of equal c) ----
-    float pr[4], alpha_h[2];
+    float pr[4], alpha_h[2], mx[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float mx = fmaxf(sv[hh], sv[hh + 2]);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-      const float m_new = fmaxf(m_run[hh], mx);
+      mx[hh] = fmaxf(sv[hh], sv[hh + 2]);
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 4));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 8));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 16));
+    }
+    bool move = true;  // LAZY: whether the reference max moves (and O is rescaled) this tile
+    if constexpr (C::LAZY) {
+      const bool grow = mx[0] > m_run[0] + C::LAZY_TAU || mx[1] > m_run[1] + C::LAZY_TAU || sig_grew;
+      move = __any_sync(0xffffffffu, grow);
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float m_new = move ? fmaxf(m_run[hh], mx[hh]) : m_run[hh];
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       const float alpha = exp2f(m_run[hh] - m_use);  // m_run = -inf gives 0
       m_run[hh] = m_new;
@@ -358,6 +373,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         const float e0 = s0 * sig_i[bk], e1 = s1 * sig_i[bk];
         const uint32_t pb0 = movmatrix_t(pack_f16(pr[0] * e0, pr[1] * e0));
         const uint32_t pb1 = movmatrix_t(pack_f16(pr[2] * e1, pr[3] * e1));
+        // O_b^T *= f (skipped when a LAZY warp did not move: alpha = 1 and sigma unchanged)
+        auto rescale = [&](float (&o)[4]) {
+          if (!C::LAZY || move) {
+            o[0] *= f0; o[1] *= f1; o[2] *= f0; o[3] *= f1;
+          }
+        };
         if constexpr (C::REG) {
 #pragma unroll
           for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); i += 2) {
@@ -365,8 +386,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
             ldsm_x4_t(sK + arow * FP8_ROW + (i + (lane >> 4)) * 16, r0, r1, r2, r3);
             const uint32_t t0 = __byte_perm(r0, 0, 0x3120), t1 = __byte_perm(r1, 0, 0x3120);
             const uint32_t t2 = __byte_perm(r2, 0, 0x3120), t3 = __byte_perm(r3, 0, 0x3120);
-            o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
-            o_acc[i + 1][0] *= f0; o_acc[i + 1][1] *= f1; o_acc[i + 1][2] *= f0; o_acc[i + 1][3] *= f1;
+            rescale(o_acc[i]);
+            rescale(o_acc[i + 1]);
             mma_f16(o_acc[i], e4m3x2_to_f16x2(t0), e4m3x2_to_f16x2(t0 >> 16), e4m3x2_to_f16x2(t1),
                     e4m3x2_to_f16x2(t1 >> 16), pb0, pb1);
             mma_f16(o_acc[i + 1], e4m3x2_to_f16x2(t2), e4m3x2_to_f16x2(t2 >> 16), e4m3x2_to_f16x2(t3),
@@ -375,7 +396,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         } else {
 #pragma unroll
           for (int i = bk * (D_V / 64); i < (bk + 1) * (D_V / 64); ++i) {
-            o_acc[i][0] *= f0; o_acc[i][1] *= f1; o_acc[i][2] *= f0; o_acc[i][3] *= f1;
+            rescale(o_acc[i]);
             uint32_t a0, a1, a2, a3;
             ldsm_x4_t(sK + swz(vrow, 2 * i + vch), a0, a1, a2, a3);
             mma_f16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
@@ -383,9 +404,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         }
       }
     } else {
+      if (!C::LAZY || move) {
 #pragma unroll
-      for (int i = 0; i < D_V / 16; ++i) {
-        o_acc[i][0] *= alpha_h[0]; o_acc[i][1] *= alpha_h[1]; o_acc[i][2] *= alpha_h[0]; o_acc[i][3] *= alpha_h[1];
+        for (int i = 0; i < D_V / 16; ++i) {
+          o_acc[i][0] *= alpha_h[0]; o_acc[i][1] *= alpha_h[1]; o_acc[i][2] *= alpha_h[0]; o_acc[i][3] *= alpha_h[1];
+        }
       }
       // P^T as the PV B operand: positions 0..7 and 8..15, transposed in registers
       const uint32_t pb0 = movmatrix_t(pack_bf16(pr[0], pr[1]));
