@@ -13,7 +13,10 @@
 # DSA_MODE=dev: build check, parity --quick (every config, graph replay), the trace, the breakdown,
 #   the headline bench shapes with ALT_CONFIG (default n8) timed beside auto in the same run.
 # DSA_MODE=ab: build check, parity with the given args (no --quick added), the headline bench shapes
-#   with ALT_CONFIG (default n8) timed beside auto in the same run (no trace, no breakdown).
+#   with each ALT_CONFIG entry (comma-separated, default n8) timed beside auto in the same run (no
+#   trace, no breakdown). DSA_PYTEST=1 (ab): then the GPU pytest file, as in iter.
+# BENCH_SHAPES (ab, final): the bench's --shapes instead of its grid (e.g. only the H=8 headline
+#   shapes: the H=64 one runs SGLang's Triton autotune, ~80 s on the H200).
 # .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
 set -o pipefail
 BUDGET=${1:-120}
@@ -56,11 +59,15 @@ print_bench() {  # the bench's own row printer, also for a partial document left
   python3 -c "import json, sys; from verify_tools.dsa_bench import _print_rows; d = json.load(open(sys.argv[1])); _print_rows(d); print('summary', json.dumps(d.get('summary')))" "$1" \
     || echo "bench json unreadable: $1"
 }
-ab_bench() {  # the headline bench shapes with ALT_CONFIG (default n8) timed beside auto, same run
-  timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick --reps 20 --budget-s "$BUDGET" \
-    --alt-config "${ALT_CONFIG:-n8}" --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
-  echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -8
-  print_bench "$OUT/dsa_bench.json"
+ab_bench() {  # the headline bench shapes (or BENCH_SHAPES) timed beside auto, same run, once per
+  # ALT_CONFIG entry (comma-separated, default n8): dsa_bench_<alt>.json each
+  local alt
+  for alt in $(echo "${ALT_CONFIG:-n8}" | tr ',' ' '); do
+    timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick ${BENCH_SHAPES:+--shapes "$BENCH_SHAPES"} \
+      --reps 20 --budget-s "$BUDGET" --alt-config "$alt" --out "$OUT/dsa_bench_$alt.json" 2> "/tmp/dsa_bench_$alt.err"
+    echo "bench $alt rc=$?"; grep -v -i "warn" "/tmp/dsa_bench_$alt.err" | tail -8
+    print_bench "$OUT/dsa_bench_$alt.json"
+  done
 }
 cd kernels || exit 1
 python3 - > "$OUT/dsa_build.json" <<'PY'
@@ -93,6 +100,9 @@ PY
 tail -5 "/tmp/dsa_parity.err"
 if [ "${DSA_MODE:-}" = ab ]; then
   ab_bench
+  if [ "${DSA_PYTEST:-}" = 1 ]; then
+    cd .. && timeout "${PYTEST_TIMEOUT:-150}" python3 -m pytest -q -m gpu tests/kernels/test_dsa_gpu.py -p no:cacheprovider 2>&1 | tail -8
+  fi
   exit 0
 fi
 if [ "${DSA_MODE:-}" = dev ]; then
@@ -116,7 +126,7 @@ fi
 if [ "${DSA_MODE:-}" = final ]; then
   # bench first (headline shapes first; the JSON is rewritten after every shape), then memcheck, breakdown
   timeout "${BENCH_TIMEOUT:-100}" python3 -m verify_tools.dsa_bench --budget-s "$BUDGET" --reps 20 \
-    --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
+    ${BENCH_SHAPES:+--shapes "$BENCH_SHAPES"} --out "$OUT/dsa_bench.json" 2> "/tmp/dsa_bench.err"
   echo "bench rc=$?"; grep -v -i "warn" "/tmp/dsa_bench.err" | tail -12
   timeout "${MEMCHECK_TIMEOUT:-70}" compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m verify_tools.dsa_parity --json \
     --cases hostile_b2_n4_h16_fp8,hostile_b2_n4_h64_bf16,hostile_b1_n4_h8_bf16,hostile_b1_n4_h8_fp8 \
