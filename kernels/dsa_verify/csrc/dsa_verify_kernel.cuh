@@ -129,10 +129,17 @@ __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
   const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
-// two e4m3 bytes (low byte first) -> f16x2, exact
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
-  return *reinterpret_cast<const uint32_t*>(&h);
+// two e4m3 bytes (low byte first) -> f16x2, exact: the low (HI = false) or high half of `four`.
+// The high half is named as the b16 half of the register (mov.b32 {lo, hi}), which ptxas folds into
+// the conversion's operand; `four >> 16` would cost a shift per conversion.
+template <bool HI = false>
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t four) {
+  uint32_t d;
+  if constexpr (HI)
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(d) : "r"(four));
+  else
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(d) : "r"(four));
+  return d;
 }
 // Byte offset of 16-byte chunk `ch` of row `row` in a swizzled [rows][576] bf16 tile: the low
 // three chunk bits are XORed with the row, so the 8 rows of an ldmatrix hit 8 distinct bank groups.
@@ -145,10 +152,10 @@ __device__ __forceinline__ uint32_t swz(int row, int ch) {
 // consecutive ch (one 8-lane phase) hit 8 distinct bank groups.
 __device__ __forceinline__ void fp8_chunk_to_f16(const uint8_t* raw_row, uint8_t* cvt, int r, int ch) {
   const uint4 v = *reinterpret_cast<const uint4*>(raw_row + ch * 16);
-  const uint4 lo = make_uint4(e4m3x2_to_f16x2(v.x), e4m3x2_to_f16x2(v.x >> 16), e4m3x2_to_f16x2(v.y),
-                              e4m3x2_to_f16x2(v.y >> 16));
-  const uint4 hi = make_uint4(e4m3x2_to_f16x2(v.z), e4m3x2_to_f16x2(v.z >> 16), e4m3x2_to_f16x2(v.w),
-                              e4m3x2_to_f16x2(v.w >> 16));
+  const uint4 lo = make_uint4(e4m3x2_to_f16x2(v.x), e4m3x2_to_f16x2<true>(v.x), e4m3x2_to_f16x2(v.y),
+                              e4m3x2_to_f16x2<true>(v.y));
+  const uint4 hi = make_uint4(e4m3x2_to_f16x2(v.z), e4m3x2_to_f16x2<true>(v.z), e4m3x2_to_f16x2(v.w),
+                              e4m3x2_to_f16x2<true>(v.w));
   const int first = (ch >> 2) & 1;
   *reinterpret_cast<uint4*>(cvt + swz(r, 2 * ch + first)) = first ? hi : lo;
   *reinterpret_cast<uint4*>(cvt + swz(r, 2 * ch + 1 - first)) = first ? lo : hi;

@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   const int g = lane >> 2, c = lane & 3;
   // fp8: sig[b] = running max over the warp's positions of |scale| of block b (warp-uniform);
   // qinv [4][8] = 2^-e per (block, head); ssc = the current tile's scales [16 rows][4 blocks]
-  float sig[4] = {0.f, 0.f, 0.f, 0.f}, sig_r[4], sig_i[4];
+  float sig[4] = {0.f, 0.f, 0.f, 0.f}, sig_r[4], sig_i[4] = {0.f, 0.f, 0.f, 0.f};
   const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
   float* ssc = reinterpret_cast<float*>(smem + C::off_ssc) + warp * WR * 4;
   if constexpr (C::FP8) {
@@ -208,11 +208,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
-        const float sn = fmaxf(sig[bk], smax);
-        sig_grew = sig_grew || sn > sig[bk];
-        sig_r[bk] = sn > 0.f ? sig[bk] / sn : 1.f;
-        sig_i[bk] = sn > 0.f ? 1.f / sn : 0.f;
-        sig[bk] = sn;
+        // the divisions only where sigma grows (warp-uniform; rare after the first tiles): an
+        // unchanged sigma keeps sig_i and has sig_r = 1, the values the divisions would give
+        sig_r[bk] = 1.f;
+        if (smax > sig[bk]) {
+          sig_grew = true;
+          sig_r[bk] = sig[bk] / smax;
+          sig_i[bk] = 1.f / smax;
+          sig[bk] = smax;
+        }
       }
     };
     if constexpr (C::REG) {
@@ -273,10 +277,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         uint32_t r0, r1, r2, r3;
         ldsm_x4(sK + arow * FP8_ROW + (seg + (lane >> 4)) * 16, r0, r1, r2, r3);
         const uint4 qb = *reinterpret_cast<const uint4*>(smem + C::off_q16 + g * C::QROW16 + c * 16 + (seg / 2) * 64);
-        mma_f16(sx[2 * hp], e4m3x2_to_f16x2(r0), e4m3x2_to_f16x2(r1), e4m3x2_to_f16x2(r0 >> 16), e4m3x2_to_f16x2(r1 >> 16),
+        mma_f16(sx[2 * hp], e4m3x2_to_f16x2(r0), e4m3x2_to_f16x2(r1), e4m3x2_to_f16x2<true>(r0), e4m3x2_to_f16x2<true>(r1),
                 qb.x, qb.y);
-        mma_f16(sx[2 * hp + 1], e4m3x2_to_f16x2(r2), e4m3x2_to_f16x2(r3), e4m3x2_to_f16x2(r2 >> 16),
-                e4m3x2_to_f16x2(r3 >> 16), qb.z, qb.w);
+        mma_f16(sx[2 * hp + 1], e4m3x2_to_f16x2(r2), e4m3x2_to_f16x2(r3), e4m3x2_to_f16x2<true>(r2),
+                e4m3x2_to_f16x2<true>(r3), qb.z, qb.w);
       }
     };
     float sv[4];
@@ -388,10 +392,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
             const uint32_t t2 = __byte_perm(r2, 0, 0x3120), t3 = __byte_perm(r3, 0, 0x3120);
             rescale(o_acc[i]);
             rescale(o_acc[i + 1]);
-            mma_f16(o_acc[i], e4m3x2_to_f16x2(t0), e4m3x2_to_f16x2(t0 >> 16), e4m3x2_to_f16x2(t1),
-                    e4m3x2_to_f16x2(t1 >> 16), pb0, pb1);
-            mma_f16(o_acc[i + 1], e4m3x2_to_f16x2(t2), e4m3x2_to_f16x2(t2 >> 16), e4m3x2_to_f16x2(t3),
-                    e4m3x2_to_f16x2(t3 >> 16), pb0, pb1);
+            mma_f16(o_acc[i], e4m3x2_to_f16x2(t0), e4m3x2_to_f16x2<true>(t0), e4m3x2_to_f16x2(t1),
+                    e4m3x2_to_f16x2<true>(t1), pb0, pb1);
+            mma_f16(o_acc[i + 1], e4m3x2_to_f16x2(t2), e4m3x2_to_f16x2<true>(t2), e4m3x2_to_f16x2(t3),
+                    e4m3x2_to_f16x2<true>(t3), pb0, pb1);
           }
         } else {
 #pragma unroll
