@@ -231,11 +231,17 @@ __device__ __forceinline__ void write_empty_split(const Params& p, int t, int s,
 
 // One KV row's cp.async copies by the 8 loader lanes of that row (lane `sub` = 0..7): fp8 rows land
 // raw (41 chunks of 16 B at FP8_ROW stride), bf16 rows in the swizzled tile layout; !ok
-// zero-fills the destination and reads nothing.
+// zero-fills the destination and reads nothing. fp8: chunks sub + 8 it, unrolled so that the
+// offsets are immediates (41 = 5 x 8 + 1: lane 0 also takes chunk 40).
 template <bool FP8>
 __device__ __forceinline__ void issue_kv_row(uint32_t dst, int r, const uint8_t* src, bool ok, int sub) {
   if constexpr (FP8) {
-    for (int ch = sub; ch < FP8_CHUNKS; ch += 8) cp_async16(dst + r * FP8_ROW + ch * 16, src + ch * 16, ok ? 16 : 0);
+    static_assert(FP8_CHUNKS == 5 * 8 + 1, "five chunks per lane, one more for lane 0");
+    const uint32_t d = dst + r * FP8_ROW + sub * 16;
+    const uint8_t* s = src + sub * 16;
+#pragma unroll
+    for (int it = 0; it < 5; ++it) cp_async16(d + it * 128, s + it * 128, ok ? 16 : 0);
+    if (sub == 0) cp_async16(d + 5 * 128, s + 5 * 128, ok ? 16 : 0);
   } else {
 #pragma unroll
     for (int it = 0; it < BF_CHUNKS / 8; ++it) {

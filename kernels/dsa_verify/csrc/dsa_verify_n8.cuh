@@ -269,14 +269,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     // four chains. ldmatrix (b16) on the raw rows gives lane (g, c) bytes 4c..4c+3 of segment s of
     // rows g and g + 8; its low pair is the A fragment of logical k 2c, 2c+1 (dims 16s + 4c + 0, 1),
     // the high pair k 2c+8, 2c+9 (dims 16s + 4c + 2, 3): the Q16 layout pairs Q the same way.
+    // The lane's addresses (K: row arow, segment lane / 16; Q16: row g, chunk c) are formed once
+    // per call; the segment offsets are then immediates.
     auto s_kq_reg = [&](int kq, float (&sx)[4][4]) {
       const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
+      const uint32_t kb = sK + arow * FP8_ROW + (lane >> 4) * 16 + kq * 64;
+      const uint8_t* qrow = smem + C::off_q16 + g * C::QROW16 + c * 16 + kq * 128;
 #pragma unroll
       for (int hp = 0; hp < 2; ++hp) {  // segment pairs (4 kq + 2 hp, +1)
-        const int seg = 4 * kq + 2 * hp;
         uint32_t r0, r1, r2, r3;
-        ldsm_x4(sK + arow * FP8_ROW + (seg + (lane >> 4)) * 16, r0, r1, r2, r3);
-        const uint4 qb = *reinterpret_cast<const uint4*>(smem + C::off_q16 + g * C::QROW16 + c * 16 + (seg / 2) * 64);
+        ldsm_x4(kb + hp * 32, r0, r1, r2, r3);
+        const uint4 qb = *reinterpret_cast<const uint4*>(qrow + hp * 64);
         mma_f16(sx[2 * hp], e4m3x2_to_f16x2(r0), e4m3x2_to_f16x2(r1), e4m3x2_to_f16x2<true>(r0), e4m3x2_to_f16x2<true>(r1),
                 qb.x, qb.y);
         mma_f16(sx[2 * hp + 1], e4m3x2_to_f16x2(r2), e4m3x2_to_f16x2(r3), e4m3x2_to_f16x2<true>(r2),
