@@ -5,7 +5,8 @@
 # Usage: bash tests/device/dsa_run.sh [BENCH_BUDGET_S] [parity args...]; results under $OUT.
 # DSA_MODE=diag: parity --quick, then the small-T time breakdown and the headline bench shapes.
 # DSA_MODE=final: full parity, the bench (BENCH_BUDGET_S, headline shapes first), compute-sanitizer
-#   memcheck on the hostile cases (auto config), the small-T breakdown.
+#   memcheck on the hostile cases (MEMCHECK_CONFIGS, default auto), the small-T breakdown (FINAL_DIAG=0
+#   leaves it out).
 # DSA_MODE=iter: parity --quick, the breakdown, the headline bench shapes, then the GPU pytest file
 #   (tests/kernels/test_dsa_gpu.py, incl. the prebuilt-library build); one summary line per step.
 # DSA_MODE=trace: build check, then the per-CTA %globaltimer timeline of the headline shape
@@ -141,8 +142,10 @@ if [ "${DSA_MODE:-}" = final ]; then
     echo "flashmla bench rc=$?"; grep -v -i "warn" "/tmp/dsa_fm.err" | tail -4
     print_bench "$OUT/dsa_bench_flashmla.json"
   fi
-  timeout 45 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
-  print_diag "$OUT/dsa_diag.json"
+  if [ "${FINAL_DIAG:-1}" = 1 ]; then
+    timeout 45 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
+    print_diag "$OUT/dsa_diag.json"
+  fi
   exit 0
 fi
 if [ "${DSA_MODE:-}" = iter ]; then

@@ -242,12 +242,11 @@ __device__ __forceinline__ void issue_kv_row(uint32_t dst, int r, const uint8_t*
 #pragma unroll
     for (int it = 0; it < 5; ++it) cp_async16(d + it * 128, s + it * 128, ok ? 16 : 0);
     if (sub == 0) cp_async16(d + 5 * 128, s + 5 * 128, ok ? 16 : 0);
-  } else {
+  } else {  // chunk sub + 8 it lands at swz(r, sub + 8 it) = the row's swizzled chunk sub, + 128 it
+    const uint32_t d = dst + swz(r, sub);
+    const uint8_t* s = src + sub * 16;
 #pragma unroll
-    for (int it = 0; it < BF_CHUNKS / 8; ++it) {
-      const int ch = sub + 8 * it;
-      cp_async16(dst + swz(r, ch), src + ch * 16, ok ? 16 : 0);
-    }
+    for (int it = 0; it < BF_CHUNKS / 8; ++it) cp_async16(d + it * 128, s + it * 128, ok ? 16 : 0);
   }
 }
 
