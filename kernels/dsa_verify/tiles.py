@@ -23,6 +23,7 @@ from dataclasses import dataclass
 BF_ROW = 1152
 FP8_ROW = 656
 QROW16 = 512 * 2 + 64  # CfgN REG: one f16 Q row (permuted nope dims), padded
+HALF_ROW = 400  # CfgN PAIR: a warp's half of an fp8 row (nope half, scales, rope)
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
 
@@ -37,7 +38,7 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    lazy: bool = False  # CfgN LAZY: O rescaled only when a running max grows by > 2^8 (or sigma grows)
+    pair: bool = False  # CfgN PAIR (REG only): two warps per 16-position tile, split by 128-dim blocks
 
     @property
     def fp8_only(self) -> bool:
@@ -70,10 +71,12 @@ class TileConfig:
             w = self.warps
             q16 = bm * QROW16 if self.reg else 0
             cvt = w * 16 * BF_ROW if fp8 and not self.reg else 0
-            head = bm * BF_ROW + q16 + w * st * 16 * (FP8_ROW if fp8 else BF_ROW) + cvt
+            raw_row = HALF_ROW if self.pair else (FP8_ROW if fp8 else BF_ROW)
+            head = bm * BF_ROW + q16 + w * st * 16 * raw_row + cvt
             if not fp8:
                 return head + w * st * 4
-            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16)
+            xchg = (w // 2) * 2 * 2 * 32 * 16 if self.pair else 0  # the S partials of the pairs
+            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16) + xchg
         tg = self.warps // (bm // 16)
         raw = bn * (FP8_ROW if fp8 else BF_ROW)
         return (
@@ -111,10 +114,10 @@ ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R), "sm_12
 # Experimental configs: only in the experimental JIT build (_build.load_experimental, csrc
 # DSAV_EXPERIMENTAL), never in phase 0's build, the prebuilt library, auto or the parity suite's
 # "all"; reachable by name (tile_config=, dsa_parity --configs, dsa_bench --alt-config).
-# n8wl / n8rl: n8w / n8r with the lazy O rescale (CfgN LAZY).
-N8WL = TileConfig("n8wl", 9, 8, 112, 1, 7, kind="n8", lazy=True)
-N8RL = TileConfig("n8rl", 10, 8, 128, 2, 8, kind="n8", reg=True, lazy=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8WL, N8RL)}
+# n8p: n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position tile split by 128-dim
+# blocks (CfgN PAIR: 64 O^T registers per warp instead of 128, so 12 warps fit one SM).
+N8P = TileConfig("n8p", 9, 8, 96, 2, 12, kind="n8", reg=True, pair=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P,)}
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")
@@ -134,10 +137,10 @@ def config_for_mangled(name: str):
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])E", name)
     if n:
-        w, st, f, reg, lazy = (int(x) for x in n.groups())
-        key = (w, st, bool(reg), bool(lazy))
+        w, st, f, reg, pair = (int(x) for x in n.groups())
+        key = (w, st, bool(reg), bool(pair))
         every = list(CONFIGS.values()) + list(EXPERIMENTAL_CONFIGS.values())
-        cn = next((c for c in every if c.kind == "n8" and (c.warps, c.stages, c.reg, c.lazy) == key), None)
+        cn = next((c for c in every if c.kind == "n8" and (c.warps, c.stages, c.reg, c.pair) == key), None)
         return None if cn is None else (cn, bool(f))
     m = re.search(r"CfgILi(\d+)ELi(\d+)ELi(\d+)ELb([01])E", name)
     if not m:

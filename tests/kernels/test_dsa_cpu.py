@@ -373,13 +373,12 @@ def test_parity_config_labels():
     mangled = {
         split + "ILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE": (tiles.M16D, False),
         split + "ILi16ELi64ELi2ELb1ELi8EEEEEvNS_6ParamsE": (tiles.M16W, True),
-        # CfgN<WARPS, STAGES, FP8, REG, LAZY>: the defaulted arguments are part of the real names
+        # CfgN<WARPS, STAGES, FP8, REG, PAIR>: the defaulted arguments are part of the real names
         n8 + "ILi4ELi2ELb1ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8, True),
         n8 + "ILi2ELi2ELb0ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8S, False),
         n8 + "ILi7ELi1ELb1ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8W, True),
         n8 + "ILi8ELi2ELb1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8R, True),
-        n8 + "ILi7ELi1ELb0ELb0ELb1EEEEEvNS_6ParamsE": (tiles.N8WL, False),
-        n8 + "ILi8ELi2ELb1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RL, True),
+        n8 + "ILi12ELi2ELb1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8P, True),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
@@ -470,14 +469,15 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert not names & {(n, f) for n in tiles.EXPERIMENTAL_CONFIGS for f in (False, True)}, "phase 0's build"
 
 
-def test_experimental_build_adds_the_lazy_configs_without_spills(nvcc_path):
+def test_experimental_build_adds_n8p_fp8_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8wl", False), ("n8wl", True), ("n8rl", True)}
-    for (name, fp8), k in got.items():
-        cfg = tiles.EXPERIMENTAL_CONFIGS[name]
-        assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
+    assert set(got) == {("n8p", True)}, "fp8 only"
+    k = got[("n8p", True)]
+    assert k["spill_bytes"] == 0 and k["smem_bytes"] == tiles.N8P.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
+    # 12 warps on one SM: at most 65536 / 384 registers per thread
+    assert tiles.N8P.threads == 384 and k["registers"] <= 65536 // 384
 
 
 def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
@@ -488,21 +488,20 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     monkeypatch.setattr(_build, "load_experimental", lambda a: loaded.append(a) or object())
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
-    lazy = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert lazy == {"n8wl", "n8rl"}
-    assert all(plan(8, 2048, T, f)[1].name not in lazy for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
+    exp = set(tiles.EXPERIMENTAL_CONFIGS)
+    assert exp == {"n8p"}
+    assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
-    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rl")
-    assert (cfg.name, S, chunk) == ("n8rl", 2, 1024) and loaded == ["sm_90a"]
-    assert plan(8, 2048, 64, False, "n8wl")[1].name == "n8wl"
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8p")
+    assert (cfg.name, S, chunk) == ("n8p", 2, 1056) and loaded == ["sm_90a"]  # 11 tiles of 96 positions
     with pytest.raises(ValueError, match="fp8"):
-        plan(8, 2048, 64, False, "n8rl")
+        plan(8, 2048, 64, False, "n8p")
     with pytest.raises(ValueError, match="sm_90a only"):
-        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rl")
-    assert not lazy & set(dsa_parity.configs_for("sm_90a", "all"))
-    assert dsa_parity.configs_for("sm_90a", "auto,n8rl") == ["auto", "n8rl"]
-    with pytest.raises(ValueError, match="n8rl"):
-        dsa_parity.configs_for("sm_120a", "n8rl")
+        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8p")
+    assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))
+    assert dsa_parity.configs_for("sm_90a", "auto,n8p") == ["auto", "n8p"]
+    with pytest.raises(ValueError, match="n8p"):
+        dsa_parity.configs_for("sm_120a", "n8p")
 
 
 # ---- prebuilt library (services never compile) ----

@@ -25,7 +25,8 @@
 #define DSAV_BUILD_CFG90 1
 #endif
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
-// library) adds cfg 9 "n8wl" and cfg 10 "n8rl": n8w and n8r with the lazy O rescale (CfgN LAZY).
+// library) adds cfg 9 "n8p": n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position
+// tile split by 128-dim blocks (CfgN PAIR; 184,032 B).
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -53,9 +54,7 @@ using N8WF = CfgN<7, 1, true>;
 using N8RF = CfgN<8, 2, true, true>;
 #endif
 #if DSAV_EXP90
-using N8WLB = CfgN<7, 1, false, false, true>;
-using N8WLF = CfgN<7, 1, true, false, true>;
-using N8RLF = CfgN<8, 2, true, true, true>;
+using N8PF = CfgN<12, 2, true, true, true>;
 #endif
 
 // the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
@@ -182,7 +181,7 @@ int config_block_m(int cfg) {
   return cfg >= 5 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64;
 }
 int config_block_n(int cfg) {
-  return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 || cfg == 9 ? 112 : cfg == 8 || cfg == 10 ? 128 : 32;
+  return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : cfg == 8 ? 128 : cfg == 9 ? 96 : 32;
 }
 long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
@@ -199,15 +198,14 @@ int config_smem_bytes(int cfg, bool fp8) {
   if (cfg == 8) return fp8 ? N8RF::bytes : 0;
 #endif
 #if DSAV_EXP90
-  if (cfg == 9) return fp8 ? N8WLF::bytes : N8WLB::bytes;
-  if (cfg == 10) return fp8 ? N8RLF::bytes : 0;
+  if (cfg == 9) return fp8 ? N8PF::bytes : 0;
 #endif
   return 0;
 }
 
 bool config_compiled(int cfg) {
   return cfg == 0 || cfg == 1 || cfg == 6 || (cfg >= 2 && cfg <= 8 && cfg != 6 && DSAV_BUILD_CFG90) ||
-         ((cfg == 9 || cfg == 10) && DSAV_EXP90);
+         (cfg == 9 && DSAV_EXP90);
 }
 
 int config_max_clusters(int cfg, bool fp8, int size) {
@@ -232,8 +230,7 @@ int config_ctas_per_sm(int cfg, bool fp8) {
   if (cfg == 8) return fp8 ? occupancy<N8RF>() : 0;
 #endif
 #if DSAV_EXP90
-  if (cfg == 9) return fp8 ? occupancy<N8WLF>() : occupancy<N8WLB>();
-  if (cfg == 10) return fp8 ? occupancy<N8RLF>() : 0;
+  if (cfg == 9) return fp8 ? occupancy<N8PF>() : 0;
 #endif
   return 0;
 }
@@ -256,8 +253,7 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (cfg == 8 && fp8) e = launch_split<N8RF>(p, stream);  // bf16: invalid value
 #endif
 #if DSAV_EXP90
-  if (cfg == 9) e = fp8 ? launch_split<N8WLF>(p, stream) : launch_split<N8WLB>(p, stream);
-  if (cfg == 10 && fp8) e = launch_split<N8RLF>(p, stream);  // bf16: invalid value
+  if (cfg == 9 && fp8) e = launch_split<N8PF>(p, stream);  // bf16: invalid value
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);
