@@ -10,56 +10,37 @@
 constexpr int kIters = 4096;
 constexpr int kChains = 8;
 
-__global__ void cvt_loop(unsigned* out, long long* cyc, unsigned seed) {
-  unsigned v[kChains];
-  for (int c = 0; c < kChains; ++c) v[c] = seed * (threadIdx.x + c + 1);
-  long long t0 = clock64();
-  for (int i = 0; i < kIters; ++i) {
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) {
-      unsigned h;
-      unsigned short lo = static_cast<unsigned short>(v[c]);
-      asm volatile("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(lo));
-      v[c] ^= h;
-    }
+// One dependent chain per c: v[c] = Op(v[c], v[c + 1]) kIters times (the ops: cvt, prmt, movmatrix)
+struct Cvt {
+  static __device__ unsigned f(unsigned v, unsigned) {
+    unsigned h;
+    asm volatile("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<unsigned short>(v)));
+    return v ^ h;
   }
-  long long t1 = clock64();
-  unsigned acc = 0;
-  for (int c = 0; c < kChains; ++c) acc ^= v[c];
-  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
-  if (threadIdx.x == 0) cyc[blockIdx.x] = t1 - t0;
-}
-
-__global__ void prmt_loop(unsigned* out, long long* cyc, unsigned seed) {
-  unsigned v[kChains];
-  for (int c = 0; c < kChains; ++c) v[c] = seed * (threadIdx.x + c + 1);
-  long long t0 = clock64();
-  for (int i = 0; i < kIters; ++i) {
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) {
-      unsigned h;
-      asm volatile("prmt.b32 %0, %1, %2, 0x3120;" : "=r"(h) : "r"(v[c]), "r"(v[(c + 1) % kChains]));
-      v[c] = h + 1u;
-    }
+};
+struct Prmt {
+  static __device__ unsigned f(unsigned v, unsigned w) {
+    unsigned h;
+    asm volatile("prmt.b32 %0, %1, %2, 0x3120;" : "=r"(h) : "r"(v), "r"(w));
+    return h + 1u;
   }
-  long long t1 = clock64();
-  unsigned acc = 0;
-  for (int c = 0; c < kChains; ++c) acc ^= v[c];
-  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
-  if (threadIdx.x == 0) cyc[blockIdx.x] = t1 - t0;
-}
+};
+struct Movm {
+  static __device__ unsigned f(unsigned v, unsigned) {
+    unsigned h;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(h) : "r"(v));
+    return h;
+  }
+};
 
-__global__ void movm_loop(unsigned* out, long long* cyc, unsigned seed) {
+template <typename Op>
+__global__ void op_loop(unsigned* out, long long* cyc, unsigned seed) {
   unsigned v[kChains];
   for (int c = 0; c < kChains; ++c) v[c] = seed * (threadIdx.x + c + 1);
   long long t0 = clock64();
   for (int i = 0; i < kIters; ++i) {
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) {
-      unsigned h;
-      asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(h) : "r"(v[c]));
-      v[c] = h;
-    }
+    for (int c = 0; c < kChains; ++c) v[c] = Op::f(v[c], v[(c + 1) % kChains]);
   }
   long long t1 = clock64();
   unsigned acc = 0;
@@ -114,9 +95,9 @@ static void run(const char* name, K kernel, int sms, int per_warp_factor) {
 int main() {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  run("cvt", cvt_loop, sms, 32);
-  run("prmt", prmt_loop, sms, 32);
-  run("movm", movm_loop, sms, 1);
+  run("cvt", op_loop<Cvt>, sms, 32);
+  run("prmt", op_loop<Prmt>, sms, 32);
+  run("movm", op_loop<Movm>, sms, 1);
   run("mma", mma_loop, sms, 1);
   return 0;
 }
