@@ -116,8 +116,10 @@ ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R), "sm_12
 # "all"; reachable by name (tile_config=, dsa_parity --configs, dsa_bench --alt-config).
 # n8p: n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position tile split by 128-dim
 # blocks (CfgN PAIR: 64 O^T registers per warp instead of 128, so 12 warps fit one SM).
+# n8p14: the same with 14 warps (7 pairs; ptxas fits it in 128 registers without spills)
 N8P = TileConfig("n8p", 9, 8, 96, 2, 12, kind="n8", reg=True, pair=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P,)}
+N8P14 = TileConfig("n8p14", 10, 8, 112, 2, 14, kind="n8", reg=True, pair=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P, N8P14)}
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")

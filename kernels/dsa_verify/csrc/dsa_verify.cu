@@ -26,7 +26,7 @@
 #endif
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 9 "n8p": n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position
-// tile split by 128-dim blocks (CfgN PAIR; 184,032 B).
+// tile split by 128-dim blocks (CfgN PAIR; 184,032 B), and cfg 10 "n8p14": 14 warps (211,696 B).
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -55,6 +55,7 @@ using N8RF = CfgN<8, 2, true, true>;
 #endif
 #if DSAV_EXP90
 using N8PF = CfgN<12, 2, true, true, true>;
+using N8P14F = CfgN<14, 2, true, true, true>;
 #endif
 
 // the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
@@ -181,7 +182,7 @@ int config_block_m(int cfg) {
   return cfg >= 5 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64;
 }
 int config_block_n(int cfg) {
-  return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : cfg == 8 ? 128 : cfg == 9 ? 96 : 32;
+  return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : cfg == 8 ? 128 : cfg == 9 ? 96 : cfg == 10 ? 112 : 32;
 }
 long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
@@ -199,13 +200,14 @@ int config_smem_bytes(int cfg, bool fp8) {
 #endif
 #if DSAV_EXP90
   if (cfg == 9) return fp8 ? N8PF::bytes : 0;
+  if (cfg == 10) return fp8 ? N8P14F::bytes : 0;
 #endif
   return 0;
 }
 
 bool config_compiled(int cfg) {
   return cfg == 0 || cfg == 1 || cfg == 6 || (cfg >= 2 && cfg <= 8 && cfg != 6 && DSAV_BUILD_CFG90) ||
-         (cfg == 9 && DSAV_EXP90);
+         ((cfg == 9 || cfg == 10) && DSAV_EXP90);
 }
 
 int config_max_clusters(int cfg, bool fp8, int size) {
@@ -231,6 +233,7 @@ int config_ctas_per_sm(int cfg, bool fp8) {
 #endif
 #if DSAV_EXP90
   if (cfg == 9) return fp8 ? occupancy<N8PF>() : 0;
+  if (cfg == 10) return fp8 ? occupancy<N8P14F>() : 0;
 #endif
   return 0;
 }
@@ -254,6 +257,7 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
 #endif
 #if DSAV_EXP90
   if (cfg == 9 && fp8) e = launch_split<N8PF>(p, stream);  // bf16: invalid value
+  if (cfg == 10 && fp8) e = launch_split<N8P14F>(p, stream);
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);
