@@ -13,7 +13,9 @@ mma.sync m16n8k16 bf16. Two kinds:
   converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
   WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 converted rows (f16 nope, bf16 rope) +
-  WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales.
+  WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales. The
+  experimental PAIR configs (n8p, n8p14) give each 16-position tile to two warps (BN = 8 * WARPS),
+  whose raw rows are HALF_ROW-byte halves, plus (WARPS/2)*2*2*32*16 bytes of exchanged S partials.
 """
 
 from __future__ import annotations

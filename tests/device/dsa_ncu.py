@@ -5,7 +5,8 @@ so that Nsight Compute can profile it, e.g.
         python3 tests/device/dsa_ncu.py 32:32768:8:8 fp8 n8r
 
 Arguments: B:L:n:H (the bench's shape syntax), bf16|fp8, a tile config name. The call is made
-three times (the first two are warm-ups) with the bench's synthetic inputs (kernels/verify_tools)."""
+three times (the first two are warm-ups) with the bench's synthetic inputs (dsa_verify.inputs).
+Experimental configs load the experimental JIT build, as in the bench."""
 
 from __future__ import annotations
 
