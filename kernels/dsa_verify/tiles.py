@@ -121,7 +121,10 @@ ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R), "sm_12
 # n8p14: the same with 14 warps (7 pairs; ptxas fits it in 128 registers without spills)
 N8P = TileConfig("n8p", 9, 8, 96, 2, 12, kind="n8", reg=True, pair=True)
 N8P14 = TileConfig("n8p14", 10, 8, 112, 2, 14, kind="n8", reg=True, pair=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P, N8P14)}
+# n8rs: n8r's in-register fp8 path with n8s's 2 warps (60,048 B: within sm_120a's 99 KiB, two CTAs
+# per SM there); the candidate for Blackwell's fp8 KV, built for sm_90a so the H200 can measure it
+N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P, N8P14, N8RS)}
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")

@@ -380,6 +380,7 @@ def test_parity_config_labels():
         n8 + "ILi8ELi2ELb1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8R, True),
         n8 + "ILi12ELi2ELb1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8P, True),
         n8 + "ILi14ELi2ELb1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8P14, True),
+        n8 + "ILi2ELi2ELb1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8RS, True),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
@@ -470,16 +471,20 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert not names & {(n, f) for n in tiles.EXPERIMENTAL_CONFIGS for f in (False, True)}, "phase 0's build"
 
 
-def test_experimental_build_adds_the_pair_configs_fp8_without_spills(nvcc_path):
+def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8p", True), ("n8p14", True)}, "fp8 only"
+    assert set(got) == {("n8p", True), ("n8p14", True), ("n8rs", True)}, "fp8 only"
     for (name, _), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
         # all its warps on one SM: at most 65536 / threads registers per thread
-        assert (cfg.threads, cfg.block_n) == (32 * cfg.warps, 8 * cfg.warps) and k["registers"] <= 65536 // cfg.threads
+        assert k["registers"] <= min(255, 65536 // cfg.threads), name
+    for pair in (tiles.N8P, tiles.N8P14):  # two warps per 16-position tile
+        assert pair.pair and pair.block_n == 8 * pair.warps
+    # n8rs: sized for sm_120a's 99 KiB (two CTAs in its 128 KiB per SM)
+    assert 2 * tiles.N8RS.smem_bytes(True) <= 128 * 1024 and tiles.N8RS.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"]
 
 
 def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
@@ -491,7 +496,7 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8p", "n8p14"}
+    assert exp == {"n8p", "n8p14", "n8rs"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8p")

@@ -26,7 +26,8 @@
 #endif
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 9 "n8p": n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position
-// tile split by 128-dim blocks (CfgN PAIR; 184,032 B), and cfg 10 "n8p14": 14 warps (211,696 B).
+// tile split by 128-dim blocks (CfgN PAIR; 184,032 B), cfg 10 "n8p14": 14 warps (211,696 B), and
+// cfg 11 "n8rs": n8r's path with 2 warps (60,048 B, the sm_120a-sized candidate, measured on sm_90a).
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -56,6 +57,7 @@ using N8RF = CfgN<8, 2, true, true>;
 #if DSAV_EXP90
 using N8PF = CfgN<12, 2, true, true, true>;
 using N8P14F = CfgN<14, 2, true, true, true>;
+using N8RSF = CfgN<2, 2, true, true>;
 #endif
 
 // the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
@@ -201,13 +203,14 @@ int config_smem_bytes(int cfg, bool fp8) {
 #if DSAV_EXP90
   if (cfg == 9) return fp8 ? N8PF::bytes : 0;
   if (cfg == 10) return fp8 ? N8P14F::bytes : 0;
+  if (cfg == 11) return fp8 ? N8RSF::bytes : 0;
 #endif
   return 0;
 }
 
 bool config_compiled(int cfg) {
   return cfg == 0 || cfg == 1 || cfg == 6 || (cfg >= 2 && cfg <= 8 && cfg != 6 && DSAV_BUILD_CFG90) ||
-         ((cfg == 9 || cfg == 10) && DSAV_EXP90);
+         (cfg >= 9 && cfg <= 11 && DSAV_EXP90);
 }
 
 int config_max_clusters(int cfg, bool fp8, int size) {
@@ -234,6 +237,7 @@ int config_ctas_per_sm(int cfg, bool fp8) {
 #if DSAV_EXP90
   if (cfg == 9) return fp8 ? occupancy<N8PF>() : 0;
   if (cfg == 10) return fp8 ? occupancy<N8P14F>() : 0;
+  if (cfg == 11) return fp8 ? occupancy<N8RSF>() : 0;
 #endif
   return 0;
 }
@@ -258,6 +262,7 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
 #if DSAV_EXP90
   if (cfg == 9 && fp8) e = launch_split<N8PF>(p, stream);  // bf16: invalid value
   if (cfg == 10 && fp8) e = launch_split<N8P14F>(p, stream);
+  if (cfg == 11 && fp8) e = launch_split<N8RSF>(p, stream);
 #endif
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);
