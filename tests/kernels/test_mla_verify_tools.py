@@ -236,3 +236,21 @@ def test_fastest_peer_includes_flashmla_unless_it_disagrees():
     assert fastest_peer(row) == ("flashmla", 0.8)
     assert fastest_peer({**row, "flashmla_disagrees": "rel err"}) == ("flashinfer_fa3", 1.2)
     assert fastest_peer({"new_us": 10.0, "flashmla_skipped": "x"}) == (None, None)
+
+
+def test_graph_buffer_sides_are_timed_in_alternation_and_each_keeps_its_minimum():
+    from verify_tools.bench import GB_ROUNDS, min_interleaved
+
+    calls, times = [], {"graph": iter([10.4, 10.1, 10.6]), "exact": iter([9.9, 9.6, 9.8])}
+
+    def side(name):
+        def measure():
+            calls.append(name)
+            return next(times[name])
+
+        return measure
+
+    best = min_interleaved({"graph": side("graph"), "exact": side("exact")}, 3)
+    assert calls == ["graph", "exact"] * 3, "one of each per round, not all of one side first"
+    assert best == {"graph": 10.1, "exact": 9.6}
+    assert GB_ROUNDS >= 3
