@@ -180,66 +180,63 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-int config_block_m(int cfg) {
-  return cfg >= 5 ? 8 : cfg == 0 || cfg == 3 || cfg == 4 ? 16 : cfg == 1 ? 32 : 64;
+template <typename C>
+struct Tag {
+  using type = C;
+};
+// The one table of this module's kernels: calls f(Tag<C>{}) with the config type of (cfg, fp8) and
+// returns true, or returns false where the module has no such kernel (a config not compiled into
+// this build, or bf16 of an fp8-only config).
+template <typename F>
+static bool with_config(int cfg, bool fp8, F&& f) {
+  switch (cfg) {
+    case 0: fp8 ? f(Tag<M16F>{}) : f(Tag<M16B>{}); return true;
+    case 1: fp8 ? f(Tag<M32F>{}) : f(Tag<M32B>{}); return true;
+    case 6: fp8 ? f(Tag<N8SF>{}) : f(Tag<N8SB>{}); return true;
+#if DSAV_BUILD_CFG90
+    case 2: fp8 ? f(Tag<M64F>{}) : f(Tag<M64B>{}); return true;
+    case 3: fp8 ? f(Tag<M16DF>{}) : f(Tag<M16DB>{}); return true;
+    case 4: fp8 ? f(Tag<M16WF>{}) : f(Tag<M16WB>{}); return true;
+    case 5: fp8 ? f(Tag<N8F>{}) : f(Tag<N8B>{}); return true;
+    case 7: fp8 ? f(Tag<N8WF>{}) : f(Tag<N8WB>{}); return true;
+    case 8: if (!fp8) return false; f(Tag<N8RF>{}); return true;  // fp8 only
+#endif
+#if DSAV_EXP90
+    case 9: if (!fp8) return false; f(Tag<N8PF>{}); return true;
+    case 10: if (!fp8) return false; f(Tag<N8P14F>{}); return true;
+    case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
+#endif
+    default: return false;
+  }
 }
-int config_block_n(int cfg) {
-  return cfg == 1 ? 16 : cfg == 4 || cfg == 5 ? 64 : cfg == 7 ? 112 : cfg == 8 ? 128 : cfg == 9 ? 96 : cfg == 10 ? 112 : 32;
+
+int config_block_m(int cfg) {
+  int bm = 0;
+  with_config(cfg, true, [&](auto t) { bm = decltype(t)::type::BM; });
+  return bm;
 }
 long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
 int config_smem_bytes(int cfg, bool fp8) {
-  if (cfg == 0) return fp8 ? M16F::bytes : M16B::bytes;
-  if (cfg == 1) return fp8 ? M32F::bytes : M32B::bytes;
-  if (cfg == 6) return fp8 ? N8SF::bytes : N8SB::bytes;
-#if DSAV_BUILD_CFG90
-  if (cfg == 2) return fp8 ? M64F::bytes : M64B::bytes;
-  if (cfg == 3) return fp8 ? M16DF::bytes : M16DB::bytes;
-  if (cfg == 4) return fp8 ? M16WF::bytes : M16WB::bytes;
-  if (cfg == 5) return fp8 ? N8F::bytes : N8B::bytes;
-  if (cfg == 7) return fp8 ? N8WF::bytes : N8WB::bytes;
-  if (cfg == 8) return fp8 ? N8RF::bytes : 0;
-#endif
-#if DSAV_EXP90
-  if (cfg == 9) return fp8 ? N8PF::bytes : 0;
-  if (cfg == 10) return fp8 ? N8P14F::bytes : 0;
-  if (cfg == 11) return fp8 ? N8RSF::bytes : 0;
-#endif
-  return 0;
+  int bytes = 0;
+  with_config(cfg, fp8, [&](auto t) { bytes = decltype(t)::type::bytes; });
+  return bytes;
 }
 
-bool config_compiled(int cfg) {
-  return cfg == 0 || cfg == 1 || cfg == 6 || (cfg >= 2 && cfg <= 8 && cfg != 6 && DSAV_BUILD_CFG90) ||
-         (cfg >= 9 && cfg <= 11 && DSAV_EXP90);
+bool config_compiled(int cfg) {  // every config has an fp8 kernel
+  return with_config(cfg, true, [](auto) {});
 }
 
-int config_max_clusters(int cfg, bool fp8, int size) {
-  if (cfg == 0) return fp8 ? max_clusters<M16F>(size) : max_clusters<M16B>(size);
-#if DSAV_BUILD_CFG90
-  if (cfg == 3) return fp8 ? max_clusters<M16DF>(size) : max_clusters<M16DB>(size);
-  if (cfg == 4) return fp8 ? max_clusters<M16WF>(size) : max_clusters<M16WB>(size);
-#endif
-  return 0;
+int config_max_clusters(int cfg, bool fp8, int size) {  // 0 for the configs without a cluster path
+  int n = 0;
+  with_config(cfg, fp8, [&](auto t) { n = max_clusters<typename decltype(t)::type>(size); });
+  return n;
 }
 
 int config_ctas_per_sm(int cfg, bool fp8) {
-  if (cfg == 0) return fp8 ? occupancy<M16F>() : occupancy<M16B>();
-  if (cfg == 1) return fp8 ? occupancy<M32F>() : occupancy<M32B>();
-  if (cfg == 6) return fp8 ? occupancy<N8SF>() : occupancy<N8SB>();
-#if DSAV_BUILD_CFG90
-  if (cfg == 2) return fp8 ? occupancy<M64F>() : occupancy<M64B>();
-  if (cfg == 3) return fp8 ? occupancy<M16DF>() : occupancy<M16DB>();
-  if (cfg == 4) return fp8 ? occupancy<M16WF>() : occupancy<M16WB>();
-  if (cfg == 5) return fp8 ? occupancy<N8F>() : occupancy<N8B>();
-  if (cfg == 7) return fp8 ? occupancy<N8WF>() : occupancy<N8WB>();
-  if (cfg == 8) return fp8 ? occupancy<N8RF>() : 0;
-#endif
-#if DSAV_EXP90
-  if (cfg == 9) return fp8 ? occupancy<N8PF>() : 0;
-  if (cfg == 10) return fp8 ? occupancy<N8P14F>() : 0;
-  if (cfg == 11) return fp8 ? occupancy<N8RSF>() : 0;
-#endif
-  return 0;
+  int n = 0;
+  with_config(cfg, fp8, [&](auto t) { n = occupancy<typename decltype(t)::type>(); });
+  return n;
 }
 
 cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
@@ -247,23 +244,8 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (p.S < 1 || p.S > COMBINE_MAX_SPLITS || p.chunk < 1 || (p.S > 1 && !p.cluster && (!p.ws_o || !p.ws_lse)))
     return cudaErrorInvalidValue;
   if (p.cluster && (p.cluster != p.S || p.S < 2 || (cfg != 0 && cfg != 3 && cfg != 4))) return cudaErrorInvalidValue;
-  cudaError_t e = cudaErrorInvalidValue;
-  if (cfg == 0) e = fp8 ? launch_split<M16F>(p, stream) : launch_split<M16B>(p, stream);
-  if (cfg == 1) e = fp8 ? launch_split<M32F>(p, stream) : launch_split<M32B>(p, stream);
-  if (cfg == 6) e = fp8 ? launch_split<N8SF>(p, stream) : launch_split<N8SB>(p, stream);
-#if DSAV_BUILD_CFG90
-  if (cfg == 2) e = fp8 ? launch_split<M64F>(p, stream) : launch_split<M64B>(p, stream);
-  if (cfg == 3) e = fp8 ? launch_split<M16DF>(p, stream) : launch_split<M16DB>(p, stream);
-  if (cfg == 4) e = fp8 ? launch_split<M16WF>(p, stream) : launch_split<M16WB>(p, stream);
-  if (cfg == 5) e = fp8 ? launch_split<N8F>(p, stream) : launch_split<N8B>(p, stream);
-  if (cfg == 7) e = fp8 ? launch_split<N8WF>(p, stream) : launch_split<N8WB>(p, stream);
-  if (cfg == 8 && fp8) e = launch_split<N8RF>(p, stream);  // bf16: invalid value
-#endif
-#if DSAV_EXP90
-  if (cfg == 9 && fp8) e = launch_split<N8PF>(p, stream);  // bf16: invalid value
-  if (cfg == 10 && fp8) e = launch_split<N8P14F>(p, stream);
-  if (cfg == 11 && fp8) e = launch_split<N8RSF>(p, stream);
-#endif
+  cudaError_t e = cudaErrorInvalidValue;  // also for a kernel this module lacks
+  with_config(cfg, fp8, [&](auto t) { e = launch_split<typename decltype(t)::type>(p, stream); });
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
   return launch_combine(p, stream);
 }
