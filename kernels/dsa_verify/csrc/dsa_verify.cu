@@ -243,7 +243,8 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   if (p.T <= 0 || p.H <= 0) return cudaSuccess;
   if (p.S < 1 || p.S > COMBINE_MAX_SPLITS || p.chunk < 1 || (p.S > 1 && !p.cluster && (!p.ws_o || !p.ws_lse)))
     return cudaErrorInvalidValue;
-  if (p.cluster && (p.cluster != p.S || p.S < 2 || (cfg != 0 && cfg != 3 && cfg != 4))) return cudaErrorInvalidValue;
+  // a cluster merge on a config without one (C::CLUSTER_OK: m16, m16d, m16w) is refused by launch_split
+  if (p.cluster && (p.cluster != p.S || p.S < 2)) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;  // also for a kernel this module lacks
   with_config(cfg, fp8, [&](auto t) { e = launch_split<typename decltype(t)::type>(p, stream); });
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
