@@ -169,8 +169,32 @@ _OCC: dict = {}
 _WS_CACHE: dict = {}
 
 
+_SM120_OCCUPANCY = False  # emulate_sm120_occupancy() was called in this process
+
+
+def emulate_sm120_occupancy(device) -> None:
+    """Diagnostic, sm_90a devices only, for the rest of the process: every config runs from the
+    experimental build (_build.load_experimental) with its dynamic shared memory padded so that an
+    SM holds exactly as many CTAs as a 100 KB sm_120 SM would (tiles.sm120_ctas_per_sm), and
+    tile_config="auto", the config check and the split plan follow sm_120a's rules. What a Blackwell
+    host would run, measured on Hopper silicon: registers per SM match, while the SM count (the
+    split plan uses this device's), clocks, bandwidth and L2 stay this device's."""
+    global _SM120_OCCUPANCY
+    from ._build import load_experimental
+
+    arch, _ = device_info(device)
+    if arch != "sm_90a":
+        _fail("device", f"the sm_120 occupancy emulation runs on sm_90a devices only, not {arch}")
+    import torch
+
+    with torch.cuda.device(device):
+        if not load_experimental(arch).set_sm120_occupancy(True):
+            _fail("device", "this build has no sm_120 occupancy emulation (DSAV_EXPERIMENTAL)")
+    _SM120_OCCUPANCY = True
+
+
 def _ctas_per_sm(mod, device, cfg: tiles.TileConfig, fp8: bool) -> int:
-    key = (device.index, cfg.name, fp8)
+    key = (device.index, cfg.name, fp8, _SM120_OCCUPANCY)
     if key not in _OCC:
         import torch
 
@@ -249,15 +273,16 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     T >= AUTO_N8R_MIN_T_FP8, and with T < AUTO_N8_MIN_T m16w instead of n8 when that grid fits one
     wave (AUTO_M16W_FP8). An fp8-only config (n8r) refuses a bf16 cache.
     A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
-    (_build.load_experimental; sm_90a only)."""
+    (_build.load_experimental; sm_90a only). Under emulate_sm120_occupancy, sm_120a's rules apply."""
     from ._build import load, load_experimental
 
     if combine not in COMBINES:
         _fail("combine", f"must be one of {'/'.join(COMBINES)}, got {combine!r}")
     arch, sms = device_info(device)
+    policy = "sm_120a" if _SM120_OCCUPANCY else arch  # whose rules pick and check the config
     auto_cfg = tile_config == "auto"
     if auto_cfg:
-        cfg = tiles.default_config(arch, H)
+        cfg = tiles.default_config(policy, H)
     elif tile_config in tiles.EXPERIMENTAL_CONFIGS:
         cfg = tiles.EXPERIMENTAL_CONFIGS[tile_config]
         if arch != "sm_90a":
@@ -266,14 +291,14 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         if tile_config not in tiles.CONFIGS:
             _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
         cfg = tiles.CONFIGS[tile_config]
-        if cfg not in tiles.ARCH_CONFIGS[arch]:
-            _fail("tile_config", f"{tile_config} is not built for {arch}")
+        if cfg not in tiles.ARCH_CONFIGS[policy]:
+            _fail("tile_config", f"{tile_config} is not built for {policy}")
     if cfg.fp8_only and not fp8:
         _fail("tile_config", f"{tile_config} takes an fp8 (656-byte) cache only")
     small_fp8 = fp8 and T < AUTO_N8_MIN_T  # fp8 B=1: m16w below when it fits one wave, else n8
     if (
         auto_cfg
-        and arch == "sm_90a"
+        and policy == "sm_90a"
         and H <= tiles.N8.block_m
         and T >= (AUTO_N8_MIN_T_FP8 if fp8 else AUTO_N8_MIN_T)
         and combine != "cluster"
@@ -281,7 +306,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         cfg = tiles.N8W if T >= AUTO_N8W_MIN_T else tiles.N8
         if fp8 and T >= AUTO_N8R_MIN_T_FP8:
             cfg = tiles.N8R
-    mod = load_experimental(arch) if cfg.name in tiles.EXPERIMENTAL_CONFIGS else load(arch)
+    experimental = _SM120_OCCUPANCY or cfg.name in tiles.EXPERIMENTAL_CONFIGS
+    mod = load_experimental(arch) if experimental else load(arch)
     if num_splits is None:
         S, chunk = split_plan(T, H, topk, sms, _ctas_per_sm(mod, device, cfg, fp8), cfg)
     else:
@@ -290,7 +316,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         S, chunk = _chunk_for(topk, num_splits, cfg)
     m_tiles = math.ceil(H / cfg.block_m)
     m16w_fp8 = AUTO_M16W_FP8 and small_fp8 and cfg is tiles.N8
-    if auto_cfg and num_splits is None and arch == "sm_90a" and ((AUTO_M16W and cfg is tiles.M16) or m16w_fp8):
+    if auto_cfg and num_splits is None and policy == "sm_90a" and ((AUTO_M16W and cfg is tiles.M16) or m16w_fp8):
         # B=1 latency regime: 8 warps on one 64-position tile per split, when that grid fits one
         # wave at one CTA per SM (run 4: the m16 time grows ~2 us per 32-position tile a CTA owns)
         w = tiles.M16W
@@ -298,7 +324,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         if sw <= MAX_SPLITS and T * m_tiles * sw <= sms * _ctas_per_sm(mod, device, w, fp8):
             cfg, S, chunk = w, sw, w.block_n
     cluster = 0
-    if combine == "cluster" and arch == "sm_90a" and cfg.name in tiles.CLUSTER_CONFIGS and S > 1:
+    if combine == "cluster" and policy == "sm_90a" and cfg.name in tiles.CLUSTER_CONFIGS and S > 1:
         sc = _pow2_floor(min(S, tiles.MAX_CLUSTER)) if num_splits is None else S
         s2, c2 = _chunk_for(topk, sc, cfg)
         if s2 == _pow2_floor(s2) and 2 <= s2 <= tiles.MAX_CLUSTER and _max_clusters(mod, device, cfg, fp8, s2) >= 1:

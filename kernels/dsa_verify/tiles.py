@@ -121,10 +121,25 @@ ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R), "sm_12
 # n8p14: the same with 14 warps (7 pairs; ptxas fits it in 128 registers without spills)
 N8P = TileConfig("n8p", 9, 8, 96, 2, 12, kind="n8", reg=True, pair=True)
 N8P14 = TileConfig("n8p14", 10, 8, 112, 2, 14, kind="n8", reg=True, pair=True)
-# n8rs: n8r's in-register fp8 path with n8s's 2 warps (60,048 B: within sm_120a's 99 KiB, two CTAs
-# per SM there); the candidate for Blackwell's fp8 KV, built for sm_90a so the H200 can measure it
+# n8rs: n8r's in-register fp8 path with n8s's 2 warps (60,048 B: within sm_120a's 99 KiB per block,
+# one CTA per 100 KB sm_120 SM, so 2 warps per SM there)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P, N8P14, N8RS)}
+# n8rw: n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps per sm_120 SM, the most
+# warps an in-register fp8 config holds there; built for sm_90a so the H200 can measure it
+N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P, N8P14, N8RS, N8RW)}
+# sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; registers per SM are as
+# on sm_90): what the sm_120 occupancy emulation (api.emulate_sm120_occupancy) pads kernels to.
+SM120_SMEM_PER_SM = 100 * 1024
+SM120_RESERVED_PER_BLOCK = 1024
+
+
+def sm120_ctas_per_sm(cfg: TileConfig, fp8: bool) -> int:
+    """CTAs of `cfg` one sm_120 SM holds by shared memory (0: no kernel for the cache kind)."""
+    b = cfg.smem_bytes(fp8)
+    return SM120_SMEM_PER_SM // (b + SM120_RESERVED_PER_BLOCK) if b else 0
+
+
 # Configs that can run their splits as one thread-block cluster with the combine fused in DSMEM
 # (the fp32 partial [16][516] must fit the drained KV ring); cluster sizes 2..16, powers of two.
 CLUSTER_CONFIGS = ("m16", "m16d", "m16w")

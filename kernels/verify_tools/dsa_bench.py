@@ -523,6 +523,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--alt-config", default="", help="also time ours with this tile config (its own split plan), same run: A/B"
     )
+    ap.add_argument(
+        "--sm120-occupancy",
+        action="store_true",
+        help="run ours as an sm_120 SM would hold it (smem padded to its CTAs per SM; sm_120a's config rules)",
+    )
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else grid(a.quick)
@@ -535,12 +540,17 @@ def main(argv=None) -> int:
         return _emit(blocked_doc(f"torch not importable: {exc}"), a, EXIT_BLOCKED)
     if not torch.cuda.is_available():
         return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a, EXIT_BLOCKED)
-    from dsa_verify.api import device_info, dsa_verify_fwd, resolve_full, workspace_numel_for
+    from dsa_verify.api import device_info, dsa_verify_fwd, emulate_sm120_occupancy, resolve_full, workspace_numel_for
     from dsa_verify.layout import quantize_rows
     from verify_tools.dsa_parity import sglang_triton
 
     device = torch.device("cuda", torch.cuda.current_device())
     arch, sms = device_info(device)
+    if a.sm120_occupancy:
+        try:
+            emulate_sm120_occupancy(device)
+        except ValueError as exc:
+            return _emit(blocked_doc(f"--sm120-occupancy: {exc}"), a, EXIT_BLOCKED)
     if a.diag:
         print(json.dumps(diag(device, a.reps), indent=1))
         return 0
@@ -747,6 +757,7 @@ def main(argv=None) -> int:
         "device": torch.cuda.get_device_name(device),
         "arch": arch,
         "sms": sms,
+        "sm120_occupancy": a.sm120_occupancy,
         "ceilings": ceil,
         "sglang_triton": "ran" if peer else peer_reason,
         "flashmla": "ran" if fm_ran else fm_reason or "did not run on any row (see rows[].flashmla.skipped)",

@@ -18,6 +18,7 @@
 #   trace, no breakdown). DSA_PYTEST=1 (ab): then the GPU pytest file, as in iter.
 # BENCH_SHAPES (ab, final): the bench's --shapes instead of its grid (e.g. only the H=8 headline
 #   shapes: the H=64 one runs SGLang's Triton autotune, ~80 s on the H200).
+# BENCH_ARGS (ab): more dsa_bench flags for every ALT_CONFIG bench (e.g. --sm120-occupancy).
 # .whl-dsa (optional, carried): pydantic_core, which SGLang's kernel modules import.
 set -o pipefail
 BUDGET=${1:-120}
@@ -65,7 +66,7 @@ ab_bench() {  # the headline bench shapes (or BENCH_SHAPES) timed beside auto, s
   local alt
   for alt in $(echo "${ALT_CONFIG:-n8}" | tr ',' ' '); do
     timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick ${BENCH_SHAPES:+--shapes "$BENCH_SHAPES"} \
-      --reps 20 --budget-s "$BUDGET" --alt-config "$alt" --out "$OUT/dsa_bench_$alt.json" 2> "/tmp/dsa_bench_$alt.err"
+      --reps 20 --budget-s "$BUDGET" --alt-config "$alt" ${BENCH_ARGS:-} --out "$OUT/dsa_bench_$alt.json" 2> "/tmp/dsa_bench_$alt.err"
     echo "bench $alt rc=$?"; grep -v -i "warn" "/tmp/dsa_bench_$alt.err" | tail -8
     print_bench "$OUT/dsa_bench_$alt.json"
   done

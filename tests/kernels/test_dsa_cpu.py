@@ -475,7 +475,7 @@ def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8p", True), ("n8p14", True), ("n8rs", True)}, "fp8 only"
+    assert set(got) == {("n8p", True), ("n8p14", True), ("n8rs", True), ("n8rw", True)}, "fp8 only"
     for (name, _), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
@@ -483,8 +483,49 @@ def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
         assert k["registers"] <= min(255, 65536 // cfg.threads), name
     for pair in (tiles.N8P, tiles.N8P14):  # two warps per 16-position tile
         assert pair.pair and pair.block_n == 8 * pair.warps
-    # n8rs: sized for sm_120a's 99 KiB (two CTAs in its 128 KiB per SM)
-    assert 2 * tiles.N8RS.smem_bytes(True) <= 128 * 1024 and tiles.N8RS.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"]
+    # n8rs, n8rw: within sm_120a's 99 KiB per block; n8rw's one raw stage per warp is what fits
+    # 7 warps there, and its merge runs in rounds (the drained ring holds 5 warps' O^T)
+    for cfg in (tiles.N8RS, tiles.N8RW):
+        assert cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"] and tiles.sm120_ctas_per_sm(cfg, True) == 1
+    assert (tiles.N8RW.warps, tiles.N8RW.stages) == (7, 1)
+
+
+def test_sm120_ctas_per_sm_follow_its_100_kb_sm():
+    # every config sm_120a builds holds one CTA per 100 KB SM (1 KB reserved per block): their
+    # warps per CTA are the SM's; m64 (181-190 KB) does not fit an sm_120 SM at all
+    for cfg in tiles.ARCH_CONFIGS["sm_120a"]:
+        for fp8 in cfg.kv_kinds:
+            assert tiles.sm120_ctas_per_sm(cfg, fp8) == 1, (cfg.name, fp8)
+    assert tiles.sm120_ctas_per_sm(tiles.M64, True) == 0
+    assert tiles.sm120_ctas_per_sm(tiles.N8R, False) == 0, "no bf16 kernel"
+    small = tiles.TileConfig("probe", 99, 8, 16, 1, 1, kind="n8", reg=True)  # 29 KB: three per SM
+    assert tiles.sm120_ctas_per_sm(small, True) == 102400 // (small.smem_bytes(True) + 1024) == 3
+
+
+def test_sm120_occupancy_emulation_plans_by_sm120a_rules(monkeypatch):
+    from dsa_verify import _build
+
+    loaded = []
+    monkeypatch.setattr(_build, "load_experimental", lambda a: loaded.append(a) or object())
+    plan = _fake_plan(monkeypatch)
+    monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
+    monkeypatch.setattr(api, "_SM120_OCCUPANCY", True)
+    # auto: sm_120a's m16 where sm_90a would take n8r / n8w; every kernel from the experimental build
+    assert [plan(8, 2048, T, True)[1].name for T in (4, 64, 256)] == ["m16", "m16", "m16"]
+    assert plan(64, 2048, 64, False)[1].name == "m32"
+    assert loaded and set(loaded) == {"sm_90a"}
+    assert plan(8, 2048, 64, True, "n8rw")[1].name == "n8rw"
+    with pytest.raises(ValueError, match="not built for sm_120a"):
+        plan(8, 2048, 64, True, "n8r")
+    with pytest.raises(ValueError, match="cluster"):
+        plan(8, 2048, 4, False, "m16", combine="cluster")
+
+
+def test_sm120_occupancy_emulation_needs_an_sm90a_device(monkeypatch):
+    monkeypatch.setattr(api, "device_info", lambda dev: ("sm_120a", 188))
+    with pytest.raises(ValueError, match="sm_90a devices only"):
+        api.emulate_sm120_occupancy(torch.device("cpu"))
+    assert api._SM120_OCCUPANCY is False
 
 
 def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
@@ -496,7 +537,7 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8p", "n8p14", "n8rs"}
+    assert exp == {"n8p", "n8p14", "n8rs", "n8rw"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8p")

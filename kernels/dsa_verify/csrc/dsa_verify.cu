@@ -27,7 +27,9 @@
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 9 "n8p": n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position
 // tile split by 128-dim blocks (CfgN PAIR; 184,032 B), cfg 10 "n8p14": 14 warps (211,696 B), and
-// cfg 11 "n8rs": n8r's path with 2 warps (60,048 B, the sm_120a-sized candidate, measured on sm_90a).
+// cfg 11 "n8rs": n8r's path with 2 warps (60,048 B), cfg 12 "n8rw": n8r's path with 7 warps x 1 raw
+// stage (91,552 B: one CTA of 7 warps within sm_120a's 100 KB SM; the sm_120a candidate), and the
+// sm_120 occupancy emulation (set_sm120_occupancy) that measures sm_120a's configs on Hopper.
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -58,7 +60,48 @@ using N8RF = CfgN<8, 2, true, true>;
 using N8PF = CfgN<12, 2, true, true, true>;
 using N8P14F = CfgN<14, 2, true, true, true>;
 using N8RSF = CfgN<2, 2, true, true>;
+using N8RWF = CfgN<7, 1, true, true>;
 #endif
+
+#if DSAV_EXPERIMENTAL
+static bool g_sm120_occupancy = false;
+// sm_120 (RTX Blackwell): 100 KB of shared memory per SM, 1 KB reserved per block (CUDA's
+// per-compute-capability table; registers, 64 K per SM, are the same as on sm_90).
+constexpr int SM120_SMEM_PER_SM = 100 * 1024, SM120_RESERVED_PER_BLOCK = 1024;
+#endif
+
+bool set_sm120_occupancy(bool on) {
+#if DSAV_EXPERIMENTAL
+  g_sm120_occupancy = on;
+  return true;
+#else
+  (void)on;
+  return false;  // the emulation is a diagnostic of the experimental build only
+#endif
+}
+
+// The dynamic shared memory a config's kernel is launched with: C::bytes, or, with the sm_120
+// occupancy emulation on, C::bytes padded so that this device's SM holds exactly as many CTAs as an
+// sm_120 SM would hold of the unpadded kernel (a config sm_120 cannot hold at all stays unpadded).
+template <typename C>
+static int launch_bytes() {
+#if DSAV_EXPERIMENTAL
+  constexpr int n120 = SM120_SMEM_PER_SM / (C::bytes + SM120_RESERVED_PER_BLOCK);
+  if constexpr (n120 >= 1) {
+    if (!g_sm120_occupancy) return C::bytes;
+    int dev = 0, per_sm = 0, optin = 0, reserved = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess) {
+      const int padded = per_sm / n120 - reserved;
+      return padded > C::bytes ? (padded < optin ? padded : optin) : C::bytes;
+    }
+    (void)cudaGetLastError();
+  }
+#endif
+  return C::bytes;
+}
 
 // the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
 using SplitFn = void (*)(const Params);
@@ -72,18 +115,20 @@ constexpr SplitFn split_fn() {
 
 template <typename C>
 static cudaError_t launch_split(const Params& p, cudaStream_t stream) {
-  static int attr_device = -1;  // >48 KiB dynamic smem opt-in, once per device
+  static int attr_device = -1, attr_bytes = 0;  // >48 KiB dynamic smem opt-in, once per device and size
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  if (attr_device != dev) {
-    e = cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes);
+  const int bytes = launch_bytes<C>();
+  if (attr_device != dev || attr_bytes != bytes) {
+    e = cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     attr_device = dev;
+    attr_bytes = bytes;
   }
   const dim3 grid((unsigned)p.T, (unsigned)p.S, (unsigned)((p.H + C::BM - 1) / C::BM));
   if (!p.cluster) {
-    split_fn<C>()<<<grid, C::THREADS, C::bytes, stream>>>(p);
+    split_fn<C>()<<<grid, C::THREADS, bytes, stream>>>(p);
     return cudaGetLastError();
   }
   if (!C::CLUSTER_OK || p.cluster != p.S || p.cluster > C::MAX_CLUSTER || (D_V % (4 * p.cluster)) != 0)
@@ -97,7 +142,7 @@ static cudaError_t launch_split(const Params& p, cudaStream_t stream) {
   cudaLaunchConfig_t lc = {};
   lc.gridDim = grid;
   lc.blockDim = dim3(C::THREADS);
-  lc.dynamicSmemBytes = C::bytes;
+  lc.dynamicSmemBytes = bytes;
   lc.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -148,12 +193,12 @@ template <typename C>
 static int occupancy() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  if (cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes) !=
-      cudaSuccess) {
+  const int bytes = launch_bytes<C>();
+  if (cudaFuncSetAttribute(split_fn<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_fn<C>(), C::THREADS, C::bytes) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_fn<C>(), C::THREADS, bytes) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -205,6 +250,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
     case 9: if (!fp8) return false; f(Tag<N8PF>{}); return true;
     case 10: if (!fp8) return false; f(Tag<N8P14F>{}); return true;
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
+    case 12: if (!fp8) return false; f(Tag<N8RWF>{}); return true;
 #endif
     default: return false;
   }

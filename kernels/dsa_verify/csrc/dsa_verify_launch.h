@@ -14,4 +14,7 @@ int config_smem_bytes(int cfg, bool fp8);
 bool config_compiled(int cfg);
 int config_ctas_per_sm(int cfg, bool fp8);  // occupancy on the current device (0 on error)
 int config_max_clusters(int cfg, bool fp8, int size);  // resident clusters of `size` CTAs (0: cannot launch)
+// Experimental build only (a diagnostic): launch every kernel with its dynamic smem padded so that
+// this SM holds as many CTAs as a 100 KB sm_120 SM would; returns false in any other build.
+bool set_sm120_occupancy(bool on);
 }  // namespace dsav

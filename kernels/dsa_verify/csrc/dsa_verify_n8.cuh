@@ -85,7 +85,12 @@ struct CfgN {
   // the end-of-kernel merge reuses the drained ring (and the fp8 compute tiles after it):
   // O^T [NPW][8][PSTR] + m, l [NPW][8]
   static constexpr int MERGE_BYTES = NPW * BM * PSTR * 4 + 2 * NPW * BM * 4;
-  static_assert(MERGE_BYTES <= off_mask - off_ring, "merge space must fit the ring and compute tiles");
+  // ... or, where it does not (one raw stage of fp8 REG rows: n8rw), m, l of every warp plus the O^T
+  // of MERGE_CAP warps at a time from byte 0 (Q and Q16 are drained too), in MERGE_ROUNDS rounds
+  static constexpr int MERGE_CAP =
+      MERGE_BYTES <= off_mask - off_ring ? NPW : (off_mask - 2 * NPW * BM * 4) / (BM * PSTR * 4);
+  static constexpr int MERGE_ROUNDS = (NPW + MERGE_CAP - 1) / MERGE_CAP;
+  static_assert(MERGE_CAP >= 1, "merge space must hold one warp's O^T");
   static_assert(BF_CHUNKS % 8 == 0 && WR % 4 == 0, "8 lanes per row, 4 rows per loader step");
 };
 
@@ -502,13 +507,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       o_acc[i][0] *= sc; o_acc[i][1] *= sc; o_acc[i][2] *= sc; o_acc[i][3] *= sc;
     }
   }
-  __syncthreads();  // every warp done with its ring: it becomes the merge space
-  float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [NPW][8][PSTR]
-  float* mm = mo + C::NPW * BM * C::PSTR;                     // [NPW][8] max (log2 units)
-  float* ml = mm + C::NPW * BM;                                // [NPW][8] sum
-  {
-    // O^T of the warp's dims (PAIR: half hf's, from dim 256 hf) in its group's row
-    float* ow = mo + pw * BM * C::PSTR + hf * C::DV_W;
+  // O^T of the warp's dims (PAIR: half hf's, from dim 256 hf) into a merge row block at `ow`
+  auto store_o = [&](float* ow) {
     if constexpr (C::REG) {  // O^T rows of m-tile i: dims 16 i + 2 g and 16 i + 2 g + 1
 #pragma unroll
       for (int i = 0; i < C::DV_W / 16; ++i) {
@@ -526,35 +526,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         ow[(2 * c + 1) * C::PSTR + 16 * i + g + 8] = o_acc[i][3];
       }
     }
-    if (g == 0 && hf == 0) {  // PAIR: both halves hold the same m, l
-      mm[pw * BM + 2 * c] = m_run[0];
-      mm[pw * BM + 2 * c + 1] = m_run[1];
-      ml[pw * BM + 2 * c] = l_run[0];
-      ml[pw * BM + 2 * c + 1] = l_run[1];
-    }
-  }
-  __syncthreads();
-  // ---- merge the warps in fixed order, normalize, write: thread = (head, 4 dims) units ----
-  for (int u = tid; u < BM * (D_V / 4); u += C::THREADS) {
-    const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
-    const int h = h0 + r;
-    if (h >= p.H) continue;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < C::NPW; ++w) mx = fmaxf(mx, mm[w * BM + r]);
-    const float mref = mx == -INFINITY ? 0.f : mx;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float l = 0.f;
-#pragma unroll
-    for (int w = 0; w < C::NPW; ++w) {
-      const float wt = exp2f(mm[w * BM + r] - mref);  // an empty warp: exp2(-inf) = 0, its O is 0
-      const float4 v = *reinterpret_cast<const float4*>(mo + (w * BM + r) * C::PSTR + d);
-      acc.x += wt * v.x;
-      acc.y += wt * v.y;
-      acc.z += wt * v.z;
-      acc.w += wt * v.w;
-      l += wt * ml[w * BM + r];
-    }
+  };
+  // one (head row r, dims d..d+3) unit merged: normalize by l, write out (S == 1) or the partial
+  auto write_unit = [&](int h, int d, float4 acc, float l, float mref) {
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const float lse2 = l > 0.f ? mref + log2f(l) : -INFINITY;
     const int64_t grow = (int64_t)t * p.H + h;
@@ -569,6 +543,99 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + d;
       *reinterpret_cast<float4*>(dst) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
       if (d == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
+    }
+  };
+  __syncthreads();  // every warp done with its ring: it becomes the merge space
+  if constexpr (C::MERGE_ROUNDS == 1) {
+    float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [NPW][8][PSTR]
+    float* mm = mo + C::NPW * BM * C::PSTR;                     // [NPW][8] max (log2 units)
+    float* ml = mm + C::NPW * BM;                                // [NPW][8] sum
+    store_o(mo + pw * BM * C::PSTR + hf * C::DV_W);
+    if (g == 0 && hf == 0) {  // PAIR: both halves hold the same m, l
+      mm[pw * BM + 2 * c] = m_run[0];
+      mm[pw * BM + 2 * c + 1] = m_run[1];
+      ml[pw * BM + 2 * c] = l_run[0];
+      ml[pw * BM + 2 * c + 1] = l_run[1];
+    }
+    __syncthreads();
+    // ---- merge the warps in fixed order, normalize, write: thread = (head, 4 dims) units ----
+    for (int u = tid; u < BM * (D_V / 4); u += C::THREADS) {
+      const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
+      const int h = h0 + r;
+      if (h >= p.H) continue;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < C::NPW; ++w) mx = fmaxf(mx, mm[w * BM + r]);
+      const float mref = mx == -INFINITY ? 0.f : mx;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      float l = 0.f;
+#pragma unroll
+      for (int w = 0; w < C::NPW; ++w) {
+        const float wt = exp2f(mm[w * BM + r] - mref);  // an empty warp: exp2(-inf) = 0, its O is 0
+        const float4 v = *reinterpret_cast<const float4*>(mo + (w * BM + r) * C::PSTR + d);
+        acc.x += wt * v.x;
+        acc.y += wt * v.y;
+        acc.z += wt * v.z;
+        acc.w += wt * v.w;
+        l += wt * ml[w * BM + r];
+      }
+      write_unit(h, d, acc, l, mref);
+    }
+  } else {
+    // The drained ring holds only MERGE_CAP warps' O^T: m, l of every warp first, then the warps'
+    // O^T in rounds of MERGE_CAP, each unit accumulated in registers in the same warp order (the
+    // same sums as one round). The merge space starts at Q (drained too).
+    static_assert(!C::PAIR, "rounds merge whole-tile warps");
+    float* mm = reinterpret_cast<float*>(smem);  // [NPW][8] max (log2 units)
+    float* ml = mm + C::NPW * BM;                // [NPW][8] sum
+    float* mo = ml + C::NPW * BM;                // [MERGE_CAP][8][PSTR]
+    constexpr int UNITS = BM * (D_V / 4), UPT = (UNITS + C::THREADS - 1) / C::THREADS;
+    if (g == 0) {
+      mm[pw * BM + 2 * c] = m_run[0];
+      mm[pw * BM + 2 * c + 1] = m_run[1];
+      ml[pw * BM + 2 * c] = l_run[0];
+      ml[pw * BM + 2 * c + 1] = l_run[1];
+    }
+    float4 acc[UPT];
+    float lsum[UPT], mref[UPT];
+#pragma unroll
+    for (int k = 0; k < UPT; ++k) {
+      acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      lsum[k] = 0.f;
+      mref[k] = 0.f;
+    }
+#pragma unroll 1
+    for (int rd = 0; rd < C::MERGE_ROUNDS; ++rd) {
+      const int w0 = rd * C::MERGE_CAP, w1 = min(C::NPW, w0 + C::MERGE_CAP);
+      if (pw >= w0 && pw < w1) store_o(mo + (pw - w0) * BM * C::PSTR);
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < UPT; ++k) {
+        const int u = tid + k * C::THREADS;
+        const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
+        if (u >= UNITS || h0 + r >= p.H) continue;
+        if (rd == 0) {
+          float mx = -INFINITY;
+          for (int w = 0; w < C::NPW; ++w) mx = fmaxf(mx, mm[w * BM + r]);
+          mref[k] = mx == -INFINITY ? 0.f : mx;
+        }
+        for (int w = w0; w < w1; ++w) {
+          const float wt = exp2f(mm[w * BM + r] - mref[k]);  // an empty warp: exp2(-inf) = 0, its O is 0
+          const float4 v = *reinterpret_cast<const float4*>(mo + ((w - w0) * BM + r) * C::PSTR + d);
+          acc[k].x += wt * v.x;
+          acc[k].y += wt * v.y;
+          acc[k].z += wt * v.z;
+          acc[k].w += wt * v.w;
+          lsum[k] += wt * ml[w * BM + r];
+        }
+      }
+      __syncthreads();  // this round's slots read before the next round writes them
+    }
+#pragma unroll
+    for (int k = 0; k < UPT; ++k) {
+      const int u = tid + k * C::THREADS;
+      const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
+      if (u < UNITS && h0 + r < p.H) write_unit(h0 + r, d, acc[k], lsum[k], mref[k]);
     }
   }
   DSAV_SPLIT_STAMP(4, dsav_now());
