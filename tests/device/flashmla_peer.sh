@@ -5,8 +5,10 @@
 # FlashMLA's sparse decode as SGLang's flashmla_kv calls it, bf16 rows through its sparse prefill
 # kernel flash_mla_sparse_fwd), same inputs and same run as ours.
 # The DSA part ran on the H200 (2026-12-01, DSA run 10, as `dsa_bench --quick --no-sglang` with the wheel on
-# PYTHONPATH: docs/results/dsa_bench_flashmla_h200_run10.json). This script as a whole, and the dense part
-# (verify_tools.bench's flashmla_peer), have NOT run on a GPU yet.
+# PYTHONPATH: docs/results/dsa_bench_flashmla_h200_run10.json). The whole script ran on the H200 in session 8
+# (2026-12-01, tree 1abb835, carry .whl-flashmla .whl .whl-dsa, 275.9 s, rc 0): smoke 3/3 entry points ok; dense ours/FlashMLA
+# speed 1.35x / 0.68x / 0.60x, DSA 0.31x-5.85x (docs/results/*_flashmla_h200_session8.json). Dense ran --no-sglang anyway:
+# the `[ -d .whl ]` check below runs after `cd kernels`.
 #
 # Carry `.whl-flashmla` (git-ignored, never committed; made by tests/device/make_wheels.sh:
 # `pip download sgl-flash-mla==1.0.0 --no-deps`): sgl_flash_mla-1.0.0-cp310-abi3-manylinux2014_x86_64.whl,
