@@ -13,9 +13,7 @@ mma.sync m16n8k16 bf16. Two kinds:
   converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
   WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 converted rows (f16 nope, bf16 rope) +
-  WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales. The
-  experimental PAIR configs (n8p, n8p14) give each 16-position tile to two warps (BN = 8 * WARPS),
-  whose raw rows are HALF_ROW-byte halves, plus (WARPS/2)*2*2*32*16 bytes of exchanged S partials.
+  WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ from dataclasses import dataclass
 BF_ROW = 1152
 FP8_ROW = 656
 QROW16 = 512 * 2 + 64  # CfgN REG: one f16 Q row (permuted nope dims), padded
-HALF_ROW = 400  # CfgN PAIR: a warp's half of an fp8 row (nope half, scales, rope)
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
 
@@ -40,7 +37,6 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    pair: bool = False  # CfgN PAIR (REG only): two warps per 16-position tile, split by 128-dim blocks
 
     @property
     def fp8_only(self) -> bool:
@@ -73,12 +69,11 @@ class TileConfig:
             w = self.warps
             q16 = bm * QROW16 if self.reg else 0
             cvt = w * 16 * BF_ROW if fp8 and not self.reg else 0
-            raw_row = HALF_ROW if self.pair else (FP8_ROW if fp8 else BF_ROW)
+            raw_row = FP8_ROW if fp8 else BF_ROW
             head = bm * BF_ROW + q16 + w * st * 16 * raw_row + cvt
             if not fp8:
                 return head + w * st * 4
-            xchg = (w // 2) * 2 * 2 * 32 * 16 if self.pair else 0  # the S partials of the pairs
-            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16) + xchg
+            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16)
         tg = self.warps // (bm // 16)
         raw = bn * (FP8_ROW if fp8 else BF_ROW)
         return (
@@ -116,18 +111,13 @@ ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R), "sm_12
 # Experimental configs: only in the experimental JIT build (_build.load_experimental, csrc
 # DSAV_EXPERIMENTAL), never in phase 0's build, the prebuilt library, auto or the parity suite's
 # "all"; reachable by name (tile_config=, dsa_parity --configs, dsa_bench --alt-config).
-# n8p: n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position tile split by 128-dim
-# blocks (CfgN PAIR: 64 O^T registers per warp instead of 128, so 12 warps fit one SM).
-# n8p14: the same with 14 warps (7 pairs; ptxas fits it in 128 registers without spills)
-N8P = TileConfig("n8p", 9, 8, 96, 2, 12, kind="n8", reg=True, pair=True)
-N8P14 = TileConfig("n8p14", 10, 8, 112, 2, 14, kind="n8", reg=True, pair=True)
 # n8rs: n8r's in-register fp8 path with n8s's 2 warps (60,048 B: within sm_120a's 99 KiB per block,
 # one CTA per 100 KB sm_120 SM, so 2 warps per SM there)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # n8rw: n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps per sm_120 SM, the most
 # warps an in-register fp8 config holds there; built for sm_90a so the H200 can measure it
 N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8P, N8P14, N8RS, N8RW)}
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, N8RW)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; registers per SM are as
 # on sm_90): what the sm_120 occupancy emulation (api.emulate_sm120_occupancy) pads kernels to.
 SM120_SMEM_PER_SM = 100 * 1024
@@ -157,12 +147,12 @@ def config_for_mangled(name: str):
     """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
     import re
 
-    n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])E", name)
+    n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:
-        w, st, f, reg, pair = (int(x) for x in n.groups())
-        key = (w, st, bool(reg), bool(pair))
+        w, st, f, reg = (int(x) for x in n.groups())
+        key = (w, st, bool(reg))
         every = list(CONFIGS.values()) + list(EXPERIMENTAL_CONFIGS.values())
-        cn = next((c for c in every if c.kind == "n8" and (c.warps, c.stages, c.reg, c.pair) == key), None)
+        cn = next((c for c in every if c.kind == "n8" and (c.warps, c.stages, c.reg) == key), None)
         return None if cn is None else (cn, bool(f))
     m = re.search(r"CfgILi(\d+)ELi(\d+)ELi(\d+)ELb([01])E", name)
     if not m:

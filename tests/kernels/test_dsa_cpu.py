@@ -373,18 +373,17 @@ def test_parity_config_labels():
     mangled = {
         split + "ILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE": (tiles.M16D, False),
         split + "ILi16ELi64ELi2ELb1ELi8EEEEEvNS_6ParamsE": (tiles.M16W, True),
-        # CfgN<WARPS, STAGES, FP8, REG, PAIR>: the defaulted arguments are part of the real names
-        n8 + "ILi4ELi2ELb1ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8, True),
-        n8 + "ILi2ELi2ELb0ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8S, False),
-        n8 + "ILi7ELi1ELb1ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8W, True),
-        n8 + "ILi8ELi2ELb1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8R, True),
-        n8 + "ILi12ELi2ELb1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8P, True),
-        n8 + "ILi14ELi2ELb1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8P14, True),
-        n8 + "ILi2ELi2ELb1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8RS, True),
+        # CfgN<WARPS, STAGES, FP8, REG>: the defaulted argument is part of the real names
+        n8 + "ILi4ELi2ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8, True),
+        n8 + "ILi2ELi2ELb0ELb0EEEEEvNS_6ParamsE": (tiles.N8S, False),
+        n8 + "ILi7ELi1ELb1ELb0EEEEEvNS_6ParamsE": (tiles.N8W, True),
+        n8 + "ILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8R, True),
+        n8 + "ILi2ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RS, True),
+        n8 + "ILi7ELi1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RW, True),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
-    assert tiles.config_for_mangled(n8 + "ILi5ELi3ELb1ELb0ELb0EEEEEvNS_6ParamsE") is None  # no such config
+    assert tiles.config_for_mangled(n8 + "ILi5ELi3ELb1ELb0EEEEEvNS_6ParamsE") is None  # no such config
 
 
 def test_parity_order_and_partial_out(monkeypatch, tmp_path):
@@ -475,14 +474,12 @@ def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8p", True), ("n8p14", True), ("n8rs", True), ("n8rw", True)}, "fp8 only"
+    assert set(got) == {("n8rs", True), ("n8rw", True)}, "fp8 only"
     for (name, _), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
         # all its warps on one SM: at most 65536 / threads registers per thread
         assert k["registers"] <= min(255, 65536 // cfg.threads), name
-    for pair in (tiles.N8P, tiles.N8P14):  # two warps per 16-position tile
-        assert pair.pair and pair.block_n == 8 * pair.warps
     # n8rs, n8rw: within sm_120a's 99 KiB per block; n8rw's one raw stage per warp is what fits
     # 7 warps there, and its merge runs in rounds (the drained ring holds 5 warps' O^T)
     for cfg in (tiles.N8RS, tiles.N8RW):
@@ -537,19 +534,19 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8p", "n8p14", "n8rs", "n8rw"}
+    assert exp == {"n8rs", "n8rw"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
-    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8p")
-    assert (cfg.name, S, chunk) == ("n8p", 2, 1056) and loaded == ["sm_90a"]  # 11 tiles of 96 positions
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rw")
+    assert (cfg.name, S, chunk) == ("n8rw", 2, 1120) and loaded == ["sm_90a"]  # 10 tiles of 112 positions
     with pytest.raises(ValueError, match="fp8"):
-        plan(8, 2048, 64, False, "n8p")
+        plan(8, 2048, 64, False, "n8rw")
     with pytest.raises(ValueError, match="sm_90a only"):
-        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8p")
+        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rw")
     assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))
-    assert dsa_parity.configs_for("sm_90a", "auto,n8p") == ["auto", "n8p"]
-    with pytest.raises(ValueError, match="n8p"):
-        dsa_parity.configs_for("sm_120a", "n8p")
+    assert dsa_parity.configs_for("sm_90a", "auto,n8rw") == ["auto", "n8rw"]
+    with pytest.raises(ValueError, match="n8rw"):
+        dsa_parity.configs_for("sm_120a", "n8rw")
 
 
 # ---- prebuilt library (services never compile) ----

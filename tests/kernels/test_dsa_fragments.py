@@ -11,8 +11,6 @@ it uses with the kernel's own address formulas:
   with g = lane / 4, c = lane % 4.
 A mapping slip (a wrong pairing, prmt selector or Q16 offset) fails here without a GPU; whether the
 CUDA transcribes these formulas is for the GPU parity suite (tests/device/dsa_run.sh, configs n8r).
-The experimental n8p (CfgN PAIR) splits each tile's row between two warps: its loader's half rows
-are checked against the full-row addresses n8r reads.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import torch
 
 FP8_ROW, LANES = 656, 32
 QROW16 = 512 * 2 + 64  # bytes of one Q16 row (tiles.QROW16)
-HALF_ROW, SC_OFF, ROPE_OFF = 400, 256, 272  # CfgN PAIR (the experimental n8p): a warp's half rows
 
 
 def e4m3(byte_values: np.ndarray) -> np.ndarray:
@@ -151,70 +148,3 @@ def test_pv_fragments_give_v_transposed_times_p_with_rows_at_16i_plus_2g(tile):
 def test_q16_layout_fits_its_row_and_covers_every_dim_once():
     slots = [32 * ((d // 16) // 2) + 8 * ((d % 16) // 4) + 4 * ((d // 16) % 2) + d % 4 for d in range(512)]
     assert sorted(slots) == list(range(512)) and max(slots) * 2 + 2 <= QROW16
-
-
-def half_rows(raw: np.ndarray, hf: int) -> np.ndarray:
-    """The PAIR loader (issue_half_row): per row, lane `sub` of 8 copies 16-byte chunks; !ok
-    rows are not modelled (zero-fill). Returns 16 HALF_ROW-byte rows of half hf."""
-    out = np.zeros(16 * HALF_ROW, dtype=np.uint8)
-    for r in range(16):
-        src, dst = r * FP8_ROW, r * HALF_ROW
-        for sub in range(8):
-            d = dst + sub * 16
-            if hf == 0:
-                copies = [(d, src + sub * 16), (d + 128, src + 128 + sub * 16)]
-                copies += [(d + 256, src + 512)] if sub == 0 else []
-            else:
-                sb = src + 256 + sub * 16
-                copies = [(d, sb), (d + 128, sb + 128), (d + 256, sb + 256)]
-                copies += [(d + 384, sb + 384)] if sub == 0 else []
-            for to, fr in copies:
-                out[to : to + 16] = raw[fr : fr + 16]
-    return out
-
-
-@pytest.mark.parametrize("hf", [0, 1])
-def test_pair_half_rows_hold_what_the_full_row_addresses_read(tile, hf):
-    """Every byte a PAIR warp reads from its half rows (K and V^T fragments of its two blocks, the
-    four scales, hf 1's rope) equals what n8r reads from the full rows at the same place."""
-    raw, _ = tile
-    half = half_rows(raw, hf)
-
-    def same(full_addr, half_addr, n=16):
-        for lane in range(LANES):
-            fa, ha = full_addr(lane), half_addr(lane)
-            assert np.array_equal(raw[fa : fa + n], half[ha : ha + n]), (hf, lane, fa, ha)
-
-    def arow(lane):
-        return (lane & 7) + ((lane >> 3) & 1) * 8
-
-    for kq in range(4 * hf, 4 * hf + 4):  # s_kq_reg: the half's 64-dim groups, local kq - 4 hf
-        for hp in range(2):
-            same(
-                lambda t, kq=kq, hp=hp: arow(t) * FP8_ROW + (t >> 4) * 16 + kq * 64 + hp * 32,
-                lambda t, kq=kq, hp=hp: arow(t) * HALF_ROW + (t >> 4) * 16 + (kq - 4 * hf) * 64 + hp * 32,
-            )
-    for kb in range(2):  # the PV loop: local m-tiles i of block 2 hf + kb
-        for i in range(kb * 8, kb * 8 + 8, 2):
-            same(
-                lambda t, i=i: arow(t) * FP8_ROW + (16 * hf + i + (t >> 4)) * 16,
-                lambda t, i=i: arow(t) * HALF_ROW + (i + (t >> 4)) * 16,
-            )
-    same(lambda t: (t & 15) * FP8_ROW + 512, lambda t: (t & 15) * HALF_ROW + SC_OFF)  # the 4 fp32 scales
-    if hf == 1:  # the rope (bf16, 128 bytes)
-        for u in range(4):
-            same(
-                lambda t, u=u: (t & 15) * FP8_ROW + 528 + (2 * u + (t >> 4)) * 16,
-                lambda t, u=u: (t & 15) * HALF_ROW + ROPE_OFF + (2 * u + (t >> 4)) * 16,
-            )
-    # half 1 reads up to the end of its 400-byte row and no further; half 0 up to byte 272
-    assert HALF_ROW == (FP8_ROW - 256) and SC_OFF + 16 == ROPE_OFF
-
-
-def test_pair_halves_cover_every_nope_block_and_output_dim_once():
-    """Blocks 2 hf + kb (kb < 2) of the halves, and O^T dims 256 hf + 16 i + {2g, 2g + 1} (i < 16)."""
-    blocks = sorted(2 * hf + kb for hf in range(2) for kb in range(2))
-    dims = sorted(
-        256 * hf + 16 * i + 2 * g + o for hf in range(2) for i in range(16) for g in range(8) for o in range(2)
-    )
-    assert blocks == [0, 1, 2, 3] and dims == list(range(512))

@@ -25,11 +25,11 @@
 #define DSAV_BUILD_CFG90 1
 #endif
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
-// library) adds cfg 9 "n8p": n8r's fp8 path with 12 warps as 6 pairs, each pair one 16-position
-// tile split by 128-dim blocks (CfgN PAIR; 184,032 B), cfg 10 "n8p14": 14 warps (211,696 B), and
-// cfg 11 "n8rs": n8r's path with 2 warps (60,048 B), cfg 12 "n8rw": n8r's path with 7 warps x 1 raw
-// stage (91,552 B: one CTA of 7 warps within sm_120a's 100 KB SM; the sm_120a candidate), and the
-// sm_120 occupancy emulation (set_sm120_occupancy) that measures sm_120a's configs on Hopper.
+// library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B), cfg 12 "n8rw": n8r's path with
+// 7 warps x 1 raw stage (91,552 B: one CTA of 7 warps within sm_120a's 100 KB SM; the sm_120a
+// candidate), and the sm_120 occupancy emulation (set_sm120_occupancy) that measures sm_120a's
+// configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by 128-dim blocks, were
+// measured slower than n8r on the H200 and removed: docs/kernels/dsa-verify-notes.md, session 8.)
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -57,8 +57,6 @@ using N8WF = CfgN<7, 1, true>;
 using N8RF = CfgN<8, 2, true, true>;
 #endif
 #if DSAV_EXP90
-using N8PF = CfgN<12, 2, true, true, true>;
-using N8P14F = CfgN<14, 2, true, true, true>;
 using N8RSF = CfgN<2, 2, true, true>;
 using N8RWF = CfgN<7, 1, true, true>;
 #endif
@@ -247,8 +245,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
     case 8: if (!fp8) return false; f(Tag<N8RF>{}); return true;  // fp8 only
 #endif
 #if DSAV_EXP90
-    case 9: if (!fp8) return false; f(Tag<N8PF>{}); return true;
-    case 10: if (!fp8) return false; f(Tag<N8P14F>{}); return true;
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
     case 12: if (!fp8) return false; f(Tag<N8RWF>{}); return true;
 #endif

@@ -10,8 +10,7 @@
 // (cp.async.wait_group + __syncwarp only). P goes from the S accumulators to the PV B operand by
 // movmatrix.trans (registers, no shared memory). The warps merge once at the end, through shared
 // memory, in fixed warp order (deterministic), then write o / lse (S = 1) or the split partial.
-// REG (n8r) skips that tile: see CfgN::REG. PAIR (the experimental n8p) gives each 16-position
-// tile to two warps split by 128-dim blocks: see CfgN::PAIR.
+// REG (n8r) skips that tile: see CfgN::REG.
 // fp8 rows land raw in the warp's ring; the warp converts their e4m3 bytes to f16 without the
 // scales (exact: every e4m3 value is an f16 value) into its compute tile, rope stays bf16. The
 // per-128-dim scales are applied outside the tensor cores instead of on every element:
@@ -32,7 +31,7 @@
 
 namespace dsav {
 
-template <int WARPS_, int STAGES_, bool FP8_, bool REG_ = false, bool PAIR_ = false>
+template <int WARPS_, int STAGES_, bool FP8_, bool REG_ = false>
 struct CfgN {
   static constexpr int WARPS = WARPS_, STAGES = STAGES_;
   static constexpr bool FP8 = FP8_;
@@ -41,31 +40,17 @@ struct CfgN {
   // stays the compute tile, and Q's nope part lives as f16 in the permuted Q16 layout below
   static constexpr bool REG = REG_;
   static_assert(!REG || FP8, "the in-register conversion is an fp8 path");
-  // PAIR (REG only, experimental builds): two warps share each 16-position tile, split by 128-dim
-  // blocks. Warp half hf (= warp & 1) owns blocks 2 hf, 2 hf + 1: their S partial, sigma, P^ and
-  // O^T rows (256 dims: 64 accumulator registers instead of 128); hf 1 also takes the rope part of
-  // S. The two S partials meet in shared memory (one named barrier per pair and tile; both warps
-  // then hold the same S and run the same softmax). Each warp loads only its half of a row into a
-  // HALF_ROW-byte row of its own ring: hf 0 bytes [0, 256) + the scales [512, 528), hf 1 bytes
-  // [256, 656) (nope 256..511, scales, rope).
-  static constexpr bool PAIR = PAIR_;
-  static_assert(!PAIR || REG, "the block split is a path of the in-register fp8 kernel");
   static constexpr bool N8 = true;
   static constexpr bool CLUSTER_OK = false;  // no cluster merge (the warps merge in the CTA)
   static constexpr int MAX_CLUSTER = 16;
   static constexpr int BM = 8;              // heads per CTA (the mma N)
   static constexpr int WR = 16;             // positions per warp tile (the mma M)
-  static constexpr int PW = PAIR ? 2 : 1;   // warps per 16-position tile
-  static constexpr int NPW = WARPS / PW;    // position groups: the CTA's independent splits
-  static_assert(WARPS % PW == 0, "whole pairs");
-  static constexpr int BN = WR * NPW;       // positions per CTA tile
+  static constexpr int BN = WR * WARPS;     // positions per CTA tile
   static constexpr int THREADS = WARPS * 32;
-  static constexpr int HALF_ROW = 400;      // PAIR: hf 1's 400 bytes (hf 0 uses 272 of them)
-  static constexpr int RAW_ROW = PAIR ? HALF_ROW : (FP8 ? FP8_ROW : BF_ROW);
-  static constexpr int SC_OFF = PAIR ? 256 : 512;    // fp8: the 4 fp32 scales' byte offset in a raw row
-  static constexpr int ROPE_OFF = PAIR ? 272 : 528;  // fp8: the rope's byte offset (PAIR: hf 1 only)
-  static constexpr int NBLK = PAIR ? 2 : 4;          // 128-dim blocks of a warp (fp8)
-  static constexpr int DV_W = D_V / PW;              // output dims of a warp
+  static constexpr int RAW_ROW = FP8 ? FP8_ROW : BF_ROW;
+  static constexpr int SC_OFF = 512;    // fp8: the 4 fp32 scales' byte offset in a raw row
+  static constexpr int ROPE_OFF = 528;  // fp8: the rope's byte offset
+  static constexpr int NBLK = 4;        // 128-dim blocks (fp8)
   static constexpr int RAW_STAGE = WR * RAW_ROW;    // one warp's stage
   static constexpr int CVT_TILE = WR * BF_ROW;      // one warp's dequantized tile (fp8)
   static constexpr int PSTR = D_V + 4;              // merge row stride (floats)
@@ -79,43 +64,19 @@ struct CfgN {
   static constexpr int off_mask = off_cvt + (FP8 && !REG ? WARPS * CVT_TILE : 0);
   static constexpr int off_qinv = (off_mask + WARPS * STAGES * 4 + 15) / 16 * 16;  // fp8: qi [4][8] fp32
   static constexpr int off_ssc = off_qinv + (FP8 ? 4 * BM * 4 : 0);  // fp8 (not REG): [WARPS][16][4] scales
-  // PAIR: the S partials [NPW][2 tile parities][2 halves][32 lanes] float4
-  static constexpr int off_xchg = off_ssc + (REG ? 0 : WARPS * WR * 16);
-  static constexpr int bytes = FP8 ? off_xchg + (PAIR ? NPW * 2 * 2 * 32 * 16 : 0) : off_mask + WARPS * STAGES * 4;
+  static constexpr int bytes = FP8 ? off_ssc + (REG ? 0 : WARPS * WR * 16) : off_mask + WARPS * STAGES * 4;
   // the end-of-kernel merge reuses the drained ring (and the fp8 compute tiles after it):
-  // O^T [NPW][8][PSTR] + m, l [NPW][8]
-  static constexpr int MERGE_BYTES = NPW * BM * PSTR * 4 + 2 * NPW * BM * 4;
+  // O^T [WARPS][8][PSTR] + m, l [WARPS][8]
+  static constexpr int MERGE_BYTES = WARPS * BM * PSTR * 4 + 2 * WARPS * BM * 4;
   // ... or, where it does not (one raw stage of fp8 REG rows: n8rw), m, l of every warp plus the O^T
   // of MERGE_CAP warps at a time from byte 0 (Q and Q16 are drained too), in MERGE_ROUNDS rounds
   static constexpr int MERGE_CAP =
-      MERGE_BYTES <= off_mask - off_ring ? NPW : (off_mask - 2 * NPW * BM * 4) / (BM * PSTR * 4);
-  static constexpr int MERGE_ROUNDS = (NPW + MERGE_CAP - 1) / MERGE_CAP;
+      MERGE_BYTES <= off_mask - off_ring ? WARPS : (off_mask - 2 * WARPS * BM * 4) / (BM * PSTR * 4);
+  static constexpr int MERGE_ROUNDS = (WARPS + MERGE_CAP - 1) / MERGE_CAP;
   static_assert(MERGE_CAP >= 1, "merge space must hold one warp's O^T");
   static_assert(BF_CHUNKS % 8 == 0 && WR % 4 == 0, "8 lanes per row, 4 rows per loader step");
 };
 
-// bar.sync on barrier `id` (1..15; 0 is __syncthreads) for `threads` threads (whole warps)
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-// PAIR: half hf of an fp8 row's cp.async copies by its 8 loader lanes (lane `sub`), into a
-// HALF_ROW row at dst: hf 0 bytes [0, 256) then the scales [512, 528) (17 chunks), hf 1 bytes
-// [256, 656) contiguous (25 chunks); !ok zero-fills and reads nothing.
-__device__ __forceinline__ void issue_half_row(uint32_t dst, const uint8_t* src, bool ok, int sub, int hf) {
-  const uint32_t d = dst + sub * 16;
-  const int n = ok ? 16 : 0;
-  if (hf == 0) {
-    cp_async16(d, src + sub * 16, n);
-    cp_async16(d + 128, src + 128 + sub * 16, n);
-    if (sub == 0) cp_async16(d + 256, src + 512, n);
-  } else {
-    const uint8_t* s = src + 256 + sub * 16;
-    cp_async16(d, s, n);
-    cp_async16(d + 128, s + 128, n);
-    cp_async16(d + 256, s + 256, n);
-    if (sub == 0) cp_async16(d + 384, s + 384, n);
-  }
-}
 __device__ __forceinline__ uint32_t movmatrix_t(uint32_t a) {
   uint32_t d;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
@@ -126,7 +87,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   constexpr int WR = C::WR, BN = C::BN, STAGES = C::STAGES, BM = C::BM;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int pw = warp / C::PW, hf = C::PAIR ? (warp & 1) : 0;  // position group, block half
   const int t = blockIdx.x, s = blockIdx.y, m = blockIdx.z;
   const int h0 = m * BM;
   DSAV_SPLIT_STAMP(0, dsav_now());
@@ -155,7 +115,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   int32_t raw_idx[STAGES];
 #pragma unroll
   for (int st = 0; st < STAGES; ++st) {
-    const int pos = pb + st * BN + pw * WR + row;
+    const int pos = pb + st * BN + warp * WR + row;
     raw_idx[st] = pos < cend ? __ldg(idx_row + pos) : -1;
   }
   int nv = __ldg(p.seq_lens + t);
@@ -175,7 +135,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   uint32_t* vmask = reinterpret_cast<uint32_t*>(smem + C::off_mask) + warp * STAGES;
   // slot of this lane's row in warp tile j, given its raw index word; -1 = unused
   auto slot_ok = [&](int j, int32_t w) -> int32_t {  // slot of row `row` of warp tile j; -1 = unused
-    const int pos = pb + j * BN + pw * WR + row;
+    const int pos = pb + j * BN + warp * WR + row;
     if (j >= ntiles || pos >= pe) return -1;
     return (w >= 0 && (int64_t)w < p.num_slots) ? w : -1;
   };
@@ -190,10 +150,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       const int32_t sr = __shfl_sync(0xffffffffu, sl, r);
       const bool ok = (bits >> r) & 1u;
       const uint8_t* src = p.kv + (int64_t)(ok ? sr : 0) * p.kv_st;
-      if constexpr (C::PAIR)
-        issue_half_row(dst + r * C::RAW_ROW, src, ok, sub, hf);
-      else
-        issue_kv_row<C::FP8>(dst, r, src, ok, sub);
+      issue_kv_row<C::FP8>(dst, r, src, ok, sub);
     }
     if (lane == 0) vmask[stage] = bits;
   };
@@ -207,7 +164,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   DSAV_SPLIT_STAMP(6, (unsigned long long)ntiles);
   int32_t next_raw = -1;
   {
-    const int pos = pb + STAGES * BN + pw * WR + row;
+    const int pos = pb + STAGES * BN + warp * WR + row;
     next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
   }
   cp_async_wait<STAGES>();  // Q landed (group 0) for this thread
@@ -215,7 +172,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   const int g = lane >> 2, c = lane & 3;
   // fp8: sig[b] = running max over the warp's positions of |scale| of block b (warp-uniform);
   // qinv [4][8] = 2^-e per (block, head); ssc = the current tile's scales [16 rows][4 blocks]
-  // (PAIR: blocks 2 hf + kb of local index kb < NBLK)
   float sig[C::NBLK], sig_r[C::NBLK], sig_i[C::NBLK];
 #pragma unroll
   for (int kb = 0; kb < C::NBLK; ++kb) sig[kb] = sig_i[kb] = 0.f;
@@ -226,9 +182,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     __syncthreads();  // the f16 Q and qinv visible to every warp
   }
 
-  float o_acc[C::DV_W / 16][4];
+  float o_acc[D_V / 16][4];
 #pragma unroll
-  for (int i = 0; i < C::DV_W / 16; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+  for (int i = 0; i < D_V / 16; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // heads 2c, 2c+1
 
   for (int j = 0; j < ntiles; ++j) {
@@ -252,7 +208,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     auto sigma_update = [&]() {
 #pragma unroll
       for (int kb = 0; kb < C::NBLK; ++kb) {
-        const int bk = 2 * hf + kb;  // the block (hf = 0 unless PAIR)
+        const int bk = kb;
         float smax = fmaxf(fabsf(scale(g, bk)), fabsf(scale(g + 8, bk)));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
@@ -288,7 +244,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       sigma_update();
       cp_async_commit();
       {
-        const int pos = pb + (j + STAGES + 1) * BN + pw * WR + row;
+        const int pos = pb + (j + STAGES + 1) * BN + warp * WR + row;
         next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
       }
       sK = smem_u32(cvt);
@@ -319,10 +275,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     // the high pair k 2c+8, 2c+9 (dims 16s + 4c + 2, 3): the Q16 layout pairs Q the same way.
     // The lane's addresses (K: row arow, segment lane / 16; Q16: row g, chunk c) are formed once
     // per call; the segment offsets are then immediates.
-    // PAIR: the raw row holds the half's 256 nope bytes from byte 0 (kq - 4 hf: the local group).
     auto s_kq_reg = [&](int kq, float (&sx)[4][4]) {
       const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
-      const uint32_t ka = sK + arow * C::RAW_ROW + (lane >> 4) * 16 + (kq - 4 * hf) * 64;
+      const uint32_t ka = sK + arow * C::RAW_ROW + (lane >> 4) * 16 + kq * 64;
       const uint8_t* qrow = smem + C::off_q16 + g * C::QROW16 + c * 16 + kq * 128;
 #pragma unroll
       for (int hp = 0; hp < 2; ++hp) {  // segment pairs (4 kq + 2 hp, +1)
@@ -340,7 +295,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       float sn[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1
       for (int kb = 0; kb < C::NBLK; ++kb) {
-        const int bk = 2 * hf + kb;  // the block (hf = 0 unless PAIR)
+        const int bk = kb;
         float sx[4][4];
 #pragma unroll
         for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
@@ -362,35 +317,20 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
 #pragma unroll
       for (int a = 0; a < 4; ++a) sx[a][0] = sx[a][1] = sx[a][2] = sx[a][3] = 0.f;
       if constexpr (C::REG) {  // rope: bf16 at byte ROPE_OFF of the raw rows, the standard A fragments; Q rope bf16
-        if (!C::PAIR || hf == 1) {  // PAIR: the rope is half 1's
-          uint32_t b[8];
-          ldsm_x4(sQ + swz(lane & 7, 64 + (lane >> 3)), b[0], b[1], b[2], b[3]);
-          ldsm_x4(sQ + swz(lane & 7, 68 + (lane >> 3)), b[4], b[5], b[6], b[7]);
+        uint32_t b[8];
+        ldsm_x4(sQ + swz(lane & 7, 64 + (lane >> 3)), b[0], b[1], b[2], b[3]);
+        ldsm_x4(sQ + swz(lane & 7, 68 + (lane >> 3)), b[4], b[5], b[6], b[7]);
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            uint32_t a0, a1, a2, a3;
-            ldsm_x4(sK + (lane & 15) * C::RAW_ROW + C::ROPE_OFF + (2 * u + (lane >> 4)) * 16, a0, a1, a2, a3);
-            mma_bf16(sx[u], a0, a1, a2, a3, b[2 * u], b[2 * u + 1]);
-          }
+        for (int u = 0; u < 4; ++u) {
+          uint32_t a0, a1, a2, a3;
+          ldsm_x4(sK + (lane & 15) * C::RAW_ROW + C::ROPE_OFF + (2 * u + (lane >> 4)) * 16, a0, a1, a2, a3);
+          mma_bf16(sx[u], a0, a1, a2, a3, b[2 * u], b[2 * u + 1]);
         }
       } else {
         s_kq(D_V / 64, sx, false);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) sv[e] = sn[e] + ((sx[0][e] + sx[1][e]) + (sx[2][e] + sx[3][e]));
-      if constexpr (C::PAIR) {
-        // the two halves' partials through shared memory (tile parity j & 1: a half writes slot
-        // j & 1 again only after the barrier of tile j + 1, which its partner passes after its
-        // read of tile j); IEEE addition commutes, so both warps hold the same S
-        float4* xc = reinterpret_cast<float4*>(smem + C::off_xchg) + (pw * 2 + (j & 1)) * 2 * 32;
-        xc[hf * 32 + lane] = make_float4(sv[0], sv[1], sv[2], sv[3]);
-        named_barrier(1 + pw, 64);
-        const float4 o = xc[(hf ^ 1) * 32 + lane];
-        sv[0] += o.x;
-        sv[1] += o.y;
-        sv[2] += o.z;
-        sv[3] += o.w;
-      }
     } else {
       float sx[4][4];
 #pragma unroll
@@ -435,7 +375,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
       for (int kb = 0; kb < C::NBLK; ++kb) {
-        const int bk = 2 * hf + kb;  // the block (hf = 0 unless PAIR)
+        const int bk = kb;
         const float s0 = scale(g, bk), s1 = scale(g + 8, bk);
         const float f0 = alpha_h[0] * sig_r[kb], f1 = alpha_h[1] * sig_r[kb];
         const float e0 = s0 * sig_i[kb], e1 = s1 * sig_i[kb];
@@ -444,7 +384,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         auto rescale = [&](float (&o)[4]) {  // O_b^T *= f
           o[0] *= f0; o[1] *= f1; o[2] *= f0; o[3] *= f1;
         };
-        if constexpr (C::REG) {  // local m-tiles i (PAIR: the half row's nope starts at byte 0)
+        if constexpr (C::REG) {
 #pragma unroll
           for (int i = kb * (D_V / 64); i < (kb + 1) * (D_V / 64); i += 2) {
             uint32_t r0, r1, r2, r3;
@@ -488,7 +428,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       __syncwarp();  // every lane done with this stage before it is refilled
       if (j + STAGES < ntiles) issue(stage, slot_ok(j + STAGES, next_raw));
       cp_async_commit();
-      const int pos = pb + (j + STAGES + 1) * BN + pw * WR + row;
+      const int pos = pb + (j + STAGES + 1) * BN + warp * WR + row;
       next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
     }
   }
@@ -502,16 +442,16 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   }
   if constexpr (C::FP8) {  // O_b^T back to its true scale
 #pragma unroll
-    for (int i = 0; i < C::DV_W / 16; ++i) {
+    for (int i = 0; i < D_V / 16; ++i) {
       const float sc = sig[i / (D_V / 64)];  // local block
       o_acc[i][0] *= sc; o_acc[i][1] *= sc; o_acc[i][2] *= sc; o_acc[i][3] *= sc;
     }
   }
-  // O^T of the warp's dims (PAIR: half hf's, from dim 256 hf) into a merge row block at `ow`
+  // the warp's O^T into a merge row block at `ow`
   auto store_o = [&](float* ow) {
     if constexpr (C::REG) {  // O^T rows of m-tile i: dims 16 i + 2 g and 16 i + 2 g + 1
 #pragma unroll
-      for (int i = 0; i < C::DV_W / 16; ++i) {
+      for (int i = 0; i < D_V / 16; ++i) {
         ow[(2 * c) * C::PSTR + 16 * i + 2 * g] = o_acc[i][0];
         ow[(2 * c + 1) * C::PSTR + 16 * i + 2 * g] = o_acc[i][1];
         ow[(2 * c) * C::PSTR + 16 * i + 2 * g + 1] = o_acc[i][2];
@@ -547,15 +487,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   };
   __syncthreads();  // every warp done with its ring: it becomes the merge space
   if constexpr (C::MERGE_ROUNDS == 1) {
-    float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [NPW][8][PSTR]
-    float* mm = mo + C::NPW * BM * C::PSTR;                     // [NPW][8] max (log2 units)
-    float* ml = mm + C::NPW * BM;                                // [NPW][8] sum
-    store_o(mo + pw * BM * C::PSTR + hf * C::DV_W);
-    if (g == 0 && hf == 0) {  // PAIR: both halves hold the same m, l
-      mm[pw * BM + 2 * c] = m_run[0];
-      mm[pw * BM + 2 * c + 1] = m_run[1];
-      ml[pw * BM + 2 * c] = l_run[0];
-      ml[pw * BM + 2 * c + 1] = l_run[1];
+    float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [WARPS][8][PSTR]
+    float* mm = mo + C::WARPS * BM * C::PSTR;                     // [WARPS][8] max (log2 units)
+    float* ml = mm + C::WARPS * BM;                                // [WARPS][8] sum
+    store_o(mo + warp * BM * C::PSTR);
+    if (g == 0) {
+      mm[warp * BM + 2 * c] = m_run[0];
+      mm[warp * BM + 2 * c + 1] = m_run[1];
+      ml[warp * BM + 2 * c] = l_run[0];
+      ml[warp * BM + 2 * c + 1] = l_run[1];
     }
     __syncthreads();
     // ---- merge the warps in fixed order, normalize, write: thread = (head, 4 dims) units ----
@@ -565,12 +505,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       if (h >= p.H) continue;
       float mx = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < C::NPW; ++w) mx = fmaxf(mx, mm[w * BM + r]);
+      for (int w = 0; w < C::WARPS; ++w) mx = fmaxf(mx, mm[w * BM + r]);
       const float mref = mx == -INFINITY ? 0.f : mx;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       float l = 0.f;
 #pragma unroll
-      for (int w = 0; w < C::NPW; ++w) {
+      for (int w = 0; w < C::WARPS; ++w) {
         const float wt = exp2f(mm[w * BM + r] - mref);  // an empty warp: exp2(-inf) = 0, its O is 0
         const float4 v = *reinterpret_cast<const float4*>(mo + (w * BM + r) * C::PSTR + d);
         acc.x += wt * v.x;
@@ -585,16 +525,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     // The drained ring holds only MERGE_CAP warps' O^T: m, l of every warp first, then the warps'
     // O^T in rounds of MERGE_CAP, each unit accumulated in registers in the same warp order (the
     // same sums as one round). The merge space starts at Q (drained too).
-    static_assert(!C::PAIR, "rounds merge whole-tile warps");
-    float* mm = reinterpret_cast<float*>(smem);  // [NPW][8] max (log2 units)
-    float* ml = mm + C::NPW * BM;                // [NPW][8] sum
-    float* mo = ml + C::NPW * BM;                // [MERGE_CAP][8][PSTR]
+    float* mm = reinterpret_cast<float*>(smem);  // [WARPS][8] max (log2 units)
+    float* ml = mm + C::WARPS * BM;                // [WARPS][8] sum
+    float* mo = ml + C::WARPS * BM;                // [MERGE_CAP][8][PSTR]
     constexpr int UNITS = BM * (D_V / 4), UPT = (UNITS + C::THREADS - 1) / C::THREADS;
     if (g == 0) {
-      mm[pw * BM + 2 * c] = m_run[0];
-      mm[pw * BM + 2 * c + 1] = m_run[1];
-      ml[pw * BM + 2 * c] = l_run[0];
-      ml[pw * BM + 2 * c + 1] = l_run[1];
+      mm[warp * BM + 2 * c] = m_run[0];
+      mm[warp * BM + 2 * c + 1] = m_run[1];
+      ml[warp * BM + 2 * c] = l_run[0];
+      ml[warp * BM + 2 * c + 1] = l_run[1];
     }
     float4 acc[UPT];
     float lsum[UPT], mref[UPT];
@@ -606,8 +545,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     }
 #pragma unroll 1
     for (int rd = 0; rd < C::MERGE_ROUNDS; ++rd) {
-      const int w0 = rd * C::MERGE_CAP, w1 = min(C::NPW, w0 + C::MERGE_CAP);
-      if (pw >= w0 && pw < w1) store_o(mo + (pw - w0) * BM * C::PSTR);
+      const int w0 = rd * C::MERGE_CAP, w1 = min(C::WARPS, w0 + C::MERGE_CAP);
+      if (warp >= w0 && warp < w1) store_o(mo + (warp - w0) * BM * C::PSTR);
       __syncthreads();
 #pragma unroll
       for (int k = 0; k < UPT; ++k) {
@@ -616,7 +555,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         if (u >= UNITS || h0 + r >= p.H) continue;
         if (rd == 0) {
           float mx = -INFINITY;
-          for (int w = 0; w < C::NPW; ++w) mx = fmaxf(mx, mm[w * BM + r]);
+          for (int w = 0; w < C::WARPS; ++w) mx = fmaxf(mx, mm[w * BM + r]);
           mref[k] = mx == -INFINITY ? 0.f : mx;
         }
         for (int w = w0; w < w1; ++w) {
