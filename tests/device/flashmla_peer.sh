@@ -7,8 +7,8 @@
 # The DSA part ran on the H200 (2026-12-01, DSA run 10, as `dsa_bench --quick --no-sglang` with the wheel on
 # PYTHONPATH: docs/results/dsa_bench_flashmla_h200_run10.json). The whole script ran on the H200 in session 8
 # (2026-12-01, tree 1abb835, carry .whl-flashmla .whl .whl-dsa, 275.9 s, rc 0): smoke 3/3 entry points ok; dense ours/FlashMLA
-# speed 1.35x / 0.68x / 0.60x, DSA 0.31x-5.85x (docs/results/*_flashmla_h200_session8.json). Dense ran --no-sglang anyway:
-# the `[ -d .whl ]` check below runs after `cd kernels`.
+# speed 1.35x / 0.68x / 0.60x, DSA 0.31x-5.85x (docs/results/*_flashmla_h200_session8.json). Dense ran --no-sglang anyway
+# there: the `.whl` check ran after `cd kernels` (it now looks in ../.whl; not re-run since).
 #
 # Carry `.whl-flashmla` (git-ignored, never committed; made by tests/device/make_wheels.sh:
 # `pip download sgl-flash-mla==1.0.0 --no-deps`): sgl_flash_mla-1.0.0-cp310-abi3-manylinux2014_x86_64.whl,
@@ -113,7 +113,7 @@ grep -q "^dense decode.* FAILED" "$OUT/flashmla_smoke.txt" && FM_DENSE=--no-flas
 grep -q "^sparse .* FAILED" "$OUT/flashmla_smoke.txt" && FM_DSA=--no-flashmla
 echo "bench flags: dense '$FM_DENSE' dsa '$FM_DSA'" | tee -a "$LOG"
 # 2. the dense bench: ours vs FlashMLA (and FlashInfer / SGLang if importable: skipped otherwise)
-NOSGL=--no-sglang; [ -d .whl ] && NOSGL=
+NOSGL=--no-sglang; [ -d ../.whl ] && NOSGL=  # (cwd: kernels/)
 echo "== dense bench $SHAPES ($(date +%T))" | tee -a "$LOG"
 timeout "${FM_DENSE_TIMEOUT_S:-240}" python3 -m verify_tools.bench --json $NOSGL $FM_DENSE --no-graph-buffer --shapes "$SHAPES" \
   > "$OUT/bench_flashmla.json" 2> >(tee -a "$LOG" >&2)
