@@ -231,6 +231,11 @@ AUTO_N8W_MIN_T = 32
 # 17 (session 7, same run, CUPTI span): n8r / n8 at T=8 0.823; n8r / n8w at T=64 0.803, T=256 0.741;
 # at T=4 n8r / m16w 1.072 (so B=1 n=4 keeps m16w).
 AUTO_N8R_MIN_T_FP8 = 8
+# sm_120a: fp8 with H <= 8 takes n8rw (7 warps x 1 raw stage, in-register e4m3) from this many rows
+# on, else m16. Session 8, under the sm_120 occupancy emulation on the H200 (every sm_120a config
+# holds one CTA per SM there; same run, CUPTI span, n8rw / m16): T=4 1.350, T=8 0.921, T=64 0.507,
+# T=256 0.402.
+AUTO_N8RW_MIN_T_FP8 = 8
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -271,7 +276,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     tile_config="auto" with H <= 8 on sm_90a (no cluster asked) and T >= AUTO_N8_MIN_T (bf16) or
     T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 takes n8r from
     T >= AUTO_N8R_MIN_T_FP8, and with T < AUTO_N8_MIN_T m16w instead of n8 when that grid fits one
-    wave (AUTO_M16W_FP8). An fp8-only config (n8r) refuses a bf16 cache.
+    wave (AUTO_M16W_FP8). On sm_120a, fp8 with H <= 8 takes n8rw from T >= AUTO_N8RW_MIN_T_FP8.
+    An fp8-only config (n8r, n8rw) refuses a bf16 cache.
     A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
     (_build.load_experimental; sm_90a only). Under emulate_sm120_occupancy, sm_120a's rules apply."""
     from ._build import load, load_experimental
@@ -306,6 +312,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         cfg = tiles.N8W if T >= AUTO_N8W_MIN_T else tiles.N8
         if fp8 and T >= AUTO_N8R_MIN_T_FP8:
             cfg = tiles.N8R
+    if auto_cfg and policy == "sm_120a" and fp8 and H <= tiles.N8RW.block_m and T >= AUTO_N8RW_MIN_T_FP8:
+        cfg = tiles.N8RW
     experimental = _SM120_OCCUPANCY or cfg.name in tiles.EXPERIMENTAL_CONFIGS
     mod = load_experimental(arch) if experimental else load(arch)
     if num_splits is None:

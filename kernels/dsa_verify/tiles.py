@@ -104,20 +104,24 @@ N8S = TileConfig("n8s", 6, 8, 32, 2, 2, kind="n8")
 N8W = TileConfig("n8w", 7, 8, 112, 1, 7, kind="n8")
 # n8r (sm_90a, fp8 only): 8 warps x 2 raw stages, e4m3 converted in registers into the mma fragments
 N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
-CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R)}
+# n8rw (every arch, fp8 only): n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps
+# per 100 KB sm_120 SM, the most warps an in-register fp8 config holds there (sm_120a's fp8 config)
+N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
+CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
-ARCH_CONFIGS = {"sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R), "sm_120a": (M16, M32, N8S)}
+ARCH_CONFIGS = {
+    "sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW),
+    "sm_120a": (M16, M32, N8S, N8RW),
+}
 # Experimental configs: only in the experimental JIT build (_build.load_experimental, csrc
 # DSAV_EXPERIMENTAL), never in phase 0's build, the prebuilt library, auto or the parity suite's
 # "all"; reachable by name (tile_config=, dsa_parity --configs, dsa_bench --alt-config).
 # n8rs: n8r's in-register fp8 path with n8s's 2 warps (60,048 B: within sm_120a's 99 KiB per block,
-# one CTA per 100 KB sm_120 SM, so 2 warps per SM there)
+# one CTA per 100 KB sm_120 SM, so 2 warps per SM there; slower than n8rw under the sm_120 occupancy
+# emulation, session 8)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
-# n8rw: n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps per sm_120 SM, the most
-# warps an in-register fp8 config holds there; built for sm_90a so the H200 can measure it
-N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, N8RW)}
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; registers per SM are as
 # on sm_90): what the sm_120 occupancy emulation (api.emulate_sm120_occupancy) pads kernels to.
 SM120_SMEM_PER_SM = 100 * 1024

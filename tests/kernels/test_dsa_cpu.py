@@ -275,7 +275,7 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
     """resolve_full with no GPU: device_info, the module and its occupancy queries stubbed."""
     from dsa_verify import _build
 
-    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2, "n8w": 1, "n8r": 1}
+    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2, "n8w": 1, "n8r": 1, "n8rw": 1}
     monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
     monkeypatch.setattr(_build, "load", lambda a: object())
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: occ[cfg.name])
@@ -333,7 +333,11 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     assert (cfg.name, S, chunk) == ("n8w", 2, 1120)
     sm120 = _fake_plan(monkeypatch, arch="sm_120a")
     assert sm120(8, 2048, 64, False)[1].name == "m16"  # not measured there
-    assert sm120(8, 2048, 64, True)[1].name == "m16"  # n8r: sm_90a only
+    # fp8: n8rw from T=8 (n8r is sm_90a only); below and for H > 8, m16
+    assert [sm120(8, 2048, T, True)[1].name for T in (4, 7, 8, 64, 256)] == ["m16", "m16", "n8rw", "n8rw", "n8rw"]
+    assert sm120(16, 2048, 64, True)[1].name == "m16"
+    with pytest.raises(ValueError, match="fp8"):
+        sm120(8, 2048, 64, False, "n8rw")  # no bf16 kernel
 
 
 def test_cluster_plan_refusals(monkeypatch):
@@ -361,9 +365,9 @@ def test_parity_config_labels():
     labels = dsa_parity.configs_for("sm_90a", "all")
     assert labels == [
         "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s",
-        "n8w", "n8r",
+        "n8w", "n8r", "n8rw",
     ]  # fmt: skip
-    assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s"]
+    assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s", "n8rw"]
     assert dsa_parity.configs_for("sm_90a", "n8,m16/cluster") == ["n8", "m16/cluster"]
     with pytest.raises(ValueError, match="m64"):
         dsa_parity.configs_for("sm_120a", "m64")  # not built for sm_120a
@@ -414,14 +418,22 @@ def test_parity_order_and_partial_out(monkeypatch, tmp_path):
     monkeypatch.setattr(dsa_parity, "graph_case", fake_graph)
     assert dsa_parity.main(["--json", "--no-peer", "--out", str(out)]) == 0
     names = [n for n, _ in seen]
-    n_cfg = len(dsa_parity.configs_for("sm_120a", "all"))
-    q = len(dsa_parity.QUICK) * n_cfg
-    g = len(dsa_parity.GRAPH_CASES) * n_cfg
+    cfgs = dsa_parity.configs_for("sm_120a", "all")
+    by_name = {c.name: c for c in dsa_parity.CASES}
+
+    def runs(case_names):  # (case, config) pairs that run: an fp8-only config skips bf16 cases
+        return sum(1 for n in case_names for c in cfgs if by_name[n].kv == "fp8" or c != "n8rw")
+
+    q, g = runs(dsa_parity.QUICK), runs(dsa_parity.GRAPH_CASES)
     assert set(names[:q]) == set(dsa_parity.QUICK)
     assert all(n.endswith("_graph") for n in names[q : q + g])
-    assert len(seen) == len(dsa_parity.CASES) * n_cfg + g
+    assert len(seen) == runs(list(by_name)) + g
     doc = json.loads(out.read_text())
     assert doc["ok"] and doc["summary"]["total"] == len(seen)
+    bf16_cases = [n for n in by_name if by_name[n].kv != "fp8"]
+    assert sorted((s["case"], s["config"]) for s in doc["skipped"]) == sorted(
+        [(n, "n8rw") for n in bf16_cases] + [(n, "n8rw") for n in dsa_parity.GRAPH_CASES if n in bf16_cases]
+    )
 
 
 def test_trace_timeline_summary():
@@ -474,17 +486,14 @@ def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True), ("n8rw", True)}, "fp8 only"
+    assert set(got) == {("n8rs", True)}, "fp8 only"
     for (name, _), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
         # all its warps on one SM: at most 65536 / threads registers per thread
         assert k["registers"] <= min(255, 65536 // cfg.threads), name
-    # n8rs, n8rw: within sm_120a's 99 KiB per block; n8rw's one raw stage per warp is what fits
-    # 7 warps there, and its merge runs in rounds (the drained ring holds 5 warps' O^T)
-    for cfg in (tiles.N8RS, tiles.N8RW):
-        assert cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"] and tiles.sm120_ctas_per_sm(cfg, True) == 1
-    assert (tiles.N8RW.warps, tiles.N8RW.stages) == (7, 1)
+    # n8rs: within sm_120a's 99 KiB per block, but one CTA (2 warps) per sm_120 SM
+    assert tiles.N8RS.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"] and tiles.sm120_ctas_per_sm(tiles.N8RS, True) == 1
 
 
 def test_sm120_ctas_per_sm_follow_its_100_kb_sm():
@@ -507,11 +516,11 @@ def test_sm120_occupancy_emulation_plans_by_sm120a_rules(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     monkeypatch.setattr(api, "_SM120_OCCUPANCY", True)
-    # auto: sm_120a's m16 where sm_90a would take n8r / n8w; every kernel from the experimental build
-    assert [plan(8, 2048, T, True)[1].name for T in (4, 64, 256)] == ["m16", "m16", "m16"]
+    # auto: sm_120a's m16 / n8rw where sm_90a would take m16w / n8r; every kernel from the experimental build
+    assert [plan(8, 2048, T, True)[1].name for T in (4, 64, 256)] == ["m16", "n8rw", "n8rw"]
     assert plan(64, 2048, 64, False)[1].name == "m32"
     assert loaded and set(loaded) == {"sm_90a"}
-    assert plan(8, 2048, 64, True, "n8rw")[1].name == "n8rw"
+    assert plan(8, 2048, 64, True, "n8rs")[1].name == "n8rs"
     with pytest.raises(ValueError, match="not built for sm_120a"):
         plan(8, 2048, 64, True, "n8r")
     with pytest.raises(ValueError, match="cluster"):
@@ -534,19 +543,19 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs", "n8rw"}
+    assert exp == {"n8rs"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
-    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rw")
-    assert (cfg.name, S, chunk) == ("n8rw", 2, 1120) and loaded == ["sm_90a"]  # 10 tiles of 112 positions
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
+    assert (cfg.name, S, chunk) == ("n8rs", 2, 1024) and loaded == ["sm_90a"]  # 32 tiles of 32 positions
     with pytest.raises(ValueError, match="fp8"):
-        plan(8, 2048, 64, False, "n8rw")
+        plan(8, 2048, 64, False, "n8rs")
     with pytest.raises(ValueError, match="sm_90a only"):
-        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rw")
+        _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rs")
     assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))
-    assert dsa_parity.configs_for("sm_90a", "auto,n8rw") == ["auto", "n8rw"]
-    with pytest.raises(ValueError, match="n8rw"):
-        dsa_parity.configs_for("sm_120a", "n8rw")
+    assert dsa_parity.configs_for("sm_90a", "auto,n8rs") == ["auto", "n8rs"]
+    with pytest.raises(ValueError, match="n8rs"):
+        dsa_parity.configs_for("sm_120a", "n8rs")
 
 
 # ---- prebuilt library (services never compile) ----

@@ -14,6 +14,9 @@
 // cfg 8 "n8r": fp8 only, 8 warps (BN 128) x 2 raw stages, 256 threads (186,048 B), sm_90a only: the
 //   e4m3 bytes go from the raw ring straight into the mma fragments (CfgN REG), no f16 tile
 // cfg 6 "n8s": n8 with 2 warps (BN 32), 64 threads (bf16 82,960 B / fp8 88,720 B): the sm_120a one
+// cfg 12 "n8rw": fp8 only, n8r's path with 7 warps (BN 112) x 1 raw stage, 224 threads (91,552 B):
+//   one CTA of 7 warps per 100 KB sm_120 SM, the sm_120a fp8 config (every arch); its end-of-kernel
+//   merge runs in rounds (CfgN::MERGE_ROUNDS: one raw stage cannot hold every warp's O^T)
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves cfg 2 out (sm_120a builds: 99 KiB of smem per block).
@@ -25,11 +28,11 @@
 #define DSAV_BUILD_CFG90 1
 #endif
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
-// library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B), cfg 12 "n8rw": n8r's path with
-// 7 warps x 1 raw stage (91,552 B: one CTA of 7 warps within sm_120a's 100 KB SM; the sm_120a
-// candidate), and the sm_120 occupancy emulation (set_sm120_occupancy) that measures sm_120a's
-// configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by 128-dim blocks, were
-// measured slower than n8r on the H200 and removed: docs/kernels/dsa-verify-notes.md, session 8.)
+// library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
+// SM: slower than n8rw there), and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
+// 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
+// session 8.)
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -43,6 +46,7 @@ using M32B = Cfg<32, 16, 3, false>;
 using M32F = Cfg<32, 16, 3, true>;
 using N8SB = CfgN<2, 2, false>;
 using N8SF = CfgN<2, 2, true>;
+using N8RWF = CfgN<7, 1, true, true>;
 #if DSAV_BUILD_CFG90
 using M64B = Cfg<64, 32, 3, false>;
 using M64F = Cfg<64, 32, 3, true>;
@@ -58,7 +62,6 @@ using N8RF = CfgN<8, 2, true, true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using N8RWF = CfgN<7, 1, true, true>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -236,6 +239,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
     case 0: fp8 ? f(Tag<M16F>{}) : f(Tag<M16B>{}); return true;
     case 1: fp8 ? f(Tag<M32F>{}) : f(Tag<M32B>{}); return true;
     case 6: fp8 ? f(Tag<N8SF>{}) : f(Tag<N8SB>{}); return true;
+    case 12: if (!fp8) return false; f(Tag<N8RWF>{}); return true;  // fp8 only
 #if DSAV_BUILD_CFG90
     case 2: fp8 ? f(Tag<M64F>{}) : f(Tag<M64B>{}); return true;
     case 3: fp8 ? f(Tag<M16DF>{}) : f(Tag<M16DB>{}); return true;
@@ -246,7 +250,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 12: if (!fp8) return false; f(Tag<N8RWF>{}); return true;
 #endif
     default: return false;
   }
