@@ -9,8 +9,8 @@ mma.sync m16n8k16 bf16. Two kinds:
   (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) + (STAGES+1)*BN*4 (per-position
   flags) + (fp8) 4*BM*4 Q block exponents + BN*16 scales + 16 (the tile's max scale per block),
   TG = warps / (BM/16) column groups of the S phase.
-- "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s, n8w; n8r adds REG, fp8 only: no
-  converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
+- "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s, n8w; n8r and n8rw add REG, fp8 only:
+  no converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
   WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 converted rows (f16 nope, bf16 rope) +
   WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales.
