@@ -142,14 +142,33 @@ class Timer:
         run, mode = self.replay_or_eager(fn)
         return self.median_us(run, warmup, iters), mode
 
+    def flush(self):
+        self.flush_buf.fill_(1.0)  # write 4x L2 ...
+        self.flush_buf[: self.flush_buf.numel() // 2].sum()  # ... then read 2x L2: clean lines only
+
+    def kernel_us(self, fn, iters=ITERS) -> dict:
+        """{kernel name (first 60 chars): mean CUPTI device time per call, us} of this project's
+        kernels (names with "mla_verify") over `iters` calls of fn, each after the L2 flush: which
+        kernel a time difference sits in. Empty if the profiler saw none of them."""
+        from torch.profiler import ProfilerActivity, profile
+
+        t = self.torch
+        fn()
+        t.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                self.flush()
+                fn()
+            t.cuda.synchronize()
+        return {e.key[:60]: round(e.device_time_total / iters, 3) for e in prof.key_averages() if "mla_verify" in e.key}
+
     def median_us(self, fn, warmup=WARMUP, iters=ITERS):
         t = self.torch
         for _ in range(warmup):
             fn()
         times = []
         for _ in range(iters):
-            self.flush_buf.fill_(1.0)  # write 4x L2 ...
-            self.flush_buf[: self.flush_buf.numel() // 2].sum()  # ... then read 2x L2: clean lines only
+            self.flush()
             s, e = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
             s.record()
             fn()
@@ -482,6 +501,10 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
             {"graph": lambda: timer.median_us(g.replay), "exact": lambda: timer.median_us(e_run)}, GB_ROUNDS
         )
         t_graph, e_us = best["graph"], best["exact"]
+        try:  # diagnostic: which kernel (split or combine) holds a graph-buffer difference
+            kernels = {"graph": timer.kernel_us(g.replay), "exact": timer.kernel_us(e_run)}
+        except Exception as exc:  # noqa: BLE001 - the breakdown never costs the row
+            kernels = {"error": f"{type(exc).__name__}: {exc}"[:200]}
         rel = float((o_g.float() - o_e.float()).norm() / o_e.float().norm())
         rule = api.split_rule(B, n, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
         s_grid = api.splits_for_total(rule, B, gb_idx.numel())
@@ -498,6 +521,7 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
                 "exact_timing": e_mode,
                 "ratio": t_graph / e_us,
                 "rounds": GB_ROUNDS,
+                "kernels_us": kernels,  # CUPTI mean per call of each of our kernels, both sides
                 "splits_graph_buffer": s_grid,  # the launch (grid, workspace) of the capture
                 "splits_effective": api.splits_for_total(rule, B, idx.numel(), s_grid),  # what the device ran
                 "splits_exact": api.splits_for_total(rule, B, idx.numel()),
@@ -508,7 +532,8 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
         print(
             f"[bench] graph-buffer B={B} n={n} H={H} L={L}: replay {t_graph:.1f}us exact {e_us:.1f}us "
             f"ratio {t_graph / e_us:.3f} S grid/eff/exact {s_grid}/{rows[-1]['splits_effective']}/"
-            f"{rows[-1]['splits_exact']} rel {rel:.1e} bitwise {rows[-1]['replay_equal_exact_bitwise']}",
+            f"{rows[-1]['splits_exact']} rel {rel:.1e} bitwise {rows[-1]['replay_equal_exact_bitwise']} "
+            f"kernels {kernels}",
             file=sys.stderr,
         )
     inp = g = None
