@@ -472,16 +472,19 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
         mip = torch.arange(0, B + 1, dtype=torch.int64, device=dev) * (n * (L + n))
         return kvp, idx, mask, mip
 
-    def call(kvp, idx, mask, mip, o):
+    def call(kvp, idx, mask, mip, o, num_splits=None):
         a = list(kernel_args(inp))
         a[3], a[6], a[7], a[8], a[9], a[11] = o, inp["qo_indptr"], kvp, idx, mask, mip
-        return mla_verify_fwd(*a, sm_scale=scale)
+        return mla_verify_fwd(*a, sm_scale=scale, num_splits=num_splits)
 
     arch = api.device_arch(dev)
     cfg = tiles.DEFAULT_CONFIG[arch]
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     o_g = torch.empty_like(inp["o_extend"])
     o_e = torch.empty_like(inp["o_extend"])
+    o_eg = torch.empty_like(inp["o_extend"])
+    rule = api.split_rule(B, n, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
+    s_grid = api.splits_for_total(rule, B, gb_idx.numel())
 
     def fill(L):
         kvp, idx, mask, mip = exact(L)
@@ -497,17 +500,25 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
     for L in lens:
         kvp, idx, mask, mip = fill(L)
         e_run, e_mode = timer.replay_or_eager(lambda: call(kvp, idx, mask, mip, o_e))
+        # diagnostic third side: the exact-length buffers launched with the graph's split count, so
+        # graph / exact_grid is what the max-sized buffers cost and exact_grid / exact what the grid does
+        eg_run, _ = timer.replay_or_eager(lambda: call(kvp, idx, mask, mip, o_eg, s_grid))
         best = min_interleaved(
-            {"graph": lambda: timer.median_us(g.replay), "exact": lambda: timer.median_us(e_run)}, GB_ROUNDS
+            {
+                "graph": lambda: timer.median_us(g.replay),
+                "exact": lambda: timer.median_us(e_run),
+                "exact_grid": lambda: timer.median_us(eg_run),
+            },
+            GB_ROUNDS,
         )
         t_graph, e_us = best["graph"], best["exact"]
         try:  # diagnostic: which kernel (split or combine) holds a graph-buffer difference
-            kernels = {"graph": timer.kernel_us(g.replay), "exact": timer.kernel_us(e_run)}
+            kernels = {
+                k: timer.kernel_us(f) for k, f in (("graph", g.replay), ("exact", e_run), ("exact_grid", eg_run))
+            }
         except Exception as exc:  # noqa: BLE001 - the breakdown never costs the row
             kernels = {"error": f"{type(exc).__name__}: {exc}"[:200]}
         rel = float((o_g.float() - o_e.float()).norm() / o_e.float().norm())
-        rule = api.split_rule(B, n, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
-        s_grid = api.splits_for_total(rule, B, gb_idx.numel())
         rows.append(
             {
                 "max_bs": B,
@@ -520,6 +531,8 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
                 "exact_us": e_us,
                 "exact_timing": e_mode,
                 "ratio": t_graph / e_us,
+                "exact_grid_us": best["exact_grid"],  # exact buffers, the graph's split count (diagnostic)
+                "exact_grid_bitwise_graph": bool(torch.equal(o_eg, o_g)),
                 "rounds": GB_ROUNDS,
                 "kernels_us": kernels,  # CUPTI mean per call of each of our kernels, both sides
                 "splits_graph_buffer": s_grid,  # the launch (grid, workspace) of the capture
@@ -531,7 +544,7 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
         )
         print(
             f"[bench] graph-buffer B={B} n={n} H={H} L={L}: replay {t_graph:.1f}us exact {e_us:.1f}us "
-            f"ratio {t_graph / e_us:.3f} S grid/eff/exact {s_grid}/{rows[-1]['splits_effective']}/"
+            f"ratio {t_graph / e_us:.3f} exact@grid {best['exact_grid']:.1f}us S grid/eff/exact {s_grid}/{rows[-1]['splits_effective']}/"
             f"{rows[-1]['splits_exact']} rel {rel:.1e} bitwise {rows[-1]['replay_equal_exact_bitwise']} "
             f"kernels {kernels}",
             file=sys.stderr,
