@@ -488,8 +488,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   __syncthreads();  // every warp done with its ring: it becomes the merge space
   if constexpr (C::MERGE_ROUNDS == 1) {
     float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [WARPS][8][PSTR]
-    float* mm = mo + C::WARPS * BM * C::PSTR;                     // [WARPS][8] max (log2 units)
-    float* ml = mm + C::WARPS * BM;                                // [WARPS][8] sum
+    float* mm = mo + C::WARPS * BM * C::PSTR;                  // [WARPS][8] max (log2 units)
+    float* ml = mm + C::WARPS * BM;                            // [WARPS][8] sum
     store_o(mo + warp * BM * C::PSTR);
     if (g == 0) {
       mm[warp * BM + 2 * c] = m_run[0];
@@ -526,8 +526,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     // O^T in rounds of MERGE_CAP, each unit accumulated in registers in the same warp order (the
     // same sums as one round). The merge space starts at Q (drained too).
     float* mm = reinterpret_cast<float*>(smem);  // [WARPS][8] max (log2 units)
-    float* ml = mm + C::WARPS * BM;                // [WARPS][8] sum
-    float* mo = ml + C::WARPS * BM;                // [MERGE_CAP][8][PSTR]
+    float* ml = mm + C::WARPS * BM;              // [WARPS][8] sum
+    float* mo = ml + C::WARPS * BM;              // [MERGE_CAP][8][PSTR]
     constexpr int UNITS = BM * (D_V / 4), UPT = (UNITS + C::THREADS - 1) / C::THREADS;
     if (g == 0) {
       mm[warp * BM + 2 * c] = m_run[0];
