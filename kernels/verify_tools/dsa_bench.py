@@ -524,6 +524,9 @@ def main(argv=None) -> int:
         "--alt-config", default="", help="also time ours with this tile config (its own split plan), same run: A/B"
     )
     ap.add_argument(
+        "--alt-splits", type=int, default=None, help="--alt-config with this split count instead of its own plan"
+    )
+    ap.add_argument(
         "--sm120-occupancy",
         action="store_true",
         help="run ours as an sm_120 SM would hold it (smem padded to its CTAs per SM; sm_120a's config rules)",
@@ -622,14 +625,16 @@ def main(argv=None) -> int:
                 failures += 1
             if a.alt_config:
                 try:
-                    _, acfg, aS, _, _, _ = resolve_full(device, H, TOPK, T, kvname == "fp8", a.alt_config)
+                    _, acfg, aS, _, _, _ = resolve_full(device, H, TOPK, T, kvname == "fp8", a.alt_config, a.alt_splits)
                     aws = torch.empty(
-                        max(1, workspace_numel_for(q, kv, pt, a.alt_config)), dtype=torch.float32, device=device
+                        max(1, workspace_numel_for(q, kv, pt, a.alt_config, a.alt_splits)),
+                        dtype=torch.float32,
+                        device=device,
                     )
                     aout = torch.empty_like(out)
                     keep += [aws, aout]
                     afn = lambda q=q, kv=kv, pt=pt, sl=sl, o=aout, w=aws: dsa_verify_fwd(  # noqa: E731
-                        q, kv, pt, sl, SM_SCALE, out=o, workspace=w, tile_config=a.alt_config
+                        q, kv, pt, sl, SM_SCALE, out=o, workspace=w, tile_config=a.alt_config, num_splits=a.alt_splits
                     )
                     row["alt"] = {"config": acfg.name, "splits": aS}
                     fns[("alt", kvname)] = afn
