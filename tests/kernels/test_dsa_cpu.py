@@ -338,6 +338,10 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     assert sm120(16, 2048, 64, True)[1].name == "m16"
     with pytest.raises(ValueError, match="fp8"):
         sm120(8, 2048, 64, False, "n8rw")  # no bf16 kernel
+    # n8rw's own plan at T=4 rounds 2048 / 18 up to two 112-position tiles per split (S=10, 40 CTAs);
+    # an explicit 19 gives one tile each (the A/B the notes name)
+    assert sm120(8, 2048, 4, True, "n8rw")[2:4] == (10, 224)
+    assert sm120(8, 2048, 4, True, "n8rw", 19)[2:4] == (19, 112)
 
 
 def test_cluster_plan_refusals(monkeypatch):
