@@ -185,7 +185,10 @@ class SSHTransport:
         config = Config(
             ssh_config=paramiko.SSHConfig(),  # resolved above, explicitly: Fabric's own use would build
             lazy=True,  # ProxyJump gateways with its permissive host-key policy (T2)
-            overrides={"run": {"in_stream": False, "warn": True, "hide": True, "pty": False}},
+            overrides={
+                "run": {"in_stream": False, "warn": True, "hide": True, "pty": False},
+                "runners": {"remote": _quiet_kill_remote()},
+            },
         )
         t = self.connect_timeout_s
         connect_kwargs: dict[str, Any] = {"banner_timeout": t, "auth_timeout": t, "channel_timeout": t}
@@ -855,6 +858,32 @@ def _session_errors() -> tuple[type[BaseException], ...]:
     from invoke.exceptions import ThreadException
 
     return (paramiko.SSHException, OSError, EOFError, ThreadException)
+
+
+_QUIET_KILL_REMOTE: Any = None
+
+
+def _quiet_kill_remote() -> Any:
+    """Fabric's Remote runner with a ``kill`` that tolerates a transport already gone.
+
+    A ``run(timeout=...)`` arms a threading.Timer whose ``kill`` closes the channel; on a host that
+    froze or dropped, sending that close raises EOFError (or OSError) in the timer thread, which
+    Python prints as an unhandled-thread traceback on the user's terminal. The channel is marked
+    closed before the send, and the timeout itself still reaches ``run`` (CommandTimedOut), so the
+    error is only logged."""
+    global _QUIET_KILL_REMOTE
+    if _QUIET_KILL_REMOTE is None:
+        from fabric.runners import Remote
+
+        class QuietKillRemote(Remote):  # type: ignore[misc]
+            def kill(self) -> None:
+                try:
+                    super().kill()
+                except _session_errors() as exc:
+                    log.debug("timeout kill of a dead channel: %s: %s", type(exc).__name__, exc)
+
+        _QUIET_KILL_REMOTE = QuietKillRemote
+    return _QUIET_KILL_REMOTE
 
 
 def _quiet_close(conn: Any) -> None:

@@ -304,6 +304,9 @@ def test_an_upload_to_a_host_that_stops_answering_fails_within_the_idle_bound(ow
     assert outcome["at"] - frozen_at < 2 + 6
 
 
+# the timeout's kill thread must not print a traceback on the user's terminal (Fabric's own kill
+# raised EOFError there on a frozen host, seen once in CI): an unhandled thread exception fails it
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("when", ["before", "during"])
 def test_a_host_that_freezes_is_reported_within_the_step_bound(own_lab, tmp_path, transports, when):
     from tests.support.sshd_lab import descendants
@@ -336,3 +339,35 @@ def test_a_host_that_freezes_is_reported_within_the_step_bound(own_lab, tmp_path
     r = result["r"]
     assert not r.ok and (r.timed_out or r.lost) and r.exit_code is None, r
     assert elapsed < 2 + CLIENT_GRACE_S + 3, elapsed
+
+
+def test_the_timeout_kill_of_a_dead_channel_is_logged_not_raised(shared_lab, tmp_path, caplog):
+    """Fabric's run(timeout=) kills from a threading.Timer by closing the channel; on a host that
+    froze or dropped, that close raises EOFError in the timer thread. The transport's connections
+    use a runner whose kill logs it (the channel is already marked closed; run() still reports the
+    timeout), and any other error still propagates."""
+    import logging
+
+    from orchestrator.transport.ssh import _quiet_kill_remote
+
+    runner_cls = _quiet_kill_remote()
+    t = SSHTransport(make_host(shared_lab, "h1", tmp_path))
+    conn = t._connection("127.0.0.2", 22, "root", None)
+    assert conn.config.runners.remote is runner_cls
+
+    class Channel:
+        def __init__(self, exc: BaseException) -> None:
+            self.exc, self.closed = exc, False
+
+        def close(self) -> None:
+            self.closed = True  # paramiko marks the channel closed before it sends the close
+            raise self.exc
+
+    runner = runner_cls.__new__(runner_cls)
+    runner.channel = Channel(EOFError())
+    with caplog.at_level(logging.DEBUG, logger="orchestrator.transport.ssh"):
+        runner.kill()
+    assert runner.channel.closed and "timeout kill of a dead channel: EOFError" in caplog.text
+    runner.channel = Channel(RuntimeError("a bug, not a dead channel"))
+    with pytest.raises(RuntimeError):
+        runner.kill()
