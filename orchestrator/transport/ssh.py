@@ -26,6 +26,7 @@ cause. Keys and ``connect_kwargs`` are never logged.
 from __future__ import annotations
 
 import errno
+import functools
 import getpass
 import logging
 import math
@@ -860,9 +861,7 @@ def _session_errors() -> tuple[type[BaseException], ...]:
     return (paramiko.SSHException, OSError, EOFError, ThreadException)
 
 
-_QUIET_KILL_REMOTE: Any = None
-
-
+@functools.cache
 def _quiet_kill_remote() -> Any:
     """Fabric's Remote runner with a ``kill`` that tolerates a transport already gone.
 
@@ -871,19 +870,16 @@ def _quiet_kill_remote() -> Any:
     Python prints as an unhandled-thread traceback on the user's terminal. The channel is marked
     closed before the send, and the timeout itself still reaches ``run`` (CommandTimedOut), so the
     error is only logged."""
-    global _QUIET_KILL_REMOTE
-    if _QUIET_KILL_REMOTE is None:
-        from fabric.runners import Remote
+    from fabric.runners import Remote
 
-        class QuietKillRemote(Remote):  # type: ignore[misc]
-            def kill(self) -> None:
-                try:
-                    super().kill()
-                except _session_errors() as exc:
-                    log.debug("timeout kill of a dead channel: %s: %s", type(exc).__name__, exc)
+    class QuietKillRemote(Remote):  # type: ignore[misc]
+        def kill(self) -> None:
+            try:
+                super().kill()
+            except _session_errors() as exc:
+                log.debug("timeout kill of a dead channel: %s: %s", type(exc).__name__, exc)
 
-        _QUIET_KILL_REMOTE = QuietKillRemote
-    return _QUIET_KILL_REMOTE
+    return QuietKillRemote
 
 
 def _quiet_close(conn: Any) -> None:
