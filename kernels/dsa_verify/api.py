@@ -188,7 +188,7 @@ def emulate_sm120_occupancy(device) -> None:
     import torch
 
     with torch.cuda.device(device):
-        if not load_experimental(arch).set_sm120_occupancy(True):
+        if not load_experimental(arch).set_sm120_occupancy(tiles.SM120_SMEM_PER_SM, tiles.SM120_RESERVED_PER_BLOCK):
             _fail("device", "this build has no sm_120 occupancy emulation (DSAV_EXPERIMENTAL)")
     _SM120_OCCUPANCY = True
 

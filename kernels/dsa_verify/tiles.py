@@ -122,8 +122,9 @@ ARCH_CONFIGS = {
 # emulation, session 8)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
-# sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; registers per SM are as
-# on sm_90): what the sm_120 occupancy emulation (api.emulate_sm120_occupancy) pads kernels to.
+# sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
+# capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
+# emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
 SM120_SMEM_PER_SM = 100 * 1024
 SM120_RESERVED_PER_BLOCK = 1024
 

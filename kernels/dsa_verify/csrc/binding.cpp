@@ -99,5 +99,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("config_ctas_per_sm", &dsav::config_ctas_per_sm, "resident CTAs per SM on the current device");
   m.def("config_max_clusters", &dsav::config_max_clusters, "resident clusters of a size (0: cannot launch)");
   m.def("set_sm120_occupancy", &dsav::set_sm120_occupancy,
-        "experimental build: pad each kernel's smem to sm_120's CTAs per SM (False: not in this build)");
+        "experimental build: pad each kernel's smem to the CTAs per SM of an SM with (smem, reserved per "
+        "block) bytes; 0 = off (False: not in this build)");
 }

@@ -65,18 +65,19 @@ using N8RSF = CfgN<2, 2, true, true>;
 #endif
 
 #if DSAV_EXPERIMENTAL
-static bool g_sm120_occupancy = false;
-// sm_120 (RTX Blackwell): 100 KB of shared memory per SM, 1 KB reserved per block (CUDA's
-// per-compute-capability table; registers, 64 K per SM, are the same as on sm_90).
-constexpr int SM120_SMEM_PER_SM = 100 * 1024, SM120_RESERVED_PER_BLOCK = 1024;
+// the emulated SM's shared memory and its reservation per block (bytes; 0: emulation off), as
+// kernels/dsa_verify/tiles.py gives them (SM120_SMEM_PER_SM, SM120_RESERVED_PER_BLOCK)
+static int g_emul_smem_per_sm = 0, g_emul_reserved = 0;
 #endif
 
-bool set_sm120_occupancy(bool on) {
+bool set_sm120_occupancy(int smem_per_sm, int reserved_per_block) {
 #if DSAV_EXPERIMENTAL
-  g_sm120_occupancy = on;
+  g_emul_smem_per_sm = smem_per_sm > 0 ? smem_per_sm : 0;
+  g_emul_reserved = reserved_per_block > 0 ? reserved_per_block : 0;
   return true;
 #else
-  (void)on;
+  (void)smem_per_sm;
+  (void)reserved_per_block;
   return false;  // the emulation is a diagnostic of the experimental build only
 #endif
 }
@@ -87,9 +88,8 @@ bool set_sm120_occupancy(bool on) {
 template <typename C>
 static int launch_bytes() {
 #if DSAV_EXPERIMENTAL
-  constexpr int n120 = SM120_SMEM_PER_SM / (C::bytes + SM120_RESERVED_PER_BLOCK);
-  if constexpr (n120 >= 1) {
-    if (!g_sm120_occupancy) return C::bytes;
+  const int n120 = g_emul_smem_per_sm / (C::bytes + g_emul_reserved);
+  if (n120 >= 1) {
     int dev = 0, per_sm = 0, optin = 0, reserved = 0;
     if (cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&

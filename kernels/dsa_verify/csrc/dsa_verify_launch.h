@@ -15,6 +15,7 @@ bool config_compiled(int cfg);
 int config_ctas_per_sm(int cfg, bool fp8);  // occupancy on the current device (0 on error)
 int config_max_clusters(int cfg, bool fp8, int size);  // resident clusters of `size` CTAs (0: cannot launch)
 // Experimental build only (a diagnostic): launch every kernel with its dynamic smem padded so that
-// this SM holds as many CTAs as a 100 KB sm_120 SM would; returns false in any other build.
-bool set_sm120_occupancy(bool on);
+// this SM holds as many CTAs as an SM of smem_per_sm bytes, reserved_per_block of them per block,
+// would (sm_120: tiles.py's SM120_*; 0 turns it off); returns false in any other build.
+bool set_sm120_occupancy(int smem_per_sm, int reserved_per_block);
 }  // namespace dsav
