@@ -248,8 +248,12 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
 
     arch = api.device_arch(inp["o_extend"].device)
     out["fp8_configs_us"] = {}
+    auto_fp8 = api.resolve_config("auto", arch, True, 0)  # what the default row above ran
     for cfg in tiles.ARCH_CONFIGS[arch]:
-        if cfg is tiles.DEFAULT_CONFIG[arch]:
+        if cfg is auto_fp8:
+            continue
+        if "fp8" not in cfg.kv_kinds:
+            out.setdefault("fp8_configs_skipped", {})[cfg.name] = "no fp8 kernel (bf16 caches only)"
             continue
         fc = lambda c=cfg.name: mla_verify_fwd(*args, **kw, tile_config=c)  # noqa: E731
         out["fp8_configs_us"][cfg.name], _ = timer.time_graph_or_eager(fc)
