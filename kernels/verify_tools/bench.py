@@ -47,6 +47,7 @@ Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import socket
@@ -830,33 +831,41 @@ class _TreeModule:
         return False
 
 
-def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None):
-    """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout):
-    graph-replay times of AB_SHAPES with L2 flushed (min over `reps` interleaved medians of
-    `iters`), outputs compared bitwise to "base" if given, graph-buffer rows through
-    bench_graph_buffer (all GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS, for the trees in gb_trees,
-    default all) and per-kernel CUPTI times of eager calls. dump(doc) after every row."""
+def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, configs=("auto",), shapes=AB_SHAPES):
+    """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout)
+    and tile configs (each tree runs each of `configs`; with more than one, a variant is named
+    "tree/config"): graph-replay times of `shapes` with L2 flushed (min over `reps` interleaved
+    medians of `iters`), outputs compared bitwise to "base" if given, graph-buffer rows through
+    bench_graph_buffer (all GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS, default config, for the trees
+    in gb_trees, default all) and per-kernel CUPTI times of eager calls. dump(doc) after every row."""
     from torch.profiler import ProfilerActivity, profile
 
     from mla_verify import api, mla_verify_fwd
 
     arch = api.device_arch(torch.device("cuda"))
-    mods = {"cur": None}
-    mods.update({k: load_tree(arch, d) for k, d in trees.items()})
-    doc = {"trees": trees, "reps": reps, "iters": iters, "ab": [], "graph_buffer": [], "cupti": []}
+    tree_mods = {"cur": None}
+    tree_mods.update({k: load_tree(arch, d) for k, d in trees.items()})
+    mods, cfg_of = {}, {}
+    for k, m in tree_mods.items():
+        for c in configs:
+            name = k if len(configs) == 1 else f"{k}/{c}"
+            mods[name], cfg_of[name] = m, c
+    doc = {"trees": trees, "configs": list(configs), "reps": reps, "iters": iters, "ab": [], "graph_buffer": [], "cupti": []}
 
     def inputs(B, L, n, H):
         inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
         return inp, list(kernel_args(inp))
 
-    for B, L, n, H in AB_SHAPES:
+    for B, L, n, H in shapes:
         inp, a = inputs(B, L, n, H)
         times = {k: [] for k in mods}
         outs = {}
         for _ in range(reps):
             for k, m in mods.items():
                 with _TreeModule(m):
-                    us, _ = timer.time_graph_or_eager(lambda: mla_verify_fwd(*a, sm_scale=inp["sm_scale"]), 3, iters)
+                    us, _ = timer.time_graph_or_eager(
+                        lambda c=cfg_of[k]: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], tile_config=c), 3, iters
+                    )
                 times[k].append(us)
                 outs[k] = inp["o_extend"].clone()
         mn = {k: round(min(v), 3) for k, v in times.items()}
@@ -868,7 +877,7 @@ def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None):
         if dump:
             dump(doc)
         print(f"[ab] B={B} L={L} n={n} H={H}: {mn} over base {row.get('ratio_over_base')}", file=sys.stderr)
-    for k, m in mods.items():
+    for k, m in tree_mods.items():
         with _TreeModule(m):
             for max_bs, n, h in GRAPH_BUFFER_SHAPES if gb_trees is None or k in gb_trees else ():
                 for r in bench_graph_buffer(torch, timer, max_bs, n, h):
@@ -881,17 +890,19 @@ def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None):
                         f"{r['exact_us']:.2f} ratio {r['ratio']:.3f} bitwise {r['replay_equal_exact_bitwise']}",
                         file=sys.stderr,
                     )
-            for B, L, n, H in ((1, 4096, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16), (4, 131072, 4, 16)):
+            for (B, L, n, H), c in itertools.product(
+                ((1, 4096, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16), (4, 131072, 4, 16)), configs
+            ):
                 inp, a = inputs(B, L, n, H)
                 for _ in range(3):
-                    mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                    mla_verify_fwd(*a, sm_scale=inp["sm_scale"], tile_config=c)
                 torch.cuda.synchronize()
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(20):
-                        mla_verify_fwd(*a, sm_scale=inp["sm_scale"])
+                        mla_verify_fwd(*a, sm_scale=inp["sm_scale"], tile_config=c)
                     torch.cuda.synchronize()
                 ks = {e.key[:48]: round(e.device_time, 2) for e in prof.key_averages() if "mla_verify" in e.key}
-                doc["cupti"].append({"tree": k, "B": B, "L": L, "n": n, "H": H, "kernels_us": ks})
+                doc["cupti"].append({"tree": k, "config": c, "B": B, "L": L, "n": n, "H": H, "kernels_us": ks})
                 if dump:
                     dump(doc)
                 print(f"[ab] cupti {k} B={B} L={L}: {ks}", file=sys.stderr)
@@ -917,6 +928,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ab-out", default=None, help="--tree-ab: also write the (partial) JSON doc here after every row")
     ap.add_argument("--ab-gb-trees", default=None, help="--tree-ab: graph-buffer rows only for these trees (cur,base)")
     ap.add_argument("--ab-reps", type=int, default=3, help="--tree-ab: interleaved medians per tree and shape")
+    ap.add_argument("--ab-configs", default="auto", help="--tree-ab: tile configs each tree runs (auto,sm90ss)")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -941,7 +953,16 @@ def main(argv=None) -> int:
                 with open(path, "w", encoding="utf-8") as fh:
                     json.dump(d, fh, indent=1)
 
-        doc = tree_ab(torch, timer, trees, reps=a.ab_reps, gb_trees=gbt, dump=dump)
+        doc = tree_ab(
+            torch,
+            timer,
+            trees,
+            reps=a.ab_reps,
+            gb_trees=gbt,
+            dump=dump,
+            configs=[c for c in a.ab_configs.split(",") if c],
+            shapes=parse_shapes(a.shapes) if a.shapes else AB_SHAPES,
+        )
         dump(doc)
         print(json.dumps(doc, indent=1))
         return 0

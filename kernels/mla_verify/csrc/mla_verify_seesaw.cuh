@@ -34,6 +34,13 @@
 
 #include "mla_verify_wgmma.cuh"
 
+// Timing diagnostic (never in a shipped build): MLAV_DIAG_NOLOAD=1 skips every KV load from tile 2 on
+// (the stages keep tiles 0 and 1, the mbarriers still complete), so a timing shows the kernel's
+// compute and synchronization without its memory traffic. The output is wrong in that build.
+#ifndef MLAV_DIAG_NOLOAD
+#define MLAV_DIAG_NOLOAD 0
+#endif
+
 namespace mlav {
 namespace ss {
 
@@ -184,13 +191,14 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
   const int sub = wt & 7, rr = wt >> 3;
   // Validated prefix slot of token r of tile j (-1: draft tile, past the split, or a bad slot id).
   auto fetch_slot = [&](int j, int r) -> int {
+    if (MLAV_DIAG_NOLOAD && j >= 2) return -1;
     const int64_t v = tile_slot(p, w, j, BN, r);
     return (v >= 0 && v < p.num_slots) ? (int)v : -1;
   };
   // Copies this warpgroup's atoms of tile j into `stage`, then arrives on the part's mbarrier.
   auto load_part = [&](int j, uint32_t stage, int a_lo, int a_hi, bool rope, uint32_t mbar, const int* sl) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < (MLAV_DIAG_NOLOAD && j >= 2 ? 0 : 4); ++k) {
       const int r = rr + 16 * k;
       const __nv_bfloat16* src;
       bool ok;

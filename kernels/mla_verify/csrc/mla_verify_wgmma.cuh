@@ -144,6 +144,9 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     }
   };
   auto load_tile = [&](int j, int stage) {          // tiles are loaded in order 0, 1, 2, ...
+#ifdef MLAV_DIAG_NOLOAD
+    if (MLAV_DIAG_NOLOAD && j >= 2) return;  // timing diagnostic (mla_verify_seesaw.cuh): no KV traffic
+#endif
     if constexpr (FP8) {
       if (j < w.n_pre) {
         const int64_t slot = next_slot;
