@@ -2,8 +2,8 @@
 // Config 0 ("sm90"):   mma.sync, BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (230,912 B smem).
 // Config 1 ("sm120"):  mma.sync, BM=32 rows, BN=16 tokens, 3 KV stages, 128 threads (93,952 B smem).
 // Config 2 ("sm90wg"): wgmma,    BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (231,424 B smem).
-// Config 3 ("sm90ss"): wgmma seesaw (mla_verify_seesaw.cuh), BM=64, BN=64, 2 KV stages, 256 threads
-//                      (223,520 B smem); bf16 caches with < 2^31 slots only.
+// Config 3 ("sm90ss"): wgmma seesaw (mla_verify_seesaw.cuh), BM=64, BN=32, 4 KV stages, 256 threads
+//                      (223,552 B smem); bf16 caches with < 2^31 slots only.
 // The byte counts are Smem<>::bytes / wg::Smem::bytes / ss::Smem::bytes; kernels/mla_verify/tiles.py
 // mirrors them. MLAV_BUILD_CFG90=0 leaves configs 0, 2 and 3 out (sm_120a builds: no wgmma, and 99 KiB
 // of smem).

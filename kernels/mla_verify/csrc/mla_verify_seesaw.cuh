@@ -4,27 +4,31 @@
 // FlashMLA's dense decode uses on Hopper; this is our own implementation for SGLang's page_size 1
 // gather, drafts and split-K partials).
 //
-// CTA = 2 warpgroups (256 threads), BM = 64 packed rows, BN = 64 KV tokens, tiles processed in pairs
-// (a = 2i in KV stage 0, b = 2i + 1 in stage 1). Shared memory (from a 1024-byte aligned base): Q
-// [64 x 576] and two KV stages [64 x 576] bf16 in wg::'s 128B-swizzled atom layout (9 atoms of
-// 64 dims; atom 8 = rope), fp32 row state sM / sScale0 / sScale1 [64] and sL [2][64], four
-// mbarriers. Output columns are split: warpgroup 0 owns O[:, 0:256) (O_L), warpgroup 1 O[:, 256:512)
-// (O_R), 128 fp32 registers per thread each. Per pair (m = running row max, log2 domain):
-//   WG0: S_a = Q K_a^T (m64n64k576); m0 = max(m, rowmax S_a); O_L *= 2^(m - m0); P_a = 2^(S_a - m0);
+// CTA = 2 warpgroups (256 threads), BM = 64 packed rows, BN = 32 KV tokens, tiles processed in pairs
+// (a = 2i, b = 2i + 1) over four KV stages: pair i uses stages 2 (i % 2) (a) and 2 (i % 2) + 1 (b),
+// so the loads of pair i + 2 go out while pair i + 1 computes (a whole pair of lead time; with two
+// 64-token stages the loads were issued too late: docs/kernels/dense-verify-notes.md, session 9).
+// Shared memory (from a 1024-byte aligned base): Q [64 x 576] in wg::'s 128B-swizzled layout (9
+// atoms of 64 rows x 64 dims, 8 KiB), four KV stages [32 x 576] in the same layout with 4 KiB atoms
+// (atom 8 = rope), fp32 row state sM / sScale0 / sScale1 [64] and sL [2][64], eight mbarriers.
+// Output columns are split: warpgroup 0 owns O[:, 0:256) (O_L), warpgroup 1 O[:, 256:512) (O_R), 128
+// fp32 registers per thread each. Per pair (m = running row max, log2 domain):
+//   WG0: S_a = Q K_a^T (m64n32k576); m0 = max(m, rowmax S_a); O_L *= 2^(m - m0); P_a = 2^(S_a - m0);
 //        O_L += P_a V_a[:, 0:256) (P_a from registers) | WG1 meanwhile: S_b, then
-//   WG1: m1 = max(m0, rowmax S_b); O_R *= 2^(m - m1); P_b = 2^(S_b - m1); P_b -> sP1 (stage 1, atom 8);
+//   WG1: m1 = max(m0, rowmax S_b); O_R *= 2^(m - m1); P_b = 2^(S_b - m1); P_b -> sP1 (b's atom 8);
 //        O_R += P_b V_b[:, 256:512) (registers), O_R += sP0 V_a[:, 256:512)
-//   WG0: sP0 = P_a * 2^(m0 - m1) (stage 0, atom 8: K_a's rope, dead after S_a); O_L *= 2^(m0 - m1);
+//   WG0: sP0 = P_a * 2^(m0 - m1) (a's atom 8: K_a's rope, dead after S_a); O_L *= 2^(m0 - m1);
 //        O_L += sP1 V_b[:, 0:256)
-// so both halves end the pair at m1. Four named barriers order the exchanges (SCALE0, SCALE1,
-// P0READY, P1READY: 128 threads arrive, 128 sync). Every row is read by one warpgroup in S and by
-// both in PV, so a KV stage is reloaded in two parts, each by the warpgroup that last reads it:
-//   stage 0: WG0 atoms 0-3 (after its PV_a), WG1 atoms 4-8 (after its sP0 V_a);
-//   stage 1: WG0 atoms 0-3 and 8 (after its sP1 V_b), WG1 atoms 4-7 (after its P_b V_b).
+// so both halves end the pair at m1. P in smem is [64 x 32] bf16 in the 64B-swizzled K-major layout
+// (64 B per row: exactly one 4 KiB rope atom). Four named barriers order the exchanges (SCALE0,
+// SCALE1, P0READY, P1READY: 128 threads arrive, 128 sync). Every tile is read by one warpgroup in S
+// and by both in PV, so a stage is reloaded in two parts, each by the warpgroup that last reads it:
+//   a stages: WG0 atoms 0-3 (after its PV_a), WG1 atoms 4-8 (after its sP0 V_a);
+//   b stages: WG0 atoms 0-3 and 8 (after its sP1 V_b), WG1 atoms 4-7 (after its P_b V_b).
 // A part is a cp.async gather (8 threads per row: one instruction = 4 rows x 128 contiguous bytes,
 // kv_indices looked up a pair ahead) whose completion the issuing threads signal on that part's
-// mbarrier (cp.async.mbarrier.arrive.noinc, 128 arrivals per phase, one phase per pair); readers
-// wait on the parity of the pair, then fence.proxy.async before their wgmma. The next pair's S is
+// mbarrier (cp.async.mbarrier.arrive.noinc, 128 arrivals per phase, one phase per use of the stage);
+// readers wait on the phase parity, then fence.proxy.async before their wgmma. The next pair's S is
 // issued behind the last PV of the pair.
 // Draft tiles (k_extend rows) with a separate v_extend: the warpgroup that ran S reloads atoms 0-7
 // from v_extend before it hands the tile's P on. bf16 caches only (fp8 runs the sm90wg kernel).
@@ -34,9 +38,10 @@
 
 #include "mla_verify_wgmma.cuh"
 
-// Timing diagnostic (never in a shipped build): MLAV_DIAG_NOLOAD=1 skips every KV load from tile 2 on
-// (the stages keep tiles 0 and 1, the mbarriers still complete), so a timing shows the kernel's
-// compute and synchronization without its memory traffic. The output is wrong in that build.
+// Timing diagnostic (never in a shipped build): MLAV_DIAG_NOLOAD=1 skips every KV load past the first
+// stages' tiles (seesaw: from tile 4 on, sm90wg: from tile 2 on; the stages keep their first tiles,
+// the mbarriers still complete), so a timing shows the kernel's compute and synchronization without
+// its memory traffic. The output is wrong in that build.
 #ifndef MLAV_DIAG_NOLOAD
 #define MLAV_DIAG_NOLOAD 0
 #endif
@@ -53,16 +58,18 @@ using wg::wgmma_commit;
 using wg::wgmma_fence;
 using wg::wgmma_m64n256k16_ss_tb;
 
-constexpr int BM = 64, BN = 64, THREADS = 256;
+constexpr int BM = 64, BN = 32, STAGES = 4, THREADS = 256;
+constexpr int KATOM = BN * 128;    // one 64-dim column block of a 32-row KV tile (bytes)
+constexpr int KTILE = 9 * KATOM;  // 36,864 B: 32 tokens x 576 dims
 struct Smem {
   static constexpr int off_q = 0;
-  static constexpr int off_kv = TILE;              // stage st at off_kv + st * TILE
-  static constexpr int off_m = off_kv + 2 * TILE;  // fp32 [64] running row max
-  static constexpr int off_sc0 = off_m + 256;      // fp32 [64] 2^(m - m0), written by WG0
-  static constexpr int off_sc1 = off_sc0 + 256;    // fp32 [64] 2^(m0 - m1), written by WG1
-  static constexpr int off_l = off_sc1 + 256;      // fp32 [2][64] row sums of both halves (epilogue)
-  static constexpr int off_bar = off_l + 512;      // 4 x mbarrier: [stage][loading warpgroup]
-  static constexpr int used = off_bar + 32;
+  static constexpr int off_kv = TILE;                   // stage st at off_kv + st * KTILE
+  static constexpr int off_m = off_kv + STAGES * KTILE;  // fp32 [64] running row max
+  static constexpr int off_sc0 = off_m + 256;           // fp32 [64] 2^(m - m0), written by WG0
+  static constexpr int off_sc1 = off_sc0 + 256;         // fp32 [64] 2^(m0 - m1), written by WG1
+  static constexpr int off_l = off_sc1 + 256;           // fp32 [2][64] row sums of both halves (epilogue)
+  static constexpr int off_bar = off_l + 512;           // 8 x mbarrier: [stage][loading warpgroup]
+  static constexpr int used = off_bar + 8 * STAGES * 2;
   static constexpr int bytes = used + 1024;  // slack to align the base to 1024 B (swizzle period)
 };
 // Named barrier ids (0 is __syncthreads); 1-4 span both warpgroups, 5 + g one warpgroup.
@@ -101,15 +108,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 // Generated by kernels/mla_verify/gen_wgmma.py.
-// D[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); 32 fp32 per thread.
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
 // D[64 x 256] (+)= A[64 x 16] (registers: 4 bf16x2 per thread) * B[16 x 256] (smem, N-major); 128 fp32 per thread.
 __device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
   asm volatile(
@@ -128,36 +126,40 @@ __device__ __forceinline__ uint64_t opaque(uint64_t x) {
   return x;
 }
 
-template <int A0, int A1>
+// S = Q K^T over the whole tile: 36 k-steps of m64n32k16 (Q atoms of 8 KiB, K atoms of 4 KiB).
 __device__ __forceinline__ void issue_s(float* sc, uint32_t sQ, uint32_t stage) {
   const uint64_t dq = opaque(make_desc(sQ, 16, 1024)), dk = opaque(make_desc(stage, 16, 1024));
 #pragma unroll
-  for (int kk = 4 * A0; kk < 4 * A1; ++kk) {
-    const uint64_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;  // start address field, 16 B units
-    wgmma_m64n64k16_ss(sc, dq + koff, dk + koff, kk > 0);
+  for (int kk = 0; kk < 36; ++kk) {
+    const uint64_t kq = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4, kk4 = ((kk >> 2) * KATOM + (kk & 3) * 32) >> 4;
+    wg::wgmma_m64n32k16_ss(sc, dq + kq, dk + kk4, kk > 0);
   }
 }
-// O[:, half) += P V over the tile's 64 tokens; P from registers (A-fragments of S's accumulator
-// layout) and V = atoms 4 h .. 4 h + 3 of `stage` read N-major.
+// O[:, half) += P V over the tile's 32 tokens; P from registers (A-fragments of S's accumulator
+// layout) and V = four atoms from v_atoms, read N-major.
 __device__ __forceinline__ void issue_pv_regs(float* o, const uint32_t* pb, uint32_t v_atoms) {
-  const uint64_t dv = opaque(make_desc(v_atoms, ATOM, 1024));
+  const uint64_t dv = opaque(make_desc(v_atoms, KATOM, 1024));
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks) wgmma_m64n256k16_rs_tb(o, pb + 4 * ks, dv + ((ks * 2048) >> 4), 1);
 }
-// The same with P from shared memory (one K-major swizzled atom at p_atom).
+// wgmma descriptor of a K-major operand in the 64-byte swizzle (8-row groups of 512 B).
+__device__ __forceinline__ uint64_t make_desc_sw64(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(512 >> 4) << 32) | (2ull << 62);
+}
+// The same with P from shared memory ([64 x 32] bf16, 64B-swizzled, at p_atom).
 __device__ __forceinline__ void issue_pv_smem(float* o, uint32_t p_atom, uint32_t v_atoms) {
-  const uint64_t dp = opaque(make_desc(p_atom, 16, 1024)), dv = opaque(make_desc(v_atoms, ATOM, 1024));
+  const uint64_t dp = opaque(make_desc_sw64(p_atom)), dv = opaque(make_desc(v_atoms, KATOM, 1024));
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks) wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
 }
 
 // bf16 P (pb[k] = columns 8 (k/2) + 2 (lane % 4) + {0, 1} of row r0 + 8 (k % 2)) to a K-major
-// swizzled [64 x 64] atom.
+// [64 x 32] tile in the 64-byte swizzle: 16-byte chunk c of row r at r * 64 + ((c ^ (r / 2 % 4)) << 4).
 __device__ __forceinline__ void store_p(uint32_t p_atom, const uint32_t* pb, int r0, int lane) {
 #pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const int r = r0 + 8 * (k & 1), i = k >> 1;
-    const uint32_t addr = p_atom + r * 128 + ((i ^ (r & 7)) << 4) + (lane & 3) * 4;
+  for (int k = 0; k < 8; ++k) {
+    const int r = r0 + 8 * (k & 1), c = k >> 1;
+    const uint32_t addr = p_atom + r * 64 + ((c ^ ((r >> 1) & 3)) << 4) + (lane & 3) * 4;
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pb[k]) : "memory");
   }
 }
@@ -184,21 +186,25 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
   float* sSc1 = reinterpret_cast<float*>(smem + Smem::off_sc1);
   float* sL = reinterpret_cast<float*>(smem + Smem::off_l);
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sBar = base + Smem::off_bar;
-  const uint32_t st0 = sKV, st1 = sKV + TILE;
-  auto bar = [&](int stage, int part) { return sBar + 8u * (2 * stage + part); };
+  // Tile j lives in stage j % 4; its parts' mbarriers complete once per use of the stage (parity).
+  auto stage = [&](int j) { return sKV + (uint32_t)(j & 3) * KTILE; };
+  auto bar = [&](int j, int part) { return sBar + 8u * (2 * (j & 3) + part); };
+  auto parity = [](int j) { return (uint32_t)(j >> 2) & 1u; };
 
-  // Loader lanes: 8 per row (sub = 16-byte chunk within an atom), rows rr + 16 k of the tile.
+  // Loader lanes: 8 per row (sub = 16-byte chunk within an atom), rows rr and rr + 16 of the tile.
   const int sub = wt & 7, rr = wt >> 3;
   // Validated prefix slot of token r of tile j (-1: draft tile, past the split, or a bad slot id).
   auto fetch_slot = [&](int j, int r) -> int {
-    if (MLAV_DIAG_NOLOAD && j >= 2) return -1;
+    if (MLAV_DIAG_NOLOAD && j >= 4) return -1;
     const int64_t v = tile_slot(p, w, j, BN, r);
     return (v >= 0 && v < p.num_slots) ? (int)v : -1;
   };
-  // Copies this warpgroup's atoms of tile j into `stage`, then arrives on the part's mbarrier.
-  auto load_part = [&](int j, uint32_t stage, int a_lo, int a_hi, bool rope, uint32_t mbar, const int* sl) {
+  // Copies atoms [a_lo, a_hi) (and the rope atom if `rope`) of tile j's rows into its stage, then
+  // arrives on the part's mbarrier.
+  auto load_part = [&](int j, int a_lo, int a_hi, bool rope, int part, const int* sl) {
+    const uint32_t st = stage(j);
 #pragma unroll
-    for (int k = 0; k < (MLAV_DIAG_NOLOAD && j >= 2 ? 0 : 4); ++k) {
+    for (int k = 0; k < (MLAV_DIAG_NOLOAD && j >= 4 ? 0 : 2); ++k) {
       const int r = rr + 16 * k;
       const __nv_bfloat16* src;
       bool ok;
@@ -211,43 +217,52 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
         src = p.kext + (ok ? (w.qo0 + d) * p.ke_st : 0);
       }
       src += sub * 8;
-      const uint32_t dst = stage + r * 128 + ((sub ^ (r & 7)) << 4);
+      const uint32_t dst = st + r * 128 + ((sub ^ (r & 7)) << 4);
       const int nb = ok ? 16 : 0;
 #pragma unroll
       for (int a = 0; a < 8; ++a)
-        if (a >= a_lo && a < a_hi) cp_async16(dst + a * ATOM, src + a * 64, nb);
-      if (rope) cp_async16(dst + 8 * ATOM, src + 8 * 64, nb);
+        if (a >= a_lo && a < a_hi) cp_async16(dst + a * KATOM, src + a * 64, nb);
+      if (rope) cp_async16(dst + 8 * KATOM, src + 8 * 64, nb);
     }
     cp_async_commit();
-    mbar_arrive_cp_async(mbar);
+    mbar_arrive_cp_async(bar(j, part));
   };
-  // Draft tile j with a separate v_extend: dims 0..511 of its rows reloaded into `stage` by this
+  // Draft tile j with a separate v_extend: dims 0..511 of its rows reloaded into its stage by this
   // warpgroup, landed and fenced before the warpgroup hands the tile on (S has read K by then).
-  auto reload_v = [&](int j, uint32_t stage) {
+  auto reload_v = [&](int j) {
+    const uint32_t st = stage(j);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 2; ++k) {
       const int r = rr + 16 * k;
       bool ok;
       const __nv_bfloat16* src = v_src(p, w, j, BN, r, ok) + sub * 8;
-      const uint32_t dst = stage + r * 128 + ((sub ^ (r & 7)) << 4);
+      const uint32_t dst = st + r * 128 + ((sub ^ (r & 7)) << 4);
 #pragma unroll
-      for (int a = 0; a < 8; ++a) cp_async16(dst + a * ATOM, ok ? src + a * 64 : src, ok ? 16 : 0);
+      for (int a = 0; a < 8; ++a) cp_async16(dst + a * KATOM, ok ? src + a * 64 : src, ok ? 16 : 0);
     }
     cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async();
     nb_sync(NB_WG + grp, 128);
   };
+  // This warpgroup's part of tile j: a tiles (even j) WG0 atoms 0-3, WG1 4-8; b tiles WG0 0-3 + 8, WG1 4-7.
+  auto load_mine = [&](int j, const int* sl) {
+    if (grp == 0) load_part(j, 0, 4, (j & 1) != 0, 0, sl);
+    else load_part(j, 4, 8, (j & 1) == 0, 1, sl);
+  };
 
-  int sa[4], sb[4];  // slot ids of the next stage-0 / stage-1 tile's rows rr + 16 k
+  int sa[2], sb[2];  // slot ids of the next a / b tile's rows rr and rr + 16
+  int s2[2], s3[2];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 2; ++k) {
     sa[k] = fetch_slot(0, rr + 16 * k);
     sb[k] = fetch_slot(1, rr + 16 * k);
+    s2[k] = fetch_slot(2, rr + 16 * k);
+    s3[k] = fetch_slot(3, rr + 16 * k);
   }
   if (tid == 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) mbar_init(sBar + 8u * i, 128);
+    for (int i = 0; i < 2 * STAGES; ++i) mbar_init(sBar + 8u * i, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < BM) sM[tid] = -INFINITY;
@@ -265,20 +280,16 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
     cp_async_commit();
   }
   __syncthreads();  // mbarriers initialized before any arrival
-  if (grp == 0) load_part(0, st0, 0, 4, false, bar(0, 0), sa);
-  else load_part(0, st0, 4, 8, true, bar(0, 1), sa);
-  if (w.ntiles > 1) {
-    if (grp == 0) load_part(1, st1, 0, 4, true, bar(1, 0), sb);
-    else load_part(1, st1, 4, 8, false, bar(1, 1), sb);
-  } else {
-    cp_async_commit();  // empty group: the Q group stays the third most recent
-  }
+  load_mine(0, sa);
+  if (w.ntiles > 1) load_mine(1, sb); else cp_async_commit();  // empty groups keep Q the fifth most recent
+  if (w.ntiles > 2) load_mine(2, s2); else cp_async_commit();
+  if (w.ntiles > 3) load_mine(3, s3); else cp_async_commit();
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    sa[k] = fetch_slot(2, rr + 16 * k);
-    sb[k] = fetch_slot(3, rr + 16 * k);
+  for (int k = 0; k < 2; ++k) {
+    sa[k] = fetch_slot(4, rr + 16 * k);
+    sb[k] = fetch_slot(5, rr + 16 * k);
   }
-  cp_async_wait<2>();  // Q landed (this thread's copies)
+  cp_async_wait<4>();  // Q landed (this thread's copies)
   fence_proxy_async();
   __syncthreads();  // Q and sM visible to every warpgroup
 
@@ -299,13 +310,13 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
     rmax[0] = rmax[1] = -INFINITY;
     if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
 #pragma unroll
-      for (int e = 0; e < 32; ++e) {
+      for (int e = 0; e < 16; ++e) {
         sc[e] *= sl2;
         rmax[(e >> 1) & 1] = fmaxf(rmax[(e >> 1) & 1], sc[e]);
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < 32; ++e) {
+      for (int e = 0; e < 16; ++e) {
         const int h = (e >> 1) & 1;
         const int t = t_start + (e >> 2) * 8 + 2 * (lane & 3) + (e & 1);
         bool vis = t < t_end;
@@ -325,18 +336,16 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float l_run[2] = {0.f, 0.f};
-  float sc[32];     // S of this warpgroup's tile (fp32 accumulator), then its P
-  uint32_t pb[16];  // P as bf16 A-fragments (4 per 16-token k-step)
-
+  float sc[16];    // S of this warpgroup's tile (fp32 accumulator), then its P
+  uint32_t pb[8];  // P as bf16 A-fragments (4 per 16-token k-step)
   using T_ = std::true_type;
   using F_ = std::false_type;
   if (grp == 0) {
-    // ======================= warpgroup 0: tiles a = 0, 2, 4, ... (stage 0), O[:, 0:256) =======================
+    // ======================= warpgroup 0: tiles a = 0, 2, 4, ... and O[:, 0:256) =======================
     // One pair; HAS_B: tile b exists, NXT: tile a' = a + 2 exists (compile-time, so that no wgmma
     // sits in a data-dependent branch: ptxas would serialize every wgmma of the kernel).
     auto pair = [&](int i, auto HAS_B, auto NXT) {
       const int ja = 2 * i, jb = ja + 1;
-      const uint32_t par = i & 1;
       // ---- softmax of tile a against the running max ----
       float rmax[2], sc1[2];
       scale_mask(sc, ja, rmax);
@@ -349,7 +358,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
         const float a_old = exp2f(m_old - m_use);  // m_old = -inf -> 0
         float psum = 0.f;
 #pragma unroll
-        for (int e = 2 * h; e < 32; e += 4) {
+        for (int e = 2 * h; e < 16; e += 4) {
           sc[e] = exp2f(sc[e] - m_use);
           sc[e + 1] = exp2f(sc[e + 1] - m_use);
           psum += sc[e] + sc[e + 1];
@@ -367,30 +376,30 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
         }
       }
 #pragma unroll
-      for (int k = 0; k < 16; ++k) pb[k] = pack_bf16(sc[2 * k], sc[2 * k + 1]);
-      if (ja >= w.n_pre && !p.v_alias) reload_v(ja, st0);
+      for (int k = 0; k < 8; ++k) pb[k] = pack_bf16(sc[2 * k], sc[2 * k + 1]);
+      if (ja >= w.n_pre && !p.v_alias) reload_v(ja);
       nb_arrive(NB_SCALE0, THREADS);
       // ---- O_L += P_a V_a[:, 0:256) ----
       fence_regs<128>(o);
-      fence_uregs<16>(pb);
+      fence_uregs<8>(pb);
       wgmma_fence();
-      issue_pv_regs(o, pb, st0);
+      issue_pv_regs(o, pb, stage(ja));
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs<128>(o);
-      fence_uregs<16>(pb);
-      if constexpr (NXT.value) {  // stage 0 atoms 0-3 are free (WG1 reads only 4-8 of stage 0): tile a'
-        load_part(ja + 2, st0, 0, 4, false, bar(0, 0), sa);
+      fence_uregs<8>(pb);
+      if (ja + 4 < w.ntiles) {  // a's atoms 0-3 are free (WG1 reads only 4-8 of an a stage): tile a + 4
+        load_part(ja + 4, 0, 4, false, 0, sa);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) sa[k] = fetch_slot(ja + 4, rr + 16 * k);
+        for (int k = 0; k < 2; ++k) sa[k] = fetch_slot(ja + 6, rr + 16 * k);
       }
       // ---- sP0 = P_a at WG1's max m1 ----
       nb_sync(NB_SCALE1, THREADS);
 #pragma unroll
       for (int h = 0; h < 2; ++h) sc1[h] = sSc1[r0 + 8 * h];
 #pragma unroll
-      for (int k = 0; k < 16; ++k) pb[k] = pack_bf16(sc[2 * k] * sc1[k & 1], sc[2 * k + 1] * sc1[k & 1]);
-      store_p(st0 + 8 * ATOM, pb, r0, lane);
+      for (int k = 0; k < 8; ++k) pb[k] = pack_bf16(sc[2 * k] * sc1[k & 1], sc[2 * k + 1] * sc1[k & 1]);
+      store_p(stage(ja) + 8 * KATOM, pb, r0, lane);
       fence_proxy_async();
       nb_arrive(NB_P0READY, THREADS);
       // ---- O_L = O_L * 2^(m0 - m1) + sP1 V_b[:, 0:256) ----
@@ -405,52 +414,51 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
       }
       nb_sync(NB_P1READY, THREADS);
       if constexpr (HAS_B.value) {
-        mbar_wait(bar(1, 0), par);
+        mbar_wait(bar(jb, 0), parity(jb));
         fence_proxy_async();
         fence_regs<128>(o);
         wgmma_fence();
-        issue_pv_smem(o, st1 + 8 * ATOM, st1);
+        issue_pv_smem(o, stage(jb) + 8 * KATOM, stage(jb));
         wgmma_commit();
       }
-      // ---- next pair's S_a', behind the PV (atoms 0-3 landed long ago, 4-8 are WG1's part). One
-      // accumulator chain: a barrier wait between two of its wgmmas makes ptxas serialize them (C7520).
+      // ---- next pair's S_a' behind the PV (its stage was loaded a pair ago). One accumulator
+      // chain: a barrier wait between two of its wgmmas makes ptxas serialize them (C7520). ----
       if constexpr (NXT.value) {
-        mbar_wait(bar(0, 0), par ^ 1);
-        mbar_wait(bar(0, 1), par ^ 1);
+        mbar_wait(bar(ja + 2, 0), parity(ja + 2));
+        mbar_wait(bar(ja + 2, 1), parity(ja + 2));
         fence_proxy_async();
         wgmma_fence();
-        issue_s<0, 9>(sc, sQ, st0);
+        issue_s(sc, sQ, stage(ja + 2));
         wgmma_commit();
-        if constexpr (HAS_B.value) wgmma_wait<1>();  // PV_b done: stage 1 atoms 0-3 and 8 are free
+        if constexpr (HAS_B.value) wgmma_wait<1>();  // PV_b done: b's atoms 0-3 and 8 are free
         fence_regs<128>(o);
-        if (jb + 2 < w.ntiles) {
-          load_part(jb + 2, st1, 0, 4, true, bar(1, 0), sb);
+        if (jb + 4 < w.ntiles) {
+          load_part(jb + 4, 0, 4, true, 0, sb);
 #pragma unroll
-          for (int k = 0; k < 4; ++k) sb[k] = fetch_slot(jb + 4, rr + 16 * k);
+          for (int k = 0; k < 2; ++k) sb[k] = fetch_slot(jb + 6, rr + 16 * k);
         }
       }
       wgmma_wait<0>();
       fence_regs<128>(o);
-      fence_regs<32>(sc);
+      fence_regs<16>(sc);
     };
     mbar_wait(bar(0, 0), 0);
     mbar_wait(bar(0, 1), 0);
     fence_proxy_async();
     wgmma_fence();
-    issue_s<0, 9>(sc, sQ, st0);
+    issue_s(sc, sQ, stage(0));
     wgmma_commit();
     wgmma_wait<0>();
-    fence_regs<32>(sc);
+    fence_regs<16>(sc);
     int i = 0;
     for (; 2 * i + 2 < w.ntiles; ++i) pair(i, T_{}, T_{});
     if (2 * i + 1 < w.ntiles) pair(i, T_{}, F_{});
     else pair(i, F_{}, F_{});
   } else {
-    // ======================= warpgroup 1: tiles b = 1, 3, 5, ... (stage 1), O[:, 256:512) =======================
+    // ======================= warpgroup 1: tiles b = 1, 3, 5, ... and O[:, 256:512) =======================
     // HAS_B: tile b exists, NXT: tile b' = b + 2 exists.
     auto pair = [&](int i, auto HAS_B, auto NXT) {
       const int ja = 2 * i, jb = ja + 1;
-      const uint32_t par = i & 1;
       float rmax[2] = {-INFINITY, -INFINITY};
       if constexpr (HAS_B.value) scale_mask(sc, jb, rmax);
       // ---- softmax of tile b against WG0's max m0 of this pair ----
@@ -465,7 +473,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
         float psum = 0.f;
         if constexpr (HAS_B.value) {
 #pragma unroll
-          for (int e = 2 * h; e < 32; e += 4) {
+          for (int e = 2 * h; e < 16; e += 4) {
             sc[e] = exp2f(sc[e] - m_use);
             sc[e + 1] = exp2f(sc[e + 1] - m_use);
             psum += sc[e] + sc[e + 1];
@@ -485,55 +493,55 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
         }
       }
       if constexpr (HAS_B.value) {
-        if (jb >= w.n_pre && !p.v_alias) reload_v(jb, st1);
+        if (jb >= w.n_pre && !p.v_alias) reload_v(jb);
       }
       nb_arrive(NB_SCALE1, THREADS);
       // ---- sP1 and O_R += P_b V_b[:, 256:512) ----
       fence_regs<128>(o);
       if constexpr (HAS_B.value) {
 #pragma unroll
-        for (int k = 0; k < 16; ++k) pb[k] = pack_bf16(sc[2 * k], sc[2 * k + 1]);
-        store_p(st1 + 8 * ATOM, pb, r0, lane);
+        for (int k = 0; k < 8; ++k) pb[k] = pack_bf16(sc[2 * k], sc[2 * k + 1]);
+        store_p(stage(jb) + 8 * KATOM, pb, r0, lane);
         fence_proxy_async();
-        fence_uregs<16>(pb);
+        fence_uregs<8>(pb);
         wgmma_fence();
-        issue_pv_regs(o, pb, st1 + 4 * ATOM);
+        issue_pv_regs(o, pb, stage(jb) + 4 * KATOM);
         wgmma_commit();
       }
       // ---- O_R += sP0 V_a[:, 256:512) ----
       nb_sync(NB_P0READY, THREADS);
-      mbar_wait(bar(0, 1), par);  // this warpgroup's own part of tile a (landed: WG0 waited for it)
+      mbar_wait(bar(ja, 1), parity(ja));  // this warpgroup's own part of tile a (landed: WG0 waited for it)
       fence_proxy_async();
       wgmma_fence();
-      issue_pv_smem(o, st0 + 8 * ATOM, st0 + 4 * ATOM);
+      issue_pv_smem(o, stage(ja) + 8 * KATOM, stage(ja) + 4 * KATOM);
       wgmma_commit();
       nb_arrive(NB_P1READY, THREADS);
       if constexpr (HAS_B.value) {
-        wgmma_wait<1>();  // P_b V_b done: stage 1 atoms 4-7 are free
-        fence_uregs<16>(pb);
-        if constexpr (NXT.value) {
-          load_part(jb + 2, st1, 4, 8, false, bar(1, 1), sb);
+        wgmma_wait<1>();  // P_b V_b done: b's atoms 4-7 are free
+        fence_uregs<8>(pb);
+        if (jb + 4 < w.ntiles) {
+          load_part(jb + 4, 4, 8, false, 1, sb);
 #pragma unroll
-          for (int k = 0; k < 4; ++k) sb[k] = fetch_slot(jb + 4, rr + 16 * k);
+          for (int k = 0; k < 2; ++k) sb[k] = fetch_slot(jb + 6, rr + 16 * k);
         }
       }
-      wgmma_wait<0>();  // sP0 V_a done: stage 0 atoms 4-8 are free
+      wgmma_wait<0>();  // sP0 V_a done: a's atoms 4-8 are free
       fence_regs<128>(o);
-      if (ja + 2 < w.ntiles) {
-        load_part(ja + 2, st0, 4, 8, true, bar(0, 1), sa);
+      if (ja + 4 < w.ntiles) {
+        load_part(ja + 4, 4, 8, true, 1, sa);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) sa[k] = fetch_slot(ja + 4, rr + 16 * k);
+        for (int k = 0; k < 2; ++k) sa[k] = fetch_slot(ja + 6, rr + 16 * k);
       }
-      // ---- next pair's S_b' ----
+      // ---- next pair's S_b' (its stage was loaded a pair ago) ----
       if constexpr (NXT.value) {
-        mbar_wait(bar(1, 0), par ^ 1);
-        mbar_wait(bar(1, 1), par ^ 1);
+        mbar_wait(bar(jb + 2, 0), parity(jb + 2));
+        mbar_wait(bar(jb + 2, 1), parity(jb + 2));
         fence_proxy_async();
         wgmma_fence();
-        issue_s<0, 9>(sc, sQ, st1);
+        issue_s(sc, sQ, stage(jb + 2));
         wgmma_commit();
         wgmma_wait<0>();
-        fence_regs<32>(sc);
+        fence_regs<16>(sc);
       }
     };
     if (w.ntiles > 1) {
@@ -541,10 +549,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
       mbar_wait(bar(1, 1), 0);
       fence_proxy_async();
       wgmma_fence();
-      issue_s<0, 9>(sc, sQ, st1);
+      issue_s(sc, sQ, stage(1));
       wgmma_commit();
       wgmma_wait<0>();
-      fence_regs<32>(sc);
+      fence_regs<16>(sc);
     }
     int i = 0;
     for (; 2 * i + 3 < w.ntiles; ++i) pair(i, T_{}, T_{});
