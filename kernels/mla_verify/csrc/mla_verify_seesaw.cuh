@@ -32,7 +32,6 @@
 // issued behind the last PV of the pair.
 // Draft tiles (k_extend rows) with a separate v_extend: the warpgroup that ran S reloads atoms 0-7
 // from v_extend before it hands the tile's P on. bf16 caches only (fp8 runs the sm90wg kernel).
-// Slot ids are kept as int: the launcher runs this config only when the cache has < 2^31 slots.
 #pragma once
 #include <type_traits>
 
@@ -193,15 +192,15 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
 
   // Loader lanes: 8 per row (sub = 16-byte chunk within an atom), rows rr and rr + 16 of the tile.
   const int sub = wt & 7, rr = wt >> 3;
-  // Validated prefix slot of token r of tile j (-1: draft tile, past the split, or a bad slot id).
-  auto fetch_slot = [&](int j, int r) -> int {
+  // Slot id of token r of tile j as loaded (-1: draft tile or past the split), validated where it is
+  // used: a check here would stall the thread on the index load a pair before the copy needs it.
+  auto fetch_slot = [&](int j, int r) -> int64_t {
     if (MLAV_DIAG_NOLOAD && j >= 4) return -1;
-    const int64_t v = tile_slot(p, w, j, BN, r);
-    return (v >= 0 && v < p.num_slots) ? (int)v : -1;
+    return tile_slot(p, w, j, BN, r);
   };
   // Copies atoms [a_lo, a_hi) (and the rope atom if `rope`) of tile j's rows into its stage, then
   // arrives on the part's mbarrier.
-  auto load_part = [&](int j, int a_lo, int a_hi, bool rope, int part, const int* sl) {
+  auto load_part = [&](int j, int a_lo, int a_hi, bool rope, int part, const int64_t* sl) {
     const uint32_t st = stage(j);
 #pragma unroll
     for (int k = 0; k < (MLAV_DIAG_NOLOAD && j >= 4 ? 0 : 2); ++k) {
@@ -209,8 +208,8 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
       const __nv_bfloat16* src;
       bool ok;
       if (j < w.n_pre) {
-        ok = sl[k] >= 0;
-        src = p.kbuf + (ok ? (int64_t)sl[k] * p.kb_st : 0);
+        ok = sl[k] >= 0 && sl[k] < p.num_slots;
+        src = p.kbuf + (ok ? sl[k] * p.kb_st : 0);
       } else {
         const int d = (j - w.n_pre) * BN + r;
         ok = d < w.n_b;
@@ -246,13 +245,13 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_seesaw_kernel(con
     nb_sync(NB_WG + grp, 128);
   };
   // This warpgroup's part of tile j: a tiles (even j) WG0 atoms 0-3, WG1 4-8; b tiles WG0 0-3 + 8, WG1 4-7.
-  auto load_mine = [&](int j, const int* sl) {
+  auto load_mine = [&](int j, const int64_t* sl) {
     if (grp == 0) load_part(j, 0, 4, (j & 1) != 0, 0, sl);
     else load_part(j, 4, 8, (j & 1) == 0, 1, sl);
   };
 
-  int sa[2], sb[2];  // slot ids of the next a / b tile's rows rr and rr + 16
-  int s2[2], s3[2];
+  int64_t sa[2], sb[2];  // slot ids of the next a / b tile's rows rr and rr + 16
+  int64_t s2[2], s3[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     sa[k] = fetch_slot(0, rr + 16 * k);
