@@ -321,32 +321,6 @@ def device_arch(device) -> str:
     return device_info(device)[0]
 
 
-# The seesaw kernel keeps slot ids in 32-bit registers.
-SEESAW_MAX_SLOTS = 2**31 - 1
-
-
-def resolve_config(tile_config: str, arch: str, kv_fp8: bool, num_slots: int) -> tiles.TileConfig:
-    """The tile config a call runs: `tile_config` by name (ValueError naming it when unknown, not
-    built for `arch`, or without a kernel for this cache: sm90ss is bf16-only and needs < 2^31
-    slots), or for "auto" the arch's default, with sm90wg standing in for a seesaw default where
-    the seesaw kernel does not apply."""
-    if tile_config == "auto":
-        cfg = tiles.DEFAULT_CONFIG[arch]
-        if cfg.engine == "seesaw" and (kv_fp8 or num_slots > SEESAW_MAX_SLOTS):
-            cfg = tiles.SM90WG
-        return cfg
-    if tile_config not in tiles.CONFIGS:
-        _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
-    cfg = tiles.CONFIGS[tile_config]
-    if cfg not in tiles.ARCH_CONFIGS[arch]:
-        _fail("tile_config", f"{tile_config} is not built for {arch}")
-    if kv_fp8 and "fp8" not in cfg.kv_kinds:
-        _fail("tile_config", f"{tile_config} has no fp8 kernel (bf16 caches only)")
-    if cfg.engine == "seesaw" and num_slots > SEESAW_MAX_SLOTS:
-        _fail("tile_config", f"{tile_config} needs a cache of at most {SEESAW_MAX_SLOTS} slots, got {num_slots}")
-    return cfg
-
-
 def mla_verify_fwd(
     q_extend,
     k_extend,
@@ -375,8 +349,7 @@ def mla_verify_fwd(
 
     sm_scale defaults to 576**-0.5 (SGLang's default for Lq = 576). `workspace`: optional fp32
     CUDA tensor with >= workspace_numel(S, T, H) elements (pass one under CUDA-graph capture).
-    `num_splits` / `tile_config` ("auto", "sm90wg", "sm90", "sm120", "sm90ss") override the heuristics
-    (testing; resolve_config says which calls each config takes);
+    `num_splits` / `tile_config` ("auto", "sm90wg", "sm90", "sm120") override the heuristics (testing);
     with num_splits=None the launch (grid, workspace) is sized by choose_num_splits on
     kv_indices.numel() and the kernel runs the split count of the real prefix total read from
     kv_indptr on the device (the same rule, capped at the launch's): bitwise the output of an
@@ -406,7 +379,14 @@ def mla_verify_fwd(
     )
     B, T, H = sizes["B"], sizes["T"], sizes["H"]
     arch, sms = device_info(q_extend.device)
-    cfg = resolve_config(tile_config, arch, sizes["kv_fp8"], k_buffer.shape[0])
+    if tile_config == "auto":
+        cfg = tiles.DEFAULT_CONFIG[arch]
+    else:
+        if tile_config not in tiles.CONFIGS:
+            _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
+        cfg = tiles.CONFIGS[tile_config]
+        if cfg not in tiles.ARCH_CONFIGS[arch]:
+            _fail("tile_config", f"{tile_config} is not built for {arch}")
     rule = split_rule(B, max_len_extend, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
     split_auto = num_splits is None
     if split_auto:

@@ -1,14 +1,11 @@
 """Tile configurations of the MLA verify kernel, mirrored from csrc/mla_verify_kernel.cuh.
 
 A config is (BM query rows per CTA, BN KV tokens per tile, STAGES cp.async stages) and its
-tensor-core engine: "mma" (mma.sync + ldmatrix, the generic template, sm_90a and sm_120a),
-"wgmma" (warpgroup MMA from swizzled smem, sm_90a only) or "seesaw" (wgmma with the two
-warpgroups on alternate KV tiles, csrc/mla_verify_seesaw.cuh; sm_90a, bf16 caches only). Shared
-memory (bytes, all dynamic): mma = Q tile BM*1152 + STAGES*BN*1152 (KV) + BM*BN*2 (P, bf16) +
-24*BM (fp32 row max and row sum per half, alpha and max per row); wgmma = the same Q/KV/P tiles +
-16*BM (row max and sum per warpgroup) + 1024 (slack to align the base to the 1024-byte swizzle
-period); seesaw = the Q/KV tiles (P lives in the dead rope atom of each KV stage) + 20*BM (row
-max, the two rescale factors, both halves' row sums) + 16*STAGES (two mbarriers per stage) + 1024. verify_tools.build_check parses BM/BN/STAGES from
+tensor-core engine: "mma" (mma.sync + ldmatrix, the generic template, sm_90a and sm_120a) or
+"wgmma" (warpgroup MMA from swizzled smem, sm_90a only). Shared memory (bytes, all dynamic):
+mma = Q tile BM*1152 + STAGES*BN*1152 (KV) + BM*BN*2 (P, bf16) + 24*BM (fp32 row max and row
+sum per half, alpha and max per row); wgmma = the same Q/KV/P tiles + 16*BM (row max and sum
+per warpgroup) + 1024 (slack to align the base to the 1024-byte swizzle period). verify_tools.build_check parses BM/BN/STAGES from
 the mangled kernel names and uses `smem_bytes` for the ptxas report; the GPU tests check it
 against the binding's own number.
 """
@@ -30,18 +27,11 @@ class TileConfig:
     engine: str = "mma"
 
     @property
-    def kv_kinds(self) -> tuple[str, ...]:
-        """Cache dtypes this config has a kernel for ("bf16", "fp8")."""
-        return ("bf16",) if self.engine == "seesaw" else ("bf16", "fp8")
-
-    @property
     def threads(self) -> int:
         return (self.block_m // 16) * 2 * 32
 
     @property
     def smem_bytes(self) -> int:
-        if self.engine == "seesaw":
-            return (self.block_m + self.stages * self.block_n) * ROW_BYTES + 20 * self.block_m + 16 * self.stages + 1024
         if self.engine == "wgmma":
             return (
                 (self.block_m + self.stages * self.block_n) * ROW_BYTES
@@ -65,8 +55,7 @@ def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
 SM90 = TileConfig("sm90", 0, 64, 64, 2)
 SM120 = TileConfig("sm120", 1, 32, 16, 3)
 SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma")
-SM90SS = TileConfig("sm90ss", 3, 64, 32, 4, engine="seesaw")
-CONFIGS = {c.name: c for c in (SM90WG, SM90, SM120, SM90SS)}
+CONFIGS = {c.name: c for c in (SM90WG, SM90, SM120)}
 
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024}
@@ -83,5 +72,5 @@ def ctas_per_sm(cfg: TileConfig, arch: str) -> int:
 # Tile configs compiled into (and used on) each arch. sm_90a also carries the sm120 config so
 # that the Blackwell code path can be proven on Hopper hardware, and the mma.sync sm90 config
 # (the measured baseline of the wgmma one).
-ARCH_CONFIGS = {"sm_90a": (SM90WG, SM90, SM120, SM90SS), "sm_120a": (SM120,)}
+ARCH_CONFIGS = {"sm_90a": (SM90WG, SM90, SM120), "sm_120a": (SM120,)}
 DEFAULT_CONFIG = {"sm_90a": SM90WG, "sm_120a": SM120}

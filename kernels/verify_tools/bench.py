@@ -249,12 +249,8 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
 
     arch = api.device_arch(inp["o_extend"].device)
     out["fp8_configs_us"] = {}
-    auto_fp8 = api.resolve_config("auto", arch, True, 0)  # what the default row above ran
     for cfg in tiles.ARCH_CONFIGS[arch]:
-        if cfg is auto_fp8:
-            continue
-        if "fp8" not in cfg.kv_kinds:
-            out.setdefault("fp8_configs_skipped", {})[cfg.name] = "no fp8 kernel (bf16 caches only)"
+        if cfg is tiles.DEFAULT_CONFIG[arch]:
             continue
         fc = lambda c=cfg.name: mla_verify_fwd(*args, **kw, tile_config=c)  # noqa: E731
         out["fp8_configs_us"][cfg.name], _ = timer.time_graph_or_eager(fc)
@@ -928,7 +924,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ab-out", default=None, help="--tree-ab: also write the (partial) JSON doc here after every row")
     ap.add_argument("--ab-gb-trees", default=None, help="--tree-ab: graph-buffer rows only for these trees (cur,base)")
     ap.add_argument("--ab-reps", type=int, default=3, help="--tree-ab: interleaved medians per tree and shape")
-    ap.add_argument("--ab-configs", default="auto", help="--tree-ab: tile configs each tree runs (auto,sm90ss)")
+    ap.add_argument("--ab-configs", default="auto", help="--tree-ab: tile configs each tree runs (auto,sm90)")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)

@@ -15,7 +15,7 @@ Compiles kernels/mla_verify/csrc/mla_verify.cu (no GPU and no torch needed) to a
 `-Xptxas -v` and parses, per kernel: registers, spill store/load bytes, stack frame, static
 smem. smem_bytes = static + the dynamic smem the launcher requests for that tile config
 (kernels/mla_verify/tiles.py: parsed from the BM/BN/STAGES template arguments in the mangled
-name; the wgmma and seesaw kernels are matched by name). ok requires 0 spill bytes and smem_bytes within the arch's per-block limit
+name; the wgmma kernel is matched by name). ok requires 0 spill bytes and smem_bytes within the arch's per-block limit
 (227 KiB sm_90a, 99 KiB sm_120a) for every kernel. Exit 0 ok, 1 a check failed, 2 usage,
 75 nvcc missing.
 """
@@ -82,8 +82,6 @@ def dynamic_smem(name: str) -> tuple[int, str | None]:
     """Dynamic smem the launcher requests for a kernel, and its tile config name (None: combine)."""
     if "mla_verify_split_wgmma_kernel" in name:
         return tiles.SM90WG.smem_bytes, tiles.SM90WG.name
-    if "mla_verify_split_seesaw_kernel" in name:
-        return tiles.SM90SS.smem_bytes, tiles.SM90SS.name
     m = _TPL.search(name)
     if not m:
         return 0, None

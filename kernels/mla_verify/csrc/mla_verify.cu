@@ -2,11 +2,8 @@
 // Config 0 ("sm90"):   mma.sync, BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (230,912 B smem).
 // Config 1 ("sm120"):  mma.sync, BM=32 rows, BN=16 tokens, 3 KV stages, 128 threads (93,952 B smem).
 // Config 2 ("sm90wg"): wgmma,    BM=64 rows, BN=64 tokens, 2 KV stages, 256 threads (231,424 B smem).
-// Config 3 ("sm90ss"): wgmma seesaw (mla_verify_seesaw.cuh), BM=64, BN=32, 4 KV stages, 256 threads
-//                      (223,552 B smem); bf16 caches with < 2^31 slots only.
-// The byte counts are Smem<>::bytes / wg::Smem::bytes / ss::Smem::bytes; kernels/mla_verify/tiles.py
-// mirrors them. MLAV_BUILD_CFG90=0 leaves configs 0, 2 and 3 out (sm_120a builds: no wgmma, and 99 KiB
-// of smem).
+// The byte counts are Smem<>::bytes / wg::Smem::bytes; kernels/mla_verify/tiles.py mirrors them.
+// MLAV_BUILD_CFG90=0 leaves configs 0 and 2 out (sm_120a builds: no wgmma, and 99 KiB of smem).
 #include "mla_verify_kernel.cuh"
 #include "mla_verify_launch.h"
 
@@ -14,10 +11,8 @@
 #define MLAV_BUILD_CFG90 1
 #endif
 #if MLAV_BUILD_CFG90
-#include "mla_verify_seesaw.cuh"
 #include "mla_verify_wgmma.cuh"
 #endif
-#include <climits>
 
 namespace mlav {
 
@@ -58,14 +53,6 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
 }
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
   return p.kv_fp8 ? launch_wgmma_t<true>(p, m_tiles, stream) : launch_wgmma_t<false>(p, m_tiles, stream);
-}
-// The seesaw kernel keeps slot ids as int and has no fp8 loader: those calls are refused here
-// (api.py routes them to sm90wg before they get this far).
-static cudaError_t launch_seesaw(const Params& p, int m_tiles, cudaStream_t stream) {
-  if (p.kv_fp8 || p.num_slots > INT_MAX) return cudaErrorInvalidValue;
-  static int attr_device = -1;
-  return launch_split(ss::mla_verify_split_seesaw_kernel, &attr_device, ss::Smem::bytes, ss::THREADS,
-                      dim3(m_tiles, p.S, p.B), p, stream);
 }
 #endif
 
@@ -138,12 +125,11 @@ int config_block_m(int cfg) { return cfg == 1 ? 32 : 64; }
 int config_smem_bytes(int cfg) {
 #if MLAV_BUILD_CFG90
   if (cfg == 2) return wg::Smem::bytes;
-  if (cfg == 3) return ss::Smem::bytes;
 #endif
   return cfg == 0 ? Smem<64, 64, 2>::bytes : Smem<32, 16, 3>::bytes;
 }
 
-bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2 || cfg == 3) && MLAV_BUILD_CFG90); }
+bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2) && MLAV_BUILD_CFG90); }
 
 cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t stream) {
   if (p.B <= 0 || p.T <= 0 || max_len_extend <= 0) return cudaSuccess;
@@ -155,7 +141,6 @@ cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t st
 #if MLAV_BUILD_CFG90
   if (cfg == 0) e = launch_cfg<64, 64, 2>(p, m_tiles, stream);
   if (cfg == 2) e = launch_wgmma(p, m_tiles, stream);
-  if (cfg == 3) e = launch_seesaw(p, m_tiles, stream);
 #endif
   if (e != cudaSuccess || p.S == 1) return e;
   if (p.S > COMBINE_MAX_SPLITS) return cudaErrorInvalidValue;

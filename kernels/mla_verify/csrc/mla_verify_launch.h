@@ -5,7 +5,7 @@
 namespace mlav {
 struct Params;
 // Launch the split kernel (grid: ceil(max_len_extend*H/BM) x S x B) and, when S > 1, the
-// combine kernel. cfg 0 = sm90 (mma.sync), 1 = sm120, 2 = sm90wg (wgmma), 3 = sm90ss (wgmma seesaw). Returns the first CUDA error.
+// combine kernel. cfg 0 = sm90 (mma.sync), 1 = sm120, 2 = sm90wg (wgmma). Returns the first CUDA error.
 cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t stream);
 int config_block_m(int cfg);
 int config_smem_bytes(int cfg);

@@ -145,7 +145,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   };
   auto load_tile = [&](int j, int stage) {          // tiles are loaded in order 0, 1, 2, ...
 #ifdef MLAV_DIAG_NOLOAD
-    if (MLAV_DIAG_NOLOAD && j >= 2) return;  // timing diagnostic (mla_verify_seesaw.cuh): no KV traffic
+    // Timing diagnostic, never in a shipped build (nvcc -DMLAV_DIAG_NOLOAD=1 in a copy of csrc/ run
+    // by bench --tree-ab): no KV load from tile 2 on, the stages keep tiles 0 and 1, so a timing
+    // shows the kernel's compute and synchronization without its memory traffic; the output is wrong.
+    if (MLAV_DIAG_NOLOAD && j >= 2) return;
 #endif
     if constexpr (FP8) {
       if (j < w.n_pre) {
