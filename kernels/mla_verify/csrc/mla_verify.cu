@@ -16,10 +16,6 @@
 
 namespace mlav {
 
-// Split grids are (m tiles, B, S), the split slowest: under a CUDA graph captured at a larger split
-// count the CTAs past the replay's count (they exit at once, work_of) are dispatched after every
-// working CTA instead of between them (grid (m, S, B) put the last working CTA of request B-1 behind
-// all the exiting CTAs of the requests before it).
 // Sets the >48 KiB dynamic smem opt-in once per (kernel, device) and launches on `stream`.
 template <typename Kernel>
 static cudaError_t launch_split(Kernel kern, int* attr_device, int smem, int threads, dim3 grid, const Params& p,
@@ -40,7 +36,7 @@ template <int BM, int BN, int STAGES, bool FP8>
 static cudaError_t launch_cfg_t(const Params& p, int m_tiles, cudaStream_t stream) {
   static int attr_device = -1;
   return launch_split(mla_verify_split_kernel<BM, BN, STAGES, FP8>, &attr_device, Smem<BM, BN, STAGES>::bytes,
-                      Cfg<BM, BN, STAGES>::THREADS, dim3(m_tiles, p.B, p.S), p, stream);
+                      Cfg<BM, BN, STAGES>::THREADS, dim3(m_tiles, p.S, p.B), p, stream);
 }
 template <int BM, int BN, int STAGES>
 static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream) {
@@ -53,7 +49,7 @@ template <bool FP8>
 static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t stream) {
   static int attr_device = -1;
   return launch_split(wg::mla_verify_split_wgmma_kernel<FP8>, &attr_device, wg::Smem::bytes, wg::THREADS,
-                      dim3(m_tiles, p.B, p.S), p, stream);
+                      dim3(m_tiles, p.S, p.B), p, stream);
 }
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
   return p.kv_fp8 ? launch_wgmma_t<true>(p, m_tiles, stream) : launch_wgmma_t<false>(p, m_tiles, stream);

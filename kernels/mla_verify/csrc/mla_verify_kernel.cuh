@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = warp % C::ROW_GROUPS, c = warp / C::ROW_GROUPS;
-  const int m = blockIdx.x, b = blockIdx.y, s = blockIdx.z;  // grid (m tiles, B, S): mla_verify.cu
+  const int m = blockIdx.x, s = blockIdx.y, b = blockIdx.z;
   pdl_signal(p);
 
   const Work w = work_of(p, m, s, b, BM, BN);

@@ -4,7 +4,7 @@
 
 namespace mlav {
 struct Params;
-// Launch the split kernel (grid: ceil(max_len_extend*H/BM) x B x S) and, when S > 1, the
+// Launch the split kernel (grid: ceil(max_len_extend*H/BM) x S x B) and, when S > 1, the
 // combine kernel. cfg 0 = sm90 (mma.sync), 1 = sm120, 2 = sm90wg (wgmma). Returns the first CUDA error.
 cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t stream);
 int config_block_m(int cfg);

@@ -93,9 +93,9 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   uint8_t* smem = smem_raw + (base - raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (rows 16wq..16wq+15)
-  const int s = blockIdx.z, b = blockIdx.y;  // grid (m tiles, B, S): mla_verify.cu
+  const int s = blockIdx.y;
   pdl_signal(p);
-  const Work w = work_of(p, blockIdx.x, s, b, BM, BN);
+  const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     const int gr = w.row0 + r0 + 8 * h;
     tok_row[h] = gr < w.R ? gr / p.H : -1;
   }
-  const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, b) : 0;
+  const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
 
   for (int j = 0; j < w.ntiles; ++j) {
     cp_async_wait<0>();
