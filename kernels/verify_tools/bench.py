@@ -39,8 +39,12 @@ and verify_shared_kv_fwd (sglang importable), FlashInfer's BatchMLAPagedAttentio
 fa2 and fa3 backends (flashinfer importable; page_size 1, causal, the drafts' KV appended to each
 request's pages), FlashMLA's dense decode (flash_mla importable from the sgl-flash-mla 1.0.0 wheel,
 sm_90 only: legacy SM90 kernel, a page-64 copy of the same context + draft KV, causal among the
-drafts; flashmla_peer: NOT RUN ON A GPU YET). `fastest_peer` / `speedup_vs_fastest_peer`
+drafts; first run on the H200 in session 8). `fastest_peer` / `speedup_vs_fastest_peer`
 name the fastest one that ran (and agreed with ours) and our speedup over it (> 1: we are faster).
+Development A/B (`--tree-ab NAME=CSRC_DIR,...`, not a phase step): other copies of mla_verify's csrc/
+(an older commit's, a diagnostic build) JIT-built beside this checkout's ("cur") and timed in one
+process, interleaved; `--ab-configs` names the tile configs each tree runs (variants "tree/config"),
+`--shapes` replaces AB_SHAPES, `--ab-gb-trees` picks the trees that get graph-buffer rows.
 Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 """
 
@@ -846,7 +850,15 @@ def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, con
         for c in configs:
             name = k if len(configs) == 1 else f"{k}/{c}"
             mods[name], cfg_of[name] = m, c
-    doc = {"trees": trees, "configs": list(configs), "reps": reps, "iters": iters, "ab": [], "graph_buffer": [], "cupti": []}
+    doc = {
+        "trees": trees,
+        "configs": list(configs),
+        "reps": reps,
+        "iters": iters,
+        "ab": [],
+        "graph_buffer": [],
+        "cupti": [],
+    }
 
     def inputs(B, L, n, H):
         inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")

@@ -472,13 +472,20 @@ def main(argv=None) -> int:
     else:
         cases = list(CASES)
         graph_cases = list(GRAPH_CASES)
+    from mla_verify import tiles
+
+    want_cfgs = [x for x in a.configs.split(",") if x] if a.configs not in ("auto", "all") else []
+    unknown = [x for x in want_cfgs if x not in tiles.CONFIGS]
+    if a.configs not in ("auto", "all") and (unknown or not want_cfgs):
+        ap.error(
+            f"--configs: unknown config(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(tiles.CONFIGS)}"
+        )
     try:
         import torch
     except ImportError as exc:
         return _emit(blocked_doc(f"torch not importable: {exc}"), a.json, EXIT_BLOCKED)
     if not torch.cuda.is_available():
         return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a.json, EXIT_BLOCKED)
-    from mla_verify import tiles
     from mla_verify.api import device_arch
 
     dev = torch.device("cuda")
@@ -489,10 +496,10 @@ def main(argv=None) -> int:
     elif a.configs == "auto":
         cfgs = [tiles.DEFAULT_CONFIG[arch].name]
     else:
-        cfgs = [x for x in a.configs.split(",") if x]
+        cfgs = want_cfgs
         bad = [x for x in cfgs if x not in built]
-        if bad or not cfgs:
-            ap.error(f"--configs: {', '.join(bad) or 'none given'} not built for {arch}; built: {', '.join(built)}")
+        if bad:
+            ap.error(f"--configs: {', '.join(bad)} not built for {arch}; built: {', '.join(built)}")
     w = lm_head(dev)
     results = []
     for spec in cases:

@@ -41,6 +41,12 @@ def test_unknown_parity_case_is_a_usage_error():
     assert code == 2 and "no_such_case" in err
 
 
+@pytest.mark.parametrize("configs", ["no_such_config", "sm90wg,nope", ","])
+def test_unknown_parity_config_is_a_usage_error(configs):
+    code, _, err = run_tool("verify_tools.parity", "--configs", configs)
+    assert code == 2 and "--configs" in err
+
+
 def test_parity_cases_cover_the_issue():
     specs = parity.CASES
     assert len({c.name for c in specs}) == len(specs) >= 8
