@@ -17,11 +17,12 @@ def main() -> int:
     import torch
 
     from mla_verify import mla_verify_fwd
+    from mla_verify.api import device_arch
     from mla_verify.inputs import CaseSpec, kernel_args, make_inputs
     from verify_tools.bench import _TreeModule, load_tree, parse_shapes
 
     (B, L, n, H), cfg = parse_shapes(sys.argv[1])[0], sys.argv[2]
-    mod = load_tree("sm_90a", sys.argv[3]) if len(sys.argv) > 3 else None
+    mod = load_tree(device_arch(torch.device("cuda")), sys.argv[3]) if len(sys.argv) > 3 else None
     inp = make_inputs(CaseSpec("ncu", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
     args = kernel_args(inp)
     with _TreeModule(mod):
