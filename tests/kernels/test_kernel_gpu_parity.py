@@ -1,11 +1,13 @@
 """GPU tests (skipped with the reason on hosts without CUDA): the parity quick set passes, both
 tile configs and both split paths match the oracle, CUDA-graph replay equals the eager call,
 and out-of-range slot ids (past the pool, -1) never fault: they read as zero K/V rows (api.py);
-the fp8 cache matches the oracle on every config, split path and loader schedule; a max-sized
-index buffer (CUDA-graph style) gives the exact-length result, bitwise (issue 11: the split count
-comes from kv_indptr on the device); the parity suite's graph cases (capture once, rewrite in
-place, replay) are bitwise the eager call with the derived count (not yet run under pytest on a GPU;
-the same function ran on the H200 through verify_tools.parity, 48/48)."""
+a running max that rises along the prefix (the wgmma config's lazy softmax reference then takes
+its exact step mid-stream) still matches the oracle; the fp8 cache matches the oracle on every
+config, split path and loader schedule; a max-sized index buffer (CUDA-graph style) gives the
+exact-length result, bitwise (issue 11: the split count comes from kv_indptr on the device); the
+parity suite's graph cases (capture once, rewrite in place, replay) are bitwise the eager call
+with the derived count (not yet run under pytest on a GPU; the same function ran on the H200
+through verify_tools.parity, 48/48)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,23 @@ def test_parity_quick_set_passes(cuda_device, capsys):
 @pytest.mark.parametrize("splits", [1, 7])
 def test_each_tile_config_and_split_path_matches_the_oracle(cuda_device, splits):
     inp = make_inputs(SPEC, cuda_device)
+    ref = mla_verify_ref(**oracle_kwargs(inp))
+    for cfg in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
+        inp["o_extend"].fill_(float("nan"))
+        mla_verify_fwd(*kernel_args(inp), sm_scale=inp["sm_scale"], num_splits=splits, tile_config=cfg.name)
+        assert rel_err(inp["o_extend"], ref) <= parity.REL_FRO_BOUND, cfg.name
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_a_max_rising_along_the_prefix_matches_the_oracle(cuda_device, splits):
+    """The wgmma config's lazy softmax reference: its exact step must also run mid-stream. Prefix
+    K/V rows scaled by 2^(4 t / L) push the running row max up by far more than the lazy margin
+    (2^8) across a split's tiles."""
+    inp = make_inputs(CaseSpec("rising_max", (8192,), (4,), 16, tree="chain", poison=False, seed=23), cuda_device)
+    idx = inp["kv_indices"]
+    ramp = torch.exp2(4.0 * torch.arange(idx.numel(), device=cuda_device, dtype=torch.float32) / idx.numel())
+    kb = inp["k_buffer"]
+    kb[idx] = (kb[idx].float() * ramp[:, None, None]).to(kb.dtype)
     ref = mla_verify_ref(**oracle_kwargs(inp))
     for cfg in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
         inp["o_extend"].fill_(float("nan"))

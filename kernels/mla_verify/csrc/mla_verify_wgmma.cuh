@@ -32,6 +32,10 @@ namespace mlav {
 namespace wg {
 
 constexpr int BM = 64, BN = 64, STAGES = 2, THREADS = 256;
+// Lazy softmax reference (log2 units): P is computed against the shared m_run while no row's max
+// exceeds it by more than this, so P <= 2^8 (bf16 keeps its relative precision; fp32 O and l stay
+// far from overflow).
+constexpr float LAZY_TAU = 8.f;
 constexpr int ATOM = 8192;      // one 64-dim column block of a 64-row tile (bytes)
 constexpr int TILE = 9 * ATOM;  // 73,728 B: 64 rows x 576 dims
 struct Smem {
@@ -241,13 +245,43 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         }
       }
     }
+    // ---- online softmax against a lazy reference max: both warpgroups hold the same m_run. While
+    // no row's max exceeds it by more than LAZY_TAU (log2 units: P <= 2^LAZY_TAU) each warpgroup
+    // writes its P at m_run without waiting for the other's maxima, and one barrier, which also ORs
+    // the "exceeded" votes, hands P to wgmma. Otherwise (the first tile, a rising max) every thread
+    // takes the exact step: m_run = max(m_run, both halves' maxima), P rewritten, O and l rescaled,
+    // a second barrier. m_run changes only there, from the same smem maxima, so it stays equal in
+    // both warpgroups; lse = m_run + log2(l) as before (l is relative to m_run). ----
+    bool over = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
       if ((lane & 3) == 0) red_max[grp * BM + r0 + 8 * h] = tmax[h];
+      over |= tmax[h] > m_run[h] + LAZY_TAU;  // m_run = -inf: any finite max is over
     }
-    __syncthreads();  // both halves' maxima visible; both warpgroups done reading K of this tile
+    float psum[2];
+    const float vs = draft ? 1.f : vs_pre;
+    auto write_p = [&]() {  // P (bf16) at m_run to smem in the K-major swizzled layout; row sums
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        const float m_use = (m_run[h] == -INFINITY) ? 0.f : m_run[h];
+        psum[h] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float p0 = exp2f(sc[4 * i + 2 * h] - m_use), p1 = exp2f(sc[4 * i + 2 * h + 1] - m_use);
+          psum[h] += p0 + p1;
+          const int col = grp * 32 + i * 8 + 2 * (lane & 3);
+          *reinterpret_cast<__nv_bfloat162*>(pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
+              __floats2bfloat162_rn(p0 * vs, p1 * vs);
+        }
+      }
+    };
+    if (!over) write_p();
+    fence_proxy_async();
+    // every thread's P and maxima visible; both warpgroups done reading K of this tile
+    const bool exact_step = __syncthreads_or(over);
     if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
       const int tk = tid >> 2;
       bool ok;
@@ -258,38 +292,35 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       }
       cp_async_commit();
     }
-
-    // ---- online softmax; P (bf16) to smem in the K-major swizzled layout ----
-    float alpha[2];
+    if (exact_step) {
+      float alpha[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const float m_new = fmaxf(m_run[h], fmaxf(red_max[r], red_max[BM + r]));
-      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      alpha[h] = exp2f(m_run[h] - m_use);  // m_run = -inf -> 0; never -inf - -inf
-      m_run[h] = m_new;
-      float psum = 0.f;
-      const float vs = draft ? 1.f : vs_pre;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float p0 = exp2f(sc[4 * i + 2 * h] - m_use), p1 = exp2f(sc[4 * i + 2 * h + 1] - m_use);
-        psum += p0 + p1;
-        const int col = grp * 32 + i * 8 + 2 * (lane & 3);
-        *reinterpret_cast<__nv_bfloat162*>(pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
-            __floats2bfloat162_rn(p0 * vs, p1 * vs);
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        const float m_new = fmaxf(m_run[h], fmaxf(red_max[r], red_max[BM + r]));
+        const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+        alpha[h] = exp2f(m_run[h] - m_use);  // m_run = -inf -> 0; never -inf - -inf
+        m_run[h] = m_new;
       }
-      l_run[h] = l_run[h] * alpha[h] + psum;
-    }
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {  // skip when no row max moved
+      write_p();
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[4 * i] *= alpha[0]; o[4 * i + 1] *= alpha[0];
-        o[4 * i + 2] *= alpha[1]; o[4 * i + 3] *= alpha[1];
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {  // skip when no row max moved
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          o[4 * i] *= alpha[0]; o[4 * i + 1] *= alpha[0];
+          o[4 * i + 2] *= alpha[1]; o[4 * i + 3] *= alpha[1];
+        }
       }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
     }
     if (draft && !p.v_alias) cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // P (and a reloaded draft V) visible to wgmma
+    if (exact_step || (draft && !p.v_alias)) {
+      fence_proxy_async();
+      __syncthreads();  // the rewritten P (and a reloaded draft V) visible to wgmma
+    }
 
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
