@@ -969,7 +969,7 @@ def main(argv=None) -> int:
             gb_trees=gbt,
             dump=dump,
             configs=[c for c in a.ab_configs.split(",") if c],
-            shapes=parse_shapes(a.shapes) if a.shapes else AB_SHAPES,
+            shapes=shapes if a.shapes else AB_SHAPES,  # --shapes, parsed and checked above
         )
         dump(doc)
         print(json.dumps(doc, indent=1))

@@ -474,9 +474,10 @@ def main(argv=None) -> int:
         graph_cases = list(GRAPH_CASES)
     from mla_verify import tiles
 
-    want_cfgs = [x for x in a.configs.split(",") if x] if a.configs not in ("auto", "all") else []
+    named = a.configs not in ("auto", "all")
+    want_cfgs = [x for x in a.configs.split(",") if x] if named else []
     unknown = [x for x in want_cfgs if x not in tiles.CONFIGS]
-    if a.configs not in ("auto", "all") and (unknown or not want_cfgs):
+    if named and (unknown or not want_cfgs):
         ap.error(
             f"--configs: unknown config(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(tiles.CONFIGS)}"
         )
