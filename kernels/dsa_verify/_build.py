@@ -33,7 +33,15 @@ from mla_verify._build import (
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("binding.cpp", "dsa_verify.cu")
-HEADERS = ("dsa_verify_kernel.cuh", "dsa_verify_n8.cuh", "dsa_verify_launch.h", "dsa_verify_params.h")
+# paths relative to CSRC; the wgmma primitives are the dense kernel's (one owner: mla_verify/csrc)
+HEADERS = (
+    "dsa_verify_kernel.cuh",
+    "dsa_verify_n8.cuh",
+    "dsa_verify_wgmma.cuh",
+    "../../mla_verify/csrc/wgmma_sm90.cuh",
+    "dsa_verify_launch.h",
+    "dsa_verify_params.h",
+)
 ARCHES = ("sm_90a", "sm_120a")
 EXT_NAME = "dsa_verify_ext"
 LIBRARY_NAME = f"{EXT_NAME}.so"

@@ -9,6 +9,10 @@ mma.sync m16n8k16 bf16. Two kinds:
   (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) + (STAGES+1)*BN*4 (per-position
   flags) + (fp8) 4*BM*4 Q block exponents + BN*16 scales + 16 (the tile's max scale per block),
   TG = warps / (BM/16) column groups of the S phase.
+- "wg" (w64, sm_90a, bf16 only: csrc/dsa_verify_wgmma.cuh): 64 heads on warpgroup MMA (wgmma),
+  8 warps, BN 64, 2 stages, the dense wgmma kernel's schedule. Shared memory: 1024 (alignment
+  slack) + Q 64*1152 + 2 KV tiles 64*1152 + P 64*64*2 + 4*64*4 (row max/sum of both warpgroups)
+  + 2*64*4 (per-position flags).
 - "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s, n8w; n8r and n8rw add REG, fp8 only:
   no converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
@@ -35,7 +39,7 @@ class TileConfig:
     block_n: int
     stages: int
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
-    kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>)
+    kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
 
     @property
@@ -44,9 +48,14 @@ class TileConfig:
         return self.reg
 
     @property
+    def bf16_only(self) -> bool:
+        """The wgmma config has no fp8 kernel (yet)."""
+        return self.kind == "wg"
+
+    @property
     def kv_kinds(self) -> tuple[bool, ...]:
         """The fp8 flags the config is built for (False: bf16 cache, True: fp8 656-byte rows)."""
-        return (True,) if self.fp8_only else (False, True)
+        return (True,) if self.fp8_only else (False,) if self.bf16_only else (False, True)
 
     @property
     def warps(self) -> int:
@@ -65,6 +74,8 @@ class TileConfig:
         if fp8 not in self.kv_kinds:
             return 0
         bm, bn, st = self.block_m, self.block_n, self.stages
+        if self.kind == "wg":
+            return 1024 + (1 + st) * bn * BF_ROW + bm * bn * 2 + 4 * bm * 4 + st * bn * 4
         if self.kind == "n8":
             w = self.warps
             q16 = bm * QROW16 if self.reg else 0
@@ -107,11 +118,13 @@ N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
 # n8rw (every arch, fp8 only): n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps
 # per 100 KB sm_120 SM, the most warps an in-register fp8 config holds there (sm_120a's fp8 config)
 N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
-CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW)}
+# w64 (sm_90a, bf16): 64 heads of one row on wgmma, the dense kernel's schedule (H >= 64)
+W64 = TileConfig("w64", 13, 64, 64, 2, 8, kind="wg")
+CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW, W64)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
 # proven on Hopper hardware.
 ARCH_CONFIGS = {
-    "sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW),
+    "sm_90a": (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW, W64),
     "sm_120a": (M16, M32, N8S, N8RW),
 }
 # Experimental configs: only in the experimental JIT build (_build.load_experimental, csrc
@@ -151,6 +164,10 @@ def default_config(arch: str, heads: int) -> TileConfig:
 def config_for_mangled(name: str):
     """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
     import re
+
+    w = re.search(r"CfgWILb([01])EE", name)
+    if w:
+        return W64, bool(int(w.group(1)))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:

@@ -32,7 +32,13 @@ from pathlib import Path
 CSRC = Path(__file__).resolve().parent / "csrc"
 BUNDLE_ROOT = Path(__file__).resolve().parents[1]  # kernels/ here; <remote_root>/bundles/<sha> on a host
 SOURCES = ("binding.cpp", "mla_verify.cu")
-HEADERS = ("mla_verify_kernel.cuh", "mla_verify_wgmma.cuh", "mla_verify_launch.h", "mla_verify_params.h")
+HEADERS = (
+    "mla_verify_kernel.cuh",
+    "mla_verify_wgmma.cuh",
+    "wgmma_sm90.cuh",
+    "mla_verify_launch.h",
+    "mla_verify_params.h",
+)
 EXT_NAME = "mla_verify_ext"  # TORCH_EXTENSION_NAME of the prebuilt library (PyInit_mla_verify_ext)
 LIBRARY_NAME = f"{EXT_NAME}.so"
 RECORD_NAME = "build.json"

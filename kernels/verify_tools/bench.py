@@ -792,9 +792,10 @@ def load_tree(arch, csrc_dir):
 
     d = Path(csrc_dir).resolve()
     h = hashlib.sha256()
-    for name in _build.SOURCES + _build.HEADERS:
-        h.update(name.encode())
-        h.update((d / name).read_bytes())
+    for name in _build.SOURCES + _build.HEADERS:  # an older tree may lack a newer header
+        if (d / name).exists():
+            h.update(name.encode())
+            h.update((d / name).read_bytes())
     h.update(" ".join(_build.nvcc_flags(arch)).encode())
     digest = h.hexdigest()[:16]
     return _build.compile_jit(

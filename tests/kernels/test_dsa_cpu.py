@@ -369,7 +369,7 @@ def test_parity_config_labels():
     labels = dsa_parity.configs_for("sm_90a", "all")
     assert labels == [
         "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s",
-        "n8w", "n8r", "n8rw",
+        "n8w", "n8r", "n8rw", "w64",
     ]  # fmt: skip
     assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s", "n8rw"]
     assert dsa_parity.configs_for("sm_90a", "n8,m16/cluster") == ["n8", "m16/cluster"]
@@ -388,6 +388,7 @@ def test_parity_config_labels():
         n8 + "ILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8R, True),
         n8 + "ILi2ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RS, True),
         n8 + "ILi7ELi1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RW, True),
+        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0EEEEEvNS_6ParamsE": (tiles.W64, False),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name

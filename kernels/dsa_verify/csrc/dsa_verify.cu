@@ -17,16 +17,21 @@
 // cfg 12 "n8rw": fp8 only, n8r's path with 7 warps (BN 112) x 1 raw stage, 224 threads (91,552 B):
 //   one CTA of 7 warps per 100 KB sm_120 SM, the sm_120a fp8 config (every arch); its end-of-kernel
 //   merge runs in rounds (CfgN::MERGE_ROUNDS: one raw stage cannot hold every warp's O^T)
+// cfg 13 "w64": bf16 only, BM 64 heads on warpgroup MMA (wgmma), BN 64 positions, 2 stages, 256
+//   threads (231,936 B), sm_90a only (dsa_verify_wgmma.cuh): H >= 64 (the dense wgmma kernel's schedule)
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
-// DSAV_BUILD_CFG90=0 leaves cfg 2 out (sm_120a builds: 99 KiB of smem per block).
-#include "dsa_verify_kernel.cuh"
-#include "dsa_verify_n8.cuh"
-#include "dsa_verify_launch.h"
-
+// DSAV_BUILD_CFG90=0 leaves the sm_90a-only configs out (sm_120a builds: 99 KiB of smem per block,
+// no wgmma).
 #ifndef DSAV_BUILD_CFG90
 #define DSAV_BUILD_CFG90 1
 #endif
+#include "dsa_verify_kernel.cuh"
+#include "dsa_verify_n8.cuh"
+#if DSAV_BUILD_CFG90
+#include "dsa_verify_wgmma.cuh"
+#endif
+#include "dsa_verify_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
 // SM: slower than n8rw there), and the sm_120 occupancy emulation (set_sm120_occupancy) that
@@ -59,6 +64,7 @@ using N8F = CfgN<4, 2, true>;
 using N8WB = CfgN<7, 1, false>;
 using N8WF = CfgN<7, 1, true>;
 using N8RF = CfgN<8, 2, true, true>;
+using W64B = CfgW<false>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
@@ -104,10 +110,14 @@ static int launch_bytes() {
   return C::bytes;
 }
 
-// the split kernel of a config: heads in the mma M (Cfg) or in N (CfgN)
+// the split kernel of a config: heads in the mma M (Cfg), in N (CfgN), or on wgmma (CfgW)
 using SplitFn = void (*)(const Params);
 template <typename C>
 constexpr SplitFn split_fn() {
+#if DSAV_BUILD_CFG90
+  if constexpr (IsWgmma<C>::value) return dsa_verify_wgmma_kernel<C>;
+  else
+#endif
   if constexpr (C::N8)
     return dsa_verify_n8_kernel<C>;
   else
@@ -247,6 +257,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
     case 5: fp8 ? f(Tag<N8F>{}) : f(Tag<N8B>{}); return true;
     case 7: fp8 ? f(Tag<N8WF>{}) : f(Tag<N8WB>{}); return true;
     case 8: if (!fp8) return false; f(Tag<N8RF>{}); return true;  // fp8 only
+    case 13: if (fp8) return false; f(Tag<W64B>{}); return true;  // bf16 only
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
@@ -257,7 +268,8 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 
 int config_block_m(int cfg) {
   int bm = 0;
-  with_config(cfg, true, [&](auto t) { bm = decltype(t)::type::BM; });
+  if (!with_config(cfg, true, [&](auto t) { bm = decltype(t)::type::BM; }))
+    with_config(cfg, false, [&](auto t) { bm = decltype(t)::type::BM; });
   return bm;
 }
 long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
@@ -268,8 +280,8 @@ int config_smem_bytes(int cfg, bool fp8) {
   return bytes;
 }
 
-bool config_compiled(int cfg) {  // every config has an fp8 kernel
-  return with_config(cfg, true, [](auto) {});
+bool config_compiled(int cfg) {  // a kernel for either cache kind
+  return with_config(cfg, true, [](auto) {}) || with_config(cfg, false, [](auto) {});
 }
 
 int config_max_clusters(int cfg, bool fp8, int size) {  // 0 for the configs without a cluster path

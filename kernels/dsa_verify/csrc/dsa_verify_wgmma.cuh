@@ -1,0 +1,291 @@
+// sm_90a DSA verify split kernel on warpgroup MMA (wgmma): config "w64", bf16 cache, 64 heads of
+// one query row per CTA (H >= 64: DeepSeek-V3.2 / GLM-5 at low tensor parallelism), every head
+// attending to the row's own top-k slot list. The schedule is the dense kernel's
+// (kernels/mla_verify/csrc/mla_verify_wgmma.cuh); only the rows and the gather differ.
+//
+// CTA (t, s, m) = 2 warpgroups (256 threads): heads [64m, 64m + 64) of row t, list positions
+// [s*chunk, min(s*chunk + chunk, seq_lens[t])), BN = 64 positions per KV tile, 2 cp.async stages.
+// Shared memory (from a 1024-byte aligned base): Q [64 x 576] bf16 and two KV tiles [64 x 576],
+// each as nine column atoms of 64 dims (atom = 64 rows x 128 B, 16-byte chunk c of row r at
+// r*128 + ((c ^ r%8) << 4): the hardware's 128B swizzle); P [64 x 64] bf16 (one atom); fp32 row
+// max / row sum exchange [2][64] each; the tiles' position-used flags [2][64].
+//   S = Q K^T : warpgroup g computes all 64 heads x positions [32g, 32g+32) (36 x m64n32k16).
+//   softmax   : against a lazy reference max shared by both warpgroups (two block barriers per tile
+//               while no head's max rises by more than 2^LAZY_TAU; the exact step otherwise).
+//   O += P V  : warpgroup g owns output dims [256g, 256g+256): 4 x m64n256k16, B = dims 0..511
+//               of the same KV tile read N-major (V is the first 512 dims of the row).
+// Loader: 8 threads per KV row (each cp.async instruction moves 4 rows x 128 contiguous bytes),
+// rows tid/8 and tid/8 + 32; an unused position (past seq_lens, -1, a slot >= num_slots) copies
+// 0 bytes (zero-fill, nothing read) and its flag masks its logit to -inf.
+// Outputs as every DSA config: S = 1 writes o (bf16) and lse (natural log); S > 1 writes the
+// normalized fp32 partial and its log2-sum-exp to the workspace for dsa_verify_combine_kernel.
+#pragma once
+#include <type_traits>
+
+#include "../../mla_verify/csrc/wgmma_sm90.cuh"
+#include "dsa_verify_kernel.cuh"
+
+namespace dsav {
+
+template <bool FP8_>
+struct CfgW {
+  static_assert(!FP8_, "w64 has a bf16 kernel only");
+  static constexpr int BM = 64, BN = 64, STAGES = 2, WARPS = 8, THREADS = 256;
+  static constexpr bool FP8 = FP8_;
+  static constexpr bool N8 = false;
+  static constexpr bool CLUSTER_OK = false;  // no fused cluster combine
+  static constexpr int MAX_CLUSTER = 0;
+  static constexpr int ATOM = 8192;      // one 64-dim column block of a 64-row tile (bytes)
+  static constexpr int TILE = 9 * ATOM;  // 73,728 B: 64 rows x 576 dims
+  static constexpr int off_q = 0;
+  static constexpr int off_kv = TILE;
+  static constexpr int off_p = off_kv + STAGES * TILE;
+  static constexpr int off_red = off_p + ATOM;
+  static constexpr int off_flag = off_red + 4 * BM * 4;
+  static constexpr int used = off_flag + STAGES * BN * 4;
+  static constexpr int bytes = used + 1024;  // slack to align the base to 1024 B (swizzle period)
+  // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
+  // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
+  static constexpr float LAZY_TAU = 8.f;
+};
+
+template <typename C>
+struct IsWgmma : std::false_type {};
+template <bool F>
+struct IsWgmma<CfgW<F>> : std::true_type {};
+
+template <typename C>
+__global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const Params p) {
+  using namespace sm90wg;
+  constexpr int BM = C::BM, BN = C::BN, ATOM = C::ATOM, TILE = C::TILE;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (base - raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (heads 16wq..16wq+15)
+  const int t = blockIdx.x, s = blockIdx.y, h0 = blockIdx.z * BM;
+  if (p.early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (h0 >= p.H) return;
+  const int64_t rows_total = (int64_t)p.T * p.H;
+  const uint32_t sQ = base + C::off_q, sKV = base + C::off_kv, sP = base + C::off_p;
+  uint8_t* pP = smem + C::off_p;
+  float* red_max = reinterpret_cast<float*>(smem + C::off_red);  // [2][BM]
+  float* red_sum = red_max + 2 * BM;                             // [2][BM]
+  int* flag = reinterpret_cast<int*>(smem + C::off_flag);        // [STAGES][BN] position used?
+
+  // Loader lanes: rows lrow and lrow + 32 of a tile, 16-byte chunks sub + 8 it (it < 9) of each:
+  // chunk sub + 8 it lies in atom it at the row's swizzled position of chunk sub (rows lrow and
+  // lrow + 32 share lrow % 8), so the smem offsets are immediates past two per-thread bases.
+  const int lrow = tid >> 3, sub = tid & 7;
+  const uint32_t loff[2] = {(uint32_t)(lrow * 128 + ((sub ^ (lrow & 7)) << 4)),
+                            (uint32_t)((lrow + 32) * 128 + ((sub ^ (lrow & 7)) << 4))};
+  auto copy_row = [&](uint32_t tile, uint32_t off, const uint8_t* src, bool ok) {
+    const uint8_t* g = src + sub * 16;
+#pragma unroll
+    for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 128, ok ? 16 : 0);
+  };
+  // Q first, then the index words of the first three tiles, then seq_lens: all in flight together
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int h = h0 + lrow + 32 * k;
+    const bool ok = h < p.H;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
+    copy_row(sQ, loff[k], src, ok);
+  }
+  const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
+  const int pb = s * p.chunk;
+  const int cend = min(pb + p.chunk, p.topk);
+  auto idx_words = [&](int j, int32_t (&w)[2]) {  // this thread's two index words of tile j (-1: none)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int pos = pb + j * BN + lrow + 32 * k;
+      w[k] = pos < cend ? __ldg(idx_row + pos) : -1;
+    }
+  };
+  int32_t w0[2], w1[2], wnext[2];
+  idx_words(0, w0);
+  idx_words(1, w1);
+  idx_words(2, wnext);
+  int nv = __ldg(p.seq_lens + t);
+  nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
+  const int pe = min(pb + p.chunk, nv);
+  const int ntiles = pe > pb ? (pe - pb + BN - 1) / BN : 0;
+  if (ntiles == 0) {
+    cp_async_wait<0>();  // Q's copies (never read)
+    write_empty_split<C>(p, t, s, h0, tid, rows_total);
+    return;
+  }
+  auto issue_tile = [&](int j, const int32_t (&w)[2]) {  // tile j into stage j % 2, with its flags
+    const uint32_t tile = sKV + (j & 1) * TILE;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int pos = pb + j * BN + lrow + 32 * k;
+      const bool ok = pos < pe && w[k] >= 0 && (int64_t)w[k] < p.num_slots;
+      copy_row(tile, loff[k], p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
+      if (sub == 0) flag[(j & 1) * BN + lrow + 32 * k] = ok ? 1 : 0;
+    }
+  };
+  issue_tile(0, w0);
+  cp_async_commit();  // group 0: Q and tile 0
+  if (ntiles > 1) issue_tile(1, w1);
+  cp_async_commit();  // group 1: tile 1 (empty when there is none)
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
+
+  for (int j = 0; j < ntiles; ++j) {
+    if (j == 0)
+      cp_async_wait<1>();  // tile 1 stays in flight
+    else
+      cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
+    const uint32_t sK = sKV + (j & 1) * TILE;
+
+    // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
+    float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0)
+    wgmma_fence();
+    {
+      const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < D_QK / 16; ++kk) {
+        const uint64_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;  // start address field, 16 B units
+        wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, kk > 0);
+      }
+    }
+    wgmma_commit();
+    if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
+      issue_tile(j + 1, wnext);
+      idx_words(j + 2, wnext);
+    }
+    cp_async_commit();
+    wgmma_wait0();
+    fence_regs<16>(sc);
+
+    // ---- scale + mask (unused positions -> -inf), row max over this warpgroup's 32 columns ----
+    const int* fl = flag + (j & 1) * BN + grp * 32 + 2 * (lane & 3);
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int2 f = *reinterpret_cast<const int2*>(fl + i * 8);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = ((e & 1) ? f.y : f.x) ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
+        sc[4 * i + e] = v;
+        tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
+      }
+    }
+    // ---- online softmax against the lazy reference max (as the dense wgmma kernel): each
+    // warpgroup writes P at the shared m_run unless some head's max exceeds it by more than
+    // LAZY_TAU; then every thread takes the exact step (new m_run from both halves' maxima, P
+    // rewritten, O and l rescaled) behind a second barrier. m_run stays equal in both warpgroups. ----
+    bool over = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+      tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+      if ((lane & 3) == 0) red_max[grp * BM + r0 + 8 * h] = tmax[h];
+      over |= tmax[h] > m_run[h] + C::LAZY_TAU;  // m_run = -inf: any finite max is over
+    }
+    float psum[2];
+    auto write_p = [&]() {  // P (bf16) at m_run to smem in the K-major swizzled layout; row sums
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        const float m_use = (m_run[h] == -INFINITY) ? 0.f : m_run[h];
+        psum[h] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float p0 = exp2f(sc[4 * i + 2 * h] - m_use), p1 = exp2f(sc[4 * i + 2 * h + 1] - m_use);
+          psum[h] += p0 + p1;
+          const int col = grp * 32 + i * 8 + 2 * (lane & 3);
+          *reinterpret_cast<__nv_bfloat162*>(pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
+              __floats2bfloat162_rn(p0, p1);
+        }
+      }
+    };
+    if (!over) write_p();
+    fence_proxy_async();
+    // every thread's P and maxima visible; both warpgroups done reading K of this tile
+    const bool exact_step = __syncthreads_or(over);
+    if (exact_step) {
+      float alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        const float m_new = fmaxf(m_run[h], fmaxf(red_max[r], red_max[BM + r]));
+        const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+        alpha[h] = exp2f(m_run[h] - m_use);  // m_run = -inf -> 0; never -inf - -inf
+        m_run[h] = m_new;
+      }
+      write_p();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {  // skip when no row max moved
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          o[4 * i] *= alpha[0]; o[4 * i + 1] *= alpha[0];
+          o[4 * i + 2] *= alpha[1]; o[4 * i + 3] *= alpha[1];
+        }
+      }
+      fence_proxy_async();
+      __syncthreads();  // the rewritten P visible to wgmma
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
+    }
+
+    // ---- O[:, 256 grp .. +256] += P V ----
+    fence_regs<128>(o);
+    wgmma_fence();
+    {
+      const uint64_t dp = make_desc(sP, 16, 1024), dv = make_desc(sK + grp * 4 * ATOM, ATOM, 1024);
+#pragma unroll
+      for (int ks = 0; ks < BN / 16; ++ks)
+        wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
+    }
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs<128>(o);
+  }
+  cp_async_wait<0>();
+
+  // ---- finalize: row sums of both halves, normalized output or split partial ----
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    if ((lane & 3) == 0) red_sum[grp * BM + r0 + 8 * h] = l_run[h];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const int head = h0 + r;
+    if (head >= p.H) continue;  // padded head: write nothing
+    const float l = red_sum[r] + red_sum[BM + r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float lse2 = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+    const int64_t grow = (int64_t)t * p.H + head;
+    const int c0 = grp * 256 + 2 * (lane & 3);
+    if (p.S == 1) {
+      __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)head * p.o_sh + c0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<__nv_bfloat162*>(dst + i * 8) = __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+      if (p.lse && grp == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
+    } else {
+      float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + c0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+      if (grp == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
+    }
+  }
+}
+
+}  // namespace dsav
