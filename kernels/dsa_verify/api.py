@@ -236,6 +236,10 @@ AUTO_N8R_MIN_T_FP8 = 8
 # holds one CTA per SM there; same run, CUPTI span, n8rw / m16): T=4 1.350, T=8 0.921, T=64 0.507,
 # T=256 0.402.
 AUTO_N8RW_MIN_T_FP8 = 8
+# sm_90a, bf16 cache: w64 (wgmma, 64 heads per CTA) from this many heads on. H200 session 10 call 1
+# (same run, CUPTI span, w64 / m64, the auto before): H=64 T=256 0.406 (180.2 vs 443.6 us, 87.8% of
+# the floor), T=64 0.593, T=4 0.710; H=128 T=64 0.417, T=8 0.651. H < 64 not measured: m64 / m16.
+AUTO_W64_MIN_H = 64
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -277,6 +281,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 takes n8r from
     T >= AUTO_N8R_MIN_T_FP8, and with T < AUTO_N8_MIN_T m16w instead of n8 when that grid fits one
     wave (AUTO_M16W_FP8). On sm_120a, fp8 with H <= 8 takes n8rw from T >= AUTO_N8RW_MIN_T_FP8.
+    On sm_90a a bf16 cache with H >= AUTO_W64_MIN_H takes w64 (wgmma; no cluster combine).
     An fp8-only config (n8r, n8rw) refuses a bf16 cache.
     A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
     (_build.load_experimental; sm_90a only). Under emulate_sm120_occupancy, sm_120a's rules apply."""
@@ -301,6 +306,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
             _fail("tile_config", f"{tile_config} is not built for {policy}")
     if cfg.fp8_only and not fp8:
         _fail("tile_config", f"{tile_config} takes an fp8 (656-byte) cache only")
+    if cfg.bf16_only and fp8:
+        _fail("tile_config", f"{tile_config} takes a bf16 cache only (no fp8 kernel)")
     small_fp8 = fp8 and T < AUTO_N8_MIN_T  # fp8 B=1: m16w below when it fits one wave, else n8
     if (
         auto_cfg
@@ -314,6 +321,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
             cfg = tiles.N8R
     if auto_cfg and policy == "sm_120a" and fp8 and H <= tiles.N8RW.block_m and T >= AUTO_N8RW_MIN_T_FP8:
         cfg = tiles.N8RW
+    if auto_cfg and policy == "sm_90a" and not fp8 and H >= AUTO_W64_MIN_H and combine != "cluster":
+        cfg = tiles.W64
     experimental = _SM120_OCCUPANCY or cfg.name in tiles.EXPERIMENTAL_CONFIGS
     mod = load_experimental(arch) if experimental else load(arch)
     if num_splits is None:

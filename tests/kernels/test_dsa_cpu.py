@@ -275,7 +275,19 @@ def _fake_plan(monkeypatch, arch="sm_90a", sms=132, clusters=8):
     """resolve_full with no GPU: device_info, the module and its occupancy queries stubbed."""
     from dsa_verify import _build
 
-    occ = {"m16": 2, "m32": 2, "m64": 1, "m16d": 1, "m16w": 1, "n8": 1, "n8s": 2, "n8w": 1, "n8r": 1, "n8rw": 1}
+    occ = {
+        "m16": 2,
+        "m32": 2,
+        "m64": 1,
+        "m16d": 1,
+        "m16w": 1,
+        "n8": 1,
+        "n8s": 2,
+        "n8w": 1,
+        "n8r": 1,
+        "n8rw": 1,
+        "w64": 1,
+    }
     monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
     monkeypatch.setattr(_build, "load", lambda a: object())
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: occ[cfg.name])
@@ -342,6 +354,18 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     # an explicit 19 gives one tile each (the A/B the notes name)
     assert sm120(8, 2048, 4, True, "n8rw")[2:4] == (10, 224)
     assert sm120(8, 2048, 4, True, "n8rw", 19)[2:4] == (19, 112)
+
+
+def test_plan_picks_the_wgmma_config_from_64_heads_on_sm90a_bf16(monkeypatch):
+    plan = _fake_plan(monkeypatch)
+    # H200 session 10: w64 0.41-0.71x m64's time at H=64 / 128 (T=4..256), bf16 only
+    assert [plan(H, 2048, T, False)[1].name for H in (64, 128) for T in (4, 64, 256)] == ["w64"] * 6
+    assert plan(64, 2048, 256, False)[2] == 1 and plan(64, 2048, 4, False)[2:4] == (16, 128)
+    assert plan(64, 2048, 64, True)[1].name == "m64"  # no fp8 kernel: m64 keeps the fp8 cache
+    assert plan(32, 2048, 64, False)[1].name == "m64"  # H < 64 not measured
+    with pytest.raises(ValueError, match="bf16"):
+        plan(64, 2048, 64, True, "w64")
+    assert _fake_plan(monkeypatch, arch="sm_120a")(64, 2048, 64, False)[1].name == "m32"  # no wgmma there
 
 
 def test_cluster_plan_refusals(monkeypatch):
