@@ -412,7 +412,8 @@ def test_parity_config_labels():
         n8 + "ILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8R, True),
         n8 + "ILi2ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RS, True),
         n8 + "ILi7ELi1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RW, True),
-        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0EEEEEvNS_6ParamsE": (tiles.W64, False),
+        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0ELb0EEEEEvNS_6ParamsE": (tiles.W64, False),
+        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0ELb1EEEEEvNS_6ParamsE": (tiles.W64P, False),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
@@ -511,14 +512,14 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert not names & {(n, f) for n in tiles.EXPERIMENTAL_CONFIGS for f in (False, True)}, "phase 0's build"
 
 
-def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
+def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True)}, "fp8 only"
-    for (name, _), k in got.items():
+    assert set(got) == {("n8rs", True), ("w64p", False)}, "n8rs fp8 only, w64p bf16 only"
+    for (name, fp8), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
-        assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
+        assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
         # all its warps on one SM: at most 65536 / threads registers per thread
         assert k["registers"] <= min(255, 65536 // cfg.threads), name
     # n8rs: within sm_120a's 99 KiB per block, but one CTA (2 warps) per sm_120 SM
@@ -572,8 +573,9 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs"}
-    assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
+    assert exp == {"n8rs", "w64p"}
+    never_auto = (plan(H, 2048, T, f)[1].name not in exp for H in (8, 64) for T in (1, 4, 8, 64, 256) for f in (0, 1))
+    assert all(never_auto)
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
     assert (cfg.name, S, chunk) == ("n8rs", 2, 1024) and loaded == ["sm_90a"]  # 32 tiles of 32 positions
