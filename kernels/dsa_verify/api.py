@@ -236,10 +236,11 @@ AUTO_N8R_MIN_T_FP8 = 8
 # holds one CTA per SM there; same run, CUPTI span, n8rw / m16): T=4 1.350, T=8 0.921, T=64 0.507,
 # T=256 0.402.
 AUTO_N8RW_MIN_T_FP8 = 8
-# sm_90a, bf16 cache: w64 (wgmma, 64 heads per CTA) from this many heads on. H200 session 10 call 1
-# (same run, CUPTI span, w64 / m64, the auto before): H=64 T=256 0.406 (180.2 vs 443.6 us, 87.8% of
-# the floor), T=64 0.593, T=4 0.710; H=128 T=64 0.417, T=8 0.651. H < 64 not measured: m64 / m16.
-AUTO_W64_MIN_H = 64
+# sm_90a, bf16 cache: w64 (wgmma, 64 heads per CTA) from this many heads on (m64's range: both pad
+# to 64 heads). H200 session 10 (same run, CUPTI span, w64 / m64, the auto before): call 1 H=64 T=256
+# 0.406 (180.2 vs 443.6 us, 87.8% of the floor), T=64 0.593, T=4 0.710; H=128 T=64 0.417, T=8 0.651;
+# call 2 H=32 T=256 0.386, T=64 0.510, T=4 0.690. H=16 keeps m16 (w64 / m16: T=256 0.956, T=4 1.128).
+AUTO_W64_MIN_H = 17
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:

@@ -134,9 +134,7 @@ ARCH_CONFIGS = {
 # one CTA per 100 KB sm_120 SM, so 2 warps per SM there; slower than n8rw under the sm_120 occupancy
 # emulation, session 8)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
-# w64p: w64 plus an L2 bulk prefetch of the rows of the tile after the next (A/B against w64)
-W64P = TileConfig("w64p", 14, 64, 64, 2, 8, kind="wg")
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64P)}
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -167,9 +165,9 @@ def config_for_mangled(name: str):
     """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
     import re
 
-    w = re.search(r"CfgWILb([01])ELb([01])EE", name)
+    w = re.search(r"CfgWILb([01])EE", name)
     if w:
-        return (W64P if w.group(2) == "1" else W64), bool(int(w.group(1)))
+        return W64, bool(int(w.group(1)))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:

@@ -356,13 +356,13 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     assert sm120(8, 2048, 4, True, "n8rw", 19)[2:4] == (19, 112)
 
 
-def test_plan_picks_the_wgmma_config_from_64_heads_on_sm90a_bf16(monkeypatch):
+def test_plan_picks_the_wgmma_config_above_16_heads_on_sm90a_bf16(monkeypatch):
     plan = _fake_plan(monkeypatch)
-    # H200 session 10: w64 0.41-0.71x m64's time at H=64 / 128 (T=4..256), bf16 only
-    assert [plan(H, 2048, T, False)[1].name for H in (64, 128) for T in (4, 64, 256)] == ["w64"] * 6
+    # H200 session 10: w64 0.39-0.71x m64's time at H=32 / 64 / 128 (T=4..256), bf16 only
+    assert [plan(H, 2048, T, False)[1].name for H in (17, 32, 64, 128) for T in (4, 64, 256)] == ["w64"] * 12
+    assert plan(16, 2048, 256, False)[1].name == "m16"  # w64 / m16 0.956 at T=256 but 1.128 at T=4
     assert plan(64, 2048, 256, False)[2] == 1 and plan(64, 2048, 4, False)[2:4] == (16, 128)
     assert plan(64, 2048, 64, True)[1].name == "m64"  # no fp8 kernel: m64 keeps the fp8 cache
-    assert plan(32, 2048, 64, False)[1].name == "m64"  # H < 64 not measured
     with pytest.raises(ValueError, match="bf16"):
         plan(64, 2048, 64, True, "w64")
     assert _fake_plan(monkeypatch, arch="sm_120a")(64, 2048, 64, False)[1].name == "m32"  # no wgmma there
@@ -412,8 +412,7 @@ def test_parity_config_labels():
         n8 + "ILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8R, True),
         n8 + "ILi2ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RS, True),
         n8 + "ILi7ELi1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RW, True),
-        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0ELb0EEEEEvNS_6ParamsE": (tiles.W64, False),
-        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0ELb1EEEEEvNS_6ParamsE": (tiles.W64P, False),
+        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0EEEEEvNS_6ParamsE": (tiles.W64, False),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
@@ -512,14 +511,14 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert not names & {(n, f) for n in tiles.EXPERIMENTAL_CONFIGS for f in (False, True)}, "phase 0's build"
 
 
-def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
+def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True), ("w64p", False)}, "n8rs fp8 only, w64p bf16 only"
-    for (name, fp8), k in got.items():
+    assert set(got) == {("n8rs", True)}, "fp8 only"
+    for (name, _), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
-        assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
+        assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
         # all its warps on one SM: at most 65536 / threads registers per thread
         assert k["registers"] <= min(255, 65536 // cfg.threads), name
     # n8rs: within sm_120a's 99 KiB per block, but one CTA (2 warps) per sm_120 SM
@@ -573,9 +572,8 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs", "w64p"}
-    never_auto = (plan(H, 2048, T, f)[1].name not in exp for H in (8, 64) for T in (1, 4, 8, 64, 256) for f in (0, 1))
-    assert all(never_auto)
+    assert exp == {"n8rs"}
+    assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
     assert (cfg.name, S, chunk) == ("n8rs", 2, 1024) and loaded == ["sm_90a"]  # 32 tiles of 32 positions

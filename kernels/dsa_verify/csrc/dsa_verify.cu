@@ -34,8 +34,7 @@
 #include "dsa_verify_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfg 14 "w64p" (w64 plus an L2 bulk prefetch of the tile after the
-// next), and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there), and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8.)
@@ -69,7 +68,6 @@ using W64B = CfgW<false>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64PB = CfgW<false, true>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -263,7 +261,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: if (fp8) return false; f(Tag<W64PB>{}); return true;  // bf16 only
 #endif
     default: return false;
   }

@@ -27,13 +27,11 @@
 
 namespace dsav {
 
-// PF_: also prefetch the rows of the tile after the next one into L2 (cp.async.bulk.prefetch, one
-// instruction per row), so the next tile's cp.async finds them there (w64p, experimental A/B).
-template <bool FP8_, bool PF_ = false>
+template <bool FP8_>
 struct CfgW {
   static_assert(!FP8_, "w64 has a bf16 kernel only");
   static constexpr int BM = 64, BN = 64, STAGES = 2, WARPS = 8, THREADS = 256;
-  static constexpr bool FP8 = FP8_, PF = PF_;
+  static constexpr bool FP8 = FP8_;
   static constexpr bool N8 = false;
   static constexpr bool CLUSTER_OK = false;  // no fused cluster combine
   static constexpr int MAX_CLUSTER = 0;
@@ -53,8 +51,8 @@ struct CfgW {
 
 template <typename C>
 struct IsWgmma : std::false_type {};
-template <bool F, bool PF>
-struct IsWgmma<CfgW<F, PF>> : std::true_type {};
+template <bool F>
+struct IsWgmma<CfgW<F>> : std::true_type {};
 
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const Params p) {
@@ -105,11 +103,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       w[k] = pos < cend ? __ldg(idx_row + pos) : -1;
     }
   };
-  int32_t w0[2], w1[2], wnext[2], wpf[2];  // wnext: tile j+1's words in iteration j; wpf: tile j+2's (PF)
+  int32_t w0[2], w1[2], wnext[2];
   idx_words(0, w0);
   idx_words(1, w1);
   idx_words(2, wnext);
-  if constexpr (C::PF) idx_words(3, wpf);
   int nv = __ldg(p.seq_lens + t);
   nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
   const int pe = min(pb + p.chunk, nv);
@@ -129,19 +126,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if (sub == 0) flag[(j & 1) * BN + lrow + 32 * k] = ok ? 1 : 0;
     }
   };
-  auto prefetch_tile = [&](int j, const int32_t (&w)[2]) {  // tile j's used rows into L2
-    if (sub != 0) return;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int pos = pb + j * BN + lrow + 32 * k;
-      if (pos < pe && w[k] >= 0 && (int64_t)w[k] < p.num_slots) prefetch_l2_bulk(p.kv + (int64_t)w[k] * p.kv_st, BF_ROW);
-    }
-  };
   issue_tile(0, w0);
   cp_async_commit();  // group 0: Q and tile 0
   if (ntiles > 1) issue_tile(1, w1);
   cp_async_commit();  // group 1: tile 1 (empty when there is none)
-  if constexpr (C::PF) prefetch_tile(2, wnext);
 
   float o[128];
 #pragma unroll
@@ -172,14 +160,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     wgmma_commit();
     if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
       issue_tile(j + 1, wnext);
-      if constexpr (C::PF) {
-        prefetch_tile(j + 2, wpf);
-        wnext[0] = wpf[0];
-        wnext[1] = wpf[1];
-        idx_words(j + 3, wpf);
-      } else {
-        idx_words(j + 2, wnext);
-      }
+      idx_words(j + 2, wnext);
     }
     cp_async_commit();
     wgmma_wait0();

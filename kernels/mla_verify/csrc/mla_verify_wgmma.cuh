@@ -34,10 +34,6 @@
 #include "mla_verify_kernel.cuh"
 #include "wgmma_sm90.cuh"
 
-#ifndef MLAV_L2_PREFETCH
-#define MLAV_L2_PREFETCH 0
-#endif
-
 namespace mlav {
 namespace wg {
 using namespace sm90wg;
@@ -104,12 +100,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     copy_row(sQ, src, ok);
   }
   int64_t next_slot = tile_slot(p, w, 0, BN, lr);  // slot of the next tile to load
-#if MLAV_L2_PREFETCH
-  // A/B diagnostic (nvcc -DMLAV_L2_PREFETCH=1 in a copy of csrc/, bench --tree-ab): slot ids fetched
-  // two tiles ahead, and the rows of the tile after the next prefetched into L2 (one bulk prefetch
-  // per row) when a bf16 prefix tile is issued.
-  int64_t next2_slot = tile_slot(p, w, 1, BN, lr);
-#endif
   // fp8 prefix tile: 16-byte piece lsub + 4 it (it < 9) of the row = bf16 chunks 2c, 2c+1 of atom it.
   uint4 f8[FP8 ? 9 : 1];
   int f8_stage = -1;
@@ -151,14 +141,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     }
     bool ok;
     const __nv_bfloat16* src = kv_src(p, w, j, BN, lr, next_slot, ok);
-#if MLAV_L2_PREFETCH
-    next_slot = next2_slot;  // tile j+1's slot, fetched one tile ago
-    next2_slot = tile_slot(p, w, j + 2, BN, lr);
-    if (!FP8 && lsub == 0 && next_slot >= 0 && next_slot < p.num_slots)
-      prefetch_l2_bulk(p.kbuf + next_slot * p.kb_st, D_QK * 2);
-#else
     next_slot = tile_slot(p, w, j + 1, BN, lr);
-#endif
     copy_row(sKV + stage * TILE, src, ok);
   };
   load_tile(0, 0);
