@@ -373,8 +373,9 @@ def main(argv=None) -> int:
     for kind, spec in jobs:
         for cfg in cfgs:
             named = tiles.CONFIGS.get(cfg.partition("/")[0]) or tiles.EXPERIMENTAL_CONFIGS.get(cfg)
-            if named is not None and named.fp8_only and spec.kv != "fp8":
-                skipped.append({"case": spec.name, "config": cfg, "reason": "an fp8-only config (no bf16 kernel)"})
+            if named is not None and (spec.kv == "fp8") not in named.kv_kinds:
+                why = "an fp8-only config (no bf16 kernel)" if named.fp8_only else "a bf16-only config (no fp8 kernel)"
+                skipped.append({"case": spec.name, "config": cfg, "reason": why})
                 continue
             try:
                 if kind == "case":

@@ -1,4 +1,4 @@
-// sm_90a DSA verify split kernel on warpgroup MMA (wgmma): config "w64", bf16 or fp8 cache, 64 heads of
+// sm_90a DSA verify split kernel on warpgroup MMA (wgmma): config "w64", bf16 cache, 64 heads of
 // one query row per CTA (H >= 64: DeepSeek-V3.2 / GLM-5 at low tensor parallelism), every head
 // attending to the row's own top-k slot list. The schedule is the dense kernel's
 // (kernels/mla_verify/csrc/mla_verify_wgmma.cuh); only the rows and the gather differ.
@@ -17,13 +17,6 @@
 // Loader: 8 threads per KV row (each cp.async instruction moves 4 rows x 128 contiguous bytes),
 // rows tid/8 and tid/8 + 32; an unused position (past seq_lens, -1, a slot >= num_slots) copies
 // 0 bytes (zero-fill, nothing read) and its flag masks its logit to -inf.
-// FP8 (SGLang's 656-byte rows): a tile goes global -> registers when it is issued (4 threads per
-// row: row 8 warp + lane % 8, quarter q = lane / 8 loads e4m3 chunks q + 4i, i < 8, i.e. 64
-// contiguous bytes per row per instruction, the row's 4 scales and rope chunks 2q, 2q+1) and
-// registers -> the bf16 tile while the current tile's PV runs; each value is dequantized in fp32
-// (e4m3 -> f16 exactly, times its 128-dim block's scale, rounded once to bf16), rope copied. The
-// stores of one 8-lane phase go to 8 rows at distinct swizzled positions (conflict-free). The
-// tensor cores then run exactly the bf16 kernel.
 // Outputs as every DSA config: S = 1 writes o (bf16) and lse (natural log); S > 1 writes the
 // normalized fp32 partial and its log2-sum-exp to the workspace for dsa_verify_combine_kernel.
 #pragma once
@@ -36,6 +29,7 @@ namespace dsav {
 
 template <bool FP8_>
 struct CfgW {
+  static_assert(!FP8_, "w64 has a bf16 kernel only");
   static constexpr int BM = 64, BN = 64, STAGES = 2, WARPS = 8, THREADS = 256;
   static constexpr bool FP8 = FP8_;
   static constexpr bool N8 = false;
@@ -54,20 +48,6 @@ struct CfgW {
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
 };
-
-// 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times s -> 8 bf16 (one 16-byte chunk):
-// e4m3 -> f16 exact, f16 -> f32 exact, one fp32 multiply, one rounding to bf16.
-__device__ __forceinline__ uint32_t f16x2_scaled_to_bf16x2(uint32_t h, float s) {
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  return pack_bf16(f.x * s, f.y * s);
-}
-__device__ __forceinline__ uint4 e4m3x8_scaled_to_bf16x8(uint32_t a, uint32_t b, float s) {
-  return make_uint4(f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(a), s), f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2<true>(a), s),
-                    f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(b), s), f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2<true>(b), s));
-}
-__device__ __forceinline__ void st_shared_u4(uint32_t addr, uint4 v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
 
 template <typename C>
 struct IsWgmma : std::false_type {};
@@ -116,18 +96,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
   const int pb = s * p.chunk;
   const int cend = min(pb + p.chunk, p.topk);
-  const int fr = warp * 8 + (lane & 7), fq = lane >> 3;  // fp8 loader: row, quarter
-  auto idx_words = [&](int j, int32_t (&w)[2]) {  // this thread's index words of tile j (-1: none)
-    if constexpr (C::FP8) {  // one row per thread
-      const int pos = pb + j * BN + fr;
-      w[0] = pos < cend ? __ldg(idx_row + pos) : -1;
-      w[1] = -1;
-    } else {
+  auto idx_words = [&](int j, int32_t (&w)[2]) {  // this thread's two index words of tile j (-1: none)
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int pos = pb + j * BN + lrow + 32 * k;
-        w[k] = pos < cend ? __ldg(idx_row + pos) : -1;
-      }
+    for (int k = 0; k < 2; ++k) {
+      const int pos = pb + j * BN + lrow + 32 * k;
+      w[k] = pos < cend ? __ldg(idx_row + pos) : -1;
     }
   };
   int32_t w0[2], w1[2], wnext[2];
@@ -153,61 +126,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if (sub == 0) flag[(j & 1) * BN + lrow + 32 * k] = ok ? 1 : 0;
     }
   };
-  // fp8: a tile's row fr in registers between its load and its store (f8_stage: the stage it goes to)
-  uint4 f8[C::FP8 ? 8 : 1], f8rope[C::FP8 ? 2 : 1];
-  float4 f8s = make_float4(0.f, 0.f, 0.f, 0.f);
-  int f8_stage = -1;
-  auto load_fp8 = [&](int j, const int32_t (&w)[2]) {  // tile j's row fr, global -> registers
-    if constexpr (C::FP8) {
-      const int pos = pb + j * BN + fr;
-      const bool ok = pos < pe && w[0] >= 0 && (int64_t)w[0] < p.num_slots;
-      if (ok) {
-        const uint8_t* row = p.kv + (int64_t)w[0] * p.kv_st;
-        const uint4* e = reinterpret_cast<const uint4*>(row) + fq;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) f8[i] = __ldg(e + 4 * i);
-        f8s = __ldg(reinterpret_cast<const float4*>(row + D_V));
-        const uint4* rp = reinterpret_cast<const uint4*>(row + D_V + 16) + 2 * fq;
-        f8rope[0] = __ldg(rp);
-        f8rope[1] = __ldg(rp + 1);
-      } else {  // unused position: a zero row (never read), masked by its flag
-#pragma unroll
-        for (int i = 0; i < 8; ++i) f8[i] = make_uint4(0u, 0u, 0u, 0u);
-        f8s = make_float4(0.f, 0.f, 0.f, 0.f);
-        f8rope[0] = f8rope[1] = make_uint4(0u, 0u, 0u, 0u);
-      }
-      if (fq == 0) flag[(j & 1) * BN + fr] = ok ? 1 : 0;
-      f8_stage = j & 1;
-    }
-  };
-  auto store_fp8 = [&]() {  // the registers -> bf16 swizzled tile (e4m3 chunk fq + 4i -> atom i)
-    if constexpr (C::FP8) {
-      if (f8_stage < 0) return;
-      const uint32_t row = sKV + f8_stage * TILE + fr * 128;
-      const uint32_t p0 = ((2 * fq) ^ (fr & 7)) << 4, p1 = ((2 * fq + 1) ^ (fr & 7)) << 4;
-      const float sc4[4] = {f8s.x, f8s.y, f8s.z, f8s.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {  // chunk fq + 4i: dims 16 fq + 64 i .., 128-dim block i / 2
-        st_shared_u4(row + i * ATOM + p0, e4m3x8_scaled_to_bf16x8(f8[i].x, f8[i].y, sc4[i >> 1]));
-        st_shared_u4(row + i * ATOM + p1, e4m3x8_scaled_to_bf16x8(f8[i].z, f8[i].w, sc4[i >> 1]));
-      }
-      st_shared_u4(row + 8 * ATOM + p0, f8rope[0]);
-      st_shared_u4(row + 8 * ATOM + p1, f8rope[1]);
-      f8_stage = -1;
-    }
-  };
-  if constexpr (C::FP8) {
-    cp_async_commit();  // group 0: Q
-    cp_async_commit();  // group 1: empty (the bf16 kernel's tile 1)
-    load_fp8(0, w0);
-    store_fp8();  // tile 0 into stage 0 (waits for its loads)
-    if (ntiles > 1) load_fp8(1, w1);  // stored into stage 1 while PV(0) runs
-  } else {
-    issue_tile(0, w0);
-    cp_async_commit();  // group 0: Q and tile 0
-    if (ntiles > 1) issue_tile(1, w1);
-    cp_async_commit();  // group 1: tile 1 (empty when there is none)
-  }
+  issue_tile(0, w0);
+  cp_async_commit();  // group 0: Q and tile 0
+  if (ntiles > 1) issue_tile(1, w1);
+  cp_async_commit();  // group 1: tile 1 (empty when there is none)
 
   float o[128];
 #pragma unroll
@@ -237,10 +159,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     }
     wgmma_commit();
     if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
-      if constexpr (C::FP8)
-        load_fp8(j + 1, wnext);
-      else
-        issue_tile(j + 1, wnext);
+      issue_tile(j + 1, wnext);
       idx_words(j + 2, wnext);
     }
     cp_async_commit();
@@ -330,7 +249,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
         wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
     }
     wgmma_commit();
-    store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
   }
