@@ -34,6 +34,13 @@
 #include "mla_verify_kernel.cuh"
 #include "wgmma_sm90.cuh"
 
+// A/B diagnostic (nvcc -DMLAV_LOADER8=1 in a copy of csrc/, bench --tree-ab): the bf16 Q and KV
+// rows copied by 8 lanes per row (rows tid/8 and tid/8 + 32, 128 contiguous bytes per row per
+// cp.async instruction, as the DSA w64 kernel) instead of 4 (64 bytes).
+#ifndef MLAV_LOADER8
+#define MLAV_LOADER8 0
+#endif
+
 namespace mlav {
 namespace wg {
 using namespace sm90wg;
@@ -94,11 +101,30 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     for (int it = 0; it < ROW_CHUNKS / 4; ++it)  // chunk lsub + 4 it: atom it/2, half it%2
       cp_async16(tile + (it >> 1) * ATOM + ((it & 1) ? row_odd : row_even), g + it * 32, bytes);
   };
+#if MLAV_LOADER8
+  const int l8 = tid >> 3, sub8 = tid & 7;
+  const uint32_t off8[2] = {(uint32_t)(l8 * 128 + ((sub8 ^ (l8 & 7)) << 4)),
+                            (uint32_t)((l8 + 32) * 128 + ((sub8 ^ (l8 & 7)) << 4))};
+  auto copy_row8 = [&](uint32_t tile, uint32_t off, const __nv_bfloat16* src, bool ok) {
+    const __nv_bfloat16* g = src + sub8 * 8;
+#pragma unroll
+    for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 64, ok ? 16 : 0);
+  };
+  int64_t next_slot8[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    bool ok;
+    const __nv_bfloat16* src = q_src(p, w, l8 + 32 * k, ok);
+    copy_row8(sQ, off8[k], src, ok);
+    next_slot8[k] = tile_slot(p, w, 0, BN, l8 + 32 * k);
+  }
+#else
   {
     bool ok;
     const __nv_bfloat16* src = q_src(p, w, lr, ok);
     copy_row(sQ, src, ok);
   }
+#endif
   int64_t next_slot = tile_slot(p, w, 0, BN, lr);  // slot of the next tile to load
   // fp8 prefix tile: 16-byte piece lsub + 4 it (it < 9) of the row = bf16 chunks 2c, 2c+1 of atom it.
   uint4 f8[FP8 ? 9 : 1];
@@ -139,10 +165,20 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         return;
       }
     }
+#if MLAV_LOADER8
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      bool ok;
+      const __nv_bfloat16* src = kv_src(p, w, j, BN, l8 + 32 * k, next_slot8[k], ok);
+      next_slot8[k] = tile_slot(p, w, j + 1, BN, l8 + 32 * k);
+      copy_row8(sKV + stage * TILE, off8[k], src, ok);
+    }
+#else
     bool ok;
     const __nv_bfloat16* src = kv_src(p, w, j, BN, lr, next_slot, ok);
     next_slot = tile_slot(p, w, j + 1, BN, lr);
     copy_row(sKV + stage * TILE, src, ok);
+#endif
   };
   load_tile(0, 0);
   store_fp8();
