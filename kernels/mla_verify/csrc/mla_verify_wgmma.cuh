@@ -18,7 +18,7 @@
 // O lives in registers (128 fp32 per thread); softmax in the log2 domain as in the generic kernel.
 // Loads are cp.async (a paged gather: TMA tile loads cannot follow kv_indices on sm_90); every
 // writer issues fence.proxy.async before the barrier that hands smem to the async (wgmma) proxy.
-// FP8 = true (fp8 e4m3fn cache): prefix tiles go global -> registers (16-byte loads, 8 lanes per row, issued where
+// FP8 = true (fp8 e4m3fn cache): prefix tiles go global -> registers (16-byte loads, issued where
 // the bf16 kernel issues its cp.async) and registers -> bf16 smem while PV of the current tile
 // runs; prefix logits are scaled by k_scale and prefix P by v_scale (draft rows are bf16).
 // p.fp8_sched places the fp8 register loads of tile j+1 and their smem store (measured side by side):
@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
 
   // Loaders (one slot lookup per row and tile). The smem and global offsets of a chunk are
   // compile-time constants past per-thread bases; a row that must not be read keeps its (valid)
-  // base pointer and copies 0 bytes (zero-fill). Draft V rows (v_extend): thread -> row lr = tid/4,
-  // chunks lsub + 4i.
+  // base pointer and copies 0 bytes (zero-fill). fp8 prefix tiles and draft V rows: thread -> row
+  // lr = tid/4, pieces lsub + 4i.
   const int lr = tid >> 2, lsub = tid & 3;
   // bf16 Q and KV rows (cp.async): 8 lanes per row, rows l8 and l8 + 32, chunks sub8 + 8 it (it < 9):
   // chunk sub8 + 8 it lies in atom it at the row's swizzled position of chunk sub8 (both rows share
@@ -105,35 +105,21 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     bool ok;
     const __nv_bfloat16* src = q_src(p, w, l8 + 32 * k, ok);
     copy_row8(sQ, off8[k], src, ok);
-    next_slot8[k] = tile_slot(p, w, 0, BN, l8 + 32 * k);
+    next_slot8[k] = FP8 ? -1 : tile_slot(p, w, 0, BN, l8 + 32 * k);  // fp8: tile 0 is an fp8 (or a draft) tile
   }
-  // fp8 prefix tile (576 e4m3 bytes per row), the same 8 lanes per row: lane sub8 loads the 16-byte
-  // pieces c = sub8 + 8i (i < 4) of rows l8 and l8 + 32, and lanes 0..3 the rope piece 32 + sub8
-  // (64 + 64 contiguous bytes per row per instruction). Piece c = bf16 chunks 2c, 2c+1: atom c / 4,
-  // positions 2(c%4), 2(c%4)+1; lanes sub8 >= 4 store the odd chunk first, so the 8 lanes of a row
-  // hit 8 distinct swizzled positions in each store instruction.
-  uint4 f8[FP8 ? 2 : 1][FP8 ? 5 : 1];
+  int64_t next_slot = FP8 ? tile_slot(p, w, 0, BN, lr) : -1;  // fp8 prefix tiles: row lr's slot, next tile
+  // fp8 prefix tile: 16-byte piece lsub + 4 it (it < 9) of the row = bf16 chunks 2c, 2c+1 of atom it.
+  uint4 f8[FP8 ? 9 : 1];
   int f8_stage = -1;
-  const int f8_swap = sub8 >> 2;
-  const uint32_t f8_p0 = (uint32_t)((((2 * (sub8 & 3)) + f8_swap) ^ (l8 & 7)) << 4);      // first store
-  const uint32_t f8_p1 = (uint32_t)((((2 * (sub8 & 3)) + 1 - f8_swap) ^ (l8 & 7)) << 4);  // second store
+  const uint32_t f8_even = lr * 128 + (((2 * lsub) ^ (lr & 7)) << 4), f8_odd = lr * 128 + (((2 * lsub + 1) ^ (lr & 7)) << 4);
   auto store_fp8 = [&]() {
     if constexpr (FP8) {
       if (f8_stage >= 0) {
-        const uint32_t tile = sKV + f8_stage * TILE + (uint32_t)f8_swap * ATOM;
+        const uint32_t tile = sKV + f8_stage * TILE;
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const uint32_t row = tile + (uint32_t)(l8 + 32 * k) * 128;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {  // piece sub8 + 8i: atom 2i + sub8/4
-            const uint4 lo = fp8x8_to_bf16x8(f8[k][i].x, f8[k][i].y), hi = fp8x8_to_bf16x8(f8[k][i].z, f8[k][i].w);
-            st_shared_v4(row + 2 * i * ATOM + f8_p0, f8_swap ? hi : lo);
-            st_shared_v4(row + 2 * i * ATOM + f8_p1, f8_swap ? lo : hi);
-          }
-          if (sub8 < 4) {  // rope piece 32 + sub8: atom 8 (f8_swap = 0 here)
-            st_shared_v4(row + 8 * ATOM + f8_p0, fp8x8_to_bf16x8(f8[k][4].x, f8[k][4].y));
-            st_shared_v4(row + 8 * ATOM + f8_p1, fp8x8_to_bf16x8(f8[k][4].z, f8[k][4].w));
-          }
+        for (int it = 0; it < 9; ++it) {
+          st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(f8[it].x, f8[it].y));
+          st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_bf16x8(f8[it].z, f8[it].w));
         }
         f8_stage = -1;
       }
@@ -148,18 +134,14 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
 #endif
     if constexpr (FP8) {
       if (j < w.n_pre) {
+        const int64_t slot = next_slot;
+        next_slot = tile_slot(p, w, j + 1, BN, lr);
+        const bool ok = slot >= 0 && slot < p.num_slots;
+        const uint4* src = reinterpret_cast<const uint4*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + lsub;
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int64_t slot = next_slot8[k];
-          next_slot8[k] = tile_slot(p, w, j + 1, BN, l8 + 32 * k);
-          const bool ok = slot >= 0 && slot < p.num_slots;
-          const uint4* src = reinterpret_cast<const uint4*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + sub8;
-#pragma unroll
-          for (int i = 0; i < 5; ++i) {
-            if (i == 4 && sub8 >= 4) break;  // the rope pieces: lanes 0..3
-            const uint4 v = __ldg(src + 8 * i);  // slot 0 exists: the load is always in bounds
-            f8[k][i] = ok ? v : make_uint4(0u, 0u, 0u, 0u);
-          }
+        for (int it = 0; it < 9; ++it) {
+          const uint4 v = __ldg(src + 4 * it);  // slot 0 exists: the load is always in bounds
+          f8[it] = ok ? v : make_uint4(0u, 0u, 0u, 0u);
         }
         f8_stage = stage;
         return;
