@@ -39,6 +39,7 @@ HEADERS = (
     "dsa_verify_n8.cuh",
     "dsa_verify_wgmma.cuh",
     "../../mla_verify/csrc/wgmma_sm90.cuh",
+    "../../mla_verify/csrc/wgmma_tile_sm90.cuh",
     "dsa_verify_launch.h",
     "dsa_verify_params.h",
 )

@@ -36,6 +36,7 @@ HEADERS = (
     "mla_verify_kernel.cuh",
     "mla_verify_wgmma.cuh",
     "wgmma_sm90.cuh",
+    "wgmma_tile_sm90.cuh",
     "mla_verify_launch.h",
     "mla_verify_params.h",
 )

@@ -32,7 +32,7 @@
 // (docs/kernels/dense-verify-notes.md, v4).
 #pragma once
 #include "mla_verify_kernel.cuh"
-#include "wgmma_sm90.cuh"
+#include "wgmma_tile_sm90.cuh"
 
 namespace mlav {
 namespace wg {
@@ -187,14 +187,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
                    // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
     wgmma_fence();
-    {
-      const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
-#pragma unroll
-      for (int kk = 0; kk < D_QK / 16; ++kk) {
-        const uint64_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;  // start address field, 16 B units
-        wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, kk > 0);
-      }
-    }
+    issue_qk(sc, sQ, sK, grp);
     wgmma_commit();
     if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
     cp_async_commit();
@@ -233,33 +226,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     // takes the exact step: m_run = max(m_run, both halves' maxima), P rewritten, O and l rescaled,
     // a second barrier. m_run changes only there, from the same smem maxima, so it stays equal in
     // both warpgroups; lse = m_run + log2(l) as before (l is relative to m_run). ----
-    bool over = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-      tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-      if ((lane & 3) == 0) red_max[grp * BM + r0 + 8 * h] = tmax[h];
-      over |= tmax[h] > m_run[h] + LAZY_TAU;  // m_run = -inf: any finite max is over
-    }
+    const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
     float psum[2];
     const float vs = draft ? 1.f : vs_pre;
-    auto write_p = [&]() {  // P (bf16) at m_run to smem in the K-major swizzled layout; row sums
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        const float m_use = (m_run[h] == -INFINITY) ? 0.f : m_run[h];
-        psum[h] = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float p0 = exp2f(sc[4 * i + 2 * h] - m_use), p1 = exp2f(sc[4 * i + 2 * h + 1] - m_use);
-          psum[h] += p0 + p1;
-          const int col = grp * 32 + i * 8 + 2 * (lane & 3);
-          *reinterpret_cast<__nv_bfloat162*>(pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
-              __floats2bfloat162_rn(p0 * vs, p1 * vs);
-        }
-      }
-    };
-    if (!over) write_p();
+    if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
     fence_proxy_async();
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
     const bool exact_step = __syncthreads_or(over);
@@ -275,24 +245,11 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     }
     if (exact_step) {
       float alpha[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        const float m_new = fmaxf(m_run[h], fmaxf(red_max[r], red_max[BM + r]));
-        const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-        alpha[h] = exp2f(m_run[h] - m_use);  // m_run = -inf -> 0; never -inf - -inf
-        m_run[h] = m_new;
-      }
-      write_p();
+      exact_max(m_run, alpha, red_max, r0);
+      write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {  // skip when no row max moved
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o[4 * i] *= alpha[0]; o[4 * i + 1] *= alpha[0];
-          o[4 * i + 2] *= alpha[1]; o[4 * i + 3] *= alpha[1];
-        }
-      }
+      rescale_o(o, alpha);
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
@@ -306,12 +263,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
     wgmma_fence();
-    {
-      const uint64_t dp = make_desc(sP, 16, 1024), dv = make_desc(sK + grp * 4 * ATOM, ATOM, 1024);
-#pragma unroll
-      for (int ks = 0; ks < BN / 16; ++ks)
-        wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
-    }
+    issue_pv(o, sP, sK, grp);
     wgmma_commit();
     if (!FP8 || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
     wgmma_wait0();
@@ -321,12 +273,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   cp_async_wait<0>();
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    if ((lane & 3) == 0) red_sum[grp * BM + r0 + 8 * h] = l_run[h];
-  }
+  publish_row_sums(l_run, red_sum, grp, r0, lane);
   __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -1,0 +1,115 @@
+// Tile-level pieces shared by the sm_90a verify kernels on wgmma (dense: mla_verify_wgmma.cuh,
+// sparse: kernels/dsa_verify/csrc/dsa_verify_wgmma.cuh). Both run a CTA of two warpgroups over
+// 64 query rows (BM) and 64-token KV tiles (BN), in shared memory as 128B-swizzled column atoms
+// of 64 dims (atom = 64 rows x 128 B = 8 KiB; Q and a KV tile = nine atoms, 576 dims; P = one
+// atom of bf16, K-major). Thread layout of the accumulators (wgmma m64nN): warp wq = warp % 4 of
+// warpgroup grp holds rows r0 = 16 wq + lane / 4 and r0 + 8; S element 4i + e (i < 4) is column
+// 32 grp + 8i + 2 (lane % 4) + (e & 1) of row r0 + 8 (e >> 1); O element 4i + e (i < 32) is
+// output dim 256 grp + 8i + 2 (lane % 4) + (e & 1) of the same rows.
+// Softmax in the log2 domain against a lazy reference max shared by both warpgroups: P is written
+// at m_run while no row's max exceeds it by more than tau (P <= 2^tau); otherwise every thread
+// takes the exact step (m_run from both warpgroups' maxima in smem, P rewritten, l and O rescaled).
+#pragma once
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "wgmma_sm90.cuh"
+
+namespace sm90wg {
+
+constexpr int kTileRows = 64;    // BM = BN
+constexpr int kAtomBytes = 8192;  // one 64-dim column atom of a 64-row tile
+
+// S[64 x 32] = Q K^T for warpgroup grp (tile tokens 32 grp .. 32 grp + 31) over 576 dims: 36 x
+// m64n32k16 (A = Q, B = K, both K-major). Issues only: the caller fences, commits and waits.
+__device__ __forceinline__ void issue_qk(float* sc, uint32_t sQ, uint32_t sK, int grp) {
+  const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 576 / 16; ++kk) {
+    const uint64_t koff = ((kk >> 2) * kAtomBytes + (kk & 3) * 32) >> 4;  // start address field, 16 B units
+    wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, kk > 0);
+  }
+}
+
+// O[64 x 256] += P V for warpgroup grp (output dims 256 grp ..): 4 x m64n256k16, A = P (K-major),
+// B = dims 0..511 of the KV tile read N-major (V is the first 512 dims of the row). Issues only.
+__device__ __forceinline__ void issue_pv(float* o, uint32_t sP, uint32_t sK, int grp) {
+  const uint64_t dp = make_desc(sP, 16, 1024), dv = make_desc(sK + grp * 4 * kAtomBytes, kAtomBytes, 1024);
+#pragma unroll
+  for (int ks = 0; ks < kTileRows / 16; ++ks)
+    wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
+}
+
+// This thread's two row maxima (tmax, over its columns) reduced over the warpgroup's 32 columns and
+// published to red_max[grp][row]; returns this thread's vote for the exact step (a row's max above
+// m_run + tau; m_run = -inf: any finite max).
+__device__ __forceinline__ bool publish_row_max(float (&tmax)[2], const float (&m_run)[2], float* red_max, int grp,
+                                                int r0, int lane, float tau) {
+  bool over = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+    if ((lane & 3) == 0) red_max[grp * kTileRows + r0 + 8 * h] = tmax[h];
+    over |= tmax[h] > m_run[h] + tau;
+  }
+  return over;
+}
+
+// P = exp2(sc - m_run) * vs as bf16 into the K-major swizzled P atom at pP; psum = its row sums
+// (before vs: l stays in the units of the unscaled P).
+__device__ __forceinline__ void write_p(uint8_t* pP, const float (&sc)[16], const float (&m_run)[2],
+                                        float (&psum)[2], int grp, int r0, int lane, float vs) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const float m_use = (m_run[h] == -INFINITY) ? 0.f : m_run[h];
+    psum[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float p0 = exp2f(sc[4 * i + 2 * h] - m_use), p1 = exp2f(sc[4 * i + 2 * h + 1] - m_use);
+      psum[h] += p0 + p1;
+      const int col = grp * 32 + i * 8 + 2 * (lane & 3);
+      *reinterpret_cast<__nv_bfloat162*>(pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
+          __floats2bfloat162_rn(p0 * vs, p1 * vs);
+    }
+  }
+}
+
+// The exact step's new reference: m_run = max(m_run, both warpgroups' published maxima); alpha =
+// exp2(old m_run - new) per row (0 from -inf, never -inf - -inf).
+__device__ __forceinline__ void exact_max(float (&m_run)[2], float (&alpha)[2], const float* red_max, int r0) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const float m_new = fmaxf(m_run[h], fmaxf(red_max[r], red_max[kTileRows + r]));
+    const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+    alpha[h] = exp2f(m_run[h] - m_use);
+    m_run[h] = m_new;
+  }
+}
+
+// O rows times alpha (the exact step), skipped when no row of the warp moved.
+__device__ __forceinline__ void rescale_o(float* o, const float (&alpha)[2]) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      o[4 * i] *= alpha[0]; o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1]; o[4 * i + 3] *= alpha[1];
+    }
+  }
+}
+
+// End of the loop: this thread's row sums reduced over the warpgroup's columns, published to
+// red_sum[grp][row] (the caller's barrier, then l = red_sum[0][r] + red_sum[1][r]).
+__device__ __forceinline__ void publish_row_sums(float (&l_run)[2], float* red_sum, int grp, int r0, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    if ((lane & 3) == 0) red_sum[grp * kTileRows + r0 + 8 * h] = l_run[h];
+  }
+}
+
+}  // namespace sm90wg
