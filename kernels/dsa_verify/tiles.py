@@ -1,8 +1,8 @@
-"""Tile configurations of the DSA verify kernel, mirrored from csrc/dsa_verify_kernel.cuh (Cfg<>)
-and csrc/dsa_verify_n8.cuh (CfgN<>).
+"""Tile configurations of the DSA verify kernel, mirrored from csrc/dsa_verify_kernel.cuh (Cfg<>),
+csrc/dsa_verify_n8.cuh (CfgN<>) and csrc/dsa_verify_wgmma.cuh (CfgW<>).
 
-A config is (BM heads per CTA, BN index positions per KV tile, STAGES cp.async stages); all use
-mma.sync m16n8k16 bf16. Two kinds:
+A config is (BM heads per CTA, BN index positions per KV tile, STAGES cp.async stages); all but w64
+use mma.sync m16n8k16. Three kinds:
 - "m" (heads in the mma M, Cfg<>: m16, m32, m64, m16d, m16w). Warps: 4 * (BM / 32) (at least 4),
   or the config's override (m16w: 8). Shared memory (bytes, all dynamic): Q BM*1152 + STAGES raw
   KV tiles (BN*1152 bf16, BN*656 fp8) + one bf16 compute tile BN*1152 (fp8 only) + P BM*BN*2 +
@@ -118,7 +118,7 @@ N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
 # n8rw (every arch, fp8 only): n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps
 # per 100 KB sm_120 SM, the most warps an in-register fp8 config holds there (sm_120a's fp8 config)
 N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
-# w64 (sm_90a, bf16): 64 heads of one row on wgmma, the dense kernel's schedule (H >= 64)
+# w64 (sm_90a, bf16): 64 heads of one row on wgmma, the dense kernel's schedule (auto for H > 16)
 W64 = TileConfig("w64", 13, 64, 64, 2, 8, kind="wg")
 CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW, W64)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
