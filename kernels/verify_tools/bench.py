@@ -937,12 +937,24 @@ def main(argv=None) -> int:
     ap.add_argument("--ab-out", default=None, help="--tree-ab: also write the (partial) JSON doc here after every row")
     ap.add_argument("--ab-gb-trees", default=None, help="--tree-ab: graph-buffer rows only for these trees (cur,base)")
     ap.add_argument("--ab-reps", type=int, default=3, help="--tree-ab: interleaved medians per tree and shape")
-    ap.add_argument("--ab-configs", default="auto", help="--tree-ab: tile configs each tree runs (auto,sm90)")
+    ap.add_argument("--ab-configs", default="auto", help="--tree-ab: tile configs each tree runs (auto,sm90); an empty or unknown name exits 2")
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
     except ValueError as exc:
         ap.error(f"--shapes: {exc}")
+    if a.tree_ab is not None:  # checked before any device work: a bad list exits 2 and runs nothing
+        from mla_verify import tiles
+
+        bad_trees = [x for x in a.tree_ab.split(",") if x and ("=" not in x or not x.split("=", 1)[0])]
+        if bad_trees or not [x for x in a.tree_ab.split(",") if x]:
+            ap.error(f"--tree-ab: want NAME=CSRC_DIR,..., got {a.tree_ab!r}")
+        ab_cfgs = [c for c in a.ab_configs.split(",") if c]
+        unknown = [c for c in ab_cfgs if c != "auto" and c not in tiles.CONFIGS]
+        if unknown or not ab_cfgs:
+            ap.error(
+                f"--ab-configs: {','.join(unknown) or repr(a.ab_configs)} not among auto,{','.join(tiles.CONFIGS)}"
+            )
     try:
         import torch
     except ImportError as exc:
@@ -969,7 +981,7 @@ def main(argv=None) -> int:
             reps=a.ab_reps,
             gb_trees=gbt,
             dump=dump,
-            configs=[c for c in a.ab_configs.split(",") if c],
+            configs=ab_cfgs,
             shapes=shapes if a.shapes else AB_SHAPES,  # --shapes, parsed and checked above
         )
         dump(doc)

@@ -260,3 +260,17 @@ def test_graph_buffer_sides_are_timed_in_alternation_and_each_keeps_its_minimum(
     assert calls == ["graph", "exact"] * 3, "one of each per round, not all of one side first"
     assert best == {"graph": 10.1, "exact": 9.6}
     assert GB_ROUNDS >= 3
+
+
+@pytest.mark.parametrize(
+    "args,what",
+    [
+        (["--tree-ab", "base=/nowhere", "--ab-configs", ","], "--ab-configs"),
+        (["--tree-ab", "base=/nowhere", "--ab-configs", "sm90wg,bogus"], "bogus"),
+        (["--tree-ab", "no-equals-sign"], "--tree-ab"),
+        (["--tree-ab", ","], "--tree-ab"),
+    ],
+)
+def test_bench_tree_ab_refuses_a_bad_list_before_any_device_work(args, what):
+    code, out, err = run_tool("verify_tools.bench", *args)
+    assert code == 2 and what in err and out == ""
