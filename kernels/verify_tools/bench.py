@@ -937,7 +937,11 @@ def main(argv=None) -> int:
     ap.add_argument("--ab-out", default=None, help="--tree-ab: also write the (partial) JSON doc here after every row")
     ap.add_argument("--ab-gb-trees", default=None, help="--tree-ab: graph-buffer rows only for these trees (cur,base)")
     ap.add_argument("--ab-reps", type=int, default=3, help="--tree-ab: interleaved medians per tree and shape")
-    ap.add_argument("--ab-configs", default="auto", help="--tree-ab: tile configs each tree runs (auto,sm90); an empty or unknown name exits 2")
+    ap.add_argument(
+        "--ab-configs",
+        default="auto",
+        help="--tree-ab: tile configs each tree runs (auto,sm90); an empty or unknown name exits 2",
+    )
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
