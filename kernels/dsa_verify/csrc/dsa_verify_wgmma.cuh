@@ -1,7 +1,8 @@
 // sm_90a DSA verify split kernel on warpgroup MMA (wgmma): config "w64", bf16 cache, 64 heads of
-// one query row per CTA (H >= 64: DeepSeek-V3.2 / GLM-5 at low tensor parallelism), every head
-// attending to the row's own top-k slot list. The schedule is the dense kernel's
-// (kernels/mla_verify/csrc/mla_verify_wgmma.cuh); only the rows and the gather differ.
+// one query row per CTA (sm_90a's auto for H > 16: DeepSeek-V3.2 / GLM-5 at low tensor parallelism),
+// every head attending to the row's own top-k slot list. The schedule is the dense kernel's
+// (kernels/mla_verify/csrc/mla_verify_wgmma.cuh; the tile pieces both use are in
+// kernels/mla_verify/csrc/wgmma_tile_sm90.cuh); only the rows and the gather differ.
 //
 // CTA (t, s, m) = 2 warpgroups (256 threads): heads [64m, 64m + 64) of row t, list positions
 // [s*chunk, min(s*chunk + chunk, seq_lens[t])), BN = 64 positions per KV tile, 2 cp.async stages.
