@@ -155,7 +155,8 @@ MAX_CLUSTER = 16
 
 
 def default_config(arch: str, heads: int) -> TileConfig:
-    """m16 for H <= 16 (GLM-5 at TP8: H = 8), else the largest head tile the arch holds."""
+    """m16 for H <= 16 (GLM-5 at TP8: H = 8), else the largest mma.sync head tile the arch holds;
+    api.resolve_full refines it (the n8 configs for H <= 8, w64 for a bf16 cache with H > 16 on sm_90a)."""
     if heads <= 16:
         return M16
     return M64 if arch == "sm_90a" else M32
