@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from mla_verify.api import device_info
+from mla_verify.api import device_info, named_config
 
 from . import tiles
 from .layout import BF16_ROW, FP8_ROW_BYTES
@@ -300,11 +300,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         if arch != "sm_90a":
             _fail("tile_config", f"{tile_config} (experimental) is built for sm_90a only, not {arch}")
     else:
-        if tile_config not in tiles.CONFIGS:
-            _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
-        cfg = tiles.CONFIGS[tile_config]
-        if cfg not in tiles.ARCH_CONFIGS[policy]:
-            _fail("tile_config", f"{tile_config} is not built for {policy}")
+        cfg = named_config(tile_config, tiles.CONFIGS, tiles.ARCH_CONFIGS[policy], policy)
     if cfg.fp8_only and not fp8:
         _fail("tile_config", f"{tile_config} takes an fp8 (656-byte) cache only")
     if cfg.bf16_only and fp8:

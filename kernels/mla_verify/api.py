@@ -95,6 +95,17 @@ def _check_index(t, name: str, dtypes: tuple, numel=None) -> None:
         _fail(name, f"must have {numel} elements, got {t.numel()}")
 
 
+def named_config(tile_config: str, configs: dict, built, arch: str):
+    """The config named `tile_config` among `configs` (name -> config), if it is among `built` (the
+    configs compiled for `arch`); ValueError naming tile_config otherwise. Shared with dsa_verify."""
+    if tile_config not in configs:
+        _fail("tile_config", f"must be auto/{'/'.join(configs)}, got {tile_config!r}")
+    cfg = configs[tile_config]
+    if cfg not in built:
+        _fail("tile_config", f"{tile_config} is not built for {arch}")
+    return cfg
+
+
 def validate(
     q_extend,
     k_extend,
@@ -382,11 +393,7 @@ def mla_verify_fwd(
     if tile_config == "auto":
         cfg = tiles.DEFAULT_CONFIG[arch]
     else:
-        if tile_config not in tiles.CONFIGS:
-            _fail("tile_config", f"must be auto/{'/'.join(tiles.CONFIGS)}, got {tile_config!r}")
-        cfg = tiles.CONFIGS[tile_config]
-        if cfg not in tiles.ARCH_CONFIGS[arch]:
-            _fail("tile_config", f"{tile_config} is not built for {arch}")
+        cfg = named_config(tile_config, tiles.CONFIGS, tiles.ARCH_CONFIGS[arch], arch)
     rule = split_rule(B, max_len_extend, H, sms, cfg, tiles.ctas_per_sm(cfg, arch))
     split_auto = num_splits is None
     if split_auto:

@@ -5,9 +5,9 @@ tensor-core engine: "mma" (mma.sync + ldmatrix, the generic template, sm_90a and
 "wgmma" (warpgroup MMA from swizzled smem, sm_90a only). Shared memory (bytes, all dynamic):
 mma = Q tile BM*1152 + STAGES*BN*1152 (KV) + BM*BN*2 (P, bf16) + 24*BM (fp32 row max and row
 sum per half, alpha and max per row); wgmma = the same Q/KV/P tiles + 16*BM (row max and sum
-per warpgroup) + 1024 (slack to align the base to the 1024-byte swizzle period). verify_tools.build_check parses BM/BN/STAGES from
-the mangled kernel names and uses `smem_bytes` for the ptxas report; the GPU tests check it
-against the binding's own number.
+per warpgroup) + 1024 (slack to align the base to the 1024-byte swizzle period).
+verify_tools.build_check parses BM/BN/STAGES from the mangled kernel names and uses `smem_bytes`
+for the ptxas report; the GPU tests check it against the binding's own number.
 """
 
 from __future__ import annotations

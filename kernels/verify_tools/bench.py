@@ -950,9 +950,10 @@ def main(argv=None) -> int:
     if a.tree_ab is not None:  # checked before any device work: a bad list exits 2 and runs nothing
         from mla_verify import tiles
 
-        bad_trees = [x for x in a.tree_ab.split(",") if x and ("=" not in x or not x.split("=", 1)[0])]
-        if bad_trees or not [x for x in a.tree_ab.split(",") if x]:
+        items = [x for x in a.tree_ab.split(",") if x]
+        if not items or any("=" not in x or x.startswith("=") for x in items):
             ap.error(f"--tree-ab: want NAME=CSRC_DIR,..., got {a.tree_ab!r}")
+        trees = dict(x.split("=", 1) for x in items)
         ab_cfgs = [c for c in a.ab_configs.split(",") if c]
         unknown = [c for c in ab_cfgs if c != "auto" and c not in tiles.CONFIGS]
         if unknown or not ab_cfgs:
@@ -970,7 +971,6 @@ def main(argv=None) -> int:
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
     if a.tree_ab is not None:
-        trees = dict(x.split("=", 1) for x in a.tree_ab.split(",") if x)
         gbt = set(a.ab_gb_trees.split(",")) if a.ab_gb_trees else None
 
         def dump(d, path=a.ab_out):
