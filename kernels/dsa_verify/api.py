@@ -303,8 +303,6 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         cfg = named_config(tile_config, tiles.CONFIGS, tiles.ARCH_CONFIGS[policy], policy)
     if cfg.fp8_only and not fp8:
         _fail("tile_config", f"{tile_config} takes an fp8 (656-byte) cache only")
-    if cfg.bf16_only and fp8:
-        _fail("tile_config", f"{tile_config} takes a bf16 cache only (no fp8 kernel)")
     small_fp8 = fp8 and T < AUTO_N8_MIN_T  # fp8 B=1: m16w below when it fits one wave, else n8
     if (
         auto_cfg

@@ -9,10 +9,11 @@ use mma.sync m16n8k16. Three kinds:
   (2*TG*BM + 2*BM)*4 (row max/sum per column group, alpha, max) + (STAGES+1)*BN*4 (per-position
   flags) + (fp8) 4*BM*4 Q block exponents + BN*16 scales + 16 (the tile's max scale per block),
   TG = warps / (BM/16) column groups of the S phase.
-- "wg" (w64, sm_90a, bf16 only: csrc/dsa_verify_wgmma.cuh): 64 heads on warpgroup MMA (wgmma),
-  8 warps, BN 64, 2 stages, the dense wgmma kernel's schedule. Shared memory: 1024 (alignment
-  slack) + Q 64*1152 + 2 KV tiles 64*1152 + P 64*64*2 + 4*64*4 (row max/sum of both warpgroups)
-  + 2*64*4 (per-position flags).
+- "wg" (w64, sm_90a: csrc/dsa_verify_wgmma.cuh): 64 heads on warpgroup MMA (wgmma), 8 warps,
+  BN 64, 2 stages, the dense wgmma kernel's schedule; fp8 rows become f16 tiles scaled per block
+  by 1 / sigma_b in registers (no extra shared memory). Shared memory, both caches: 1024
+  (alignment slack) + Q 64*1152 + 2 KV tiles 64*1152 + P 64*64*2 + 4*64*4 (row max/sum of both
+  warpgroups) + 2*64*4 (per-position flags).
 - "n8" (8 heads in the mma N, CfgN<WARPS, STAGES>: n8, n8s, n8w; n8r and n8rw add REG, fp8 only:
   no converted rows, Q16 8*1088 instead, no scale copies): every warp owns 16 positions of each
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
@@ -48,14 +49,9 @@ class TileConfig:
         return self.reg
 
     @property
-    def bf16_only(self) -> bool:
-        """The wgmma config has no fp8 kernel (yet)."""
-        return self.kind == "wg"
-
-    @property
     def kv_kinds(self) -> tuple[bool, ...]:
         """The fp8 flags the config is built for (False: bf16 cache, True: fp8 656-byte rows)."""
-        return (True,) if self.fp8_only else (False,) if self.bf16_only else (False, True)
+        return (True,) if self.fp8_only else (False, True)
 
     @property
     def warps(self) -> int:
@@ -118,7 +114,7 @@ N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
 # n8rw (every arch, fp8 only): n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps
 # per 100 KB sm_120 SM, the most warps an in-register fp8 config holds there (sm_120a's fp8 config)
 N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
-# w64 (sm_90a, bf16): 64 heads of one row on wgmma, the dense kernel's schedule (auto for H > 16)
+# w64 (sm_90a, bf16 and fp8): 64 heads of one row on wgmma, the dense kernel's schedule (bf16 auto for H > 16)
 W64 = TileConfig("w64", 13, 64, 64, 2, 8, kind="wg")
 CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW, W64)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is

@@ -362,9 +362,8 @@ def test_plan_picks_the_wgmma_config_above_16_heads_on_sm90a_bf16(monkeypatch):
     assert [plan(H, 2048, T, False)[1].name for H in (17, 32, 64, 128) for T in (4, 64, 256)] == ["w64"] * 12
     assert plan(16, 2048, 256, False)[1].name == "m16"  # w64 / m16 0.956 at T=256 but 1.128 at T=4
     assert plan(64, 2048, 256, False)[2] == 1 and plan(64, 2048, 4, False)[2:4] == (16, 128)
-    assert plan(64, 2048, 64, True)[1].name == "m64"  # no fp8 kernel: m64 keeps the fp8 cache
-    with pytest.raises(ValueError, match="bf16"):
-        plan(64, 2048, 64, True, "w64")
+    assert plan(64, 2048, 64, True)[1].name == "m64"  # the fp8 auto stays on m64 until w64's fp8 kernel is measured
+    assert plan(64, 2048, 64, True, "w64")[1].name == "w64"  # named: w64 takes the fp8 cache too
     assert _fake_plan(monkeypatch, arch="sm_120a")(64, 2048, 64, False)[1].name == "m32"  # no wgmma there
 
 
@@ -413,6 +412,7 @@ def test_parity_config_labels():
         n8 + "ILi2ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RS, True),
         n8 + "ILi7ELi1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RW, True),
         "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0EEEEEvNS_6ParamsE": (tiles.W64, False),
+        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb1EEEEEvNS_6ParamsE": (tiles.W64, True),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name

@@ -17,9 +17,10 @@
 // cfg 12 "n8rw": fp8 only, n8r's path with 7 warps (BN 112) x 1 raw stage, 224 threads (91,552 B):
 //   one CTA of 7 warps per 100 KB sm_120 SM, the sm_120a fp8 config (every arch); its end-of-kernel
 //   merge runs in rounds (CfgN::MERGE_ROUNDS: one raw stage cannot hold every warp's O^T)
-// cfg 13 "w64": bf16 only, BM 64 heads on warpgroup MMA (wgmma), BN 64 positions, 2 stages, 256
-//   threads (231,936 B), sm_90a only (dsa_verify_wgmma.cuh; the dense wgmma kernel's schedule): the
-//   sm_90a auto for a bf16 cache with H > 16
+// cfg 13 "w64": BM 64 heads on warpgroup MMA (wgmma), BN 64 positions, 2 stages, 256 threads
+//   (231,936 B; fp8: f16 tiles of the rows scaled per block by 1 / sigma_b), sm_90a only
+//   (dsa_verify_wgmma.cuh; the dense wgmma kernel's schedule): the sm_90a auto for a bf16 cache with
+//   H > 16
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves the sm_90a-only configs out (sm_120a builds: 99 KiB of smem per block,
@@ -66,6 +67,7 @@ using N8WB = CfgN<7, 1, false>;
 using N8WF = CfgN<7, 1, true>;
 using N8RF = CfgN<8, 2, true, true>;
 using W64B = CfgW<false>;
+using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
@@ -258,7 +260,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
     case 5: fp8 ? f(Tag<N8F>{}) : f(Tag<N8B>{}); return true;
     case 7: fp8 ? f(Tag<N8WF>{}) : f(Tag<N8WB>{}); return true;
     case 8: if (!fp8) return false; f(Tag<N8RF>{}); return true;  // fp8 only
-    case 13: if (fp8) return false; f(Tag<W64B>{}); return true;  // bf16 only
+    case 13: fp8 ? f(Tag<W64F>{}) : f(Tag<W64B>{}); return true;
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;

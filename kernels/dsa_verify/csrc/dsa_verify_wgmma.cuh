@@ -1,5 +1,5 @@
-// sm_90a DSA verify split kernel on warpgroup MMA (wgmma): config "w64", bf16 cache, 64 heads of
-// one query row per CTA (sm_90a's auto for H > 16: DeepSeek-V3.2 / GLM-5 at low tensor parallelism),
+// sm_90a DSA verify split kernel on warpgroup MMA (wgmma): config "w64", bf16 or fp8 cache, 64 heads
+// of one query row per CTA (sm_90a's auto for H > 16: DeepSeek-V3.2 / GLM-5 at low tensor parallelism),
 // every head attending to the row's own top-k slot list. The schedule is the dense kernel's
 // (kernels/mla_verify/csrc/mla_verify_wgmma.cuh; the tile pieces both use are in
 // kernels/mla_verify/csrc/wgmma_tile_sm90.cuh); only the rows and the gather differ.
@@ -18,6 +18,18 @@
 // Loader: 8 threads per KV row (each cp.async instruction moves 4 rows x 128 contiguous bytes),
 // rows tid/8 and tid/8 + 32; an unused position (past seq_lens, -1, a slot >= num_slots) copies
 // 0 bytes (zero-fill, nothing read) and its flag masks its logit to -inf.
+// FP8 (SGLang's 656-byte rows: 512 e4m3, 4 fp32 scales s[b] per 128-dim block b, 64 bf16 rope). The
+// tiles hold f16: V'[t, d] = f16(e4m3[t, d] * s[t, b] / sigma_b), sigma_b = max |s[., b]| over the
+// split's used positions (read once before the first tile), so |V'| <= 448 and each value is
+// rounded once (relative 2^-11; |s| below 2^-24 sigma_b enters as an f16 subnormal, as the other fp8
+// configs' P * s / sigma). Q's nope part is rewritten in place as f16 times 2^e[h, b] (q_nope_to_f16;
+// its qinv = 2^-e lives in the P atom until read into registers). S = rope chain (bf16) + the four
+// f16 block chains, each folded in fp32 as qinv[b, h] * sigma_b x chain after its wgmma wait (two
+// chains in flight); PV runs in f16 on V' with P in f16 (P <= 2^LAZY_TAU), and the output block b is
+// multiplied by sigma_b at the end. A tile goes global -> registers after S of the tile before it
+// (4 threads per row: row 8 warp + lane % 8, quarter q = lane / 8 loads e4m3 chunks q + 4i, i < 8,
+// 64 contiguous bytes per row per instruction, and the row's 4 scales; the rope goes by cp.async)
+// and registers -> the f16 tile while that tile's PV runs.
 // Outputs as every DSA config: S = 1 writes o (bf16) and lse (natural log); S > 1 writes the
 // normalized fp32 partial and its log2-sum-exp to the workspace for dsa_verify_combine_kernel.
 #pragma once
@@ -30,7 +42,6 @@ namespace dsav {
 
 template <bool FP8_>
 struct CfgW {
-  static_assert(!FP8_, "w64 has a bf16 kernel only");
   static constexpr int BM = 64, BN = 64, STAGES = 2, WARPS = 8, THREADS = 256;
   static constexpr bool FP8 = FP8_;
   static constexpr bool N8 = false;
@@ -43,12 +54,29 @@ struct CfgW {
   static constexpr int off_p = off_kv + STAGES * TILE;
   static constexpr int off_red = off_p + ATOM;
   static constexpr int off_flag = off_red + 4 * BM * 4;
+  // fp8: qinv [4 blocks][BM] (2^-e of the f16 Q) in the P atom until read into registers before the
+  // loop; the sigma partials [WARPS][4] in the row-sum half of off_red (free until the end)
+  static constexpr int off_qinv = off_p;
   static constexpr int used = off_flag + STAGES * BN * 4;
   static constexpr int bytes = used + 1024;  // slack to align the base to 1024 B (swizzle period)
   // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
 };
+
+// fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times f -> 8 f16 (one 16-byte chunk):
+// e4m3 -> f16 -> f32 exactly, one fp32 multiply, one rounding to f16 (subnormals kept).
+__device__ __forceinline__ uint32_t f16x2_times(uint32_t h, float f) {
+  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_f16(v.x * f, v.y * f);
+}
+__device__ __forceinline__ uint4 e4m3x8_to_f16x8_times(uint32_t a, uint32_t b, float f) {
+  return make_uint4(f16x2_times(e4m3x2_to_f16x2(a), f), f16x2_times(e4m3x2_to_f16x2<true>(a), f),
+                    f16x2_times(e4m3x2_to_f16x2(b), f), f16x2_times(e4m3x2_to_f16x2<true>(b), f));
+}
+__device__ __forceinline__ void st_shared_u4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
 
 template <typename C>
 struct IsWgmma : std::false_type {};
@@ -97,11 +125,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
   const int pb = s * p.chunk;
   const int cend = min(pb + p.chunk, p.topk);
-  auto idx_words = [&](int j, int32_t (&w)[2]) {  // this thread's two index words of tile j (-1: none)
+  const int fr = warp * 8 + (lane & 7), fq = lane >> 3;  // fp8 loader: tile row, quarter of it
+  auto idx_words = [&](int j, int32_t (&w)[2]) {  // this thread's index words of tile j (-1: none)
+    if constexpr (C::FP8) {  // row fr
+      const int pos = pb + j * BN + fr;
+      w[0] = pos < cend ? __ldg(idx_row + pos) : -1;
+      w[1] = -1;
+    } else {  // rows lrow, lrow + 32
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int pos = pb + j * BN + lrow + 32 * k;
-      w[k] = pos < cend ? __ldg(idx_row + pos) : -1;
+      for (int k = 0; k < 2; ++k) {
+        const int pos = pb + j * BN + lrow + 32 * k;
+        w[k] = pos < cend ? __ldg(idx_row + pos) : -1;
+      }
     }
   };
   int32_t w0[2], w1[2], wnext[2];
@@ -127,38 +162,176 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if (sub == 0) flag[(j & 1) * BN + lrow + 32 * k] = ok ? 1 : 0;
     }
   };
-  issue_tile(0, w0);
-  cp_async_commit();  // group 0: Q and tile 0
-  if (ntiles > 1) issue_tile(1, w1);
-  cp_async_commit();  // group 1: tile 1 (empty when there is none)
+  // fp8: a tile's row fr (quarter fq) in registers between its load and its store
+  uint4 f8[C::FP8 ? 8 : 1];
+  float4 f8s = make_float4(0.f, 0.f, 0.f, 0.f);
+  int f8_stage = -1;                                // the stage the registers go to (-1: none)
+  float sig_inv[4] = {0.f, 0.f, 0.f, 0.f};          // 1 / sigma_b (0 when sigma_b is 0)
+  float g[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // qinv[b, head r0 + 8h] * sigma_b
+  float sig_o[2] = {0.f, 0.f};                      // sigma of this warpgroup's output blocks 2 grp, +1
+  auto load_fp8 = [&](int j, int32_t w) {  // tile j's row fr: e4m3 and scales -> registers, rope by cp.async
+    if constexpr (C::FP8) {
+      const int pos = pb + j * BN + fr;
+      const bool ok = pos < pe && w >= 0 && (int64_t)w < p.num_slots;
+      const uint8_t* row = p.kv + (ok ? (int64_t)w : 0) * p.kv_st;
+      if (ok) {
+        const uint4* e = reinterpret_cast<const uint4*>(row) + fq;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) f8[i] = __ldg(e + 4 * i);
+        f8s = __ldg(reinterpret_cast<const float4*>(row + D_V));
+      } else {  // unused position: a zero row (never read), masked by its flag
+#pragma unroll
+        for (int i = 0; i < 8; ++i) f8[i] = make_uint4(0u, 0u, 0u, 0u);
+        f8s = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      const uint32_t rope = sKV + (j & 1) * TILE + 8 * ATOM + fr * 128;
+      const uint8_t* src = row + D_V + 16 + 32 * fq;
+      cp_async16(rope + (((2 * fq) ^ (fr & 7)) << 4), src, ok ? 16 : 0);
+      cp_async16(rope + (((2 * fq + 1) ^ (fr & 7)) << 4), src + 16, ok ? 16 : 0);
+      if (fq == 0) flag[(j & 1) * BN + fr] = ok ? 1 : 0;
+      f8_stage = j & 1;
+    }
+  };
+  auto store_fp8 = [&]() {  // the registers -> V' into the f16 tile (e4m3 chunk fq + 4i -> atom i)
+    if constexpr (C::FP8) {
+      if (f8_stage < 0) return;
+      const uint32_t row = sKV + f8_stage * TILE + fr * 128;
+      const uint32_t p0 = ((2 * fq) ^ (fr & 7)) << 4, p1 = ((2 * fq + 1) ^ (fr & 7)) << 4;
+      const float f[4] = {f8s.x * sig_inv[0], f8s.y * sig_inv[1], f8s.z * sig_inv[2], f8s.w * sig_inv[3]};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // chunk fq + 4i: dims 16 fq + 64 i .., 128-dim block i / 2
+        st_shared_u4(row + i * ATOM + p0, e4m3x8_to_f16x8_times(f8[i].x, f8[i].y, f[i >> 1]));
+        st_shared_u4(row + i * ATOM + p1, e4m3x8_to_f16x8_times(f8[i].z, f8[i].w, f[i >> 1]));
+      }
+      f8_stage = -1;
+    }
+  };
+  const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
+  if constexpr (C::FP8) {
+    cp_async_commit();  // group: Q
+    // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
+    // scale words are the tiles' own, read again from L2); warp maxima to the row-sum half of off_red
+    float smax[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int base = pb + tid; base < pe; base += 8 * C::THREADS) {
+      int32_t w[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int pos = base + k * C::THREADS;
+        w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
+      }
+      float4 v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (w[k] >= 0 && (int64_t)w[k] < p.num_slots)
+          v[k] = __ldg(reinterpret_cast<const float4*>(p.kv + (int64_t)w[k] * p.kv_st + D_V));
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {  // fmaxf drops a NaN scale: that position's V' is NaN anyway
+        smax[0] = fmaxf(smax[0], fabsf(v[k].x));
+        smax[1] = fmaxf(smax[1], fabsf(v[k].y));
+        smax[2] = fmaxf(smax[2], fabsf(v[k].z));
+        smax[3] = fmaxf(smax[3], fabsf(v[k].w));
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) smax[b] = fmaxf(smax[b], __shfl_xor_sync(0xffffffffu, smax[b], o));
+      if (lane == 0) red_sum[warp * 4 + b] = smax[b];
+    }
+    load_fp8(0, w0[0]);
+    cp_async_commit();  // group: tile 0's rope
+    cp_async_wait<1>();
+    __syncthreads();  // Q visible to every thread
+    q_nope_to_f16<C, false, true>(smem, tid);
+    __syncthreads();  // the f16 Q, qinv and the sigma partials visible
+    const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      float sg = 0.f;
+#pragma unroll
+      for (int w = 0; w < C::WARPS; ++w) sg = fmaxf(sg, red_sum[w * 4 + b]);
+      sig_inv[b] = sg > 0.f ? 1.f / sg : 0.f;
+      g[0][b] = qinv[b * BM + r0] * sg;
+      g[1][b] = qinv[b * BM + r0 + 8] * sg;
+      if ((b >> 1) == grp) sig_o[b & 1] = sg;
+    }
+    store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
+  } else {
+    issue_tile(0, w0);
+    cp_async_commit();  // group 0: Q and tile 0
+    if (ntiles > 1) issue_tile(1, w1);
+    cp_async_commit();  // group 1: tile 1 (empty when there is none)
+  }
 
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
 
   for (int j = 0; j < ntiles; ++j) {
-    if (j == 0)
-      cp_async_wait<1>();  // tile 1 stays in flight
+    if (C::FP8 || j > 0)
+      cp_async_wait<0>();  // fp8: tile j's rope
     else
-      cp_async_wait<0>();
+      cp_async_wait<1>();  // tile 1 stays in flight
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
     const uint32_t sK = sKV + (j & 1) * TILE;
 
     // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0)
-    wgmma_fence();
-    issue_qk(sc, sQ, sK, grp);
-    wgmma_commit();
-    if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
-      issue_tile(j + 1, wnext);
-      idx_words(j + 2, wnext);
+    if constexpr (C::FP8) {
+      // rope (bf16) into sc, then the f16 chain of each 128-dim block b into a[b % 2], folded into sc
+      // as g[h][b] x chain after its wait, two chains in flight
+      float a0[16], a1[16];
+      auto fold = [&](const float (&a)[16], int b) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sc[i] += a[i] * g[(i >> 1) & 1][b];  // element 4k + e: row half e / 2
+      };
+      wgmma_fence();
+      issue_qk_steps<32, 4>(sc, sQ, sK, grp);
+      wgmma_commit();
+      issue_qk_steps<0, 8, true>(a0, sQ, sK, grp);
+      wgmma_commit();
+      issue_qk_steps<8, 8, true>(a1, sQ, sK, grp);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_regs<16>(sc);
+      fence_regs<16>(a0);
+      fold(a0, 0);
+      wgmma_fence();
+      issue_qk_steps<16, 8, true>(a0, sQ, sK, grp);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_regs<16>(a1);
+      fold(a1, 1);
+      wgmma_fence();
+      issue_qk_steps<24, 8, true>(a1, sQ, sK, grp);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_regs<16>(a0);
+      fold(a0, 2);
+      wgmma_wait0();
+      fence_regs<16>(a1);
+      fold(a1, 3);
+      if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
+        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
+        if (j >= 1) idx_words(j + 2, wnext);
+      }
+      cp_async_commit();
+    } else {
+      wgmma_fence();
+      issue_qk(sc, sQ, sK, grp);
+      wgmma_commit();
+      if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
+        issue_tile(j + 1, wnext);
+        idx_words(j + 2, wnext);
+      }
+      cp_async_commit();
+      wgmma_wait0();
+      fence_regs<16>(sc);
     }
-    cp_async_commit();
-    wgmma_wait0();
-    fence_regs<16>(sc);
 
     // ---- scale + mask (unused positions -> -inf), row max over this warpgroup's 32 columns ----
     const int* fl = flag + (j & 1) * BN + grp * 32 + 2 * (lane & 3);
@@ -179,14 +352,14 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     // rewritten, O and l rescaled) behind a second barrier. m_run stays equal in both warpgroups. ----
     const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, C::LAZY_TAU);
     float psum[2];
-    if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
+    if (!over) write_p<C::FP8>(pP, sc, m_run, psum, grp, r0, lane, 1.f);
     fence_proxy_async();
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
     const bool exact_step = __syncthreads_or(over);
     if (exact_step) {
       float alpha[2];
       exact_max(m_run, alpha, red_max, r0);
-      write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
+      write_p<C::FP8>(pP, sc, m_run, psum, grp, r0, lane, 1.f);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
       rescale_o(o, alpha);
@@ -200,8 +373,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
     wgmma_fence();
-    issue_pv(o, sP, sK, grp);
+    issue_pv<C::FP8>(o, sP, sK, grp);
     wgmma_commit();
+    store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
   }
@@ -217,6 +391,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     if (head >= p.H) continue;  // padded head: write nothing
     const float l = red_sum[r] + red_sum[BM + r];
     const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv0 = C::FP8 ? inv * sig_o[0] : inv, inv1 = C::FP8 ? inv * sig_o[1] : inv;  // fp8: V' x sigma_b
     const float lse2 = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
     const int64_t grow = (int64_t)t * p.H + head;
     const int c0 = grp * 256 + 2 * (lane & 3);
@@ -224,13 +399,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)head * p.o_sh + c0;
 #pragma unroll
       for (int i = 0; i < 32; ++i)
-        *reinterpret_cast<__nv_bfloat162*>(dst + i * 8) = __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+        *reinterpret_cast<__nv_bfloat162*>(dst + i * 8) =
+            __floats2bfloat162_rn(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
       if (p.lse && grp == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
     } else {
       float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + c0;
 #pragma unroll
       for (int i = 0; i < 32; ++i)
-        *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+        *reinterpret_cast<float2*>(dst + i * 8) =
+            make_float2(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
       if (grp == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
     }
   }

@@ -11,6 +11,7 @@
 // takes the exact step (m_run from both warpgroups' maxima in smem, P rewritten, l and O rescaled).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -21,24 +22,39 @@ namespace sm90wg {
 constexpr int kTileRows = 64;    // BM = BN
 constexpr int kAtomBytes = 8192;  // one 64-dim column atom of a 64-row tile
 
-// S[64 x 32] = Q K^T for warpgroup grp (tile tokens 32 grp .. 32 grp + 31) over 576 dims: 36 x
-// m64n32k16 (A = Q, B = K, both K-major). Issues only: the caller fences, commits and waits.
-__device__ __forceinline__ void issue_qk(float* sc, uint32_t sQ, uint32_t sK, int grp) {
+// S[64 x 32] = Q K^T for warpgroup grp (tile tokens 32 grp .. 32 grp + 31) over dims [16 K0, 16 (K0 +
+// NK)): NK x m64n32k16 (A = Q, B = K, both K-major; F16: f16 operands, else bf16). The first step
+// overwrites sc (scale-d = 0). Issues only: the caller fences, commits and waits.
+template <int K0, int NK, bool F16 = false>
+__device__ __forceinline__ void issue_qk_steps(float* sc, uint32_t sQ, uint32_t sK, int grp) {
   const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 576 / 16; ++kk) {
+  for (int kk = K0; kk < K0 + NK; ++kk) {
     const uint64_t koff = ((kk >> 2) * kAtomBytes + (kk & 3) * 32) >> 4;  // start address field, 16 B units
-    wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, kk > 0);
+    if constexpr (F16)
+      wgmma_m64n32k16_ss_f16(sc, dq + koff, dk + koff, kk > K0);
+    else
+      wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, kk > K0);
   }
+}
+// All 576 dims in bf16 (36 steps).
+__device__ __forceinline__ void issue_qk(float* sc, uint32_t sQ, uint32_t sK, int grp) {
+  issue_qk_steps<0, 576 / 16>(sc, sQ, sK, grp);
 }
 
 // O[64 x 256] += P V for warpgroup grp (output dims 256 grp ..): 4 x m64n256k16, A = P (K-major),
-// B = dims 0..511 of the KV tile read N-major (V is the first 512 dims of the row). Issues only.
+// B = dims 0..511 of the KV tile read N-major (V is the first 512 dims of the row); F16: P and V in
+// f16, else bf16. Issues only.
+template <bool F16 = false>
 __device__ __forceinline__ void issue_pv(float* o, uint32_t sP, uint32_t sK, int grp) {
   const uint64_t dp = make_desc(sP, 16, 1024), dv = make_desc(sK + grp * 4 * kAtomBytes, kAtomBytes, 1024);
 #pragma unroll
-  for (int ks = 0; ks < kTileRows / 16; ++ks)
-    wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
+  for (int ks = 0; ks < kTileRows / 16; ++ks) {
+    if constexpr (F16)
+      wgmma_m64n256k16_ss_tb_f16(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
+    else
+      wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
+  }
 }
 
 // This thread's two row maxima (tmax, over its columns) reduced over the warpgroup's 32 columns and
@@ -57,8 +73,9 @@ __device__ __forceinline__ bool publish_row_max(float (&tmax)[2], const float (&
   return over;
 }
 
-// P = exp2(sc - m_run) * vs as bf16 into the K-major swizzled P atom at pP; psum = its row sums
-// (before vs: l stays in the units of the unscaled P).
+// P = exp2(sc - m_run) * vs as bf16 (F16: f16; P <= 2^tau fits) into the K-major swizzled P atom at
+// pP; psum = its row sums (before vs: l stays in the units of the unscaled P).
+template <bool F16 = false>
 __device__ __forceinline__ void write_p(uint8_t* pP, const float (&sc)[16], const float (&m_run)[2],
                                         float (&psum)[2], int grp, int r0, int lane, float vs) {
 #pragma unroll
@@ -71,8 +88,11 @@ __device__ __forceinline__ void write_p(uint8_t* pP, const float (&sc)[16], cons
       const float p0 = exp2f(sc[4 * i + 2 * h] - m_use), p1 = exp2f(sc[4 * i + 2 * h + 1] - m_use);
       psum[h] += p0 + p1;
       const int col = grp * 32 + i * 8 + 2 * (lane & 3);
-      *reinterpret_cast<__nv_bfloat162*>(pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
-          __floats2bfloat162_rn(p0 * vs, p1 * vs);
+      uint8_t* dst = pP + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2;
+      if constexpr (F16)
+        *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(p0 * vs, p1 * vs);
+      else
+        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(p0 * vs, p1 * vs);
     }
   }
 }
