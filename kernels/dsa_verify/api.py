@@ -240,6 +240,8 @@ AUTO_N8RW_MIN_T_FP8 = 8
 # to 64 heads). H200 session 10 (same run, CUPTI span, w64 / m64, the auto before): call 1 H=64 T=256
 # 0.406 (180.2 vs 443.6 us, 87.8% of the floor), T=64 0.593, T=4 0.710; H=128 T=64 0.417, T=8 0.651;
 # call 2 H=32 T=256 0.386, T=64 0.510, T=4 0.690. H=16 keeps m16 (w64 / m16: T=256 0.956, T=4 1.128).
+# The fp8 cache too, on w64's fp8 kernel (H200 session 11 call 1, w64 / m64 fp8: H=64 T=256 0.459,
+# T=64 0.596, T=4 0.721; H=128 T=64 0.458; H=32 T=64 0.541; H=16 w64 / m16 1.089 at T=256: m16 stays).
 AUTO_W64_MIN_H = 17
 
 
@@ -282,7 +284,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 takes n8r from
     T >= AUTO_N8R_MIN_T_FP8, and with T < AUTO_N8_MIN_T m16w instead of n8 when that grid fits one
     wave (AUTO_M16W_FP8). On sm_120a, fp8 with H <= 8 takes n8rw from T >= AUTO_N8RW_MIN_T_FP8.
-    On sm_90a a bf16 cache with H >= AUTO_W64_MIN_H takes w64 (wgmma; no cluster combine).
+    On sm_90a H >= AUTO_W64_MIN_H takes w64 (wgmma; no cluster combine), either cache.
     An fp8-only config (n8r, n8rw) refuses a bf16 cache.
     A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
     (_build.load_experimental; sm_90a only). Under emulate_sm120_occupancy, sm_120a's rules apply."""
@@ -316,7 +318,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
             cfg = tiles.N8R
     if auto_cfg and policy == "sm_120a" and fp8 and H <= tiles.N8RW.block_m and T >= AUTO_N8RW_MIN_T_FP8:
         cfg = tiles.N8RW
-    if auto_cfg and policy == "sm_90a" and not fp8 and H >= AUTO_W64_MIN_H and combine != "cluster":
+    if auto_cfg and policy == "sm_90a" and H >= AUTO_W64_MIN_H and combine != "cluster":
         cfg = tiles.W64
     experimental = _SM120_OCCUPANCY or cfg.name in tiles.EXPERIMENTAL_CONFIGS
     mod = load_experimental(arch) if experimental else load(arch)

@@ -356,14 +356,15 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     assert sm120(8, 2048, 4, True, "n8rw", 19)[2:4] == (19, 112)
 
 
-def test_plan_picks_the_wgmma_config_above_16_heads_on_sm90a_bf16(monkeypatch):
+def test_plan_picks_the_wgmma_config_above_16_heads_on_sm90a(monkeypatch):
     plan = _fake_plan(monkeypatch)
-    # H200 session 10: w64 0.39-0.71x m64's time at H=32 / 64 / 128 (T=4..256), bf16 only
-    assert [plan(H, 2048, T, False)[1].name for H in (17, 32, 64, 128) for T in (4, 64, 256)] == ["w64"] * 12
-    assert plan(16, 2048, 256, False)[1].name == "m16"  # w64 / m16 0.956 at T=256 but 1.128 at T=4
-    assert plan(64, 2048, 256, False)[2] == 1 and plan(64, 2048, 4, False)[2:4] == (16, 128)
-    assert plan(64, 2048, 64, True)[1].name == "m64"  # the fp8 auto stays on m64 until w64's fp8 kernel is measured
-    assert plan(64, 2048, 64, True, "w64")[1].name == "w64"  # named: w64 takes the fp8 cache too
+    # H200 session 10: w64 0.39-0.71x m64's time at H=32 / 64 / 128 (T=4..256) on a bf16 cache;
+    # session 11: 0.46-0.72x on the fp8 cache
+    for fp8 in (False, True):
+        assert [plan(H, 2048, T, fp8)[1].name for H in (17, 32, 64, 128) for T in (4, 64, 256)] == ["w64"] * 12
+        assert plan(16, 2048, 256, fp8)[1].name == "m16"  # w64 / m16: bf16 0.956 at T=256 but 1.128 at T=4; fp8 1.089
+        assert plan(64, 2048, 256, fp8)[2] == 1 and plan(64, 2048, 4, fp8)[2:4] == (16, 128)
+    assert plan(64, 2048, 64, True, "m64")[1].name == "m64"  # named: m64 still serves either cache
     assert _fake_plan(monkeypatch, arch="sm_120a")(64, 2048, 64, False)[1].name == "m32"  # no wgmma there
 
 

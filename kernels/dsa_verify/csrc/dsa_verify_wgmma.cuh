@@ -62,6 +62,14 @@ struct CfgW {
   // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
+  static constexpr int VAR = 0;  // CfgWX: experimental fp8 variants (bits below), shipped: 0
+};
+// Experimental fp8 variants (DSAV_EXPERIMENTAL builds only): VAR bit 0 issues tile j+1's loads at
+// the top of iteration j (before S) instead of after S; bit 1 scales the converted e4m3 pairs with
+// one f16x2 multiply by f16(s / sigma) instead of in fp32.
+template <int V>
+struct CfgWX : CfgW<true> {
+  static constexpr int VAR = V;
 };
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times f -> 8 f16 (one 16-byte chunk):
@@ -82,6 +90,8 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
+template <int V>
+struct IsWgmma<CfgWX<V>> : std::true_type {};
 
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const Params p) {
@@ -200,8 +210,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       const float f[4] = {f8s.x * sig_inv[0], f8s.y * sig_inv[1], f8s.z * sig_inv[2], f8s.w * sig_inv[3]};
 #pragma unroll
       for (int i = 0; i < 8; ++i) {  // chunk fq + 4i: dims 16 fq + 64 i .., 128-dim block i / 2
-        st_shared_u4(row + i * ATOM + p0, e4m3x8_to_f16x8_times(f8[i].x, f8[i].y, f[i >> 1]));
-        st_shared_u4(row + i * ATOM + p1, e4m3x8_to_f16x8_times(f8[i].z, f8[i].w, f[i >> 1]));
+        if constexpr ((C::VAR & 2) != 0) {
+          const uint32_t h = pack_f16(f[i >> 1], f[i >> 1]);
+          st_shared_u4(row + i * ATOM + p0,
+                       make_uint4(hmul2_u32(e4m3x2_to_f16x2(f8[i].x), h), hmul2_u32(e4m3x2_to_f16x2<true>(f8[i].x), h),
+                                  hmul2_u32(e4m3x2_to_f16x2(f8[i].y), h), hmul2_u32(e4m3x2_to_f16x2<true>(f8[i].y), h)));
+          st_shared_u4(row + i * ATOM + p1,
+                       make_uint4(hmul2_u32(e4m3x2_to_f16x2(f8[i].z), h), hmul2_u32(e4m3x2_to_f16x2<true>(f8[i].z), h),
+                                  hmul2_u32(e4m3x2_to_f16x2(f8[i].w), h), hmul2_u32(e4m3x2_to_f16x2<true>(f8[i].w), h)));
+        } else {
+          st_shared_u4(row + i * ATOM + p0, e4m3x8_to_f16x8_times(f8[i].x, f8[i].y, f[i >> 1]));
+          st_shared_u4(row + i * ATOM + p1, e4m3x8_to_f16x8_times(f8[i].z, f8[i].w, f[i >> 1]));
+        }
       }
       f8_stage = -1;
     }
@@ -278,6 +298,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
     const uint32_t sK = sKV + (j & 1) * TILE;
+    if constexpr ((C::VAR & 1) != 0) {  // experimental: tile j+1's loads before S(j)
+      if (j + 1 < ntiles) {
+        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
+        if (j >= 1) idx_words(j + 2, wnext);
+      }
+      cp_async_commit();
+    }
 
     // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0)
@@ -315,11 +342,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       wgmma_wait0();
       fence_regs<16>(a1);
       fold(a1, 3);
-      if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
-        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
-        if (j >= 1) idx_words(j + 2, wnext);
+      if constexpr ((C::VAR & 1) == 0) {
+        if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
+          load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
+          if (j >= 1) idx_words(j + 2, wnext);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
     } else {
       wgmma_fence();
       issue_qk(sc, sQ, sK, grp);
