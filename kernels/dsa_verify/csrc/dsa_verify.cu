@@ -71,9 +71,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64X1 = CfgWX<1>;  // w64 fp8, loads before S
-using W64X2 = CfgWX<2>;  // w64 fp8, f16x2 conversion
-using W64X3 = CfgWX<3>;  // both
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -267,9 +264,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: if (!fp8) return false; f(Tag<W64X1>{}); return true;
-    case 15: if (!fp8) return false; f(Tag<W64X2>{}); return true;
-    case 16: if (!fp8) return false; f(Tag<W64X3>{}); return true;
 #endif
     default: return false;
   }
