@@ -8,8 +8,9 @@
 // [s*chunk, min(s*chunk + chunk, seq_lens[t])), BN = 64 positions per KV tile, 2 cp.async stages.
 // Shared memory (from a 1024-byte aligned base): Q [64 x 576] bf16 and two KV tiles [64 x 576],
 // each as nine column atoms of 64 dims (atom = 64 rows x 128 B, 16-byte chunk c of row r at
-// r*128 + ((c ^ r%8) << 4): the hardware's 128B swizzle); P [64 x 64] bf16 (one atom); fp32 row
-// max / row sum exchange [2][64] each; the tiles' position-used flags [2][64].
+// r*128 + ((c ^ r%8) << 4): the hardware's 128B swizzle; fp8: f16 nope atoms); P [64 x 64] bf16
+// (fp8: f16; one atom); fp32 row max / row sum exchange [2][64] each; the tiles' position-used
+// flags [2][64].
 //   S = Q K^T : warpgroup g computes all 64 heads x positions [32g, 32g+32) (36 x m64n32k16).
 //   softmax   : against a lazy reference max shared by both warpgroups (two block barriers per tile
 //               while no head's max rises by more than 2^LAZY_TAU; the exact step otherwise).
@@ -19,17 +20,19 @@
 // rows tid/8 and tid/8 + 32; an unused position (past seq_lens, -1, a slot >= num_slots) copies
 // 0 bytes (zero-fill, nothing read) and its flag masks its logit to -inf.
 // FP8 (SGLang's 656-byte rows: 512 e4m3, 4 fp32 scales s[b] per 128-dim block b, 64 bf16 rope). The
-// tiles hold f16: V'[t, d] = f16(e4m3[t, d] * s[t, b] / sigma_b), sigma_b = max |s[., b]| over the
-// split's used positions (read once before the first tile), so |V'| <= 448 and each value is
-// rounded once (relative 2^-11; |s| below 2^-24 sigma_b enters as an f16 subnormal, as the other fp8
-// configs' P * s / sigma). Q's nope part is rewritten in place as f16 times 2^e[h, b] (q_nope_to_f16;
-// its qinv = 2^-e lives in the P atom until read into registers). S = rope chain (bf16) + the four
-// f16 block chains, each folded in fp32 as qinv[b, h] * sigma_b x chain after its wgmma wait (two
-// chains in flight); PV runs in f16 on V' with P in f16 (P <= 2^LAZY_TAU), and the output block b is
-// multiplied by sigma_b at the end. A tile goes global -> registers after S of the tile before it
-// (4 threads per row: row 8 warp + lane % 8, quarter q = lane / 8 loads e4m3 chunks q + 4i, i < 8,
-// 64 contiguous bytes per row per instruction, and the row's 4 scales; the rope goes by cp.async)
-// and registers -> the f16 tile while that tile's PV runs.
+// tiles hold f16: V'[t, d] = e4m3[t, d] x f16(s[t, b] / sigma_b) (exact e4m3 -> f16, one f16x2
+// multiply), sigma_b = max |s[., b]| over the split's used positions (read once before the first
+// tile), so |V'| <= 448 and a value carries two f16 roundings (2^-11 each; |s| below 2^-24 sigma_b
+// enters as an f16 subnormal, as the other fp8 configs' P * s / sigma). Q's nope part is rewritten
+// in place as f16 times 2^e[h, b] (q_nope_to_f16; its qinv = 2^-e lives in the P atom until read
+// into registers). S = rope chain (bf16) + the four f16 block chains, each folded in fp32 as
+// qinv[b, h] * sigma_b x chain after its wgmma wait (two chains in flight); PV runs in f16 on V'
+// with P in f16 (P <= 2^LAZY_TAU), and the output block b is multiplied by sigma_b at the end. A
+// tile goes global -> registers after S of the tile before it (4 threads per row: row 8 warp +
+// lane % 8, quarter q = lane / 8 loads e4m3 chunks q + 4i, i < 8, 64 contiguous bytes per row per
+// instruction, and the row's 4 scales; the rope goes by cp.async) and registers -> the f16 tile
+// while that tile's PV runs. H200 session 11: parity token-exact (rel err 1.74e-3, m64's 1.69e-3),
+// 0.43-0.70x m64's fp8 time (docs/kernels/dsa-verify-notes.md).
 // Outputs as every DSA config: S = 1 writes o (bf16) and lse (natural log); S > 1 writes the
 // normalized fp32 partial and its log2-sum-exp to the workspace for dsa_verify_combine_kernel.
 #pragma once
