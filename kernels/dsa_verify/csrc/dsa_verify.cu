@@ -71,7 +71,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64PRE = CfgWX<1>;  // w64 fp8, tiles 0 and 1 issued in the prologue
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -265,7 +264,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: if (!fp8) return false; f(Tag<W64PRE>{}); return true;
 #endif
     default: return false;
   }

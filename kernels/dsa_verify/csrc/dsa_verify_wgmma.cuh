@@ -65,14 +65,6 @@ struct CfgW {
   // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
-  static constexpr int VAR = 0;  // CfgWX: an experimental fp8 variant (DSAV_EXPERIMENTAL builds), shipped: 0
-};
-// Experimental fp8 variant VAR = 1: tile 0's loads issued before the sigma pass (not after its
-// reduction), tile 1's loads in the prologue (as the bf16 kernel issues tile 1), so at B=1 (two
-// tiles per split) no tile waits a full round trip behind compute.
-template <int V>
-struct CfgWX : CfgW<true> {
-  static constexpr int VAR = V;
 };
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
@@ -91,8 +83,6 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
-template <int V>
-struct IsWgmma<CfgWX<V>> : std::true_type {};
 
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const Params p) {
@@ -224,10 +214,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
     // scale words are the tiles' own, read again from L2); warp maxima to the row-sum half of off_red
     float smax[4] = {0.f, 0.f, 0.f, 0.f};
-    if constexpr (C::VAR == 1) {
-      load_fp8(0, w0[0]);
-      cp_async_commit();  // group: tile 0's rope
-    }
     for (int base = pb + tid; base < pe; base += 8 * C::THREADS) {
       int32_t w[8];
 #pragma unroll
@@ -256,10 +242,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       for (int o = 16; o > 0; o >>= 1) smax[b] = fmaxf(smax[b], __shfl_xor_sync(0xffffffffu, smax[b], o));
       if (lane == 0) red_sum[warp * 4 + b] = smax[b];
     }
-    if constexpr (C::VAR != 1) {
-      load_fp8(0, w0[0]);
-      cp_async_commit();  // group: tile 0's rope
-    }
+    load_fp8(0, w0[0]);
+    cp_async_commit();  // group: tile 0's rope
     cp_async_wait<1>();
     __syncthreads();  // Q visible to every thread
     q_nope_to_f16<C, false, true>(smem, tid);
@@ -276,10 +260,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if ((b >> 1) == grp) sig_o[b & 1] = sg;
     }
     store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
-    if constexpr (C::VAR == 1) {
-      if (ntiles > 1) load_fp8(1, w1[0]);  // stored under PV(0)
-      cp_async_commit();  // group: tile 1's rope (empty when there is none)
-    }
   } else {
     issue_tile(0, w0);
     cp_async_commit();  // group 0: Q and tile 0
@@ -293,7 +273,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   for (int j = 0; j < ntiles; ++j) {
-    if ((C::FP8 && C::VAR != 1) || j > 0)
+    if (C::FP8 || j > 0)
       cp_async_wait<0>();  // fp8: tile j's rope
     else
       cp_async_wait<1>();  // tile 1 stays in flight
@@ -337,8 +317,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       wgmma_wait0();
       fence_regs<16>(a1);
       fold(a1, 3);
-      if (C::VAR == 1 ? (j >= 1 && j + 1 < ntiles) : (j + 1 < ntiles)) {
-        // tile j+1 into registers (stored under PV(j)), its rope by cp.async
+      if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
         load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
         if (j >= 1) idx_words(j + 2, wnext);
       }
