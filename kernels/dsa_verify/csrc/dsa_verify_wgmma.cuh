@@ -281,7 +281,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
     const uint32_t sK = sKV + (j & 1) * TILE;
 
-    // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
+    // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); bf16: tile j+1's loads issue
+    // meanwhile; fp8: after S (its registers are free then) ----
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0)
     if constexpr (C::FP8) {
       // rope (bf16) into sc, then the f16 chain of each 128-dim block b into a[b % 2], folded into sc
