@@ -42,12 +42,11 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    only_fp8: bool = False  # an fp8-only variant of another kind (the experimental w64 fp8 variants)
 
     @property
     def fp8_only(self) -> bool:
-        """REG converts e4m3 in registers, or an fp8-only variant: the config has no bf16 kernel."""
-        return self.reg or self.only_fp8
+        """REG converts e4m3 in registers: the config has no bf16 kernel."""
+        return self.reg
 
     @property
     def kv_kinds(self) -> tuple[bool, ...]:
@@ -131,12 +130,7 @@ ARCH_CONFIGS = {
 # one CTA per 100 KB sm_120 SM, so 2 warps per SM there; slower than n8rw under the sm_120 occupancy
 # emulation, session 8)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
-# w64cp / w64cp4: w64's fp8 kernel with the e4m3 bytes copied by cp.async into the upper half of
-# their stage and converted shared -> shared (csrc CfgWX<1>), and that with S's five chains in five
-# accumulators (CfgWX<3>)
-W64CP = TileConfig("w64cp", 14, 64, 64, 2, 8, kind="wg", only_fp8=True)
-W64CP4 = TileConfig("w64cp4", 15, 64, 64, 2, 8, kind="wg", only_fp8=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64CP, W64CP4)}
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.

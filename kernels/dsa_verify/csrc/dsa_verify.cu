@@ -71,8 +71,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64CP = CfgWX<1>;   // w64 fp8, e4m3 bytes by cp.async, converted shared -> shared
-using W64CP4 = CfgWX<3>;  // and S in five accumulators
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -266,8 +264,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: if (!fp8) return false; f(Tag<W64CP>{}); return true;
-    case 15: if (!fp8) return false; f(Tag<W64CP4>{}); return true;
 #endif
     default: return false;
   }

@@ -65,17 +65,6 @@ struct CfgW {
   // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
-  static constexpr int VAR = 0;  // CfgWX: experimental fp8 variants (DSAV_EXPERIMENTAL builds), shipped: 0
-};
-// Experimental fp8 variants: VAR bit 0 ("w64cp") copies a tile's e4m3 bytes by cp.async into the
-// upper half of its own stage (atoms 4..7, row r at 512 r, 16-byte chunk c at (c ^ r % 8) * 16),
-// issued at the top of the iteration before, and converts them shared -> shared under PV (dims
-// 0..255 first, then 256..511 from registers behind a barrier: they overwrite the raw bytes); the
-// scales still go to registers. Bit 1 ("w64cp4", with bit 0): S's five chains in five
-// accumulators behind one wait.
-template <int V>
-struct CfgWX : CfgW<true> {
-  static constexpr int VAR = V;
 };
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
@@ -94,8 +83,6 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
-template <int V>
-struct IsWgmma<CfgWX<V>> : std::true_type {};
 
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const Params p) {
@@ -177,8 +164,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     }
   };
   // fp8: a tile's row fr (quarter fq) in registers between its load and its store
-  constexpr bool CP = (C::VAR & 1) != 0;  // experimental: e4m3 bytes by cp.async (see CfgWX)
-  uint4 f8[C::FP8 && !CP ? 8 : 1];
+  uint4 f8[C::FP8 ? 8 : 1];
   float4 f8s = make_float4(0.f, 0.f, 0.f, 0.f);
   int f8_stage = -1;                                // the stage the registers go to (-1: none)
   float sig_inv[4] = {0.f, 0.f, 0.f, 0.f};          // 1 / sigma_b (0 when sigma_b is 0)
@@ -189,13 +175,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       const int pos = pb + j * BN + fr;
       const bool ok = pos < pe && w >= 0 && (int64_t)w < p.num_slots;
       const uint8_t* row = p.kv + (ok ? (int64_t)w : 0) * p.kv_st;
-      if constexpr (CP) {
-        const uint32_t raw = sKV + (j & 1) * TILE + 4 * ATOM + fr * 512;
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          cp_async16(raw + (((fq + 4 * i) ^ (fr & 7)) << 4), row + (fq + 4 * i) * 16, ok ? 16 : 0);
-        f8s = ok ? __ldg(reinterpret_cast<const float4*>(row + D_V)) : make_float4(0.f, 0.f, 0.f, 0.f);
-      } else if (ok) {
+      if (ok) {
         const uint4* e = reinterpret_cast<const uint4*>(row) + fq;
 #pragma unroll
         for (int i = 0; i < 8; ++i) f8[i] = __ldg(e + 4 * i);
@@ -219,39 +199,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       const uint32_t row = sKV + f8_stage * TILE + fr * 128;
       const uint32_t p0 = ((2 * fq) ^ (fr & 7)) << 4, p1 = ((2 * fq + 1) ^ (fr & 7)) << 4;
       const float f[4] = {f8s.x * sig_inv[0], f8s.y * sig_inv[1], f8s.z * sig_inv[2], f8s.w * sig_inv[3]};
-      if constexpr (CP) {
-        const uint32_t raw = sKV + f8_stage * TILE + 4 * ATOM + fr * 512;
-        cp_async_wait<0>();
-        __syncthreads();  // every thread's raw rows landed
-        uint4 rb[4];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          uint4 v;
-          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                       : "r"(raw + (((fq + 4 * i) ^ (fr & 7)) << 4)));
-          if (i < 4) {  // dims 0..255 go to atoms 0..3, outside the raw bytes
-            const uint32_t h = pack_f16(f[i >> 1], f[i >> 1]);
-            st_shared_u4(row + i * ATOM + p0, e4m3x8_to_f16x8_times(v.x, v.y, h));
-            st_shared_u4(row + i * ATOM + p1, e4m3x8_to_f16x8_times(v.z, v.w, h));
-          } else {
-            rb[i - 4] = v;
-          }
-        }
-        __syncthreads();  // every raw read done before atoms 4..7 are written
-#pragma unroll
-        for (int i = 4; i < 8; ++i) {
-          const uint32_t h = pack_f16(f[i >> 1], f[i >> 1]);
-          st_shared_u4(row + i * ATOM + p0, e4m3x8_to_f16x8_times(rb[i - 4].x, rb[i - 4].y, h));
-          st_shared_u4(row + i * ATOM + p1, e4m3x8_to_f16x8_times(rb[i - 4].z, rb[i - 4].w, h));
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // chunk fq + 4i: dims 16 fq + 64 i .., 128-dim block i / 2
-          const uint32_t h = pack_f16(f[i >> 1], f[i >> 1]);
-          st_shared_u4(row + i * ATOM + p0, e4m3x8_to_f16x8_times(f8[i].x, f8[i].y, h));
-          st_shared_u4(row + i * ATOM + p1, e4m3x8_to_f16x8_times(f8[i].z, f8[i].w, h));
-        }
+      for (int i = 0; i < 8; ++i) {  // chunk fq + 4i: dims 16 fq + 64 i .., 128-dim block i / 2
+        const uint32_t h = pack_f16(f[i >> 1], f[i >> 1]);
+        st_shared_u4(row + i * ATOM + p0, e4m3x8_to_f16x8_times(f8[i].x, f8[i].y, h));
+        st_shared_u4(row + i * ATOM + p1, e4m3x8_to_f16x8_times(f8[i].z, f8[i].w, h));
       }
       f8_stage = -1;
     }
@@ -328,13 +280,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
     const uint32_t sK = sKV + (j & 1) * TILE;
-    if constexpr (C::FP8 && CP) {  // tile j+1's raw bytes into its free stage, converted under PV(j)
-      if (j + 1 < ntiles) {
-        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
-        if (j >= 1) idx_words(j + 2, wnext);
-      }
-      cp_async_commit();
-    }
 
     // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); bf16: tile j+1's loads issue
     // meanwhile; fp8: after S (its registers are free then) ----
@@ -346,26 +291,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
 #pragma unroll
         for (int i = 0; i < 16; ++i) sc[i] += a[i] * g[(i >> 1) & 1][b];  // element 4k + e: row half e / 2
       };
-      if constexpr ((C::VAR & 2) != 0) {  // experimental: five accumulators, one wait
-        float b0[16], b1[16], b2[16], b3[16];
-        wgmma_fence();
-        issue_qk_steps<32, 4>(sc, sQ, sK, grp);
-        issue_qk_steps<0, 8, true>(b0, sQ, sK, grp);
-        issue_qk_steps<8, 8, true>(b1, sQ, sK, grp);
-        issue_qk_steps<16, 8, true>(b2, sQ, sK, grp);
-        issue_qk_steps<24, 8, true>(b3, sQ, sK, grp);
-        wgmma_commit();
-        wgmma_wait0();
-        fence_regs<16>(sc);
-        fence_regs<16>(b0);
-        fence_regs<16>(b1);
-        fence_regs<16>(b2);
-        fence_regs<16>(b3);
-        fold(b0, 0);
-        fold(b1, 1);
-        fold(b2, 2);
-        fold(b3, 3);
-      } else {
       float a0[16], a1[16];
       wgmma_fence();
       issue_qk_steps<32, 4>(sc, sQ, sK, grp);
@@ -393,14 +318,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       wgmma_wait0();
       fence_regs<16>(a1);
       fold(a1, 3);
+      if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
+        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
+        if (j >= 1) idx_words(j + 2, wnext);
       }
-      if constexpr (!CP) {
-        if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
-          load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
-          if (j >= 1) idx_words(j + 2, wnext);
-        }
-        cp_async_commit();
-      }
+      cp_async_commit();
     } else {
       wgmma_fence();
       issue_qk(sc, sQ, sK, grp);
