@@ -130,9 +130,7 @@ ARCH_CONFIGS = {
 # one CTA per 100 KB sm_120 SM, so 2 warps per SM there; slower than n8rw under the sm_120 occupancy
 # emulation, session 8)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
-# w64il: w64 with interleaved splits (split s takes tiles s, s + S, ...; csrc CfgWX<F, 1>)
-W64IL = TileConfig("w64il", 14, 64, 64, 2, 8, kind="wg")
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64IL)}
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.

@@ -71,8 +71,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64ILB = CfgWX<false, 1>;  // w64, interleaved splits
-using W64ILF = CfgWX<true, 1>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -266,7 +264,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: fp8 ? f(Tag<W64ILF>{}) : f(Tag<W64ILB>{}); return true;
 #endif
     default: return false;
   }

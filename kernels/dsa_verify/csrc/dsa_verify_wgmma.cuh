@@ -65,13 +65,6 @@ struct CfgW {
   // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
-  static constexpr int VAR = 0;  // CfgWX: an experimental variant (DSAV_EXPERIMENTAL builds), shipped: 0
-};
-// Experimental variant VAR = 1 ("w64il"): interleaved splits, split s takes the row's tiles s, s + S,
-// s + 2S, ... instead of one contiguous chunk (fp8: sigma over the whole row).
-template <bool F, int V>
-struct CfgWX : CfgW<F> {
-  static constexpr int VAR = V;
 };
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
@@ -90,8 +83,6 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
-template <bool F, int V>
-struct IsWgmma<CfgWX<F, V>> : std::true_type {};
 
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const Params p) {
@@ -133,20 +124,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     copy_row(sQ, loff[k], src, ok);
   }
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
-  constexpr bool IL = C::VAR == 1;  // experimental: interleaved splits (see CfgWX)
-  const int pb = IL ? s * BN : s * p.chunk;          // tile j's first position: pb + j * tstride
-  const int tstride = IL ? p.S * BN : BN;
-  const int cend = IL ? p.topk : min(pb + p.chunk, p.topk);
+  const int pb = s * p.chunk;
+  const int cend = min(pb + p.chunk, p.topk);
   const int fr = warp * 8 + (lane & 7), fq = lane >> 3;  // fp8 loader: tile row, quarter of it
   auto idx_words = [&](int j, int32_t (&w)[2]) {  // this thread's index words of tile j (-1: none)
     if constexpr (C::FP8) {  // row fr
-      const int pos = pb + j * tstride + fr;
+      const int pos = pb + j * BN + fr;
       w[0] = pos < cend ? __ldg(idx_row + pos) : -1;
       w[1] = -1;
     } else {  // rows lrow, lrow + 32
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        const int pos = pb + j * tstride + lrow + 32 * k;
+        const int pos = pb + j * BN + lrow + 32 * k;
         w[k] = pos < cend ? __ldg(idx_row + pos) : -1;
       }
     }
@@ -157,8 +146,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   idx_words(2, wnext);
   int nv = __ldg(p.seq_lens + t);
   nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
-  const int pe = IL ? nv : min(pb + p.chunk, nv);
-  const int ntiles = pe > pb ? (IL ? ((pe + BN - 1) / BN - s + p.S - 1) / p.S : (pe - pb + BN - 1) / BN) : 0;
+  const int pe = min(pb + p.chunk, nv);
+  const int ntiles = pe > pb ? (pe - pb + BN - 1) / BN : 0;
   if (ntiles == 0) {
     cp_async_wait<0>();  // Q's copies (never read)
     write_empty_split<C>(p, t, s, h0, tid, rows_total);
@@ -168,7 +157,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     const uint32_t tile = sKV + (j & 1) * TILE;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const int pos = pb + j * tstride + lrow + 32 * k;
+      const int pos = pb + j * BN + lrow + 32 * k;
       const bool ok = pos < pe && w[k] >= 0 && (int64_t)w[k] < p.num_slots;
       copy_row(tile, loff[k], p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
       if (sub == 0) flag[(j & 1) * BN + lrow + 32 * k] = ok ? 1 : 0;
@@ -183,7 +172,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   float sig_o[2] = {0.f, 0.f};                      // sigma of this warpgroup's output blocks 2 grp, +1
   auto load_fp8 = [&](int j, int32_t w) {  // tile j's row fr: e4m3 and scales -> registers, rope by cp.async
     if constexpr (C::FP8) {
-      const int pos = pb + j * tstride + fr;
+      const int pos = pb + j * BN + fr;
       const bool ok = pos < pe && w >= 0 && (int64_t)w < p.num_slots;
       const uint8_t* row = p.kv + (ok ? (int64_t)w : 0) * p.kv_st;
       if (ok) {
@@ -225,7 +214,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
     // scale words are the tiles' own, read again from L2); warp maxima to the row-sum half of off_red
     float smax[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int base = (IL ? 0 : pb) + tid; base < pe; base += 8 * C::THREADS) {
+    for (int base = pb + tid; base < pe; base += 8 * C::THREADS) {
       int32_t w[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
