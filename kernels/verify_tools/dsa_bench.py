@@ -508,6 +508,79 @@ def trace(device, reps: int) -> dict:
     return res
 
 
+W64_PHASES = ("wait_barrier", "s", "softmax_pv_issue", "store_pv_wait")
+
+
+def phase_sums(packed: int) -> dict:
+    """w64's timeline word 7 (csrc W64_PHASE): four 16-bit fields, SM cycles / 16 summed over the CTA's
+    tiles, field k at bits 16k -> {phase name: cycles}."""
+    return {name: ((packed >> (16 * k)) & 0xFFFF) * 16 for k, name in enumerate(W64_PHASES)}
+
+
+def trace_phases(device, reps: int, shapes, splits) -> dict:
+    """Per-tile loop phases of w64 (DSAV_TRACE build) for each shape, cache and split count (None:
+    the auto plan's): per call the median over CTAs of each phase's cycles per tile (thread 0 of the
+    CTA, SM clock), the CTAs' tiles and loop time, and the last CTA's end; per field the median over
+    `reps` calls after an L2 flush."""
+    import torch
+
+    from dsa_verify.api import dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
+    from dsa_verify.layout import quantize_rows
+
+    timer = Timer(device)
+    res: dict = {}
+    for B, L, n, H in shapes:
+        spec = DsaCase(f"b{B}_L{L}_n{n}_h{H}", (L,) * B, n, H, seed=B * 7 + n, poison=False)
+        d = make_inputs(spec, device)
+        q, kv, pt, sl = d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"]
+        T = q.shape[0]
+        out = torch.empty(T, H, 512, dtype=torch.bfloat16, device=device)
+        caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
+        for kvname, cache in caches.items():
+            for S in splits:
+                lab = f"B{B}_L{L}_n{n}_H{H}_{kvname}_w64_S{S or 'auto'}"
+                try:
+                    _, tc, s_run, _, _, cl = resolve_full(device, H, 2048, T, kvname == "fp8", "w64", S)
+                    n_split = T * s_run * -(-H // tc.block_m)
+                    tr = torch.zeros(trace_numel(T, H, s_run, tc, cl), dtype=torch.int64, device=device)
+                    ws = torch.empty(
+                        max(1, workspace_numel_for(q, cache, pt, "w64", S)), dtype=torch.float32, device=device
+                    )
+                    args = (q, cache, pt, sl, SM_SCALE)
+                    kw = {"out": out, "workspace": ws, "num_splits": S, "tile_config": "w64", "trace": tr}
+                    dsa_verify_fwd(*args, **kw)
+                    samples = []
+                    for _ in range(reps):
+                        timer.flush()
+                        tr.zero_()
+                        dsa_verify_fwd(*args, **kw)
+                        torch.cuda.synchronize()
+                        w = tr.cpu().view(-1, 8)[:n_split].long()
+                        live = w[:, 6] > 0
+                        w = w[live]
+                        nt = w[:, 6].double()
+                        t0 = w[:, 0].min()
+                        row = {
+                            "ctas": int(live.sum()),
+                            "tiles_med": float(nt.median()),
+                            "loop_us_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3).median()),
+                            "loop_us_per_tile_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3 / nt).median()),
+                            "prologue_us_med": float(((w[:, 2] - w[:, 0]).double() * 1e-3).median()),
+                            "split_end_us": float(((w[:, 4] - t0).double() * 1e-3).max()),
+                        }
+                        ph = [phase_sums(int(x)) for x in w[:, 7].tolist()]
+                        for name in W64_PHASES:
+                            per_tile = torch.tensor([p[name] for p in ph], dtype=torch.float64) / nt.cpu()
+                            row[f"{name}_cycles_per_tile_med"] = float(per_tile.median())
+                        samples.append(row)
+                    res[lab] = {"plan": f"{tc.name} S={s_run}"}
+                    for k in samples[0]:
+                        res[lab][k] = statistics.median(x[k] for x in samples)
+                except Exception as exc:
+                    res[lab] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.dsa_bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -518,6 +591,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="", help="also write the JSON document to this file")
     ap.add_argument("--diag", action="store_true", help="small-T time breakdown only")
     ap.add_argument("--trace", action="store_true", help="per-CTA timeline of the headline shape (DSAV_TRACE build)")
+    ap.add_argument(
+        "--trace-phases",
+        action="store_true",
+        help="w64's loop phases per tile for --shapes (DSAV_TRACE build), at the auto split count and --alt-splits",
+    )
     ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's DSA Triton peer")
     ap.add_argument("--no-flashmla", action="store_true", help="skip FlashMLA's sparse peer")
     ap.add_argument(
@@ -559,6 +637,10 @@ def main(argv=None) -> int:
         return 0
     if a.trace:
         print(json.dumps(trace(device, a.reps), indent=1))
+        return 0
+    if a.trace_phases:
+        splits = [None] + ([a.alt_splits] if a.alt_splits else [])
+        print(json.dumps(trace_phases(device, a.reps, shapes, splits), indent=1))
         return 0
     t_start = time.time()
     ceil = measure_ceilings(device)

@@ -738,3 +738,12 @@ def test_dsa_bench_shapes_option_parses_and_refuses_bad_items():
         with pytest.raises(ValueError, match="B:L:n:H"):
             db.parse_shapes(bad)
     assert db.main(["--shapes", "1:2:3"]) == 2  # refused before torch or a device is touched
+
+
+def test_w64_trace_word_decodes_into_four_phase_sums():
+    """csrc W64_PHASE packs SM cycles / 16 per loop phase into 16-bit fields of timeline word 7."""
+    from verify_tools.dsa_bench import W64_PHASES, phase_sums
+
+    packed = (5 << 48) | (4 << 32) | (3 << 16) | 2
+    assert phase_sums(packed) == dict(zip(W64_PHASES, (32, 48, 64, 80)))
+    assert phase_sums(0xFFFF << 48)["store_pv_wait"] == 0xFFFF * 16  # a saturated field reads as its cap

@@ -84,6 +84,22 @@ struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
 
+// Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
+// (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
+// writes them into timeline word 7 as four 16-bit fields in units of 16 cycles (field k at bits 16k).
+#ifdef DSAV_TRACE
+#define W64_PHASE(k)                        \
+  do {                                      \
+    const long long now_ = clock64();       \
+    ph_cycles[k] += (unsigned long long)(now_ - ph_t); \
+    ph_t = now_;                            \
+  } while (0)
+#else
+#define W64_PHASE(k) \
+  do {               \
+  } while (0)
+#endif
+
 template <typename C>
 __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const Params p) {
   using namespace sm90wg;
@@ -97,6 +113,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   const int t = blockIdx.x, s = blockIdx.y, h0 = blockIdx.z * BM;
   if (p.early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (h0 >= p.H) return;
+  DSAV_SPLIT_STAMP(0, dsav_now());
+#ifdef DSAV_TRACE
+  unsigned long long ph_cycles[4] = {0ull, 0ull, 0ull, 0ull};
+  long long ph_t = 0;
+#endif
   const int64_t rows_total = (int64_t)p.T * p.H;
   const uint32_t sQ = base + C::off_q, sKV = base + C::off_kv, sP = base + C::off_p;
   uint8_t* pP = smem + C::off_p;
@@ -151,6 +172,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   if (ntiles == 0) {
     cp_async_wait<0>();  // Q's copies (never read)
     write_empty_split<C>(p, t, s, h0, tid, rows_total);
+    DSAV_SPLIT_STAMP(4, dsav_now());
     return;
   }
   auto issue_tile = [&](int j, const int32_t (&w)[2]) {  // tile j into stage j % 2, with its flags
@@ -272,6 +294,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
+  DSAV_SPLIT_STAMP(1, dsav_now());
+  DSAV_SPLIT_STAMP(5, (unsigned long long)smid_now());
+  DSAV_SPLIT_STAMP(6, (unsigned long long)ntiles);
+#ifdef DSAV_TRACE
+  ph_t = clock64();
+#endif
   for (int j = 0; j < ntiles; ++j) {
     if (C::FP8 || j > 0)
       cp_async_wait<0>();  // fp8: tile j's rope
@@ -279,6 +307,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       cp_async_wait<1>();  // tile 1 stays in flight
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
+    if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
+    W64_PHASE(0);
     const uint32_t sK = sKV + (j & 1) * TILE;
 
     // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); bf16: tile j+1's loads issue
@@ -336,6 +366,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       fence_regs<16>(sc);
     }
 
+    W64_PHASE(1);
     // ---- scale + mask (unused positions -> -inf), row max over this warpgroup's 32 columns ----
     const int* fl = flag + (j & 1) * BN + grp * 32 + 2 * (lane & 3);
     float tmax[2] = {-INFINITY, -INFINITY};
@@ -378,11 +409,22 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     wgmma_fence();
     issue_pv<C::FP8>(o, sP, sK, grp);
     wgmma_commit();
+    W64_PHASE(2);
     store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
+    W64_PHASE(3);
   }
   cp_async_wait<0>();
+  DSAV_SPLIT_STAMP(3, dsav_now());
+#ifdef DSAV_TRACE
+  {
+    unsigned long long packed = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) packed |= (ph_cycles[k] >> 4 < 0xffffull ? ph_cycles[k] >> 4 : 0xffffull) << (16 * k);
+    DSAV_SPLIT_STAMP(7, packed);
+  }
+#endif
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
   publish_row_sums(l_run, red_sum, grp, r0, lane);
@@ -414,6 +456,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if (grp == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
     }
   }
+  DSAV_SPLIT_STAMP(4, dsav_now());
 }
 
 }  // namespace dsav
