@@ -239,6 +239,28 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+#if DSAV_EXPERIMENTAL
+// Config "w64cw" (14): w64's kernels with the wide combine (one warp per (row, head)).
+static cudaError_t launch_combine_wide(const Params& p, cudaStream_t stream) {
+  const long long rows = (long long)p.T * p.H;
+  const unsigned blocks = (unsigned)((rows + COMBINE_WIDE_WARPS - 1) / COMBINE_WIDE_WARPS);
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(blocks);
+  lc.blockDim = dim3(COMBINE_WIDE_WARPS * 32);
+  lc.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&lc, dsa_verify_combine_wide_kernel, p);
+  if (e == cudaSuccess) return cudaSuccess;
+  (void)cudaGetLastError();
+  dsa_verify_combine_wide_kernel<<<blocks, COMBINE_WIDE_WARPS * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+#endif
+
 template <typename C>
 struct Tag {
   using type = C;
@@ -264,6 +286,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
+    case 14: fp8 ? f(Tag<W64F>{}) : f(Tag<W64B>{}); return true;  // w64cw: w64 + the wide combine
 #endif
     default: return false;
   }
@@ -308,6 +331,9 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   cudaError_t e = cudaErrorInvalidValue;  // also for a kernel this module lacks
   with_config(cfg, fp8, [&](auto t) { e = launch_split<typename decltype(t)::type>(p, stream); });
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
+#if DSAV_EXPERIMENTAL
+  if (cfg == 14) return launch_combine_wide(p, stream);
+#endif
   return launch_combine(p, stream);
 }
 

@@ -906,4 +906,70 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
   DSAV_COMBINE_STAMP(2);
 }
 
+#if DSAV_EXPERIMENTAL
+// Experimental (DSAV_EXPERIMENTAL builds, config "w64cw" only): one warp per (row, head) over all 512
+// dims instead of 16 warps of 32 dims, for large T x H (T=64 H=64: 4,096 warps, one wave, instead of
+// 65,536 in ~8 waves). Lane l owns dims 4l + 128k (k < 4); splits are summed in order s = 0, 1, ...
+// with weights exp2(lse_s - max lse) (an empty split, lse = -inf, is skipped: its partial is never read).
+constexpr int COMBINE_WIDE_WARPS = 4;
+__global__ void __launch_bounds__(COMBINE_WIDE_WARPS * 32) dsa_verify_combine_wide_kernel(const Params p) {
+  DSAV_COMBINE_STAMP(0);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  DSAV_COMBINE_STAMP(1);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t rows = (int64_t)p.T * p.H;
+  const int64_t grow = (int64_t)blockIdx.x * COMBINE_WIDE_WARPS + warp;
+  if (grow >= rows) {
+    DSAV_COMBINE_STAMP(2);
+    return;
+  }
+  float mx = -INFINITY;
+  for (int s = lane; s < p.S; s += 32) mx = fmaxf(mx, p.ws_lse[(int64_t)s * rows + grow]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float mref = mx == -INFINITY ? 0.f : mx;
+  float wsum = 0.f;
+  for (int s = lane; s < p.S; s += 32) {
+    const float l = p.ws_lse[(int64_t)s * rows + grow];
+    wsum += l == -INFINITY ? 0.f : exp2f(l - mref);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+  float4 acc[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int s = 0; s < p.S; ++s) {
+    const float l = p.ws_lse[(int64_t)s * rows + grow];
+    const float w = l == -INFINITY ? 0.f : exp2f(l - mref);
+    if (w > 0.f) {  // warp-uniform
+      const float4* src = reinterpret_cast<const float4*>(p.ws_o + ((int64_t)s * rows + grow) * D_V) + lane;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4 v = src[32 * k];
+        acc[k].x += w * v.x;
+        acc[k].y += w * v.y;
+        acc[k].z += w * v.z;
+        acc[k].w += w * v.w;
+      }
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  const int64_t t = grow / p.H;
+  const int h = (int)(grow % p.H);
+  __nv_bfloat16* dst = p.o + t * p.o_st + (int64_t)h * p.o_sh + 4 * lane;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc[k].x * inv, acc[k].y * inv);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(acc[k].z * inv, acc[k].w * inv);
+    uint2 pk;
+    pk.x = *reinterpret_cast<uint32_t*>(&lo);
+    pk.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(dst + 128 * k) = pk;
+  }
+  if (p.lse && lane == 0) p.lse[grow] = wsum > 0.f ? (mref + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+  DSAV_COMBINE_STAMP(2);
+}
+#endif
+
 }  // namespace dsav
