@@ -573,13 +573,17 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs"}
+    assert exp == {"n8rs", "w64cw"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
     assert (cfg.name, S, chunk) == ("n8rs", 2, 1024) and loaded == ["sm_90a"]  # 32 tiles of 32 positions
     with pytest.raises(ValueError, match="fp8"):
         plan(8, 2048, 64, False, "n8rs")
+    # w64cw launches w64's split kernels (only its combine differs): the same plan, either cache
+    for f in (False, True):
+        assert plan(64, 2048, 64, f, "w64cw")[1:4] == (tiles.W64CW, *plan(64, 2048, 64, f, "w64")[2:4])
+    assert tiles.W64CW.kernels_of == "w64" and tiles.W64CW.kv_kinds == (False, True)
     with pytest.raises(ValueError, match="sm_90a only"):
         _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rs")
     assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))
