@@ -115,7 +115,7 @@ N8R = TileConfig("n8r", 8, 8, 128, 2, 8, kind="n8", reg=True)
 # n8rw (every arch, fp8 only): n8r's path with 7 warps x 1 raw stage (91,552 B): one CTA of 7 warps
 # per 100 KB sm_120 SM, the most warps an in-register fp8 config holds there (sm_120a's fp8 config)
 N8RW = TileConfig("n8rw", 12, 8, 112, 1, 7, kind="n8", reg=True)
-# w64 (sm_90a, bf16 and fp8): 64 heads of one row on wgmma, the dense kernel's schedule (bf16 auto for H > 16)
+# w64 (sm_90a, bf16 and fp8): 64 heads of one row on wgmma, the dense kernel's schedule (auto for H > 16)
 W64 = TileConfig("w64", 13, 64, 64, 2, 8, kind="wg")
 CONFIGS = {c.name: c for c in (M16, M32, M64, M16D, M16W, N8, N8S, N8W, N8R, N8RW, W64)}
 # Built into each arch: sm_90a carries the sm_120a configs too, so the Blackwell code path is
@@ -157,7 +157,7 @@ MAX_CLUSTER = 16
 
 def default_config(arch: str, heads: int) -> TileConfig:
     """m16 for H <= 16 (GLM-5 at TP8: H = 8), else the largest mma.sync head tile the arch holds;
-    api.resolve_full refines it (the n8 configs for H <= 8, w64 for a bf16 cache with H > 16 on sm_90a)."""
+    api.resolve_full refines it (the n8 configs for H <= 8, w64 for H > 16 on sm_90a, either cache)."""
     if heads <= 16:
         return M16
     return M64 if arch == "sm_90a" else M32
