@@ -19,8 +19,8 @@
 //   merge runs in rounds (CfgN::MERGE_ROUNDS: one raw stage cannot hold every warp's O^T)
 // cfg 13 "w64": BM 64 heads on warpgroup MMA (wgmma), BN 64 positions, 2 stages, 256 threads
 //   (231,936 B; fp8: f16 tiles of the rows scaled per block by 1 / sigma_b), sm_90a only
-//   (dsa_verify_wgmma.cuh; the dense wgmma kernel's schedule): the sm_90a auto for a bf16 cache with
-//   H > 16
+//   (dsa_verify_wgmma.cuh; the dense wgmma kernel's schedule): the sm_90a auto for H > 16, either
+//   cache
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves the sm_90a-only configs out (sm_120a builds: 99 KiB of smem per block,
