@@ -38,6 +38,7 @@ HEADERS = (
     "wgmma_sm90.cuh",
     "wgmma_tile_sm90.cuh",
     "mla_verify_launch.h",
+    "pdl_launch.h",
     "mla_verify_params.h",
 )
 EXT_NAME = "mla_verify_ext"  # TORCH_EXTENSION_NAME of the prebuilt library (PyInit_mla_verify_ext)

@@ -34,6 +34,7 @@
 #include "dsa_verify_wgmma.cuh"
 #endif
 #include "dsa_verify_launch.h"
+#include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
 // SM: slower than n8rw there), and the sm_120 occupancy emulation (set_sm120_occupancy) that
@@ -223,20 +224,7 @@ static int occupancy() {
 static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   const long long units = (long long)p.T * p.H * COMBINE_SLICES;
   const unsigned blocks = (unsigned)((units + COMBINE_WARPS - 1) / COMBINE_WARPS);
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(blocks);
-  lc.blockDim = dim3(COMBINE_WARPS * 32);
-  lc.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&lc, dsa_verify_combine_kernel, p);
-  if (e == cudaSuccess) return cudaSuccess;
-  (void)cudaGetLastError();  // PDL refused: clear, then a plain stream-ordered launch
-  dsa_verify_combine_kernel<<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(dsa_verify_combine_kernel, blocks, COMBINE_WARPS * 32, p, stream);
 }
 
 #if DSAV_EXPERIMENTAL
@@ -244,20 +232,7 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
 static cudaError_t launch_combine_wide(const Params& p, cudaStream_t stream) {
   const long long rows = (long long)p.T * p.H;
   const unsigned blocks = (unsigned)((rows + COMBINE_WIDE_WARPS - 1) / COMBINE_WIDE_WARPS);
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(blocks);
-  lc.blockDim = dim3(COMBINE_WIDE_WARPS * 32);
-  lc.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&lc, dsa_verify_combine_wide_kernel, p);
-  if (e == cudaSuccess) return cudaSuccess;
-  (void)cudaGetLastError();
-  dsa_verify_combine_wide_kernel<<<blocks, COMBINE_WIDE_WARPS * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(dsa_verify_combine_wide_kernel, blocks, COMBINE_WIDE_WARPS * 32, p, stream);
 }
 #endif
 

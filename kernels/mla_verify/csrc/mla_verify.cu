@@ -6,6 +6,7 @@
 // MLAV_BUILD_CFG90=0 leaves configs 0 and 2 out (sm_120a builds: no wgmma, and 99 KiB of smem).
 #include "mla_verify_kernel.cuh"
 #include "mla_verify_launch.h"
+#include "pdl_launch.h"
 
 #ifndef MLAV_BUILD_CFG90
 #define MLAV_BUILD_CFG90 1
@@ -94,21 +95,7 @@ static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
       }
     }
   }
-  const unsigned blocks = (unsigned)need;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(blocks);
-  lc.blockDim = dim3(COMBINE_WARPS * 32);
-  lc.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&lc, kernel, p);
-  if (e == cudaSuccess) return cudaSuccess;
-  (void)cudaGetLastError();  // clear, then fall back to a stream-ordered launch
-  kernel<<<blocks, COMBINE_WARPS * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(kernel, (unsigned)need, COMBINE_WARPS * 32, p, stream);
 }
 
 static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
