@@ -204,7 +204,23 @@ def _ctas_per_sm(mod, device, cfg: tiles.TileConfig, fp8: bool) -> int:
 
 
 _CLUSTERS: dict = {}
-COMBINES = ("auto", "kernel", "cluster")
+COMBINES = ("auto", "kernel", "sliced", "wide", "cluster")
+# S > 1 splits merge in the wide combine kernel (one warp per (row, head) over all 512 dims) from this
+# many (row, head) pairs on, else in the sliced one (16 warps of 32 dims per (row, head)). H200
+# session 12 (same run, CUPTI span, w64 + wide / w64 + sliced): T x H = 4,096 (T=64 H=64, S=2) bf16
+# 0.594 (56.9 vs 95.8 us), fp8 0.659; 2,048 (T=32 H=64, S=4) 0.684 / 0.746, (T=64 H=32) 0.740 / 0.798;
+# 256 (T=4 H=64, S=16) 1.110 / 1.059: too few warps to hide the partials' latency.
+COMBINE_WIDE_MIN_ROWS = 1024
+
+
+def combine_wide(T: int, H: int, combine: str = "auto") -> bool:
+    """Whether a call's S > 1 splits merge in the wide combine kernel: combine="wide" / "sliced"
+    force it, anything else takes it from T x H >= COMBINE_WIDE_MIN_ROWS (shapes only: graph-safe)."""
+    if combine in ("wide", "sliced"):
+        return combine == "wide"
+    return T * H >= COMBINE_WIDE_MIN_ROWS
+
+
 # auto picks m16w at B=1 (H <= 16, sm_90a) only when this is True. Off: on the H200 (run 5) m16w
 # was no faster in bf16 (11.49 vs m16's 11.31 us CUPTI span at B=1 n=4 H=8) and 7% faster in fp8
 # (12.86 vs 13.82 us), and it has passed only two hostile parity cases (no graph replay, no full
@@ -276,7 +292,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     one thread-block cluster that merges in DSMEM; sm_90a, configs tiles.CLUSTER_CONFIGS only).
 
     combine="auto" and "kernel": the combine kernel (run 4 measured the cluster merge no faster:
-    the PDL-launched combine already overlaps the split grid); "cluster" requires the cluster
+    the PDL-launched combine already overlaps the split grid), wide or sliced by combine_wide();
+    "wide" / "sliced" force that combine kernel; "cluster" requires the cluster
     (an automatic plan is rounded down to a power of two <= 16). With AUTO_M16W set and
     tile_config="auto" on sm_90a with H <= 16, the 8-warp m16w config with one 64-position tile
     per split replaces m16 when that grid fits one wave (B=1 latency regime; off by default).
@@ -349,11 +366,14 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     return mod, cfg, S, chunk, one_wave, cluster
 
 
-def trace_numel(T: int, H: int, num_splits: int, cfg: tiles.TileConfig, cluster: int = 0) -> int:
-    """int64 words of a diagnostic timeline: 8 per split CTA, plus 8 per combine CTA (4 per (row,
-    head): 16 warps of one 32-dim slice each, 4 warps per CTA; csrc combine_blocks)."""
+def trace_numel(T: int, H: int, num_splits: int, cfg: tiles.TileConfig, cluster: int = 0, wide: bool = False) -> int:
+    """int64 words of a diagnostic timeline: 8 per split CTA, plus 8 per combine CTA (csrc
+    combine_blocks, 4 warps per CTA: sliced, 4 CTAs per (row, head) of 16 one-slice warps; wide, one
+    CTA per 4 (row, head) pairs)."""
     split_ctas = T * num_splits * math.ceil(H / cfg.block_m)
-    combine_ctas = T * H * 4 if num_splits > 1 and not cluster else 0
+    combine_ctas = 0
+    if num_splits > 1 and not cluster:
+        combine_ctas = math.ceil(T * H / 4) if wide else T * H * 4
     return 8 * (split_ctas + combine_ctas)
 
 
@@ -386,7 +406,7 @@ def dsa_verify_fwd(
     `workspace`: fp32 CUDA tensor with >= workspace_numel_for(...) elements (required under CUDA
     graph capture when the plan splits; otherwise a cached buffer is grown on first use).
     `num_splits` / `tile_config` ("auto" or a tiles.CONFIGS name) / `combine` ("auto",
-    "kernel", "cluster": see resolve_full) override the heuristics (tests, bench).
+    "kernel", "sliced", "wide", "cluster": see resolve_full) override the heuristics (tests, bench).
     `trace` (diagnostics only): a contiguous int64 CUDA tensor of >= trace_numel(...) words; the
     call then runs the DSAV_TRACE build (_build.load_trace, JIT) and fills the per-CTA timeline."""
     import torch
@@ -401,6 +421,7 @@ def dsa_verify_fwd(
     if T == 0:
         return out
     need = 0 if cluster else workspace_numel(S, T, H)
+    wide = combine_wide(T, H, combine)
     if need:
         if workspace is None:
             key = str(q_all.device)
@@ -424,7 +445,7 @@ def dsa_verify_fwd(
     if trace is not None:
         from ._build import load_trace
 
-        need_tr = trace_numel(T, H, S, cfg, cluster)
+        need_tr = trace_numel(T, H, S, cfg, cluster, wide)
         if not (
             _is_tensor(trace)
             and trace.dtype == torch.int64
@@ -450,6 +471,7 @@ def dsa_verify_fwd(
         workspace if need else None,
         int(one_wave and S > 1 and not cluster),
         int(cluster),
+        int(wide),
         *extra,
     )
     return out

@@ -42,7 +42,6 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    kernels_of: str = ""  # an experimental config that launches another config's split kernels (w64cw: w64's)
 
     @property
     def fp8_only(self) -> bool:
@@ -131,11 +130,9 @@ ARCH_CONFIGS = {
 # one CTA per 100 KB sm_120 SM, so 2 warps per SM there; slower than n8rw under the sm_120 occupancy
 # emulation, session 8)
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
-# w64cw: w64's kernels with the experimental wide combine (one warp per (row, head) over all 512
-# dims; csrc dsa_verify_combine_wide_kernel), for T x H in the thousands, where the combine's 16 warps
-# per (row, head) run in ~8 waves (session 11 call 9). Not yet run on a GPU.
-W64CW = TileConfig("w64cw", 14, 64, 64, 2, 8, kind="wg", kernels_of="w64")
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64CW)}
+# (w64cw, w64 with the wide combine, measured in session 12 and shipped as the combine kernel of every
+# config for large T x H: api.combine_wide.)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.

@@ -390,7 +390,7 @@ def dsa_build(arch: str, nvcc: str, experimental: bool = False) -> dict:
     kernels, errors = rep["kernels"], rep["errors"]
     want = {(c.name, f) for c in dsa_tiles.ARCH_CONFIGS[arch] for f in c.kv_kinds}
     if experimental and arch == "sm_90a":
-        want |= {(c.kernels_of or c.name, f) for c in dsa_tiles.EXPERIMENTAL_CONFIGS.values() for f in c.kv_kinds}
+        want |= {(c.name, f) for c in dsa_tiles.EXPERIMENTAL_CONFIGS.values() for f in c.kv_kinds}
     got = {(k["tile_config"], k["fp8"]) for k in kernels if k["tile_config"]}
     if want - got and rep["returncode"] == 0:  # after a "no kernels" error, before the spill one
         errors.insert(0 if kernels else 1, f"configs missing from the cubin: {sorted(want - got)}")

@@ -466,7 +466,7 @@ def trace(device, reps: int) -> dict:
 
     import torch
 
-    from dsa_verify.api import dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
+    from dsa_verify.api import combine_wide, dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
     from dsa_verify.layout import quantize_rows
 
     spec = DsaCase("trace", (32768,), 4, 8, seed=3, poison=False)
@@ -481,7 +481,7 @@ def trace(device, reps: int) -> dict:
             lab = f"{kvname}_{cfg}_S{S or 'auto'}"
             try:
                 _, tc, s_run, _, _, cl = resolve_full(device, 8, 2048, 4, kvname == "fp8", cfg, S)
-                n_tr = trace_numel(4, 8, s_run, tc, cl)
+                n_tr = trace_numel(4, 8, s_run, tc, cl, combine_wide(4, 8))
                 n_split = 4 * s_run * -(-8 // tc.block_m)
                 tr = torch.zeros(n_tr, dtype=torch.int64, device=device)
                 ws = torch.empty(max(1, workspace_numel_for(q, cache, pt, cfg, S)), dtype=torch.float32, device=device)
@@ -508,6 +508,13 @@ def trace(device, reps: int) -> dict:
     return res
 
 
+def combine_label(S: int, cluster: int, wide: bool) -> str:
+    """How a plan's splits merge: none (S = 1), clusterN (DSMEM), or the wide / sliced combine kernel."""
+    if S <= 1:
+        return "none"
+    return f"cluster{cluster}" if cluster else ("wide" if wide else "sliced")
+
+
 W64_PHASES = ("wait_barrier", "s", "softmax_pv_issue", "store_pv_wait")
 
 
@@ -524,7 +531,7 @@ def trace_phases(device, reps: int, shapes, splits) -> dict:
     `reps` calls after an L2 flush."""
     import torch
 
-    from dsa_verify.api import dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
+    from dsa_verify.api import combine_wide, dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
     from dsa_verify.layout import quantize_rows
 
     timer = Timer(device)
@@ -542,7 +549,8 @@ def trace_phases(device, reps: int, shapes, splits) -> dict:
                 try:
                     _, tc, s_run, _, _, cl = resolve_full(device, H, 2048, T, kvname == "fp8", "w64", S)
                     n_split = T * s_run * -(-H // tc.block_m)
-                    tr = torch.zeros(trace_numel(T, H, s_run, tc, cl), dtype=torch.int64, device=device)
+                    wide = combine_wide(T, H)
+                    tr = torch.zeros(trace_numel(T, H, s_run, tc, cl, wide), dtype=torch.int64, device=device)
                     ws = torch.empty(
                         max(1, workspace_numel_for(q, cache, pt, "w64", S)), dtype=torch.float32, device=device
                     )
@@ -555,7 +563,8 @@ def trace_phases(device, reps: int, shapes, splits) -> dict:
                         tr.zero_()
                         dsa_verify_fwd(*args, **kw)
                         torch.cuda.synchronize()
-                        w = tr.cpu().view(-1, 8)[:n_split].long()
+                        words = tr.cpu().view(-1, 8).long()
+                        w, cw = words[:n_split], words[n_split:]
                         live = w[:, 6] > 0
                         w = w[live]
                         nt = w[:, 6].double()
@@ -568,12 +577,14 @@ def trace_phases(device, reps: int, shapes, splits) -> dict:
                             "prologue_us_med": float(((w[:, 2] - w[:, 0]).double() * 1e-3).median()),
                             "split_end_us": float(((w[:, 4] - t0).double() * 1e-3).max()),
                         }
+                        if len(cw):  # the combine CTAs' end stamps (word 2)
+                            row["combine_end_us"] = float(((cw[:, 2] - t0).double() * 1e-3).max())
                         ph = [phase_sums(int(x)) for x in w[:, 7].tolist()]
                         for name in W64_PHASES:
                             per_tile = torch.tensor([p[name] for p in ph], dtype=torch.float64) / nt.cpu()
                             row[f"{name}_cycles_per_tile_med"] = float(per_tile.median())
                         samples.append(row)
-                    res[lab] = {"plan": f"{tc.name} S={s_run}"}
+                    res[lab] = {"plan": f"{tc.name} S={s_run} combine={combine_label(s_run, cl, wide)}"}
                     for k in samples[0]:
                         res[lab][k] = statistics.median(x[k] for x in samples)
                 except Exception as exc:
@@ -605,6 +616,12 @@ def main(argv=None) -> int:
         "--alt-splits", type=int, default=None, help="--alt-config with this split count instead of its own plan"
     )
     ap.add_argument(
+        "--alt-combine",
+        default="auto",
+        choices=("auto", "sliced", "wide"),
+        help="--alt-config (default: auto) with this combine kernel for split plans",
+    )
+    ap.add_argument(
         "--sm120-occupancy",
         action="store_true",
         help="run ours as an sm_120 SM would hold it (smem padded to its CTAs per SM; sm_120a's config rules)",
@@ -621,7 +638,14 @@ def main(argv=None) -> int:
         return _emit(blocked_doc(f"torch not importable: {exc}"), a, EXIT_BLOCKED)
     if not torch.cuda.is_available():
         return _emit(blocked_doc(f"no CUDA device on host {socket.gethostname()}"), a, EXIT_BLOCKED)
-    from dsa_verify.api import device_info, dsa_verify_fwd, emulate_sm120_occupancy, resolve_full, workspace_numel_for
+    from dsa_verify.api import (
+        combine_wide,
+        device_info,
+        dsa_verify_fwd,
+        emulate_sm120_occupancy,
+        resolve_full,
+        workspace_numel_for,
+    )
     from dsa_verify.layout import quantize_rows
     from verify_tools.dsa_parity import sglang_triton
 
@@ -642,6 +666,7 @@ def main(argv=None) -> int:
         splits = [None] + ([a.alt_splits] if a.alt_splits else [])
         print(json.dumps(trace_phases(device, a.reps, shapes, splits), indent=1))
         return 0
+    alt_config = a.alt_config or ("auto" if a.alt_combine != "auto" else "")
     t_start = time.time()
     ceil = measure_ceilings(device)
     bw, fl = ceil["copy_bytes_per_s"], ceil["bf16_matmul_flops_per_s"]
@@ -689,7 +714,7 @@ def main(argv=None) -> int:
                 "kv": kvname,
                 "config": cfg.name,
                 "splits": S,
-                "combine": f"cluster{cluster}" if cluster else ("kernel" if S > 1 else "none"),
+                "combine": combine_label(S, cluster, combine_wide(T, H)),
                 "floor_s": floor,
                 "floor_bound": "bytes" if byt / bw >= flops / fl else "flops",
                 "floor_shared_s": floor_sh,
@@ -705,27 +730,29 @@ def main(argv=None) -> int:
             except Exception as exc:
                 row["ours_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 failures += 1
-            if a.alt_config:
+            if alt_config:
                 try:
-                    _, acfg, aS, _, _, _ = resolve_full(device, H, TOPK, T, kvname == "fp8", a.alt_config, a.alt_splits)
+                    _, acfg, aS, _, _, acl = resolve_full(device, H, TOPK, T, kvname == "fp8", alt_config, a.alt_splits)
                     aws = torch.empty(
-                        max(1, workspace_numel_for(q, kv, pt, a.alt_config, a.alt_splits)),
+                        max(1, workspace_numel_for(q, kv, pt, alt_config, a.alt_splits)),
                         dtype=torch.float32,
                         device=device,
                     )
                     aout = torch.empty_like(out)
                     keep += [aws, aout]
-                    afn = lambda q=q, kv=kv, pt=pt, sl=sl, o=aout, w=aws: dsa_verify_fwd(  # noqa: E731
-                        q, kv, pt, sl, SM_SCALE, out=o, workspace=w, tile_config=a.alt_config, num_splits=a.alt_splits
+                    akw = {"tile_config": alt_config, "num_splits": a.alt_splits, "combine": a.alt_combine}
+                    afn = lambda q=q, kv=kv, pt=pt, sl=sl, o=aout, w=aws, kw=akw: dsa_verify_fwd(  # noqa: E731
+                        q, kv, pt, sl, SM_SCALE, out=o, workspace=w, **kw
                     )
-                    row["alt"] = {"config": acfg.name, "splits": aS}
+                    alabel = combine_label(aS, acl, combine_wide(T, H, a.alt_combine))
+                    row["alt"] = {"config": acfg.name, "splits": aS, "combine": alabel}
                     fns[("alt", kvname)] = afn
                     graphs[("alt", kvname)] = g = timer.graph(afn)
                     row["alt"]["replay_s"] = timer.time(afn, a.reps, g)
                     if "ours_replay_s" in row:
                         row["alt"]["max_abs_diff_vs_ours"] = float((aout.float() - out.float()).abs().max())
                 except Exception as exc:
-                    row["alt"] = {"config": a.alt_config, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    row["alt"] = {"config": alt_config, "error": f"{type(exc).__name__}: {exc}"[:300]}
                     fns.pop(("alt", kvname), None)
                     graphs.pop(("alt", kvname), None)
             if kvname == "bf16":
@@ -892,7 +919,7 @@ def _peer_columns(r: dict) -> str:
     alt = r.get("alt")
     if alt:
         out += (
-            f" alt={alt.get('config')} S={alt.get('splits')} alt/auto={alt.get('time_over_auto', nan):.3f} "
+            f" alt={alt.get('config')} S={alt.get('splits')} {alt.get('combine', '')} alt/auto={alt.get('time_over_auto', nan):.3f} "
             f"alt_diff={alt.get('max_abs_diff_vs_ours')} {alt.get('error', '')}"
         )
     fm = r.get("flashmla", {})

@@ -188,9 +188,11 @@ def sglang_triton():
 
 
 def configs_for(arch: str, which: str) -> list:
-    """Config labels: "auto" (what a plain call runs), each tile config built for the arch, and on
-    sm_90a "<name>/cluster" for the configs whose splits can merge in a thread-block cluster. A
-    comma list may also name the experimental configs (sm_90a; never part of "all")."""
+    """Config labels: "auto" (what a plain call runs), each tile config built for the arch, on
+    sm_90a "<name>/cluster" for the configs whose splits can merge in a thread-block cluster, and
+    "auto/sliced" / "auto/wide" (auto's plan with that combine kernel forced, so every case runs both
+    whatever T x H picks). A comma list may also name the experimental configs (sm_90a; never part
+    of "all")."""
     from dsa_verify import tiles
 
     if which == "auto":
@@ -207,11 +209,11 @@ def configs_for(arch: str, which: str) -> list:
         out.append(c.name)
         if arch == "sm_90a" and c.name in tiles.CLUSTER_CONFIGS:
             out.append(c.name + "/cluster")
-    return out
+    return out + ["auto/sliced", "auto/wide"]
 
 
 def call_kwargs(label: str) -> dict:
-    """dsa_verify_fwd keywords of a config label ("m16", "m16/cluster", "auto")."""
+    """dsa_verify_fwd keywords of a config label ("m16", "m16/cluster", "auto", "auto/wide")."""
     name, _, combine = label.partition("/")
     return {"tile_config": name, "combine": combine or "auto"}
 

@@ -14,7 +14,8 @@
 # DSA_MODE=dev: build check, parity --quick (every config, graph replay), the trace, the breakdown,
 #   the headline bench shapes with ALT_CONFIG (default n8) timed beside auto in the same run.
 # DSA_MODE=ab: build check, parity with the given args (no --quick added), the headline bench shapes
-#   with each ALT_CONFIG entry (comma-separated, default n8) timed beside auto in the same run (no
+#   with each ALT_CONFIG entry (comma-separated, default n8; CFG.COMBINE forces the alt's combine
+#   kernel too, e.g. auto.wide) timed beside auto in the same run (no
 #   trace, no breakdown). DSA_PYTEST=1 (ab): then the GPU pytest file, as in iter.
 # BENCH_SHAPES (ab, final): the bench's --shapes instead of its grid (e.g. only the H=8 headline
 #   shapes: the H=64 one runs SGLang's Triton autotune, ~80 s on the H200).
@@ -62,11 +63,14 @@ print_bench() {  # the bench's own row printer, also for a partial document left
     || echo "bench json unreadable: $1"
 }
 ab_bench() {  # the headline bench shapes (or BENCH_SHAPES) timed beside auto, same run, once per
-  # ALT_CONFIG entry (comma-separated, default n8): dsa_bench_<alt>.json each
-  local alt
+  # ALT_CONFIG entry (comma-separated, default n8; CFG.COMBINE, e.g. auto.sliced, also forces the
+  # alt's combine kernel: --alt-combine): dsa_bench_<alt>.json each
+  local alt cfg comb
   for alt in $(echo "${ALT_CONFIG:-n8}" | tr ',' ' '); do
+    cfg=${alt%%.*}; comb=auto; [ "$cfg" != "$alt" ] && comb=${alt#*.}
     timeout "${BENCH_TIMEOUT:-150}" python3 -m verify_tools.dsa_bench --quick ${BENCH_SHAPES:+--shapes "$BENCH_SHAPES"} \
-      --reps 20 --budget-s "$BUDGET" --alt-config "$alt" ${BENCH_ARGS:-} --out "$OUT/dsa_bench_$alt.json" 2> "/tmp/dsa_bench_$alt.err"
+      --reps 20 --budget-s "$BUDGET" --alt-config "$cfg" --alt-combine "$comb" ${BENCH_ARGS:-} \
+      --out "$OUT/dsa_bench_$alt.json" 2> "/tmp/dsa_bench_$alt.err"
     echo "bench $alt rc=$?"; grep -v -i "warn" "/tmp/dsa_bench_$alt.err" | tail -8
     print_bench "$OUT/dsa_bench_$alt.json"
   done

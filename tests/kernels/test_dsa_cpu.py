@@ -3,8 +3,6 @@ inputs, argument validation, split plan and the nvcc/ptxas build check (sm_90a a
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -368,6 +366,21 @@ def test_plan_picks_the_wgmma_config_above_16_heads_on_sm90a(monkeypatch):
     assert _fake_plan(monkeypatch, arch="sm_120a")(64, 2048, 64, False)[1].name == "m32"  # no wgmma there
 
 
+def test_combine_kernel_is_wide_from_1024_row_head_pairs_and_can_be_forced():
+    # H200 session 12: the wide combine 0.59-0.80x at T x H >= 2,048, 1.11x at 256 (B=1 n=4 H=64)
+    assert api.COMBINE_WIDE_MIN_ROWS == 1024
+    assert not api.combine_wide(4, 64) and not api.combine_wide(4, 8)  # B=1 n=4: sliced
+    assert api.combine_wide(64, 64) and api.combine_wide(16, 64) and api.combine_wide(256, 8)
+    assert not api.combine_wide(64, 64, "sliced") and api.combine_wide(4, 8, "wide")
+    assert api.combine_wide(64, 64, "kernel") and not api.combine_wide(4, 8, "kernel")
+    # the trace holds 8 words per CTA: sliced 4 CTAs per (row, head), wide one per 4 pairs
+    w = tiles.W64
+    assert api.trace_numel(64, 64, 2, w) == 8 * (64 * 2 + 64 * 64 * 4)
+    assert api.trace_numel(64, 64, 2, w, wide=True) == 8 * (64 * 2 + 64 * 64 // 4)
+    assert api.trace_numel(3, 1, 2, w, wide=True) == 8 * (3 * 2 + 1)
+    assert api.trace_numel(64, 64, 1, w, wide=True) == 8 * 64  # no split: no combine CTAs
+
+
 def test_cluster_plan_refusals(monkeypatch):
     plan = _fake_plan(monkeypatch, arch="sm_120a")
     _, cfg, _, _, _, cluster = plan(8, 2048, 4, False)
@@ -393,14 +406,17 @@ def test_parity_config_labels():
     labels = dsa_parity.configs_for("sm_90a", "all")
     assert labels == [
         "auto", "m16", "m16/cluster", "m32", "m64", "m16d", "m16d/cluster", "m16w", "m16w/cluster", "n8", "n8s",
-        "n8w", "n8r", "n8rw", "w64",
+        "n8w", "n8r", "n8rw", "w64", "auto/sliced", "auto/wide",
     ]  # fmt: skip
-    assert dsa_parity.configs_for("sm_120a", "all") == ["auto", "m16", "m32", "n8s", "n8rw"]
+    assert dsa_parity.configs_for("sm_120a", "all") == [
+        "auto", "m16", "m32", "n8s", "n8rw", "auto/sliced", "auto/wide",
+    ]  # fmt: skip
     assert dsa_parity.configs_for("sm_90a", "n8,m16/cluster") == ["n8", "m16/cluster"]
     with pytest.raises(ValueError, match="m64"):
         dsa_parity.configs_for("sm_120a", "m64")  # not built for sm_120a
     assert dsa_parity.call_kwargs("m16/cluster") == {"tile_config": "m16", "combine": "cluster"}
     assert dsa_parity.call_kwargs("auto") == {"tile_config": "auto", "combine": "auto"}
+    assert dsa_parity.call_kwargs("auto/wide") == {"tile_config": "auto", "combine": "wide"}
     split, n8 = "_ZN4dsav23dsa_verify_split_kernelINS_3Cfg", "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgN"
     mangled = {
         split + "ILi16ELi32ELi4ELb0ELi0EEEEEvNS_6ParamsE": (tiles.M16D, False),
@@ -508,7 +524,9 @@ def test_build_check_compiles_without_spills(arch, nvcc_path):
     assert names == {(c.name, f) for c in tiles.ARCH_CONFIGS[arch] for f in c.kv_kinds}
     assert ("n8r", False) not in names, "n8r is fp8 only"
     assert all(k["smem_bytes"] <= tiles.SMEM_LIMIT[arch] for k in doc["kernels"])
-    assert math.isclose(len(doc["kernels"]), len(names) + 1)  # + the combine kernel
+    assert len(doc["kernels"]) == len(names) + 2  # + the sliced and the wide combine kernels
+    combines = sorted(k["name"] for k in doc["kernels"] if not k["tile_config"])
+    assert ["combine_kernel" in combines[0], "combine_wide_kernel" in combines[1]] == [True, True], combines
     assert not names & {(n, f) for n in tiles.EXPERIMENTAL_CONFIGS for f in (False, True)}, "phase 0's build"
 
 
@@ -573,17 +591,13 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs", "w64cw"}
+    assert exp == {"n8rs"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
     assert (cfg.name, S, chunk) == ("n8rs", 2, 1024) and loaded == ["sm_90a"]  # 32 tiles of 32 positions
     with pytest.raises(ValueError, match="fp8"):
         plan(8, 2048, 64, False, "n8rs")
-    # w64cw launches w64's split kernels (only its combine differs): the same plan, either cache
-    for f in (False, True):
-        assert plan(64, 2048, 64, f, "w64cw")[1:4] == (tiles.W64CW, *plan(64, 2048, 64, f, "w64")[2:4])
-    assert tiles.W64CW.kernels_of == "w64" and tiles.W64CW.kv_kinds == (False, True)
     with pytest.raises(ValueError, match="sm_90a only"):
         _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rs")
     assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))

@@ -14,7 +14,7 @@ namespace {
 void fwd_impl(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
               at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
               int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
-              int64_t cluster, const at::Tensor* trace) {
+              int64_t cluster, int64_t combine_wide, const at::Tensor* trace) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q must be a CUDA bf16 tensor");
   TORCH_CHECK(dsav::config_compiled((int)cfg), "tile config not compiled into this module");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -40,6 +40,7 @@ void fwd_impl(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, 
   p.scale_log2 = (float)scale_log2;
   p.early_trigger = (int)early_trigger;
   p.cluster = (int)cluster;
+  p.combine_wide = (int)(combine_wide != 0);
   if (p.S > 1 && !p.cluster) {
     TORCH_CHECK(workspace.has_value() && workspace->defined(), "workspace required when num_splits > 1");
     const int64_t rows = (int64_t)p.T * p.H;
@@ -56,7 +57,7 @@ void fwd_impl(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, 
                 "trace must be a contiguous CUDA int64 tensor");
     const int64_t bm = dsav::config_block_m((int)cfg);
     const int64_t split_ctas = (int64_t)p.T * p.S * ((p.H + bm - 1) / bm);
-    const int64_t combine_ctas = (p.S > 1 && !p.cluster) ? (int64_t)dsav::combine_blocks((long long)p.T * p.H) : 0;
+    const int64_t combine_ctas = (p.S > 1 && !p.cluster) ? (int64_t)dsav::combine_blocks((long long)p.T * p.H, p.combine_wide) : 0;
     TORCH_CHECK(trace->numel() >= 8 * (split_ctas + combine_ctas), "trace too small");
     p.trace = reinterpret_cast<unsigned long long*>(trace->data_ptr<int64_t>());
     p.trace_split_ctas = split_ctas;
@@ -71,18 +72,18 @@ void fwd_impl(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, 
 void fwd(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
          at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
          int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
-         int64_t cluster) {
+         int64_t cluster, int64_t combine_wide) {
   fwd_impl(q, kv, idx, seq_lens, o, lse, fp8, num_splits, chunk, cfg, scale_log2, workspace, early_trigger, cluster,
-           nullptr);
+           combine_wide, nullptr);
 }
 
 #ifdef DSAV_TRACE
 void fwd_trace(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& idx, const at::Tensor& seq_lens,
                at::Tensor& o, const std::optional<at::Tensor>& lse, int64_t fp8, int64_t num_splits, int64_t chunk,
                int64_t cfg, double scale_log2, const std::optional<at::Tensor>& workspace, int64_t early_trigger,
-               int64_t cluster, const at::Tensor& trace) {
+               int64_t cluster, int64_t combine_wide, const at::Tensor& trace) {
   fwd_impl(q, kv, idx, seq_lens, o, lse, fp8, num_splits, chunk, cfg, scale_log2, workspace, early_trigger, cluster,
-           &trace);
+           combine_wide, &trace);
 }
 #endif
 

@@ -22,6 +22,8 @@
 //   (dsa_verify_wgmma.cuh; the dense wgmma kernel's schedule): the sm_90a auto for H > 16, either
 //   cache
 // m16 / m16d / m16w can run as thread-block clusters of S splits with the combine fused (p.cluster).
+// Otherwise S > 1 splits merge in a combine kernel: the sliced one (16 warps of 32 dims per (row,
+// head)) or, with p.combine_wide, the wide one (one warp per (row, head)); the host picks.
 // The byte counts are Cfg<>::bytes; kernels/dsa_verify/tiles.py mirrors them.
 // DSAV_BUILD_CFG90=0 leaves the sm_90a-only configs out (sm_120a builds: 99 KiB of smem per block,
 // no wgmma).
@@ -221,20 +223,20 @@ static int occupancy() {
   return n;
 }
 
+long long combine_blocks(long long rows, bool wide) {
+  return wide ? (rows + COMBINE_WIDE_WARPS - 1) / COMBINE_WIDE_WARPS
+              : (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS;
+}
+
 static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
-  const long long units = (long long)p.T * p.H * COMBINE_SLICES;
-  const unsigned blocks = (unsigned)((units + COMBINE_WARPS - 1) / COMBINE_WARPS);
+  const unsigned blocks = (unsigned)combine_blocks((long long)p.T * p.H, false);
   return launch_pdl(dsa_verify_combine_kernel, blocks, COMBINE_WARPS * 32, p, stream);
 }
 
-#if DSAV_EXPERIMENTAL
-// Config "w64cw" (14): w64's kernels with the wide combine (one warp per (row, head)).
 static cudaError_t launch_combine_wide(const Params& p, cudaStream_t stream) {
-  const long long rows = (long long)p.T * p.H;
-  const unsigned blocks = (unsigned)((rows + COMBINE_WIDE_WARPS - 1) / COMBINE_WIDE_WARPS);
+  const unsigned blocks = (unsigned)combine_blocks((long long)p.T * p.H, true);
   return launch_pdl(dsa_verify_combine_wide_kernel, blocks, COMBINE_WIDE_WARPS * 32, p, stream);
 }
-#endif
 
 template <typename C>
 struct Tag {
@@ -261,7 +263,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: fp8 ? f(Tag<W64F>{}) : f(Tag<W64B>{}); return true;  // w64cw: w64 + the wide combine
 #endif
     default: return false;
   }
@@ -273,7 +274,6 @@ int config_block_m(int cfg) {
     with_config(cfg, false, [&](auto t) { bm = decltype(t)::type::BM; });
   return bm;
 }
-long long combine_blocks(long long rows) { return (rows * COMBINE_SLICES + COMBINE_WARPS - 1) / COMBINE_WARPS; }
 
 int config_smem_bytes(int cfg, bool fp8) {
   int bytes = 0;
@@ -306,10 +306,7 @@ cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream) {
   cudaError_t e = cudaErrorInvalidValue;  // also for a kernel this module lacks
   with_config(cfg, fp8, [&](auto t) { e = launch_split<typename decltype(t)::type>(p, stream); });
   if (e != cudaSuccess || p.S == 1 || p.cluster) return e;
-#if DSAV_EXPERIMENTAL
-  if (cfg == 14) return launch_combine_wide(p, stream);
-#endif
-  return launch_combine(p, stream);
+  return p.combine_wide ? launch_combine_wide(p, stream) : launch_combine(p, stream);
 }
 
 }  // namespace dsav

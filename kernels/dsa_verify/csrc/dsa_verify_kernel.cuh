@@ -906,11 +906,12 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
   DSAV_COMBINE_STAMP(2);
 }
 
-#if DSAV_EXPERIMENTAL
-// Experimental (DSAV_EXPERIMENTAL builds, config "w64cw" only): one warp per (row, head) over all 512
-// dims instead of 16 warps of 32 dims, for large T x H (T=64 H=64: 4,096 warps, one wave, instead of
-// 65,536 in ~8 waves). Lane l owns dims 4l + 128k (k < 4); splits are summed in order s = 0, 1, ...
-// with weights exp2(lse_s - max lse) (an empty split, lse = -inf, is skipped: its partial is never read).
+// The wide combine (p.combine_wide = 1; the host picks it for T x H >= api.COMBINE_WIDE_MIN_ROWS): one
+// warp per (row, head) over all 512 dims instead of 16 warps of 32 dims (T=64 H=64: 4,096 warps in one
+// wave instead of 65,536 in ~8; H200 session 12: 0.59-0.80x the time of w64 + the sliced combine at
+// T x H >= 2,048, 1.11x at T=4 H=64). Lane l owns dims 4l + 128k (k < 4); splits are summed in order
+// s = 0, 1, ... with weights exp2(lse_s - max lse) (an empty split, lse = -inf, is skipped: its partial
+// is never read), so the result is bitwise deterministic.
 constexpr int COMBINE_WIDE_WARPS = 4;
 __global__ void __launch_bounds__(COMBINE_WIDE_WARPS * 32) dsa_verify_combine_wide_kernel(const Params p) {
   DSAV_COMBINE_STAMP(0);
@@ -970,6 +971,5 @@ __global__ void __launch_bounds__(COMBINE_WIDE_WARPS * 32) dsa_verify_combine_wi
   if (p.lse && lane == 0) p.lse[grow] = wsum > 0.f ? (mref + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
   DSAV_COMBINE_STAMP(2);
 }
-#endif
 
 }  // namespace dsav

@@ -9,7 +9,7 @@ struct Params;
 // fp8: cache rows are SGLang's 656-byte fp8 layout instead of 576 bf16.
 cudaError_t launch(const Params& p, int cfg, bool fp8, cudaStream_t stream);
 int config_block_m(int cfg);
-long long combine_blocks(long long rows);  // CTAs of the combine kernel for T*H rows
+long long combine_blocks(long long rows, bool wide);  // CTAs of the (wide) combine kernel for T*H rows
 int config_smem_bytes(int cfg, bool fp8);
 bool config_compiled(int cfg);
 int config_ctas_per_sm(int cfg, bool fp8);  // occupancy on the current device (0 on error)

@@ -16,6 +16,8 @@ struct Params {
   int T, H, topk, S, chunk;                      // rows, heads, index width, splits, positions per split
   float scale_log2;                              // sm_scale * log2(e)
   int early_trigger;                             // 1: split grid fits one wave, trigger the combine launch early
+  int combine_wide;                              // 1: the wide combine kernel (one warp per (row, head)),
+                                                 // 0: the sliced one (16 warps of 32 dims per (row, head))
   float* ws_o;                                   // [S, T*H, 512] fp32 normalized partials (S > 1)
   float* ws_lse;                                 // [S, T*H] fp32 log2-sum-exp partials (-inf: empty)
 #ifdef DSAV_TRACE
