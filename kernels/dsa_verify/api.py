@@ -207,10 +207,13 @@ _CLUSTERS: dict = {}
 COMBINES = ("auto", "kernel", "sliced", "wide", "cluster")
 # S > 1 splits merge in the wide combine kernel (one warp per (row, head) over all 512 dims) from this
 # many (row, head) pairs on, else in the sliced one (16 warps of 32 dims per (row, head)). H200
-# session 12 (same run, CUPTI span, w64 + wide / w64 + sliced): T x H = 4,096 (T=64 H=64, S=2) bf16
-# 0.594 (56.9 vs 95.8 us), fp8 0.659; 2,048 (T=32 H=64, S=4) 0.684 / 0.746, (T=64 H=32) 0.740 / 0.798;
-# 256 (T=4 H=64, S=16) 1.110 / 1.059: too few warps to hide the partials' latency.
-COMBINE_WIDE_MIN_ROWS = 1024
+# session 12, wide / sliced time (CUPTI span, same run), bf16 / fp8: call 1 (w64) T x H = 4,096 (T=64
+# H=64, S=2) 0.594 (56.9 vs 95.8 us) / 0.659; 2,048 (T=32 H=64, S=4) 0.684 / 0.746, (T=64 H=32) 0.740 /
+# 0.798. Call 2: 1,024 (w64 T=16 H=64 S=8) 0.851 / 0.877, (m16 T=64 H=16 S=4) 0.863 / 0.913; 512 (w64
+# T=8 H=64 S=11) 0.889 / 0.916, (m16 T=32 H=16 S=8) 0.922 / 0.965, (n8w / n8r T=64 H=8 S=2) 0.925 /
+# 0.931; 256 (w64 T=4 H=64 S=16) 1.094 / 1.071 and 32 (T=4 H=8 S=32) 1.965 / 1.817: too few warps to
+# hide the partials' latency, the sliced kernel stays.
+COMBINE_WIDE_MIN_ROWS = 512
 
 
 def combine_wide(T: int, H: int, combine: str = "auto") -> bool:

@@ -366,11 +366,12 @@ def test_plan_picks_the_wgmma_config_above_16_heads_on_sm90a(monkeypatch):
     assert _fake_plan(monkeypatch, arch="sm_120a")(64, 2048, 64, False)[1].name == "m32"  # no wgmma there
 
 
-def test_combine_kernel_is_wide_from_1024_row_head_pairs_and_can_be_forced():
-    # H200 session 12: the wide combine 0.59-0.80x at T x H >= 2,048, 1.11x at 256 (B=1 n=4 H=64)
-    assert api.COMBINE_WIDE_MIN_ROWS == 1024
+def test_combine_kernel_is_wide_from_512_row_head_pairs_and_can_be_forced():
+    # H200 session 12: the wide combine 0.59-0.97x the sliced one's time at T x H >= 512, 1.07-1.97x
+    # at 256 and 32 (B=1 n=4 H=64 and H=8)
+    assert api.COMBINE_WIDE_MIN_ROWS == 512
     assert not api.combine_wide(4, 64) and not api.combine_wide(4, 8)  # B=1 n=4: sliced
-    assert api.combine_wide(64, 64) and api.combine_wide(16, 64) and api.combine_wide(256, 8)
+    assert api.combine_wide(8, 64) and api.combine_wide(64, 64) and api.combine_wide(64, 8)
     assert not api.combine_wide(64, 64, "sliced") and api.combine_wide(4, 8, "wide")
     assert api.combine_wide(64, 64, "kernel") and not api.combine_wide(4, 8, "kernel")
     # the trace holds 8 words per CTA: sliced 4 CTAs per (row, head), wide one per 4 pairs

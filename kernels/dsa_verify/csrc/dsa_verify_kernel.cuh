@@ -908,10 +908,10 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
 
 // The wide combine (p.combine_wide = 1; the host picks it for T x H >= api.COMBINE_WIDE_MIN_ROWS): one
 // warp per (row, head) over all 512 dims instead of 16 warps of 32 dims (T=64 H=64: 4,096 warps in one
-// wave instead of 65,536 in ~8; H200 session 12: 0.59-0.80x the time of w64 + the sliced combine at
-// T x H >= 2,048, 1.11x at T=4 H=64). Lane l owns dims 4l + 128k (k < 4); splits are summed in order
-// s = 0, 1, ... with weights exp2(lse_s - max lse) (an empty split, lse = -inf, is skipped: its partial
-// is never read), so the result is bitwise deterministic.
+// wave instead of 65,536 in ~8; H200 session 12: 0.59-0.97x the sliced kernel's time at T x H >= 512,
+// 1.07-1.97x at 256 and 32). Lane l owns dims 4l + 128k (k < 4); splits are summed in order s = 0, 1,
+// ... with weights exp2(lse_s - max lse) (an empty split, lse = -inf, is skipped: its partial is never
+// read), so the result is bitwise deterministic.
 constexpr int COMBINE_WIDE_WARPS = 4;
 __global__ void __launch_bounds__(COMBINE_WIDE_WARPS * 32) dsa_verify_combine_wide_kernel(const Params p) {
   DSAV_COMBINE_STAMP(0);
