@@ -379,6 +379,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       fence_regs<16>(a1);
       fold(a1, 3);
       if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
+        if constexpr (!C::PREPASS) warp_scale_max(f8s_next);  // before the data loads: its wait is its own
         load_fp8(j + 1, j == 0 ? w1[0] : wnext[0], C::PREPASS);
         if constexpr (C::PREPASS) {
           if (j >= 1) idx_words(j + 2, wnext);
@@ -386,7 +387,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
           wnext[0] = wnext2[0];
           idx_words(j + 3, wnext2);
         }
-        if constexpr (!C::PREPASS) warp_scale_max(f8s_next);  // read after the softmax barrier
       }
       cp_async_commit();
     } else {
