@@ -42,12 +42,11 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    prepass: bool = False  # CfgW PREPASS (experimental w64pp, fp8 only): sigma from a pass before the tiles
 
     @property
     def fp8_only(self) -> bool:
-        """REG converts e4m3 in registers, PREPASS is an fp8 variant: the config has no bf16 kernel."""
-        return self.reg or self.prepass
+        """REG converts e4m3 in registers: the config has no bf16 kernel."""
+        return self.reg
 
     @property
     def kv_kinds(self) -> tuple[bool, ...]:
@@ -133,11 +132,7 @@ ARCH_CONFIGS = {
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # (w64cw, w64 with the wide combine, measured in session 12 and shipped as the combine kernel of every
 # config for large T x H: api.combine_wide.)
-# w64pp: w64's fp8 kernel with session 11's sigma prepass (one pass over the split's scale words
-# before the first tile) instead of the running sigma (grown tile by tile, O rescaled): the A/B of
-# session 12
-W64PP = TileConfig("w64pp", 14, 64, 64, 2, 8, kind="wg", prepass=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64PP)}
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -169,9 +164,9 @@ def config_for_mangled(name: str):
     """(TileConfig, fp8) of a mangled split-kernel name (Cfg<BM, BN, STAGES, FP8>), else None."""
     import re
 
-    w = re.search(r"CfgWILb([01])ELb([01])EE", name)
+    w = re.search(r"CfgWILb([01])EE", name)
     if w:
-        return (W64PP if w.group(2) == "1" else W64), bool(int(w.group(1)))
+        return W64, bool(int(w.group(1)))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:

@@ -429,10 +429,8 @@ def test_parity_config_labels():
         n8 + "ILi8ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8R, True),
         n8 + "ILi2ELi2ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RS, True),
         n8 + "ILi7ELi1ELb1ELb1EEEEEvNS_6ParamsE": (tiles.N8RW, True),
-        # CfgW<FP8, PREPASS>: the defaulted PREPASS is part of the real names
-        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0ELb0EEEEEvNS_6ParamsE": (tiles.W64, False),
-        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb1ELb0EEEEEvNS_6ParamsE": (tiles.W64, True),
-        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb1ELb1EEEEEvNS_6ParamsE": (tiles.W64PP, True),
+        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb0EEEEEvNS_6ParamsE": (tiles.W64, False),
+        "_ZN4dsav23dsa_verify_wgmma_kernelINS_4CfgWILb1EEEEEvNS_6ParamsE": (tiles.W64, True),
     }
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
@@ -537,7 +535,7 @@ def test_experimental_build_adds_its_fp8_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True), ("w64pp", True)}, "fp8 only"
+    assert set(got) == {("n8rs", True)}, "fp8 only"
     for (name, _), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_90a"]
@@ -594,7 +592,7 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs", "w64pp"}
+    assert exp == {"n8rs"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")

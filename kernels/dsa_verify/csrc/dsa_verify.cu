@@ -39,8 +39,7 @@
 #include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfg 14 "w64pp" (fp8 only: w64 with session 11's sigma prepass
-// instead of the running sigma), and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there), and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8.)
@@ -72,9 +71,6 @@ using N8WF = CfgN<7, 1, true>;
 using N8RF = CfgN<8, 2, true, true>;
 using W64B = CfgW<false>;
 using W64F = CfgW<true>;
-#if DSAV_EXPERIMENTAL
-using W64PPF = CfgW<true, true>;  // w64pp: fp8 with session 11's sigma prepass
-#endif
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
@@ -267,7 +263,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: if (!fp8) return false; f(Tag<W64PPF>{}); return true;  // fp8 only
 #endif
     default: return false;
   }

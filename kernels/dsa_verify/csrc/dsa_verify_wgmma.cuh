@@ -43,13 +43,10 @@
 
 namespace dsav {
 
-template <bool FP8_, bool PREPASS_ = false>
+template <bool FP8_>
 struct CfgW {
   static constexpr int BM = 64, BN = 64, STAGES = 2, WARPS = 8, THREADS = 256;
   static constexpr bool FP8 = FP8_;
-  // fp8: sigma_b from one pass over the split's scale words before the first tile (PREPASS, the
-  // experimental "w64pp": session 11's form) or running over the tiles (the shipped w64)
-  static constexpr bool PREPASS = PREPASS_;
   static constexpr bool N8 = false;
   static constexpr bool CLUSTER_OK = false;  // no fused cluster combine
   static constexpr int MAX_CLUSTER = 0;
@@ -84,8 +81,8 @@ __device__ __forceinline__ void st_shared_u4(uint32_t addr, uint4 v) {
 
 template <typename C>
 struct IsWgmma : std::false_type {};
-template <bool F, bool P>
-struct IsWgmma<CfgW<F, P>> : std::true_type {};
+template <bool F>
+struct IsWgmma<CfgW<F>> : std::true_type {};
 
 // Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
 // (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
@@ -165,11 +162,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     }
   };
   int32_t w0[2], w1[2], wnext[2];
-  int32_t wnext2[2] = {-1, -1};  // fp8 running sigma: tile j+2's index word (one more tile ahead)
   idx_words(0, w0);
   idx_words(1, w1);
   idx_words(2, wnext);
-  if constexpr (C::FP8 && !C::PREPASS) idx_words(3, wnext2);
   int nv = __ldg(p.seq_lens + t);
   nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
   const int pe = min(pb + p.chunk, nv);
@@ -194,11 +189,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   uint4 f8[C::FP8 ? 8 : 1];
   float4 f8s = make_float4(0.f, 0.f, 0.f, 0.f);
   int f8_stage = -1;                                // the stage the registers go to (-1: none)
-  float sig[4] = {0.f, 0.f, 0.f, 0.f};               // sigma_b of the tiles converted so far
-  float qv[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // qinv[b, head r0 + 8h]
-  float4 f8s_next = make_float4(0.f, 0.f, 0.f, 0.f);  // running sigma: tile j+1's row fr scales
-  // tile j's row fr: e4m3 (and, with own_scales, its scales) -> registers, rope by cp.async
-  auto load_fp8 = [&](int j, int32_t w, bool own_scales) {
+  float sig_inv[4] = {0.f, 0.f, 0.f, 0.f};          // 1 / sigma_b (0 when sigma_b is 0)
+  float g[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // qinv[b, head r0 + 8h] * sigma_b
+  float sig_o[2] = {0.f, 0.f};                      // sigma of this warpgroup's output blocks 2 grp, +1
+  auto load_fp8 = [&](int j, int32_t w) {  // tile j's row fr: e4m3 and scales -> registers, rope by cp.async
     if constexpr (C::FP8) {
       const int pos = pb + j * BN + fr;
       const bool ok = pos < pe && w >= 0 && (int64_t)w < p.num_slots;
@@ -207,7 +201,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
         const uint4* e = reinterpret_cast<const uint4*>(row) + fq;
 #pragma unroll
         for (int i = 0; i < 8; ++i) f8[i] = __ldg(e + 4 * i);
-        f8s = own_scales ? __ldg(reinterpret_cast<const float4*>(row + D_V)) : f8s_next;
+        f8s = __ldg(reinterpret_cast<const float4*>(row + D_V));
       } else {  // unused position: a zero row (never read), masked by its flag
 #pragma unroll
         for (int i = 0; i < 8; ++i) f8[i] = make_uint4(0u, 0u, 0u, 0u);
@@ -226,9 +220,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if (f8_stage < 0) return;
       const uint32_t row = sKV + f8_stage * TILE + fr * 128;
       const uint32_t p0 = ((2 * fq) ^ (fr & 7)) << 4, p1 = ((2 * fq + 1) ^ (fr & 7)) << 4;
-      float f[4] = {f8s.x, f8s.y, f8s.z, f8s.w};
-#pragma unroll
-      for (int b = 0; b < 4; ++b) f[b] = sig[b] > 0.f ? f[b] * (1.f / sig[b]) : 0.f;  // s / sigma_b
+      const float f[4] = {f8s.x * sig_inv[0], f8s.y * sig_inv[1], f8s.z * sig_inv[2], f8s.w * sig_inv[3]};
 #pragma unroll
       for (int i = 0; i < 8; ++i) {  // chunk fq + 4i: dims 16 fq + 64 i .., 128-dim block i / 2
         const uint32_t h = pack_f16(f[i >> 1], f[i >> 1]);
@@ -239,67 +231,55 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     }
   };
   const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
-  // fp8: thread fr's row scales (tile row of this warp) -> the warp's max |s| per block -> red_sum
-  // partial [warp][4] (every quarter thread holds its row's scales; fmaxf drops a NaN scale: that
-  // position's V' is NaN anyway)
-  auto warp_scale_max = [&](float4 v) {
-    float m[4] = {fabsf(v.x), fabsf(v.y), fabsf(v.z), fabsf(v.w)};
+  if constexpr (C::FP8) {
+    cp_async_commit();  // group: Q
+    // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
+    // scale words are the tiles' own, read again from L2); warp maxima to the row-sum half of off_red
+    float smax[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int base = pb + tid; base < pe; base += 8 * C::THREADS) {
+      int32_t w[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int pos = base + k * C::THREADS;
+        w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
+      }
+      float4 v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (w[k] >= 0 && (int64_t)w[k] < p.num_slots)
+          v[k] = __ldg(reinterpret_cast<const float4*>(p.kv + (int64_t)w[k] * p.kv_st + D_V));
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {  // fmaxf drops a NaN scale: that position's V' is NaN anyway
+        smax[0] = fmaxf(smax[0], fabsf(v[k].x));
+        smax[1] = fmaxf(smax[1], fabsf(v[k].y));
+        smax[2] = fmaxf(smax[2], fabsf(v[k].z));
+        smax[3] = fmaxf(smax[3], fabsf(v[k].w));
+      }
+    }
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) m[b] = fmaxf(m[b], __shfl_xor_sync(0xffffffffu, m[b], o));
-      if (lane == 0) red_sum[warp * 4 + b] = m[b];
+      for (int o = 16; o > 0; o >>= 1) smax[b] = fmaxf(smax[b], __shfl_xor_sync(0xffffffffu, smax[b], o));
+      if (lane == 0) red_sum[warp * 4 + b] = smax[b];
     }
-  };
-  auto partial_max = [&](int b) {  // max over the warps' partials (after a barrier)
-    float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < C::WARPS; ++w) v = fmaxf(v, red_sum[w * 4 + b]);
-    return v;
-  };
-  if constexpr (C::FP8) {
-    cp_async_commit();  // group: Q
-    if constexpr (C::PREPASS) {
-      // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words
-      // (their scale words are the tiles' own, read again from L2)
-      float smax[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int base = pb + tid; base < pe; base += 8 * C::THREADS) {
-        int32_t w[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int pos = base + k * C::THREADS;
-          w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
-        }
-        float4 v[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (w[k] >= 0 && (int64_t)w[k] < p.num_slots)
-            v[k] = __ldg(reinterpret_cast<const float4*>(p.kv + (int64_t)w[k] * p.kv_st + D_V));
-        }
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          smax[0] = fmaxf(smax[0], fabsf(v[k].x));
-          smax[1] = fmaxf(smax[1], fabsf(v[k].y));
-          smax[2] = fmaxf(smax[2], fabsf(v[k].z));
-          smax[3] = fmaxf(smax[3], fabsf(v[k].w));
-        }
-      }
-      warp_scale_max(make_float4(smax[0], smax[1], smax[2], smax[3]));
-    }
-    load_fp8(0, w0[0], true);
+    load_fp8(0, w0[0]);
     cp_async_commit();  // group: tile 0's rope
     cp_async_wait<1>();
     __syncthreads();  // Q visible to every thread
     q_nope_to_f16<C, false, true>(smem, tid);
-    if constexpr (!C::PREPASS) warp_scale_max(f8s);  // running sigma: starts at tile 0's maxima
     __syncthreads();  // the f16 Q, qinv and the sigma partials visible
     const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      sig[b] = partial_max(b);
-      qv[0][b] = qinv[b * BM + r0];
-      qv[1][b] = qinv[b * BM + r0 + 8];
+      float sg = 0.f;
+#pragma unroll
+      for (int w = 0; w < C::WARPS; ++w) sg = fmaxf(sg, red_sum[w * 4 + b]);
+      sig_inv[b] = sg > 0.f ? 1.f / sg : 0.f;
+      g[0][b] = qinv[b * BM + r0] * sg;
+      g[1][b] = qinv[b * BM + r0 + 8] * sg;
+      if ((b >> 1) == grp) sig_o[b & 1] = sg;
     }
     store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
   } else {
@@ -330,15 +310,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     W64_PHASE(0);
     const uint32_t sK = sKV + (j & 1) * TILE;
-    if constexpr (C::FP8 && !C::PREPASS) {  // running sigma: tile j+1's row scales, in flight under S(j)
-      if (j + 1 < ntiles) {
-        const int pos = pb + (j + 1) * BN + fr;
-        const int32_t w = j == 0 ? w1[0] : wnext[0];
-        const bool ok = pos < pe && w >= 0 && (int64_t)w < p.num_slots;
-        f8s_next = ok ? __ldg(reinterpret_cast<const float4*>(p.kv + (int64_t)w * p.kv_st + D_V))
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    }
 
     // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); bf16: tile j+1's loads issue
     // meanwhile; fp8: after S (its registers are free then) ----
@@ -346,10 +317,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     if constexpr (C::FP8) {
       // rope (bf16) into sc, then the f16 chain of each 128-dim block b into a[b % 2], folded into sc
       // as g[h][b] x chain after its wait, two chains in flight
-      auto fold = [&](const float (&a)[16], int b) {  // g = qinv[b, head] * sigma_b
-        const float g[2] = {qv[0][b] * sig[b], qv[1][b] * sig[b]};
+      auto fold = [&](const float (&a)[16], int b) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) sc[i] += a[i] * g[(i >> 1) & 1];  // element 4k + e: row half e / 2
+        for (int i = 0; i < 16; ++i) sc[i] += a[i] * g[(i >> 1) & 1][b];  // element 4k + e: row half e / 2
       };
       float a0[16], a1[16];
       wgmma_fence();
@@ -379,14 +349,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       fence_regs<16>(a1);
       fold(a1, 3);
       if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
-        if constexpr (!C::PREPASS) warp_scale_max(f8s_next);  // before the data loads: its wait is its own
-        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0], C::PREPASS);
-        if constexpr (C::PREPASS) {
-          if (j >= 1) idx_words(j + 2, wnext);
-        } else if (j >= 1) {  // the top of iteration j+1 loads tile j+2's scales: its word is here already
-          wnext[0] = wnext2[0];
-          idx_words(j + 3, wnext2);
-        }
+        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
+        if (j >= 1) idx_words(j + 2, wnext);
       }
       cp_async_commit();
     } else {
@@ -426,19 +390,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     fence_proxy_async();
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
     const bool exact_step = __syncthreads_or(over);
-    // running sigma: sigma_b grows to tile j+1's maxima before its conversion (store_fp8 below);
-    // O, accumulated in units of the old sigma, is rescaled once PV(j) is done
-    float sfac[2] = {1.f, 1.f};
-    if constexpr (C::FP8 && !C::PREPASS) {
-      if (j + 1 < ntiles) {
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const float ns = fmaxf(sig[b], partial_max(b));
-          if ((b >> 1) == grp) sfac[b & 1] = ns > sig[b] ? sig[b] / ns : 1.f;
-          sig[b] = ns;
-        }
-      }
-    }
     if (exact_step) {
       float alpha[2];
       exact_max(m_run, alpha, red_max, r0);
@@ -462,12 +413,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
-    if constexpr (C::FP8 && !C::PREPASS) {
-      if (sfac[0] != 1.f || sfac[1] != 1.f) {  // warpgroup-uniform (every thread read the same partials)
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= (i < 64 ? sfac[0] : sfac[1]);
-      }
-    }
     W64_PHASE(3);
   }
   cp_async_wait<0>();
@@ -491,8 +436,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     if (head >= p.H) continue;  // padded head: write nothing
     const float l = red_sum[r] + red_sum[BM + r];
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    const float so0 = grp ? sig[2] : sig[0], so1 = grp ? sig[3] : sig[1];  // this warpgroup's blocks
-    const float inv0 = C::FP8 ? inv * so0 : inv, inv1 = C::FP8 ? inv * so1 : inv;  // fp8: V' x sigma_b
+    const float inv0 = C::FP8 ? inv * sig_o[0] : inv, inv1 = C::FP8 ? inv * sig_o[1] : inv;  // fp8: V' x sigma_b
     const float lse2 = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
     const int64_t grow = (int64_t)t * p.H + head;
     const int c0 = grp * 256 + 2 * (lane & 3);
