@@ -757,6 +757,16 @@ def test_dsa_bench_shapes_option_parses_and_refuses_bad_items():
         with pytest.raises(ValueError, match="B:L:n:H"):
             db.parse_shapes(bad)
     assert db.main(["--shapes", "1:2:3"]) == 2  # refused before torch or a device is touched
+    with pytest.raises(SystemExit):  # argparse: the alt's combine kernel is auto, sliced or wide
+        db.main(["--alt-combine", "cluster"])
+
+
+def test_bench_rows_name_how_the_splits_merge():
+    from verify_tools.dsa_bench import combine_label
+
+    assert combine_label(1, 0, True) == "none"  # one split: nothing to merge
+    assert combine_label(8, 8, False) == "cluster8"
+    assert [combine_label(2, 0, w) for w in (False, True)] == ["sliced", "wide"]
 
 
 def test_w64_trace_word_decodes_into_four_phase_sums():
