@@ -524,6 +524,33 @@ def phase_sums(packed: int) -> dict:
     return {name: ((packed >> (16 * k)) & 0xFFFF) * 16 for k, name in enumerate(W64_PHASES)}
 
 
+def sm_schedule(w) -> dict:
+    """How the split CTAs of one traced call followed each other on the SMs (µs), from their
+    timeline words [n, 8] int64 (word 0 entry, 3 all tiles computed, 4 end, 5 SM id; the CTAs that
+    ran their tiles): `sm_gap_us_med` / `_max`, from a CTA's end to the entry of the next CTA on its
+    SM (the launch gap a persistent kernel would remove), `epilogue_us_med` (word 4 - word 3),
+    `ctas_per_sm_max`, `last_entry_us` (the latest entry after the first). The gaps are None when
+    no SM ran two CTAs."""
+    import torch
+
+    t0 = w[:, 0].min()
+    gaps = []
+    per_sm: dict[int, list] = {}
+    for row in w.tolist():
+        per_sm.setdefault(int(row[5]), []).append(row)
+    for rows in per_sm.values():
+        rows.sort(key=lambda r: r[0])
+        gaps += [(b[0] - a[4]) * 1e-3 for a, b in zip(rows, rows[1:])]
+    g = torch.tensor(gaps, dtype=torch.float64)
+    return {
+        "sm_gap_us_med": float(g.median()) if len(gaps) else None,
+        "sm_gap_us_max": float(g.max()) if len(gaps) else None,
+        "epilogue_us_med": float(((w[:, 4] - w[:, 3]).double() * 1e-3).median()),
+        "ctas_per_sm_max": max(len(r) for r in per_sm.values()),
+        "last_entry_us": float((w[:, 0].max() - t0).double() * 1e-3),
+    }
+
+
 def trace_phases(device, reps: int, shapes, splits) -> dict:
     """Per-tile loop phases of w64 (DSAV_TRACE build) for each shape, cache and split count (None:
     the auto plan's): per call the median over CTAs of each phase's cycles per tile (thread 0 of the
@@ -577,6 +604,7 @@ def trace_phases(device, reps: int, shapes, splits) -> dict:
                             "prologue_us_med": float(((w[:, 2] - w[:, 0]).double() * 1e-3).median()),
                             "split_end_us": float(((w[:, 4] - t0).double() * 1e-3).max()),
                         }
+                        row.update(sm_schedule(w))
                         if len(cw):  # the combine CTAs' end stamps (word 2)
                             row["combine_end_us"] = float(((cw[:, 2] - t0).double() * 1e-3).max())
                         ph = [phase_sums(int(x)) for x in w[:, 7].tolist()]
@@ -586,7 +614,8 @@ def trace_phases(device, reps: int, shapes, splits) -> dict:
                         samples.append(row)
                     res[lab] = {"plan": f"{tc.name} S={s_run} combine={combine_label(s_run, cl, wide)}"}
                     for k in samples[0]:
-                        res[lab][k] = statistics.median(x[k] for x in samples)
+                        vals = [x[k] for x in samples if x[k] is not None]
+                        res[lab][k] = statistics.median(vals) if vals else None
                 except Exception as exc:
                     res[lab] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return res

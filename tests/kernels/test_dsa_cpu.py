@@ -761,6 +761,26 @@ def test_dsa_bench_shapes_option_parses_and_refuses_bad_items():
         db.main(["--alt-combine", "cluster"])
 
 
+def test_sm_schedule_measures_the_gap_between_ctas_on_one_sm():
+    import torch
+
+    from verify_tools.dsa_bench import sm_schedule
+
+    base = 10**18  # %globaltimer ns since an epoch: the differences are taken in int64
+    # words: 0 entry, 3 tiles done, 4 end, 5 SM id (ns); SM 0 runs two CTAs back to back, SM 1 one
+    rows = [
+        [base, 0, 0, base + 80_000, base + 82_000, 0, 32, 0],
+        [base + 83_000, 0, 0, base + 163_000, base + 166_000, 0, 32, 0],
+        [base + 500, 0, 0, base + 80_500, base + 81_000, 1, 32, 0],
+    ]
+    s = sm_schedule(torch.tensor(rows, dtype=torch.int64))
+    assert s["sm_gap_us_med"] == pytest.approx(1.0) and s["sm_gap_us_max"] == pytest.approx(1.0)
+    assert s["epilogue_us_med"] == pytest.approx(2.0)  # 2.0, 3.0, 0.5
+    assert s["ctas_per_sm_max"] == 2 and s["last_entry_us"] == pytest.approx(83.0)
+    one = sm_schedule(torch.tensor(rows[:1] + rows[2:], dtype=torch.int64))
+    assert one["sm_gap_us_med"] is None and one["ctas_per_sm_max"] == 1
+
+
 def test_bench_rows_name_how_the_splits_merge():
     from verify_tools.dsa_bench import combine_label
 
