@@ -129,6 +129,12 @@ constexpr long long SPLIT_PART_CAP_BYTES = 48ll << 20;
 // other index loads (one DRAM round trip at the kernel start, not two).
 __device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p, int64_t kv_first, int64_t kv_last) {
   if (!p.split_auto || p.S <= 1) return p.S;
+#ifdef MLAV_DIAG_NORULE
+  // Timing diagnostic, never in a shipped build (#define MLAV_DIAG_NORULE 1 in a copy of csrc/ run by
+  // bench --tree-ab): the graph mode without the rule's latency, the grid's count instead (the output
+  // then differs from the exact call's wherever the rule would pick fewer splits).
+  if (MLAV_DIAG_NORULE) return p.S;
+#endif
   int64_t total = kv_last - kv_first;
   total = total < 0 ? 0 : (total > p.n_kv_indices ? p.n_kv_indices : total);
   // Exact-size index buffer (every eager call): the host evaluated this rule on this very total,
