@@ -823,10 +823,16 @@ constexpr int COMBINE_WARPS = 4;
 constexpr int COMBINE_SLICES = 16;  // 32-dim slices per (row, head)
 constexpr int COMBINE_MAX_SPLITS = 128;
 
-__global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(const Params p) {
+// Entry of both combine kernels: griddepcontrol.wait (every write of the split grid visible), with the
+// diagnostic timeline's entry and release stamps around it.
+__device__ __forceinline__ void combine_wait(const Params& p) {
   DSAV_COMBINE_STAMP(0);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   DSAV_COMBINE_STAMP(1);
+}
+
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(const Params p) {
+  combine_wait(p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t rows = (int64_t)p.T * p.H;
   const int64_t unit = (int64_t)blockIdx.x * COMBINE_WARPS + warp;
@@ -914,9 +920,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
 // read), so the result is bitwise deterministic.
 constexpr int COMBINE_WIDE_WARPS = 4;
 __global__ void __launch_bounds__(COMBINE_WIDE_WARPS * 32) dsa_verify_combine_wide_kernel(const Params p) {
-  DSAV_COMBINE_STAMP(0);
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  DSAV_COMBINE_STAMP(1);
+  combine_wait(p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t rows = (int64_t)p.T * p.H;
   const int64_t grow = (int64_t)blockIdx.x * COMBINE_WIDE_WARPS + warp;
