@@ -134,8 +134,9 @@ def load_jit(arch: str):
 
 
 def load_trace(arch: str):
-    """The diagnostic build of `arch` (JIT only, never prebuilt): the same kernels plus a per-CTA
-    %globaltimer timeline (`fwd_trace`, csrc -DDSAV_TRACE). The shipped library never has it."""
+    """The diagnostic build of `arch` (JIT only, never prebuilt): the same kernels and the
+    experimental ones (as load_experimental) plus a per-CTA %globaltimer timeline (`fwd_trace`,
+    csrc -DDSAV_TRACE). The shipped library never has it."""
     return _load_jit(arch, TRACE_FLAG)
 
 
@@ -153,15 +154,16 @@ def _load_jit(arch: str, flag: str):
     if key in _MODULES:
         return _MODULES[key]
     digest = source_hash(arch)
+    extra = {"": [], TRACE_FLAG: [TRACE_FLAG, EXPERIMENTAL_FLAG], EXPERIMENTAL_FLAG: [EXPERIMENTAL_FLAG]}[flag]
     if flag:
-        digest = hashlib.sha256((digest + flag).encode()).hexdigest()[:16]
+        digest = hashlib.sha256((digest + " ".join(extra)).encode()).hexdigest()[:16]
     mod = compile_jit(
         arch,
         name=f"dsa_verify_{arch}_{digest}{tag}",
         csrc=CSRC,
         sources=SOURCES,
         nvcc=nvcc_flags(arch),
-        extra=[flag] if flag else [],
+        extra=extra,
         build_dir=cache_root() / f"dsa-{digest}",
         verbose=bool(os.environ.get("DSAV_VERBOSE_BUILD")),
     )

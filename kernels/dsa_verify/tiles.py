@@ -132,7 +132,11 @@ ARCH_CONFIGS = {
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # (w64cw, w64 with the wide combine, measured in session 12 and shipped as the combine kernel of every
 # config for large T x H: api.combine_wide.)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
+# w64l / w64p (csrc CfgWX): w64 with the bf16 tile j+1 issued after S(j)'s wait / just before PV(j)
+# instead of under S(j) (their fp8 kernels are w64's code)
+W64L = TileConfig("w64l", 14, 64, 64, 2, 8, kind="wg")
+W64P = TileConfig("w64p", 15, 64, 64, 2, 8, kind="wg")
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64L, W64P)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -167,6 +171,10 @@ def config_for_mangled(name: str):
     w = re.search(r"CfgWILb([01])EE", name)
     if w:
         return W64, bool(int(w.group(1)))
+    wx = re.search(r"CfgWXILb([01])ELi(\d+)EE", name)  # w64's experimental variants (CfgWX<FP8, VAR>)
+    if wx:
+        var = {1: W64L, 2: W64P}.get(int(wx.group(2)))
+        return None if var is None else (var, bool(int(wx.group(1))))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:

@@ -65,6 +65,18 @@ struct CfgW {
   // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
+  static constexpr int VAR = 0;  // the experimental variant (CfgWX below); 0: the shipped kernel
+};
+
+// Experimental variants of w64 (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS): where the
+// bf16 cache's tile j+1 is issued. The shipped kernel issues it under S(j), whose operand reads (Q
+// twice, 216 KB a tile) then share the shared-memory port with the tile's cp.async writes (74 KB);
+// W64_LATE issues it after S(j)'s wait, W64_LATE_PV after the P barrier, just before PV(j) is issued.
+// The fp8 cache's tile goes through registers after S already: its kernel is w64's.
+constexpr int W64_LATE = 1, W64_LATE_PV = 2;
+template <bool FP8_, int VAR_>
+struct CfgWX : CfgW<FP8_> {
+  static constexpr int VAR = VAR_;
 };
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
@@ -83,6 +95,8 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
+template <bool F, int V>
+struct IsWgmma<CfgWX<F, V>> : std::true_type {};
 
 // Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
 // (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
@@ -184,6 +198,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       copy_row(tile, loff[k], p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
       if (sub == 0) flag[(j & 1) * BN + lrow + 32 * k] = ok ? 1 : 0;
     }
+  };
+  auto issue_next = [&](int j) {  // bf16: tile j+1 (tile 1 was issued by the prologue), one commit group
+    if (j >= 1 && j + 1 < ntiles) {
+      issue_tile(j + 1, wnext);
+      idx_words(j + 2, wnext);
+    }
+    cp_async_commit();
   };
   // fp8: a tile's row fr (quarter fq) in registers between its load and its store
   uint4 f8[C::FP8 ? 8 : 1];
@@ -357,13 +378,16 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       wgmma_fence();
       issue_qk(sc, sQ, sK, grp);
       wgmma_commit();
-      if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
-        issue_tile(j + 1, wnext);
-        idx_words(j + 2, wnext);
+      if constexpr (C::VAR == 0) {
+        if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
+          issue_tile(j + 1, wnext);
+          idx_words(j + 2, wnext);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       wgmma_wait0();
       fence_regs<16>(sc);
+      if constexpr (C::VAR == W64_LATE) issue_next(j);
     }
 
     W64_PHASE(1);
@@ -404,6 +428,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
     }
 
+    if constexpr (!C::FP8 && C::VAR == W64_LATE_PV) issue_next(j);
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
     wgmma_fence();
