@@ -39,8 +39,8 @@
 #include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfgs 14, 15 "w64l", "w64p" (w64's bf16 tile loads issued
-// later: CfgWX in dsa_verify_wgmma.cuh), and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there), cfgs 14-16 "w64l", "w64p", "w64q" (w64's bf16 tile loads
+// issued later, or by a producer warpgroup: CfgWX in dsa_verify_wgmma.cuh), and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8.)
@@ -79,6 +79,8 @@ using W64LB = CfgWX<false, W64_LATE>;
 using W64LF = CfgWX<true, W64_LATE>;  // the fp8 variants' code is w64's (the fp8 tile goes through registers)
 using W64PB = CfgWX<false, W64_LATE_PV>;
 using W64PF = CfgWX<true, W64_LATE_PV>;
+using W64QB = CfgWX<false, W64_PRODUCER>;
+using W64QF = CfgWX<true, W64_PRODUCER>;  // w64's fp8 code (the producer warpgroup is bf16 only)
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -270,6 +272,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
     case 14: fp8 ? f(Tag<W64LF>{}) : f(Tag<W64LB>{}); return true;
     case 15: fp8 ? f(Tag<W64PF>{}) : f(Tag<W64PB>{}); return true;
+    case 16: fp8 ? f(Tag<W64QF>{}) : f(Tag<W64QB>{}); return true;
 #endif
     default: return false;
   }

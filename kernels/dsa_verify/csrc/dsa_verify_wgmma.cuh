@@ -66,18 +66,111 @@ struct CfgW {
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
   static constexpr int VAR = 0;  // the experimental variant (CfgWX below); 0: the shipped kernel
+  static constexpr bool PRODUCER = false;
+  static constexpr int off_mbar = used;  // CfgWX's producer variant: its mbarriers from here
 };
 
 // Experimental variants of w64 (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS): where the
 // bf16 cache's tile j+1 is issued. The shipped kernel issues it under S(j), whose operand reads (Q
 // twice, 216 KB a tile) then share the shared-memory port with the tile's cp.async writes (74 KB);
 // W64_LATE issues it after S(j)'s wait, W64_LATE_PV after the P barrier, just before PV(j) is issued.
-// The fp8 cache's tile goes through registers after S already: its kernel is w64's.
-constexpr int W64_LATE = 1, W64_LATE_PV = 2;
+// W64_PRODUCER (bf16 only) adds a third warpgroup that only loads: Q and every tile by cp.async, with
+// the tile's full / empty handshake on mbarriers (full[s]: 128 producer arrivals, each also tracking
+// its thread's copies; empty[s]: one arrival per MMA warp after its PV on the stage), so the MMA
+// warpgroups never issue a load; registers moved by setmaxnreg within the CTA's launch allocation of
+// 168 x 384 (MMA 224, producer 56: 2 x 128 x 224 + 128 x 56 = 64,512; ptxas: 0 spills in either region).
+// The fp8 cache's tile goes through registers after S already: its kernels are w64's.
+constexpr int W64_LATE = 1, W64_LATE_PV = 2, W64_PRODUCER = 3;
 template <bool FP8_, int VAR_>
 struct CfgWX : CfgW<FP8_> {
   static constexpr int VAR = VAR_;
+  static constexpr bool PRODUCER = VAR_ == W64_PRODUCER && !FP8_;
+  static constexpr int THREADS = PRODUCER ? 384 : 256;
+  static constexpr int MBAR_BYTES = PRODUCER ? 32 : 0;  // full[2], empty[2]
+  static constexpr int used = CfgW<FP8_>::used + MBAR_BYTES;
+  static constexpr int bytes = used + 1024;
 };
+
+// mbarrier and named-barrier pieces of the producer variant (shared::cta addresses)
+__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+// the mbarrier's pending count + 1 now, one arrival when this thread's prior cp.asyncs have landed
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nLAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(a),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bar_sync_n(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ bool bar_or_n(int id, int n, bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"((uint32_t)v), "r"(id), "r"(n)
+      : "memory");
+  return r != 0;
+}
+
+// The producer warpgroup of W64_PRODUCER (ptid = 0..127): Q, then tile j into stage j % 2 once the MMA
+// warps have released it (tile j - 2's PV done), each row by 8 lanes (rows ptid / 8 + 16k, k < 4; the
+// swizzled chunk offsets as the MMA warps' loader), its used flags, then the full[j % 2] arrivals.
+template <typename C>
+__device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint32_t sKV, int* flag, uint32_t mb_full,
+                                             uint32_t mb_empty, int t, int h0, int pb, int pe, int ntiles, int ptid) {
+  constexpr int BN = C::BN, ATOM = C::ATOM, TILE = C::TILE;
+  const int lrow = ptid >> 3, sub = ptid & 7;
+  const uint32_t off0 = (uint32_t)(lrow * 128 + ((sub ^ (lrow & 7)) << 4));
+  auto copy_row = [&](uint32_t tile, uint32_t off, const uint8_t* src, bool ok) {
+    const uint8_t* g = src + sub * 16;
+#pragma unroll
+    for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 128, ok ? 16 : 0);
+  };
+  const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
+  int32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int pos = pb + lrow + 16 * k;
+    w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int h = h0 + lrow + 16 * k;
+    const bool ok = h < p.H;
+    copy_row(sQ, off0 + 16 * k * 128, reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh), ok);
+  }
+  for (int j = 0; j < ntiles; ++j) {
+    const int st = j & 1;
+    if (j >= 2) mbar_wait(mb_empty + 8 * st, ((j >> 1) - 1) & 1);
+    const uint32_t tile = sKV + st * TILE;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int r = lrow + 16 * k, pos = pb + j * BN + r;
+      const bool ok = pos < pe && w[k] >= 0 && (int64_t)w[k] < p.num_slots;
+      copy_row(tile, off0 + 16 * k * 128, p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
+      if (sub == 0) flag[st * BN + r] = ok ? 1 : 0;
+    }
+    if (j + 1 < ntiles) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int pos = pb + (j + 1) * BN + lrow + 16 * k;
+        w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
+      }
+    }
+    cp_async_mbar_arrive(mb_full + 8 * st);
+    mbar_arrive(mb_full + 8 * st);  // release: the flags
+  }
+  cp_async_wait<0>();
+}
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
 // factor) -> 8 f16 (one 16-byte chunk): e4m3 -> f16 exactly, one f16x2 multiply (one rounding, subnormals
@@ -125,8 +218,19 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (heads 16wq..16wq+15)
   const int t = blockIdx.x, s = blockIdx.y, h0 = blockIdx.z * BM;
+  constexpr bool PROD = C::PRODUCER;  // a third warpgroup loads (CfgWX W64_PRODUCER)
   if (p.early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (h0 >= p.H) return;
+  const uint32_t mb_full = base + C::off_mbar, mb_empty = mb_full + 16;  // [2] each (producer variant)
+  if constexpr (PROD) {
+    if (tid == 0) {
+      mbar_init(mb_full, 128);
+      mbar_init(mb_full + 8, 128);
+      mbar_init(mb_empty, 8);
+      mbar_init(mb_empty + 8, 8);
+    }
+    __syncthreads();
+  }
   DSAV_SPLIT_STAMP(0, dsav_now());
 #ifdef DSAV_TRACE
   unsigned long long ph_cycles[4] = {0ull, 0ull, 0ull, 0ull};
@@ -151,12 +255,14 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 128, ok ? 16 : 0);
   };
   // Q first, then the index words of the first three tiles, then seq_lens: all in flight together
+  if constexpr (!PROD) {  // (the producer variant's third warpgroup loads Q)
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int h = h0 + lrow + 32 * k;
-    const bool ok = h < p.H;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
-    copy_row(sQ, loff[k], src, ok);
+    for (int k = 0; k < 2; ++k) {
+      const int h = h0 + lrow + 32 * k;
+      const bool ok = h < p.H;
+      const uint8_t* src = reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
+      copy_row(sQ, loff[k], src, ok);
+    }
   }
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
   const int pb = s * p.chunk;
@@ -175,10 +281,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       }
     }
   };
-  int32_t w0[2], w1[2], wnext[2];
-  idx_words(0, w0);
-  idx_words(1, w1);
-  idx_words(2, wnext);
+  int32_t w0[2] = {-1, -1}, w1[2] = {-1, -1}, wnext[2] = {-1, -1};
+  if constexpr (!PROD) {
+    idx_words(0, w0);
+    idx_words(1, w1);
+    idx_words(2, wnext);
+  }
   int nv = __ldg(p.seq_lens + t);
   nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
   const int pe = min(pb + p.chunk, nv);
@@ -188,6 +296,14 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     write_empty_split<C>(p, t, s, h0, tid, rows_total);
     DSAV_SPLIT_STAMP(4, dsav_now());
     return;
+  }
+  if constexpr (PROD) {
+    if (warp >= 8) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      w64_producer<C>(p, sQ, sKV, flag, mb_full, mb_empty, t, h0, pb, pe, ntiles, tid - 256);
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
   }
   auto issue_tile = [&](int j, const int32_t (&w)[2]) {  // tile j into stage j % 2, with its flags
     const uint32_t tile = sKV + (j & 1) * TILE;
@@ -303,7 +419,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if ((b >> 1) == grp) sig_o[b & 1] = sg;
     }
     store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
-  } else {
+  } else if constexpr (!PROD) {
     issue_tile(0, w0);
     cp_async_commit();  // group 0: Q and tile 0
     if (ntiles > 1) issue_tile(1, w1);
@@ -322,12 +438,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   ph_t = clock64();
 #endif
   for (int j = 0; j < ntiles; ++j) {
-    if (C::FP8 || j > 0)
-      cp_async_wait<0>();  // fp8: tile j's rope
-    else
-      cp_async_wait<1>();  // tile 1 stays in flight
-    fence_proxy_async();
-    __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
+    if constexpr (PROD) {
+      mbar_wait(mb_full + 8 * (j & 1), (j >> 1) & 1);  // tile j (and Q) landed, its flags written
+      fence_proxy_async();
+      bar_sync_n(1, 256);  // the MMA warps: every warp done with P of tile j-1
+    } else {
+      if (C::FP8 || j > 0)
+        cp_async_wait<0>();  // fp8: tile j's rope
+      else
+        cp_async_wait<1>();  // tile 1 stays in flight
+      fence_proxy_async();
+      __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
+    }
     if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     W64_PHASE(0);
     const uint32_t sK = sKV + (j & 1) * TILE;
@@ -413,7 +535,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     if (!over) write_p<C::FP8>(pP, sc, m_run, psum, grp, r0, lane, 1.f);
     fence_proxy_async();
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
-    const bool exact_step = __syncthreads_or(over);
+    const bool exact_step = PROD ? bar_or_n(1, 256, over) : __syncthreads_or(over);
     if (exact_step) {
       float alpha[2];
       exact_max(m_run, alpha, red_max, r0);
@@ -422,7 +544,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
       rescale_o(o, alpha);
       fence_proxy_async();
-      __syncthreads();  // the rewritten P visible to wgmma
+      if constexpr (PROD)
+        bar_sync_n(1, 256);
+      else
+        __syncthreads();  // the rewritten P visible to wgmma
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
@@ -438,6 +563,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
+    if constexpr (PROD) {  // this warp's PV(j) is done: stage j % 2 may be refilled
+      __syncwarp();
+      if (lane == 0) mbar_arrive(mb_empty + 8 * (j & 1));
+    }
     W64_PHASE(3);
   }
   cp_async_wait<0>();
@@ -453,7 +582,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
   publish_row_sums(l_run, red_sum, grp, r0, lane);
-  __syncthreads();
+  if constexpr (PROD)
+    bar_sync_n(1, 256);
+  else
+    __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
