@@ -75,9 +75,11 @@ struct CfgW {
 // twice, 216 KB a tile) then share the shared-memory port with the tile's cp.async writes (74 KB);
 // W64_LATE issues it after S(j)'s wait, W64_LATE_PV after the P barrier, just before PV(j) is issued.
 // W64_PRODUCER (bf16 only) adds a third warpgroup that only loads: Q and every tile by cp.async, with
-// the tile's full / empty handshake on mbarriers (full[s]: 128 producer arrivals, each also tracking
-// its thread's copies; empty[s]: one arrival per MMA warp after its PV on the stage), so the MMA
-// warpgroups never issue a load; registers moved by setmaxnreg within the CTA's launch allocation of
+// the tile's full / empty handshake on mbarriers (full[s]: 128 producer arrivals, each made by the
+// hardware once its thread's copies have landed; empty[s]: one arrival per MMA warp after its PV on
+// the stage), so the MMA warpgroups never issue a load. An MMA thread takes its 8 positions' used
+// flags from the index words itself (loaded at the top of the tile, landed under S): a flag in shared
+// memory would need a second, ordered arrival per producer thread; registers moved by setmaxnreg within the CTA's launch allocation of
 // 168 x 384 (MMA 224, producer 56: 2 x 128 x 224 + 128 x 56 = 64,512; ptxas: 0 spills in either region).
 // The fp8 cache's tile goes through registers after S already: its kernels are w64's.
 constexpr int W64_LATE = 1, W64_LATE_PV = 2, W64_PRODUCER = 3;
@@ -98,9 +100,9 @@ __device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t a) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
 }
-// the mbarrier's pending count + 1 now, one arrival when this thread's prior cp.asyncs have landed
-__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
+// one of the mbarrier's expected arrivals, made when this thread's prior cp.asyncs have landed
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t a) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
   asm volatile(
@@ -123,9 +125,10 @@ __device__ __forceinline__ bool bar_or_n(int id, int n, bool v) {
 
 // The producer warpgroup of W64_PRODUCER (ptid = 0..127): Q, then tile j into stage j % 2 once the MMA
 // warps have released it (tile j - 2's PV done), each row by 8 lanes (rows ptid / 8 + 16k, k < 4; the
-// swizzled chunk offsets as the MMA warps' loader), its used flags, then the full[j % 2] arrivals.
+// swizzled chunk offsets as the MMA warps' loader; an unused position copies 0 bytes), then the full[j % 2]
+// arrival that lands with the copies.
 template <typename C>
-__device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint32_t sKV, int* flag, uint32_t mb_full,
+__device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint32_t sKV, uint32_t mb_full,
                                              uint32_t mb_empty, int t, int h0, int pb, int pe, int ntiles, int ptid) {
   constexpr int BN = C::BN, ATOM = C::ATOM, TILE = C::TILE;
   const int lrow = ptid >> 3, sub = ptid & 7;
@@ -157,7 +160,6 @@ __device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint3
       const int r = lrow + 16 * k, pos = pb + j * BN + r;
       const bool ok = pos < pe && w[k] >= 0 && (int64_t)w[k] < p.num_slots;
       copy_row(tile, off0 + 16 * k * 128, p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
-      if (sub == 0) flag[st * BN + r] = ok ? 1 : 0;
     }
     if (j + 1 < ntiles) {
 #pragma unroll
@@ -166,8 +168,10 @@ __device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint3
         w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
       }
     }
-    cp_async_mbar_arrive(mb_full + 8 * st);
-    mbar_arrive(mb_full + 8 * st);  // release: the flags
+    // the phase of tile j - 2 on full[st] completed before empty[st] did; waiting on it (at once) keeps every
+    // arriving thread's wait-before-next-arrive order that compute-sanitizer's synccheck asks for
+    if (j >= 2) mbar_wait(mb_full + 8 * st, ((j >> 1) - 1) & 1);
+    cp_async_mbar_arrive_noinc(mb_full + 8 * st);
   }
   cp_async_wait<0>();
 }
@@ -300,7 +304,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   if constexpr (PROD) {
     if (warp >= 8) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-      w64_producer<C>(p, sQ, sKV, flag, mb_full, mb_empty, t, h0, pb, pe, ntiles, tid - 256);
+      w64_producer<C>(p, sQ, sKV, mb_full, mb_empty, t, h0, pb, pe, ntiles, tid - 256);
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
@@ -438,8 +442,14 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   ph_t = clock64();
 #endif
   for (int j = 0; j < ntiles; ++j) {
+    int32_t uw[PROD ? 8 : 1];  // producer variant: the index words of this thread's 8 columns of tile j
     if constexpr (PROD) {
-      mbar_wait(mb_full + 8 * (j & 1), (j >> 1) & 1);  // tile j (and Q) landed, its flags written
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {  // column 32 grp + 8 (c / 2) + 2 (lane % 4) + c % 2 (the S layout)
+        const int pos = pb + j * BN + grp * 32 + 8 * (c >> 1) + 2 * (lane & 3) + (c & 1);
+        uw[c] = pos < pe ? __ldg(idx_row + pos) : -1;
+      }
+      mbar_wait(mb_full + 8 * (j & 1), (j >> 1) & 1);  // tile j (and Q) landed
       fence_proxy_async();
       bar_sync_n(1, 256);  // the MMA warps: every warp done with P of tile j-1
     } else {
@@ -518,7 +528,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int2 f = *reinterpret_cast<const int2*>(fl + i * 8);
+      int2 f;
+      if constexpr (PROD)  // used: in the split's range (-1 otherwise), a slot of the cache
+        f = make_int2(uw[2 * i] >= 0 && (int64_t)uw[2 * i] < p.num_slots,
+                      uw[2 * i + 1] >= 0 && (int64_t)uw[2 * i + 1] < p.num_slots);
+      else
+        f = *reinterpret_cast<const int2*>(fl + i * 8);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float v = ((e & 1) ? f.y : f.x) ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
@@ -565,7 +580,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     fence_regs<128>(o);
     if constexpr (PROD) {  // this warp's PV(j) is done: stage j % 2 may be refilled
       __syncwarp();
-      if (lane == 0) mbar_arrive(mb_empty + 8 * (j & 1));
+      if (lane == 0) {
+        if (j >= 2) mbar_wait(mb_empty + 8 * (j & 1), ((j >> 1) - 1) & 1);  // done: all warps passed tile j-1's top
+        mbar_arrive(mb_empty + 8 * (j & 1));
+      }
     }
     W64_PHASE(3);
   }
