@@ -42,7 +42,7 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    producer: bool = False  # "wg" bf16: a third (loading) warpgroup and 32 B of mbarriers (CfgWX W64_PRODUCER)
+    producer: bool = False  # "wg" bf16: a third (loading) warpgroup and 48 B of mbarriers (CfgWX W64_PRODUCER)
 
     @property
     def fp8_only(self) -> bool:
@@ -72,7 +72,7 @@ class TileConfig:
             return 0
         bm, bn, st = self.block_m, self.block_n, self.stages
         if self.kind == "wg":
-            mbar = 32 if self.producer and not fp8 else 0
+            mbar = 48 if self.producer and not fp8 else 0
             return 1024 + (1 + st) * bn * BF_ROW + bm * bn * 2 + 4 * bm * 4 + st * bn * 4 + mbar
         if self.kind == "n8":
             w = self.warps
@@ -139,7 +139,7 @@ N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 W64L = TileConfig("w64l", 14, 64, 64, 2, 8, kind="wg")
 W64P = TileConfig("w64p", 15, 64, 64, 2, 8, kind="wg")
 # w64q (csrc CfgWX W64_PRODUCER): w64 plus a third warpgroup that issues every bf16 load (mbarrier
-# handshake; 12 warps, 32 B of mbarriers); its fp8 kernel is w64's code
+# handshake; 12 warps, 48 B of mbarriers); its fp8 kernel is w64's code
 W64Q = TileConfig("w64q", 16, 64, 64, 2, 8, kind="wg", producer=True)
 EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64L, W64P, W64Q)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute

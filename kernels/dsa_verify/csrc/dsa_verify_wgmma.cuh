@@ -75,12 +75,14 @@ struct CfgW {
 // twice, 216 KB a tile) then share the shared-memory port with the tile's cp.async writes (74 KB);
 // W64_LATE issues it after S(j)'s wait, W64_LATE_PV after the P barrier, just before PV(j) is issued.
 // W64_PRODUCER (bf16 only) adds a third warpgroup that only loads: Q and every tile by cp.async, with
-// the tile's full / empty handshake on mbarriers (full[s]: 128 producer arrivals, each made by the
-// hardware once its thread's copies have landed; empty[s]: one arrival per MMA warp after its PV on
-// the stage), so the MMA warpgroups never issue a load. An MMA thread takes its 8 positions' used
-// flags from the index words itself (loaded at the top of the tile, landed under S): a flag in shared
-// memory would need a second, ordered arrival per producer thread; registers moved by setmaxnreg within the CTA's launch allocation of
-// 168 x 384 (MMA 224, producer 56: 2 x 128 x 224 + 128 x 56 = 64,512; ptxas: 0 spills in either region).
+// the tile's handshake on mbarriers (full[s]: 128 producer arrivals, each made by the hardware once its
+// thread's copies have landed; flag[s]: one arrival, a release, from each of the 16 producer threads
+// that write the tile's used flags; empty[s]: one arrival per MMA warp after its PV on the stage), so
+// the MMA warpgroups never issue a load. (One thread never arrives twice on one phase: synccheck
+// reports a copy arrival and a flag release on the same barrier as a missing wait; and the MMA
+// threads loading their columns' index words themselves measured 1.07x the time, session 13 call 3); registers moved by setmaxnreg within the CTA's launch allocation of
+// 168 x 384 (MMA 216, producer 72: 2 x 128 x 216 + 128 x 72 = 64,512; ptxas: 0 spills in either region;
+// 224 / 56 spilled one producer register).
 // The fp8 cache's tile goes through registers after S already: its kernels are w64's.
 constexpr int W64_LATE = 1, W64_LATE_PV = 2, W64_PRODUCER = 3;
 template <bool FP8_, int VAR_>
@@ -88,7 +90,7 @@ struct CfgWX : CfgW<FP8_> {
   static constexpr int VAR = VAR_;
   static constexpr bool PRODUCER = VAR_ == W64_PRODUCER && !FP8_;
   static constexpr int THREADS = PRODUCER ? 384 : 256;
-  static constexpr int MBAR_BYTES = PRODUCER ? 32 : 0;  // full[2], empty[2]
+  static constexpr int MBAR_BYTES = PRODUCER ? 48 : 0;  // full[2], empty[2], flag[2]
   static constexpr int used = CfgW<FP8_>::used + MBAR_BYTES;
   static constexpr int bytes = used + 1024;
 };
@@ -126,10 +128,11 @@ __device__ __forceinline__ bool bar_or_n(int id, int n, bool v) {
 // The producer warpgroup of W64_PRODUCER (ptid = 0..127): Q, then tile j into stage j % 2 once the MMA
 // warps have released it (tile j - 2's PV done), each row by 8 lanes (rows ptid / 8 + 16k, k < 4; the
 // swizzled chunk offsets as the MMA warps' loader; an unused position copies 0 bytes), then the full[j % 2]
-// arrival that lands with the copies.
+// arrival that lands with the copies; lanes sub = 0 write the rows' used flags and release flag[j % 2].
 template <typename C>
-__device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint32_t sKV, uint32_t mb_full,
-                                             uint32_t mb_empty, int t, int h0, int pb, int pe, int ntiles, int ptid) {
+__device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint32_t sKV, int* flag, uint32_t mb_full,
+                                             uint32_t mb_empty, uint32_t mb_flag, int t, int h0, int pb, int pe,
+                                             int ntiles, int ptid) {
   constexpr int BN = C::BN, ATOM = C::ATOM, TILE = C::TILE;
   const int lrow = ptid >> 3, sub = ptid & 7;
   const uint32_t off0 = (uint32_t)(lrow * 128 + ((sub ^ (lrow & 7)) << 4));
@@ -160,6 +163,7 @@ __device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint3
       const int r = lrow + 16 * k, pos = pb + j * BN + r;
       const bool ok = pos < pe && w[k] >= 0 && (int64_t)w[k] < p.num_slots;
       copy_row(tile, off0 + 16 * k * 128, p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
+      if (sub == 0) flag[st * BN + r] = ok ? 1 : 0;
     }
     if (j + 1 < ntiles) {
 #pragma unroll
@@ -172,6 +176,10 @@ __device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint3
     // arriving thread's wait-before-next-arrive order that compute-sanitizer's synccheck asks for
     if (j >= 2) mbar_wait(mb_full + 8 * st, ((j >> 1) - 1) & 1);
     cp_async_mbar_arrive_noinc(mb_full + 8 * st);
+    if (sub == 0) {
+      if (j >= 2) mbar_wait(mb_flag + 8 * st, ((j >> 1) - 1) & 1);
+      mbar_arrive(mb_flag + 8 * st);  // release: the flags
+    }
   }
   cp_async_wait<0>();
 }
@@ -225,13 +233,16 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   constexpr bool PROD = C::PRODUCER;  // a third warpgroup loads (CfgWX W64_PRODUCER)
   if (p.early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (h0 >= p.H) return;
-  const uint32_t mb_full = base + C::off_mbar, mb_empty = mb_full + 16;  // [2] each (producer variant)
+  // producer variant: full[2], empty[2], flag[2] (8 B each)
+  const uint32_t mb_full = base + C::off_mbar, mb_empty = mb_full + 16, mb_flag = mb_full + 32;
   if constexpr (PROD) {
     if (tid == 0) {
-      mbar_init(mb_full, 128);
-      mbar_init(mb_full + 8, 128);
-      mbar_init(mb_empty, 8);
-      mbar_init(mb_empty + 8, 8);
+#pragma unroll
+      for (int st = 0; st < 2; ++st) {
+        mbar_init(mb_full + 8 * st, 128);
+        mbar_init(mb_empty + 8 * st, 8);
+        mbar_init(mb_flag + 8 * st, 16);
+      }
     }
     __syncthreads();
   }
@@ -303,11 +314,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   }
   if constexpr (PROD) {
     if (warp >= 8) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-      w64_producer<C>(p, sQ, sKV, mb_full, mb_empty, t, h0, pb, pe, ntiles, tid - 256);
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n" ::: "memory");
+      w64_producer<C>(p, sQ, sKV, flag, mb_full, mb_empty, mb_flag, t, h0, pb, pe, ntiles, tid - 256);
       return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n" ::: "memory");
   }
   auto issue_tile = [&](int j, const int32_t (&w)[2]) {  // tile j into stage j % 2, with its flags
     const uint32_t tile = sKV + (j & 1) * TILE;
@@ -442,14 +453,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   ph_t = clock64();
 #endif
   for (int j = 0; j < ntiles; ++j) {
-    int32_t uw[PROD ? 8 : 1];  // producer variant: the index words of this thread's 8 columns of tile j
     if constexpr (PROD) {
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {  // column 32 grp + 8 (c / 2) + 2 (lane % 4) + c % 2 (the S layout)
-        const int pos = pb + j * BN + grp * 32 + 8 * (c >> 1) + 2 * (lane & 3) + (c & 1);
-        uw[c] = pos < pe ? __ldg(idx_row + pos) : -1;
-      }
       mbar_wait(mb_full + 8 * (j & 1), (j >> 1) & 1);  // tile j (and Q) landed
+      mbar_wait(mb_flag + 8 * (j & 1), (j >> 1) & 1);  // its used flags written
       fence_proxy_async();
       bar_sync_n(1, 256);  // the MMA warps: every warp done with P of tile j-1
     } else {
@@ -528,12 +534,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      int2 f;
-      if constexpr (PROD)  // used: in the split's range (-1 otherwise), a slot of the cache
-        f = make_int2(uw[2 * i] >= 0 && (int64_t)uw[2 * i] < p.num_slots,
-                      uw[2 * i + 1] >= 0 && (int64_t)uw[2 * i + 1] < p.num_slots);
-      else
-        f = *reinterpret_cast<const int2*>(fl + i * 8);
+      const int2 f = *reinterpret_cast<const int2*>(fl + i * 8);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float v = ((e & 1) ? f.y : f.x) ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
