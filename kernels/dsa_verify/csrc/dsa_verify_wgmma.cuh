@@ -78,11 +78,11 @@ struct CfgW {
 // the tile's handshake on mbarriers (full[s]: 128 producer arrivals, each made by the hardware once its
 // thread's copies have landed; flag[s]: one arrival, a release, from each of the 16 producer threads
 // that write the tile's used flags; empty[s]: one arrival per MMA warp after its PV on the stage), so
-// the MMA warpgroups never issue a load. (One thread never arrives twice on one phase: synccheck
-// reports a copy arrival and a flag release on the same barrier as a missing wait; and the MMA
-// threads loading their columns' index words themselves measured 1.07x the time, session 13 call 3); registers moved by setmaxnreg within the CTA's launch allocation of
-// 168 x 384 (MMA 216, producer 72: 2 x 128 x 216 + 128 x 72 = 64,512; ptxas: 0 spills in either region;
-// 224 / 56 spilled one producer register).
+// the MMA warpgroups never issue a load. One thread never arrives twice on one phase (synccheck reports
+// a copy arrival and a flag release on one barrier as a missing wait), and the flags stay in shared
+// memory (MMA threads loading their columns' index words themselves: 1.07x the time, session 13 call 3).
+// Registers move by setmaxnreg within the CTA's launch allocation of 168 x 384: MMA 216, producer 72
+// (2 x 128 x 216 + 128 x 72 = 64,512; 0 spills in either region, where 224 / 56 spilled one register).
 // The fp8 cache's tile goes through registers after S already: its kernels are w64's.
 constexpr int W64_LATE = 1, W64_LATE_PV = 2, W64_PRODUCER = 3;
 template <bool FP8_, int VAR_>
