@@ -42,7 +42,6 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    producer: bool = False  # "wg" bf16: a third (loading) warpgroup and 48 B of mbarriers (CfgWX W64_PRODUCER)
 
     @property
     def fp8_only(self) -> bool:
@@ -72,8 +71,7 @@ class TileConfig:
             return 0
         bm, bn, st = self.block_m, self.block_n, self.stages
         if self.kind == "wg":
-            mbar = 48 if self.producer and not fp8 else 0
-            return 1024 + (1 + st) * bn * BF_ROW + bm * bn * 2 + 4 * bm * 4 + st * bn * 4 + mbar
+            return 1024 + (1 + st) * bn * BF_ROW + bm * bn * 2 + 4 * bm * 4 + st * bn * 4
         if self.kind == "n8":
             w = self.warps
             q16 = bm * QROW16 if self.reg else 0
@@ -134,14 +132,10 @@ ARCH_CONFIGS = {
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # (w64cw, w64 with the wide combine, measured in session 12 and shipped as the combine kernel of every
 # config for large T x H: api.combine_wide.)
-# w64l / w64p (csrc CfgWX): w64 with the bf16 tile j+1 issued after S(j)'s wait / just before PV(j)
-# instead of under S(j) (their fp8 kernels are w64's code)
-W64L = TileConfig("w64l", 14, 64, 64, 2, 8, kind="wg")
-W64P = TileConfig("w64p", 15, 64, 64, 2, 8, kind="wg")
-# w64q (csrc CfgWX W64_PRODUCER): w64 plus a third warpgroup that issues every bf16 load (mbarrier
-# handshake; 12 warps, 48 B of mbarriers); its fp8 kernel is w64's code
-W64Q = TileConfig("w64q", 16, 64, 64, 2, 8, kind="wg", producer=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64L, W64P, W64Q)}
+# w64d (csrc CfgWX W64_DIRECT_EPI): w64 with the direct-store epilogue it had up to session 12 (the
+# same-run A/B of the staged epilogue)
+W64D = TileConfig("w64d", 14, 64, 64, 2, 8, kind="wg")
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64D)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -178,7 +172,7 @@ def config_for_mangled(name: str):
         return W64, bool(int(w.group(1)))
     wx = re.search(r"CfgWXILb([01])ELi(\d+)EE", name)  # w64's experimental variants (CfgWX<FP8, VAR>)
     if wx:
-        var = {1: W64L, 2: W64P, 3: W64Q}.get(int(wx.group(2)))
+        var = {1: W64D}.get(int(wx.group(2)))
         return None if var is None else (var, bool(int(wx.group(1))))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)

@@ -39,8 +39,8 @@
 #include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfgs 14-16 "w64l", "w64p", "w64q" (w64's bf16 tile loads
-// issued later, or by a producer warpgroup: CfgWX in dsa_verify_wgmma.cuh), and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there), cfg 14 "w64d" (w64 with its direct-store epilogue of
+// session 12: CfgWX in dsa_verify_wgmma.cuh), and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8.)
@@ -75,12 +75,8 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64LB = CfgWX<false, W64_LATE>;
-using W64LF = CfgWX<true, W64_LATE>;  // the fp8 variants' code is w64's (the fp8 tile goes through registers)
-using W64PB = CfgWX<false, W64_LATE_PV>;
-using W64PF = CfgWX<true, W64_LATE_PV>;
-using W64QB = CfgWX<false, W64_PRODUCER>;
-using W64QF = CfgWX<true, W64_PRODUCER>;  // w64's fp8 code (the producer warpgroup is bf16 only)
+using W64DB = CfgWX<false, W64_DIRECT_EPI>;
+using W64DF = CfgWX<true, W64_DIRECT_EPI>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -270,9 +266,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: fp8 ? f(Tag<W64LF>{}) : f(Tag<W64LB>{}); return true;
-    case 15: fp8 ? f(Tag<W64PF>{}) : f(Tag<W64PB>{}); return true;
-    case 16: fp8 ? f(Tag<W64QF>{}) : f(Tag<W64QB>{}); return true;
+    case 14: fp8 ? f(Tag<W64DF>{}) : f(Tag<W64DB>{}); return true;
 #endif
     default: return false;
   }

@@ -65,124 +65,22 @@ struct CfgW {
   // log2 units: P is computed against the shared m_run while no head's max exceeds it by more
   // than this (P <= 2^8: bf16 keeps its relative precision, fp32 O and l stay far from overflow)
   static constexpr float LAZY_TAU = 8.f;
-  static constexpr int VAR = 0;  // the experimental variant (CfgWX below); 0: the shipped kernel
-  static constexpr bool PRODUCER = false;
-  static constexpr int off_mbar = used;  // CfgWX's producer variant: its mbarriers from here
+  // the epilogue stages the CTA's output rows in the drained KV stages (bf16 rows of STG_BF bytes, fp32
+  // partial rows of STG_F32: 16 / 32 bytes of padding put the 8 rows a warp's stores touch on distinct
+  // banks), then copies them out in 16-byte chunks, a warp per 512 contiguous bytes
+  static constexpr int STG_BF = D_V * 2 + 16, STG_F32 = D_V * 4 + 32;
+  static_assert(BM * STG_F32 <= STAGES * TILE, "the staged partial fits the KV stages");
+  static constexpr int VAR = 0;  // 0: the shipped kernel; CfgWX below: an experimental variant
 };
 
-// Experimental variants of w64 (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS): where the
-// bf16 cache's tile j+1 is issued. The shipped kernel issues it under S(j), whose operand reads (Q
-// twice, 216 KB a tile) then share the shared-memory port with the tile's cp.async writes (74 KB);
-// W64_LATE issues it after S(j)'s wait, W64_LATE_PV after the P barrier, just before PV(j) is issued.
-// W64_PRODUCER (bf16 only) adds a third warpgroup that only loads: Q and every tile by cp.async, with
-// the tile's handshake on mbarriers (full[s]: 128 producer arrivals, each made by the hardware once its
-// thread's copies have landed; flag[s]: one arrival, a release, from each of the 16 producer threads
-// that write the tile's used flags; empty[s]: one arrival per MMA warp after its PV on the stage), so
-// the MMA warpgroups never issue a load. One thread never arrives twice on one phase (synccheck reports
-// a copy arrival and a flag release on one barrier as a missing wait), and the flags stay in shared
-// memory (MMA threads loading their columns' index words themselves: 1.07x the time, session 13 call 3).
-// Registers move by setmaxnreg within the CTA's launch allocation of 168 x 384: MMA 216, producer 72
-// (2 x 128 x 216 + 128 x 72 = 64,512; 0 spills in either region, where 224 / 56 spilled one register).
-// The fp8 cache's tile goes through registers after S already: its kernels are w64's.
-constexpr int W64_LATE = 1, W64_LATE_PV = 2, W64_PRODUCER = 3;
+// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64d"): W64_DIRECT_EPI
+// writes the output straight from the accumulators (4-byte bf16x2 / 8-byte float2 stores, 8 rows x 16 or
+// 32 bytes per warp instruction), as w64 did up to session 12, for the same-run A/B of the staged epilogue.
+constexpr int W64_DIRECT_EPI = 1;
 template <bool FP8_, int VAR_>
 struct CfgWX : CfgW<FP8_> {
   static constexpr int VAR = VAR_;
-  static constexpr bool PRODUCER = VAR_ == W64_PRODUCER && !FP8_;
-  static constexpr int THREADS = PRODUCER ? 384 : 256;
-  static constexpr int MBAR_BYTES = PRODUCER ? 48 : 0;  // full[2], empty[2], flag[2]
-  static constexpr int used = CfgW<FP8_>::used + MBAR_BYTES;
-  static constexpr int bytes = used + 1024;
 };
-
-// mbarrier and named-barrier pieces of the producer variant (shared::cta addresses)
-__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t a) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
-}
-// one of the mbarrier's expected arrivals, made when this thread's prior cp.asyncs have landed
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t a) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred P1;\nLAB_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(a),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bar_sync_n(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ bool bar_or_n(int id, int n, bool v) {
-  uint32_t r;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"((uint32_t)v), "r"(id), "r"(n)
-      : "memory");
-  return r != 0;
-}
-
-// The producer warpgroup of W64_PRODUCER (ptid = 0..127): Q, then tile j into stage j % 2 once the MMA
-// warps have released it (tile j - 2's PV done), each row by 8 lanes (rows ptid / 8 + 16k, k < 4; the
-// swizzled chunk offsets as the MMA warps' loader; an unused position copies 0 bytes), then the full[j % 2]
-// arrival that lands with the copies; lanes sub = 0 write the rows' used flags and release flag[j % 2].
-template <typename C>
-__device__ __forceinline__ void w64_producer(const Params& p, uint32_t sQ, uint32_t sKV, int* flag, uint32_t mb_full,
-                                             uint32_t mb_empty, uint32_t mb_flag, int t, int h0, int pb, int pe,
-                                             int ntiles, int ptid) {
-  constexpr int BN = C::BN, ATOM = C::ATOM, TILE = C::TILE;
-  const int lrow = ptid >> 3, sub = ptid & 7;
-  const uint32_t off0 = (uint32_t)(lrow * 128 + ((sub ^ (lrow & 7)) << 4));
-  auto copy_row = [&](uint32_t tile, uint32_t off, const uint8_t* src, bool ok) {
-    const uint8_t* g = src + sub * 16;
-#pragma unroll
-    for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 128, ok ? 16 : 0);
-  };
-  const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
-  int32_t w[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int pos = pb + lrow + 16 * k;
-    w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
-  }
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int h = h0 + lrow + 16 * k;
-    const bool ok = h < p.H;
-    copy_row(sQ, off0 + 16 * k * 128, reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh), ok);
-  }
-  for (int j = 0; j < ntiles; ++j) {
-    const int st = j & 1;
-    if (j >= 2) mbar_wait(mb_empty + 8 * st, ((j >> 1) - 1) & 1);
-    const uint32_t tile = sKV + st * TILE;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int r = lrow + 16 * k, pos = pb + j * BN + r;
-      const bool ok = pos < pe && w[k] >= 0 && (int64_t)w[k] < p.num_slots;
-      copy_row(tile, off0 + 16 * k * 128, p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
-      if (sub == 0) flag[st * BN + r] = ok ? 1 : 0;
-    }
-    if (j + 1 < ntiles) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int pos = pb + (j + 1) * BN + lrow + 16 * k;
-        w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
-      }
-    }
-    // the phase of tile j - 2 on full[st] completed before empty[st] did; waiting on it (at once) keeps every
-    // arriving thread's wait-before-next-arrive order that compute-sanitizer's synccheck asks for
-    if (j >= 2) mbar_wait(mb_full + 8 * st, ((j >> 1) - 1) & 1);
-    cp_async_mbar_arrive_noinc(mb_full + 8 * st);
-    if (sub == 0) {
-      if (j >= 2) mbar_wait(mb_flag + 8 * st, ((j >> 1) - 1) & 1);
-      mbar_arrive(mb_flag + 8 * st);  // release: the flags
-    }
-  }
-  cp_async_wait<0>();
-}
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
 // factor) -> 8 f16 (one 16-byte chunk): e4m3 -> f16 exactly, one f16x2 multiply (one rounding, subnormals
@@ -230,22 +128,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (heads 16wq..16wq+15)
   const int t = blockIdx.x, s = blockIdx.y, h0 = blockIdx.z * BM;
-  constexpr bool PROD = C::PRODUCER;  // a third warpgroup loads (CfgWX W64_PRODUCER)
   if (p.early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (h0 >= p.H) return;
-  // producer variant: full[2], empty[2], flag[2] (8 B each)
-  const uint32_t mb_full = base + C::off_mbar, mb_empty = mb_full + 16, mb_flag = mb_full + 32;
-  if constexpr (PROD) {
-    if (tid == 0) {
-#pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        mbar_init(mb_full + 8 * st, 128);
-        mbar_init(mb_empty + 8 * st, 8);
-        mbar_init(mb_flag + 8 * st, 16);
-      }
-    }
-    __syncthreads();
-  }
   DSAV_SPLIT_STAMP(0, dsav_now());
 #ifdef DSAV_TRACE
   unsigned long long ph_cycles[4] = {0ull, 0ull, 0ull, 0ull};
@@ -270,14 +154,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 128, ok ? 16 : 0);
   };
   // Q first, then the index words of the first three tiles, then seq_lens: all in flight together
-  if constexpr (!PROD) {  // (the producer variant's third warpgroup loads Q)
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int h = h0 + lrow + 32 * k;
-      const bool ok = h < p.H;
-      const uint8_t* src = reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
-      copy_row(sQ, loff[k], src, ok);
-    }
+  for (int k = 0; k < 2; ++k) {
+    const int h = h0 + lrow + 32 * k;
+    const bool ok = h < p.H;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
+    copy_row(sQ, loff[k], src, ok);
   }
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
   const int pb = s * p.chunk;
@@ -296,12 +178,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       }
     }
   };
-  int32_t w0[2] = {-1, -1}, w1[2] = {-1, -1}, wnext[2] = {-1, -1};
-  if constexpr (!PROD) {
-    idx_words(0, w0);
-    idx_words(1, w1);
-    idx_words(2, wnext);
-  }
+  int32_t w0[2], w1[2], wnext[2];
+  idx_words(0, w0);
+  idx_words(1, w1);
+  idx_words(2, wnext);
   int nv = __ldg(p.seq_lens + t);
   nv = nv < 0 ? 0 : (nv > p.topk ? p.topk : nv);
   const int pe = min(pb + p.chunk, nv);
@@ -312,14 +192,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     DSAV_SPLIT_STAMP(4, dsav_now());
     return;
   }
-  if constexpr (PROD) {
-    if (warp >= 8) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n" ::: "memory");
-      w64_producer<C>(p, sQ, sKV, flag, mb_full, mb_empty, mb_flag, t, h0, pb, pe, ntiles, tid - 256);
-      return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n" ::: "memory");
-  }
   auto issue_tile = [&](int j, const int32_t (&w)[2]) {  // tile j into stage j % 2, with its flags
     const uint32_t tile = sKV + (j & 1) * TILE;
 #pragma unroll
@@ -329,13 +201,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       copy_row(tile, loff[k], p.kv + (ok ? (int64_t)w[k] : 0) * p.kv_st, ok);
       if (sub == 0) flag[(j & 1) * BN + lrow + 32 * k] = ok ? 1 : 0;
     }
-  };
-  auto issue_next = [&](int j) {  // bf16: tile j+1 (tile 1 was issued by the prologue), one commit group
-    if (j >= 1 && j + 1 < ntiles) {
-      issue_tile(j + 1, wnext);
-      idx_words(j + 2, wnext);
-    }
-    cp_async_commit();
   };
   // fp8: a tile's row fr (quarter fq) in registers between its load and its store
   uint4 f8[C::FP8 ? 8 : 1];
@@ -434,7 +299,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       if ((b >> 1) == grp) sig_o[b & 1] = sg;
     }
     store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
-  } else if constexpr (!PROD) {
+  } else {
     issue_tile(0, w0);
     cp_async_commit();  // group 0: Q and tile 0
     if (ntiles > 1) issue_tile(1, w1);
@@ -453,19 +318,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   ph_t = clock64();
 #endif
   for (int j = 0; j < ntiles; ++j) {
-    if constexpr (PROD) {
-      mbar_wait(mb_full + 8 * (j & 1), (j >> 1) & 1);  // tile j (and Q) landed
-      mbar_wait(mb_flag + 8 * (j & 1), (j >> 1) & 1);  // its used flags written
-      fence_proxy_async();
-      bar_sync_n(1, 256);  // the MMA warps: every warp done with P of tile j-1
-    } else {
-      if (C::FP8 || j > 0)
-        cp_async_wait<0>();  // fp8: tile j's rope
-      else
-        cp_async_wait<1>();  // tile 1 stays in flight
-      fence_proxy_async();
-      __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
-    }
+    if (C::FP8 || j > 0)
+      cp_async_wait<0>();  // fp8: tile j's rope
+    else
+      cp_async_wait<1>();  // tile 1 stays in flight
+    fence_proxy_async();
+    __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
     if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     W64_PHASE(0);
     const uint32_t sK = sKV + (j & 1) * TILE;
@@ -516,16 +374,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       wgmma_fence();
       issue_qk(sc, sQ, sK, grp);
       wgmma_commit();
-      if constexpr (C::VAR == 0) {
-        if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
-          issue_tile(j + 1, wnext);
-          idx_words(j + 2, wnext);
-        }
-        cp_async_commit();
+      if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
+        issue_tile(j + 1, wnext);
+        idx_words(j + 2, wnext);
       }
+      cp_async_commit();
       wgmma_wait0();
       fence_regs<16>(sc);
-      if constexpr (C::VAR == W64_LATE) issue_next(j);
     }
 
     W64_PHASE(1);
@@ -551,7 +406,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     if (!over) write_p<C::FP8>(pP, sc, m_run, psum, grp, r0, lane, 1.f);
     fence_proxy_async();
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
-    const bool exact_step = PROD ? bar_or_n(1, 256, over) : __syncthreads_or(over);
+    const bool exact_step = __syncthreads_or(over);
     if (exact_step) {
       float alpha[2];
       exact_max(m_run, alpha, red_max, r0);
@@ -560,16 +415,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
       rescale_o(o, alpha);
       fence_proxy_async();
-      if constexpr (PROD)
-        bar_sync_n(1, 256);
-      else
-        __syncthreads();  // the rewritten P visible to wgmma
+      __syncthreads();  // the rewritten P visible to wgmma
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
     }
 
-    if constexpr (!C::FP8 && C::VAR == W64_LATE_PV) issue_next(j);
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
     wgmma_fence();
@@ -579,13 +430,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
-    if constexpr (PROD) {  // this warp's PV(j) is done: stage j % 2 may be refilled
-      __syncwarp();
-      if (lane == 0) {
-        if (j >= 2) mbar_wait(mb_empty + 8 * (j & 1), ((j >> 1) - 1) & 1);  // done: all warps passed tile j-1's top
-        mbar_arrive(mb_empty + 8 * (j & 1));
-      }
-    }
     W64_PHASE(3);
   }
   cp_async_wait<0>();
@@ -601,10 +445,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
   publish_row_sums(l_run, red_sum, grp, r0, lane);
-  if constexpr (PROD)
-    bar_sync_n(1, 256);
-  else
-    __syncthreads();
+  __syncthreads();  // also: every warp is past its last PV, the KV stages are free for the staging
+  // staged (the shipped epilogue) where the output rows (o, or the workspace's partial) are 16-byte aligned
+  const uintptr_t align = p.S > 1 ? reinterpret_cast<uintptr_t>(p.ws_o)
+                                   : reinterpret_cast<uintptr_t>(p.o) | (uintptr_t)(p.o_st * 2) | (uintptr_t)(p.o_sh * 2);
+  const bool staged = C::VAR != W64_DIRECT_EPI && (align & 15) == 0;
+  uint8_t* stg = smem + C::off_kv;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
@@ -617,19 +463,52 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     const int64_t grow = (int64_t)t * p.H + head;
     const int c0 = grp * 256 + 2 * (lane & 3);
     if (p.S == 1) {
-      __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)head * p.o_sh + c0;
+      if (staged) {
+        uint8_t* row = stg + r * C::STG_BF + c0 * 2;
 #pragma unroll
-      for (int i = 0; i < 32; ++i)
-        *reinterpret_cast<__nv_bfloat162*>(dst + i * 8) =
-            __floats2bfloat162_rn(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<__nv_bfloat162*>(row + i * 16) =
+              __floats2bfloat162_rn(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
+      } else {
+        __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)head * p.o_sh + c0;
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<__nv_bfloat162*>(dst + i * 8) =
+              __floats2bfloat162_rn(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
+      }
       if (p.lse && grp == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
     } else {
-      float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + c0;
+      if (staged) {
+        uint8_t* row = stg + r * C::STG_F32 + c0 * 4;
 #pragma unroll
-      for (int i = 0; i < 32; ++i)
-        *reinterpret_cast<float2*>(dst + i * 8) =
-            make_float2(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<float2*>(row + i * 32) =
+              make_float2(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
+      } else {
+        float* dst = p.ws_o + ((int64_t)s * rows_total + grow) * D_V + c0;
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<float2*>(dst + i * 8) =
+              make_float2(o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1), o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
+      }
       if (grp == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
+    }
+  }
+  if (staged) {  // CTA-uniform
+    __syncthreads();  // the staged rows visible
+    const int nrows = min(BM, p.H - h0);
+    if (p.S == 1) {  // 64 chunks of 16 B per row
+      for (int c = tid; c < nrows * 64; c += C::THREADS) {
+        const int r = c >> 6, k = c & 63;
+        const uint4 v = *reinterpret_cast<const uint4*>(stg + r * C::STG_BF + k * 16);
+        *reinterpret_cast<uint4*>(p.o + (int64_t)t * p.o_st + (int64_t)(h0 + r) * p.o_sh + k * 8) = v;
+      }
+    } else {  // 128 chunks of 16 B per row
+      float* dst = p.ws_o + ((int64_t)s * rows_total + (int64_t)t * p.H + h0) * D_V;
+      for (int c = tid; c < nrows * 128; c += C::THREADS) {
+        const int r = c >> 7, k = c & 127;
+        *reinterpret_cast<float4*>(dst + (int64_t)r * D_V + k * 4) = *reinterpret_cast<const float4*>(stg + r * C::STG_F32 + k * 16);
+      }
     }
   }
   DSAV_SPLIT_STAMP(4, dsav_now());
