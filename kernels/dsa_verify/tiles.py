@@ -132,10 +132,9 @@ ARCH_CONFIGS = {
 N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # (w64cw, w64 with the wide combine, measured in session 12 and shipped as the combine kernel of every
 # config for large T x H: api.combine_wide.)
-# w64d (csrc CfgWX W64_DIRECT_EPI): w64 with the direct-store epilogue it had up to session 12 (the
-# same-run A/B of the staged epilogue)
-W64D = TileConfig("w64d", 14, 64, 64, 2, 8, kind="wg")
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64D)}
+# (w64l / w64p / w64q, w64's loads issued later or by a producer warpgroup, and w64d, its direct-store
+# epilogue, were measured in session 13 and removed: docs/kernels/dsa-verify-notes.md.)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -170,10 +169,6 @@ def config_for_mangled(name: str):
     w = re.search(r"CfgWILb([01])EE", name)
     if w:
         return W64, bool(int(w.group(1)))
-    wx = re.search(r"CfgWXILb([01])ELi(\d+)EE", name)  # w64's experimental variants (CfgWX<FP8, VAR>)
-    if wx:
-        var = {1: W64D}.get(int(wx.group(2)))
-        return None if var is None else (var, bool(int(wx.group(1))))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:

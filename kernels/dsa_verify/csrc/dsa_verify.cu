@@ -39,8 +39,7 @@
 #include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfg 14 "w64d" (w64 with its direct-store epilogue of
-// session 12: CfgWX in dsa_verify_wgmma.cuh), and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there), and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8.)
@@ -75,8 +74,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64DB = CfgWX<false, W64_DIRECT_EPI>;
-using W64DF = CfgWX<true, W64_DIRECT_EPI>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -266,7 +263,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 14: fp8 ? f(Tag<W64DF>{}) : f(Tag<W64DB>{}); return true;
 #endif
     default: return false;
   }

@@ -34,7 +34,11 @@
 // while that tile's PV runs. H200 session 11: parity token-exact (rel err 1.74e-3, m64's 1.69e-3),
 // 0.43-0.70x m64's fp8 time (docs/kernels/dsa-verify-notes.md).
 // Outputs as every DSA config: S = 1 writes o (bf16) and lse (natural log); S > 1 writes the
-// normalized fp32 partial and its log2-sum-exp to the workspace for dsa_verify_combine_kernel.
+// normalized fp32 partial and its log2-sum-exp to the workspace for dsa_verify_combine_kernel. S = 1
+// stages the CTA's 64 output rows in the drained KV stages and stores them in 16-byte chunks (o's rows
+// 16-byte aligned, as api.validate requires unless a dim is 1; else the direct 4-byte stores): the
+// epilogue 5.8 -> 2.4 us, 1.02-1.07x the kernel time at S = 1 (H200, session 13 calls 5-6).
+// (The split partials keep the direct float2 stores: staged, they measured 0.95-0.98x.)
 #pragma once
 #include <type_traits>
 
@@ -70,16 +74,6 @@ struct CfgW {
   // 16-byte chunks, a warp per 512 contiguous bytes
   static constexpr int STG_BF = D_V * 2 + 16;
   static_assert(BM * STG_BF <= STAGES * TILE, "the staged output fits the KV stages");
-  static constexpr int VAR = 0;  // 0: the shipped kernel; CfgWX below: an experimental variant
-};
-
-// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64d"): W64_DIRECT_EPI
-// writes the output straight from the accumulators (4-byte bf16x2 / 8-byte float2 stores, 8 rows x 16 or
-// 32 bytes per warp instruction), as w64 did up to session 12, for the same-run A/B of the staged epilogue.
-constexpr int W64_DIRECT_EPI = 1;
-template <bool FP8_, int VAR_>
-struct CfgWX : CfgW<FP8_> {
-  static constexpr int VAR = VAR_;
 };
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
@@ -98,8 +92,6 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
-template <bool F, int V>
-struct IsWgmma<CfgWX<F, V>> : std::true_type {};
 
 // Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
 // (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
@@ -446,10 +438,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   // ---- finalize: row sums of both halves, normalized output or split partial ----
   publish_row_sums(l_run, red_sum, grp, r0, lane);
   __syncthreads();  // also: every warp is past its last PV, the KV stages are free for the staging
-  // S = 1 with 16-byte aligned output rows: staged. A split's fp32 partial keeps the direct stores: staged
-  // it measured 0.95x at B=1 (S = 16, one tile per split) and 0.98x with fp8 at S = 2 (session 13 call 5).
-  const bool staged = C::VAR != W64_DIRECT_EPI && p.S == 1 &&
-                      ((reinterpret_cast<uintptr_t>(p.o) | (uintptr_t)(p.o_st * 2) | (uintptr_t)(p.o_sh * 2)) & 15) == 0;
+  // S = 1 with 16-byte aligned output rows: staged (the header). A split's fp32 partial keeps the direct
+  // stores: staged it measured 0.95x at B=1 (S = 16, one tile per split) and 0.98x with fp8 at S = 2.
+  const bool staged =
+      p.S == 1 && ((reinterpret_cast<uintptr_t>(p.o) | (uintptr_t)(p.o_st * 2) | (uintptr_t)(p.o_sh * 2)) & 15) == 0;
   uint8_t* stg = smem + C::off_kv;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
