@@ -551,12 +551,42 @@ def sm_schedule(w) -> dict:
     }
 
 
+def phase_row(words, n_split: int) -> dict:
+    """One traced call of w64, from its timeline words [n, 8] int64 (the n_split split CTAs first, then the
+    combine CTAs; word 0 entry, 2 first tile, 3 all tiles computed, 4 end (ns), 5 SM id, 6 tiles, 7 the packed
+    phase cycles): over the CTAs that ran tiles, the medians of tiles, loop µs (and per tile), prologue µs,
+    each phase's SM cycles per tile, the split grid's end and the combine's end (µs after the first entry),
+    and sm_schedule's columns."""
+    import torch
+
+    w, cw = words[:n_split], words[n_split:]
+    w = w[w[:, 6] > 0]
+    nt = w[:, 6].double()
+    t0 = w[:, 0].min()
+    row = {
+        "ctas": len(w),
+        "tiles_med": float(nt.median()),
+        "loop_us_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3).median()),
+        "loop_us_per_tile_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3 / nt).median()),
+        "prologue_us_med": float(((w[:, 2] - w[:, 0]).double() * 1e-3).median()),
+        "split_end_us": float(((w[:, 4] - t0).double() * 1e-3).max()),
+    }
+    row.update(sm_schedule(w))
+    if len(cw):  # the combine CTAs' end stamps (word 2)
+        row["combine_end_us"] = float(((cw[:, 2] - t0).double() * 1e-3).max())
+    ph = [phase_sums(int(x)) for x in w[:, 7].tolist()]
+    for name in W64_PHASES:
+        per_tile = torch.tensor([p[name] for p in ph], dtype=torch.float64) / nt
+        row[f"{name}_cycles_per_tile_med"] = float(per_tile.median())
+    return row
+
+
 def trace_phases(device, reps: int, shapes, splits, configs=("w64",), kvs=("bf16", "fp8")) -> dict:
     """Per-tile loop phases of w64 or its variants (`configs`: w64 and the tiles.EXPERIMENTAL_CONFIGS of
     kind "wg"; DSAV_TRACE build) for each shape, cache (`kvs`) and split count (None: the auto plan's):
-    per call the median over CTAs of each phase's cycles per tile (thread 0 of the CTA, SM clock), the
-    CTAs' tiles and loop time, and the last CTA's end; per field the median over `reps` calls after an
-    L2 flush."""
+    phase_row of every call, each field the median over `reps` calls after an L2 flush."""
+    import itertools
+
     import torch
 
     from dsa_verify.api import combine_wide, dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
@@ -571,57 +601,36 @@ def trace_phases(device, reps: int, shapes, splits, configs=("w64",), kvs=("bf16
         T = q.shape[0]
         out = torch.empty(T, H, 512, dtype=torch.bfloat16, device=device)
         caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
-        for kvname, cache in caches.items():
-            if kvname not in kvs:
-                continue
-            for cfg in configs:
-                for S in splits:
-                    lab = f"B{B}_L{L}_n{n}_H{H}_{kvname}_{cfg}_S{S or 'auto'}"
-                    try:
-                        _, tc, s_run, _, _, cl = resolve_full(device, H, 2048, T, kvname == "fp8", cfg, S)
-                        n_split = T * s_run * -(-H // tc.block_m)
-                        wide = combine_wide(T, H)
-                        tr = torch.zeros(trace_numel(T, H, s_run, tc, cl, wide), dtype=torch.int64, device=device)
-                        ws = torch.empty(
-                            max(1, workspace_numel_for(q, cache, pt, cfg, S)), dtype=torch.float32, device=device
-                        )
-                        args = (q, cache, pt, sl, SM_SCALE)
-                        kw = {"out": out, "workspace": ws, "num_splits": S, "tile_config": cfg, "trace": tr}
-                        dsa_verify_fwd(*args, **kw)
-                        samples = []
-                        for _ in range(reps):
-                            timer.flush()
-                            tr.zero_()
-                            dsa_verify_fwd(*args, **kw)
-                            torch.cuda.synchronize()
-                            words = tr.cpu().view(-1, 8).long()
-                            w, cw = words[:n_split], words[n_split:]
-                            live = w[:, 6] > 0
-                            w = w[live]
-                            nt = w[:, 6].double()
-                            t0 = w[:, 0].min()
-                            row = {
-                                "ctas": int(live.sum()),
-                                "tiles_med": float(nt.median()),
-                                "loop_us_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3).median()),
-                                "loop_us_per_tile_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3 / nt).median()),
-                                "prologue_us_med": float(((w[:, 2] - w[:, 0]).double() * 1e-3).median()),
-                                "split_end_us": float(((w[:, 4] - t0).double() * 1e-3).max()),
-                            }
-                            row.update(sm_schedule(w))
-                            if len(cw):  # the combine CTAs' end stamps (word 2)
-                                row["combine_end_us"] = float(((cw[:, 2] - t0).double() * 1e-3).max())
-                            ph = [phase_sums(int(x)) for x in w[:, 7].tolist()]
-                            for name in W64_PHASES:
-                                per_tile = torch.tensor([p[name] for p in ph], dtype=torch.float64) / nt.cpu()
-                                row[f"{name}_cycles_per_tile_med"] = float(per_tile.median())
-                            samples.append(row)
-                        res[lab] = {"plan": f"{tc.name} S={s_run} combine={combine_label(s_run, cl, wide)}"}
-                        for k in samples[0]:
-                            vals = [x[k] for x in samples if x[k] is not None]
-                            res[lab][k] = statistics.median(vals) if vals else None
-                    except Exception as exc:
-                        res[lab] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        for kvname, cfg, S in itertools.product([k for k in caches if k in kvs], configs, splits):
+            lab = f"B{B}_L{L}_n{n}_H{H}_{kvname}_{cfg}_S{S or 'auto'}"
+            cache = caches[kvname]
+            try:
+                _, tc, s_run, _, _, cl = resolve_full(device, H, 2048, T, kvname == "fp8", cfg, S)
+                n_split = T * s_run * -(-H // tc.block_m)
+                wide = combine_wide(T, H)
+                tr = torch.zeros(trace_numel(T, H, s_run, tc, cl, wide), dtype=torch.int64, device=device)
+                ws_n = max(1, workspace_numel_for(q, cache, pt, cfg, S))
+                kw = {
+                    "out": out,
+                    "workspace": torch.empty(ws_n, dtype=torch.float32, device=device),
+                    "num_splits": S,
+                    "tile_config": cfg,
+                    "trace": tr,
+                }
+                dsa_verify_fwd(q, cache, pt, sl, SM_SCALE, **kw)
+                samples = []
+                for _ in range(reps):
+                    timer.flush()
+                    tr.zero_()
+                    dsa_verify_fwd(q, cache, pt, sl, SM_SCALE, **kw)
+                    torch.cuda.synchronize()
+                    samples.append(phase_row(tr.cpu().view(-1, 8).long(), n_split))
+                res[lab] = {"plan": f"{tc.name} S={s_run} combine={combine_label(s_run, cl, wide)}"}
+                for k in samples[0]:
+                    vals = [x[k] for x in samples if x[k] is not None]
+                    res[lab][k] = statistics.median(vals) if vals else None
+            except Exception as exc:
+                res[lab] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return res
 
 

@@ -781,6 +781,32 @@ def test_sm_schedule_measures_the_gap_between_ctas_on_one_sm():
     assert one["sm_gap_us_med"] is None and one["ctas_per_sm_max"] == 1
 
 
+def test_phase_row_reads_one_traced_call():
+    import torch
+
+    from verify_tools.dsa_bench import phase_row
+
+    base = 10**18
+    packed = (57 << 48) | (58 << 32) | (146 << 16) | 17  # per CTA, summed over its tiles (cycles / 16)
+    # two split CTAs of 2 tiles on SMs 0 and 1, one that ran none (seq_lens 0: word 6 = 0), one combine CTA
+    words = torch.tensor(
+        [
+            [base, 0, base + 5_000, base + 10_000, base + 12_000, 0, 2, packed],
+            [base + 1_000, 0, base + 6_000, base + 12_000, base + 13_000, 1, 2, packed],
+            [base + 2_000, 0, 0, 0, base + 2_500, 2, 0, 0],
+            [base + 14_000, 0, base + 16_000, 0, 0, 0, 0, 0],
+        ],
+        dtype=torch.int64,
+    )
+    r = phase_row(words, n_split=3)
+    assert r["ctas"] == 2 and r["tiles_med"] == 2.0
+    assert r["loop_us_med"] == pytest.approx(5.0) and r["loop_us_per_tile_med"] == pytest.approx(2.5)
+    assert r["prologue_us_med"] == pytest.approx(5.0) and r["split_end_us"] == pytest.approx(13.0)
+    assert r["combine_end_us"] == pytest.approx(16.0) and r["ctas_per_sm_max"] == 1
+    assert (r["wait_barrier_cycles_per_tile_med"], r["s_cycles_per_tile_med"]) == (17 * 16 / 2, 146 * 16 / 2)
+    assert phase_row(words[:3], n_split=3).get("combine_end_us") is None  # S = 1: no combine CTAs
+
+
 def test_bench_rows_name_how_the_splits_merge():
     from verify_tools.dsa_bench import combine_label
 
