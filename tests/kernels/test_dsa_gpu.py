@@ -44,3 +44,25 @@ def test_prebuilt_library_builds_and_loads(cuda_device, tmp_path, monkeypatch):
     monkeypatch.setenv("MLA_VERIFY_PREBUILT_ONLY", "1")
     mod = _build.load_prebuilt(arch)
     assert callable(mod.fwd) and mod.config_compiled(0)
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_w64_output_rows_staged_or_stored_directly_are_the_same(cuda_device, kv):
+    """w64's S = 1 epilogue stages its rows through shared memory when o's rows are 16-byte aligned,
+    and stores them directly otherwise (a T stride api.validate allows because T = 1): same bits."""
+    import torch
+
+    from dsa_verify.api import device_info, dsa_verify_fwd
+    from dsa_verify.inputs import DsaCase, make_inputs
+
+    if device_info(cuda_device)[0] != "sm_90a":
+        pytest.skip("w64 is built for sm_90a only")
+    H = 64
+    d = make_inputs(DsaCase("w64_epilogue", (3000,), 1, H, kv=kv, seed=5), cuda_device)
+    args = (d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"], d["sm_scale"])
+    staged = dsa_verify_fwd(*args, num_splits=1, tile_config="w64")
+    buf = torch.full((H * 512 + 8,), float("nan"), dtype=torch.bfloat16, device=cuda_device)
+    odd = torch.as_strided(buf, (1, H, 512), (H * 512 + 4, 512, 1))  # T stride: 8 bytes past 16-byte rows
+    direct = dsa_verify_fwd(*args, num_splits=1, tile_config="w64", out=odd)
+    assert torch.isfinite(staged).all()
+    assert torch.equal(staged.view(torch.int16), direct.view(torch.int16))
