@@ -553,10 +553,11 @@ def sm_schedule(w) -> dict:
 
 def phase_row(words, n_split: int) -> dict:
     """One traced call of w64, from its timeline words [n, 8] int64 (the n_split split CTAs first, then the
-    combine CTAs; word 0 entry, 2 first tile, 3 all tiles computed, 4 end (ns), 5 SM id, 6 tiles, 7 the packed
-    phase cycles): over the CTAs that ran tiles, the medians of tiles, loop µs (and per tile), prologue µs,
-    each phase's SM cycles per tile, the split grid's end and the combine's end (µs after the first entry),
-    and sm_schedule's columns."""
+    combine CTAs; word 0 entry, 1 loop start, 2 first tile, 3 all tiles computed, 4 end (ns), 5 SM id, 6 tiles,
+    7 the packed phase cycles): over the CTAs that ran tiles, the medians of tiles, loop µs (and per tile),
+    prologue µs (entry to the first tile: setup, entry to the loop's start, plus first_wait, the first
+    tile's wait and barrier), each phase's SM cycles per tile, the split grid's end and the combine's end
+    (µs after the first entry), and sm_schedule's columns."""
     import torch
 
     w, cw = words[:n_split], words[n_split:]
@@ -569,6 +570,8 @@ def phase_row(words, n_split: int) -> dict:
         "loop_us_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3).median()),
         "loop_us_per_tile_med": float(((w[:, 3] - w[:, 2]).double() * 1e-3 / nt).median()),
         "prologue_us_med": float(((w[:, 2] - w[:, 0]).double() * 1e-3).median()),
+        "setup_us_med": float(((w[:, 1] - w[:, 0]).double() * 1e-3).median()),
+        "first_wait_us_med": float(((w[:, 2] - w[:, 1]).double() * 1e-3).median()),
         "split_end_us": float(((w[:, 4] - t0).double() * 1e-3).max()),
     }
     row.update(sm_schedule(w))

@@ -791,8 +791,8 @@ def test_phase_row_reads_one_traced_call():
     # two split CTAs of 2 tiles on SMs 0 and 1, one that ran none (seq_lens 0: word 6 = 0), one combine CTA
     words = torch.tensor(
         [
-            [base, 0, base + 5_000, base + 10_000, base + 12_000, 0, 2, packed],
-            [base + 1_000, 0, base + 6_000, base + 12_000, base + 13_000, 1, 2, packed],
+            [base, base + 4_000, base + 5_000, base + 10_000, base + 12_000, 0, 2, packed],
+            [base + 1_000, base + 5_000, base + 6_000, base + 12_000, base + 13_000, 1, 2, packed],
             [base + 2_000, 0, 0, 0, base + 2_500, 2, 0, 0],
             [base + 14_000, 0, base + 16_000, 0, 0, 0, 0, 0],
         ],
@@ -802,6 +802,7 @@ def test_phase_row_reads_one_traced_call():
     assert r["ctas"] == 2 and r["tiles_med"] == 2.0
     assert r["loop_us_med"] == pytest.approx(5.0) and r["loop_us_per_tile_med"] == pytest.approx(2.5)
     assert r["prologue_us_med"] == pytest.approx(5.0) and r["split_end_us"] == pytest.approx(13.0)
+    assert (r["setup_us_med"], r["first_wait_us_med"]) == (pytest.approx(4.0), pytest.approx(1.0))
     assert r["combine_end_us"] == pytest.approx(16.0) and r["ctas_per_sm_max"] == 1
     assert (r["wait_barrier_cycles_per_tile_med"], r["s_cycles_per_tile_med"]) == (17 * 16 / 2, 146 * 16 / 2)
     assert phase_row(words[:3], n_split=3).get("combine_end_us") is None  # S = 1: no combine CTAs
