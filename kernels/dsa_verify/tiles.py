@@ -134,7 +134,10 @@ N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # config for large T x H: api.combine_wide.)
 # (w64l / w64p / w64q, w64's loads issued later or by a producer warpgroup, and w64d, its direct-store
 # epilogue, were measured in session 13 and removed: docs/kernels/dsa-verify-notes.md.)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
+# w64f (csrc CfgWX W64_FP8_EARLY): w64 with the fp8 prologue's loads (tile 0, the sigma prepass's index
+# and scale words) overlapped with each other and Q's conversion; its bf16 kernel is w64's code
+W64F = TileConfig("w64f", 14, 64, 64, 2, 8, kind="wg")
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64F)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -169,6 +172,9 @@ def config_for_mangled(name: str):
     w = re.search(r"CfgWILb([01])EE", name)
     if w:
         return W64, bool(int(w.group(1)))
+    wx = re.search(r"CfgWXILb([01])ELi1EE", name)  # w64's experimental variant (CfgWX<FP8, W64_FP8_EARLY>)
+    if wx:
+        return W64F, bool(int(wx.group(1)))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:
