@@ -77,12 +77,13 @@ struct CfgW {
   static constexpr int VAR = 0;  // 0: the shipped kernel; CfgWX below: an experimental variant
 };
 
-// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64f"), fp8 only (its
-// bf16 kernel is w64's code): W64_FP8_EARLY issues tile 0's loads and the sigma prepass's index words
-// before Q's conversion, and the prepass's scale loads after it, so the prologue's three memory round
-// trips (tile 0; index words -> scale words) overlap each other and the conversion instead of running
-// one after another (session 13's trace: fp8 prologue 16.3 us against bf16's 5.0 at T=256).
-constexpr int W64_FP8_EARLY = 1;
+// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64o"), fp8 only (its
+// bf16 kernel is w64's code): W64_FP8_ONECHAIN folds sigma_b into Q's nope part before its f16
+// conversion, with one exponent per head over all 512 dims (q_nope_sigma_to_f16), so S's nope part is
+// one f16 chain of 32 steps beside the rope's 4 (w64: four 8-step chains, each waited for and folded
+// with its own qinv[b, h] x sigma_b), and tile j+1's loads issue while that chain runs instead of after
+// it. A head's smaller blocks keep f16's relative precision down to 2^-28 of its largest |q_b sigma_b|.
+constexpr int W64_FP8_ONECHAIN = 2;
 template <bool FP8_, int VAR_>
 struct CfgWX : CfgW<FP8_> {
   static constexpr int VAR = VAR_;
@@ -98,6 +99,49 @@ __device__ __forceinline__ uint4 e4m3x8_to_f16x8_times(uint32_t a, uint32_t b, u
 }
 __device__ __forceinline__ void st_shared_u4(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// W64_FP8_ONECHAIN: Q's nope part (bf16, 64 heads x 64 chunks of 8 dims in the swizzled atoms) rewritten
+// in place as f16 of q[h, d] x sigma_b(d) x 2^e[h], e[h] = 14 - ilogb(max_d |q sigma|) (clamped to
+// +-120), one warp per head (lane: chunks lane and lane + 32, blocks lane / 16 and 2 + lane / 16);
+// qinv[h] = 2^-e[h] at off_qinv.
+template <typename C>
+__device__ __forceinline__ void q_nope_sigma_to_f16(uint8_t* smem, int tid, const float (&sig)[4]) {
+  float* qinv = reinterpret_cast<float*>(smem + C::off_qinv);
+  const int lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+  for (int it = 0; it < C::BM / C::WARPS; ++it) {
+    const int r = it * C::WARPS + warp;
+    uint4* ptr[2];
+    float f[2][8];
+    float mx = 0.f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int ch = lane + 32 * k;
+      ptr[k] = reinterpret_cast<uint4*>(smem + C::off_q + (ch >> 3) * C::ATOM + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+      const uint4 v = *ptr[k];
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      const float sg = (lane >> 4) ? sig[2 * k + 1] : sig[2 * k];  // block ch / 16 (no local-memory index)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        f[k][2 * i] = __uint_as_float(w[i] << 16) * sg;
+        f[k][2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u) * sg;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(f[k][i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    int e = 0;
+    if (mx > 0.f) e = 14 - ilogbf(mx);  // inf / NaN: ilogbf is huge, e clamps low
+    e = max(-120, min(120, e));
+    const float sc = __int_as_float((127 + e) << 23), inv = __int_as_float((127 - e) << 23);
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      *ptr[k] = make_uint4(pack_f16(f[k][0] * sc, f[k][1] * sc), pack_f16(f[k][2] * sc, f[k][3] * sc),
+                           pack_f16(f[k][4] * sc, f[k][5] * sc), pack_f16(f[k][6] * sc, f[k][7] * sc));
+    if (lane == 0) qinv[r] = inv;
+  }
 }
 
 template <typename C>
@@ -254,64 +298,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     }
   };
   const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
-  if constexpr (C::FP8 && C::VAR == W64_FP8_EARLY) {
-    cp_async_commit();  // group: Q
-    load_fp8(0, w0[0]);  // tile 0 into registers, its rope by cp.async: first
-    cp_async_commit();  // group: tile 0's rope
-    // the sigma prepass as below, its first pass's index words in flight during Q's conversion
-    float smax[4] = {0.f, 0.f, 0.f, 0.f};
-    int32_t pw[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int pos = pb + tid + k * C::THREADS;
-      pw[k] = pos < pe ? __ldg(idx_row + pos) : -1;
-    }
-    cp_async_wait<1>();
-    __syncthreads();  // Q visible to every thread
-    q_nope_to_f16<C, false, true>(smem, tid);
-    for (int base = pb + tid; base < pe; base += 8 * C::THREADS) {
-      if (base != pb + tid) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int pos = base + k * C::THREADS;
-          pw[k] = pos < pe ? __ldg(idx_row + pos) : -1;
-        }
-      }
-      float4 v[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (pw[k] >= 0 && (int64_t)pw[k] < p.num_slots)
-          v[k] = __ldg(reinterpret_cast<const float4*>(p.kv + (int64_t)pw[k] * p.kv_st + D_V));
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        smax[0] = fmaxf(smax[0], fabsf(v[k].x));
-        smax[1] = fmaxf(smax[1], fabsf(v[k].y));
-        smax[2] = fmaxf(smax[2], fabsf(v[k].z));
-        smax[3] = fmaxf(smax[3], fabsf(v[k].w));
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) smax[b] = fmaxf(smax[b], __shfl_xor_sync(0xffffffffu, smax[b], o));
-      if (lane == 0) red_sum[warp * 4 + b] = smax[b];
-    }
-    __syncthreads();  // the f16 Q, qinv and the sigma partials visible
-    const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      float sg = 0.f;
-#pragma unroll
-      for (int w = 0; w < C::WARPS; ++w) sg = fmaxf(sg, red_sum[w * 4 + b]);
-      sig_inv[b] = sg > 0.f ? 1.f / sg : 0.f;
-      g[0][b] = qinv[b * BM + r0] * sg;
-      g[1][b] = qinv[b * BM + r0 + 8] * sg;
-      if ((b >> 1) == grp) sig_o[b & 1] = sg;
-    }
-    store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
-  } else if constexpr (C::FP8) {
+  if constexpr (C::FP8) {
     cp_async_commit();  // group: Q
     // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
     // scale words are the tiles' own, read again from L2); warp maxima to the row-sum half of off_red
@@ -348,7 +335,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     cp_async_commit();  // group: tile 0's rope
     cp_async_wait<1>();
     __syncthreads();  // Q visible to every thread
-    q_nope_to_f16<C, false, true>(smem, tid);
+    if constexpr (C::VAR == W64_FP8_ONECHAIN) {
+      float sgq[4];  // sigma_b (the partials were written before the barrier above)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        sgq[b] = 0.f;
+#pragma unroll
+        for (int w = 0; w < C::WARPS; ++w) sgq[b] = fmaxf(sgq[b], red_sum[w * 4 + b]);
+      }
+      q_nope_sigma_to_f16<C>(smem, tid, sgq);
+    } else {
+      q_nope_to_f16<C, false, true>(smem, tid);
+    }
     __syncthreads();  // the f16 Q, qinv and the sigma partials visible
     const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
 #pragma unroll
@@ -357,8 +355,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
 #pragma unroll
       for (int w = 0; w < C::WARPS; ++w) sg = fmaxf(sg, red_sum[w * 4 + b]);
       sig_inv[b] = sg > 0.f ? 1.f / sg : 0.f;
-      g[0][b] = qinv[b * BM + r0] * sg;
-      g[1][b] = qinv[b * BM + r0 + 8] * sg;
+      if constexpr (C::VAR == W64_FP8_ONECHAIN) {  // sigma_b is in Q: the chain's factor is the head's 2^-e
+        g[0][b] = qinv[r0];
+        g[1][b] = qinv[r0 + 8];
+      } else {
+        g[0][b] = qinv[b * BM + r0] * sg;
+        g[1][b] = qinv[b * BM + r0 + 8] * sg;
+      }
       if ((b >> 1) == grp) sig_o[b & 1] = sg;
     }
     store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
@@ -394,7 +397,25 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); bf16: tile j+1's loads issue
     // meanwhile; fp8: after S (its registers are free then) ----
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0)
-    if constexpr (C::FP8) {
+    if constexpr (C::FP8 && C::VAR == W64_FP8_ONECHAIN) {
+      // rope (bf16) into sc and the nope part (f16, sigma_b in Q) into a0 as one commit group; tile j+1's
+      // loads issue while it runs; then sc += 2^-e[h] x a0
+      float a0[16];
+      wgmma_fence();
+      issue_qk_steps<32, 4>(sc, sQ, sK, grp);
+      issue_qk_steps<0, 32, true>(a0, sQ, sK, grp);
+      wgmma_commit();
+      if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
+        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
+        if (j >= 1) idx_words(j + 2, wnext);
+      }
+      cp_async_commit();
+      wgmma_wait0();
+      fence_regs<16>(sc);
+      fence_regs<16>(a0);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sc[i] += a0[i] * g[(i >> 1) & 1][0];  // element 4k + e: row half e / 2
+    } else if constexpr (C::FP8) {
       // rope (bf16) into sc, then the f16 chain of each 128-dim block b into a[b % 2], folded into sc
       // as g[h][b] x chain after its wait, two chains in flight
       auto fold = [&](const float (&a)[16], int b) {
