@@ -134,11 +134,9 @@ N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # config for large T x H: api.combine_wide.)
 # (w64l / w64p / w64q, w64's loads issued later or by a producer warpgroup, and w64d, its direct-store
 # epilogue, were measured in session 13 and removed: docs/kernels/dsa-verify-notes.md.)
-# (w64f, w64 with fp8's prologue loads overlapped, was measured no faster in session 14 and removed.)
-# w64o (csrc CfgWX W64_FP8_ONECHAIN): w64 with fp8's S as one f16 chain (sigma_b folded into Q's f16
-# conversion, one exponent per head) and tile j+1's loads issued under it; its bf16 kernel is w64's code
-W64O = TileConfig("w64o", 15, 64, 64, 2, 8, kind="wg")
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64O)}
+# (w64f, w64 with fp8's prologue loads overlapped, was measured no faster in session 14 and removed;
+# w64o, fp8's S as one f16 chain, was measured 0.89-0.94x w64's fp8 time and became w64's fp8 kernel.)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -173,9 +171,6 @@ def config_for_mangled(name: str):
     w = re.search(r"CfgWILb([01])EE", name)
     if w:
         return W64, bool(int(w.group(1)))
-    wx = re.search(r"CfgWXILb([01])ELi2EE", name)  # w64's experimental variant (CfgWX<FP8, W64_FP8_ONECHAIN>)
-    if wx:
-        return W64O, bool(int(wx.group(1)))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:

@@ -39,12 +39,10 @@
 #include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfg 15 "w64o" (w64 with fp8's S as one f16 chain, sigma in Q: CfgWX
-// in dsa_verify_wgmma.cuh; cfg 14 "w64f", fp8's prologue loads overlapped, measured no faster and
-// removed), and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there) and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
-// session 8.)
+// session 8; w64's experimental variants were measured and removed or shipped: session 13 and 14 notes.)
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -76,8 +74,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64OB = CfgWX<false, W64_FP8_ONECHAIN>;  // w64's bf16 code (the variant changes the fp8 kernel only)
-using W64OF = CfgWX<true, W64_FP8_ONECHAIN>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -267,7 +263,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 15: fp8 ? f(Tag<W64OF>{}) : f(Tag<W64OB>{}); return true;
 #endif
     default: return false;
   }

@@ -24,11 +24,15 @@
 // multiply), sigma_b = max |s[., b]| over the split's used positions (read once before the first
 // tile), so |V'| <= 448 and a value carries two f16 roundings (2^-11 each; |s| below 2^-24 sigma_b
 // enters as an f16 subnormal, as the other fp8 configs' P * s / sigma). Q's nope part is rewritten
-// in place as f16 times 2^e[h, b] (q_nope_to_f16; its qinv = 2^-e lives in the P atom until read
-// into registers). S = rope chain (bf16) + the four f16 block chains, each folded in fp32 as
-// qinv[b, h] * sigma_b x chain after its wgmma wait (two chains in flight); PV runs in f16 on V'
+// in place as f16 of q x sigma_b x 2^e[h], one exponent per head over its 512 dims (q_nope_sigma_to_f16;
+// qinv = 2^-e[h] lives in the P atom until read into registers), so S is the rope chain (bf16, 4 steps)
+// plus one f16 chain over the nope dims (32 steps), issued together and folded as qinv[h] x chain
+// (session 14: w64's former four 8-step block chains, each waited for and folded with qinv[b, h] x
+// sigma_b, took 1.07-1.12x the kernel time at H >= 16). A head's smaller blocks keep f16's relative
+// precision down to 2^-28 of its largest |q_b sigma_b|; below that their share of S is below f16's
+// rounding of the largest terms. PV runs in f16 on V'
 // with P in f16 (P <= 2^LAZY_TAU), and the output block b is multiplied by sigma_b at the end. A
-// tile goes global -> registers after S of the tile before it (4 threads per row: row 8 warp +
+// tile goes global -> registers while S of the tile before it runs (4 threads per row: row 8 warp +
 // lane % 8, quarter q = lane / 8 loads e4m3 chunks q + 4i, i < 8, 64 contiguous bytes per row per
 // instruction, and the row's 4 scales; the rope goes by cp.async) and registers -> the f16 tile
 // while that tile's PV runs. H200 session 11: parity token-exact (rel err 1.74e-3, m64's 1.69e-3),
@@ -74,19 +78,6 @@ struct CfgW {
   // 16-byte chunks, a warp per 512 contiguous bytes
   static constexpr int STG_BF = D_V * 2 + 16;
   static_assert(BM * STG_BF <= STAGES * TILE, "the staged output fits the KV stages");
-  static constexpr int VAR = 0;  // 0: the shipped kernel; CfgWX below: an experimental variant
-};
-
-// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64o"), fp8 only (its
-// bf16 kernel is w64's code): W64_FP8_ONECHAIN folds sigma_b into Q's nope part before its f16
-// conversion, with one exponent per head over all 512 dims (q_nope_sigma_to_f16), so S's nope part is
-// one f16 chain of 32 steps beside the rope's 4 (w64: four 8-step chains, each waited for and folded
-// with its own qinv[b, h] x sigma_b), and tile j+1's loads issue while that chain runs instead of after
-// it. A head's smaller blocks keep f16's relative precision down to 2^-28 of its largest |q_b sigma_b|.
-constexpr int W64_FP8_ONECHAIN = 2;
-template <bool FP8_, int VAR_>
-struct CfgWX : CfgW<FP8_> {
-  static constexpr int VAR = VAR_;
 };
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
@@ -101,7 +92,7 @@ __device__ __forceinline__ void st_shared_u4(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
-// W64_FP8_ONECHAIN: Q's nope part (bf16, 64 heads x 64 chunks of 8 dims in the swizzled atoms) rewritten
+// w64 fp8: Q's nope part (bf16, 64 heads x 64 chunks of 8 dims in the swizzled atoms) rewritten
 // in place as f16 of q[h, d] x sigma_b(d) x 2^e[h], e[h] = 14 - ilogb(max_d |q sigma|) (clamped to
 // +-120), one warp per head (lane: chunks lane and lane + 32, blocks lane / 16 and 2 + lane / 16);
 // qinv[h] = 2^-e[h] at off_qinv.
@@ -148,8 +139,6 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
-template <bool F, int V>
-struct IsWgmma<CfgWX<F, V>> : std::true_type {};
 
 // Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
 // (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
@@ -257,7 +246,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
   float4 f8s = make_float4(0.f, 0.f, 0.f, 0.f);
   int f8_stage = -1;                                // the stage the registers go to (-1: none)
   float sig_inv[4] = {0.f, 0.f, 0.f, 0.f};          // 1 / sigma_b (0 when sigma_b is 0)
-  float g[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // qinv[b, head r0 + 8h] * sigma_b
+  float g[2] = {0.f, 0.f};                          // 2^-e[h] of the f16 Q of heads r0, r0 + 8
   float sig_o[2] = {0.f, 0.f};                      // sigma of this warpgroup's output blocks 2 grp, +1
   auto load_fp8 = [&](int j, int32_t w) {  // tile j's row fr: e4m3 and scales -> registers, rope by cp.async
     if constexpr (C::FP8) {
@@ -335,34 +324,22 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     cp_async_commit();  // group: tile 0's rope
     cp_async_wait<1>();
     __syncthreads();  // Q visible to every thread
-    if constexpr (C::VAR == W64_FP8_ONECHAIN) {
-      float sgq[4];  // sigma_b (the partials were written before the barrier above)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        sgq[b] = 0.f;
-#pragma unroll
-        for (int w = 0; w < C::WARPS; ++w) sgq[b] = fmaxf(sgq[b], red_sum[w * 4 + b]);
-      }
-      q_nope_sigma_to_f16<C>(smem, tid, sgq);
-    } else {
-      q_nope_to_f16<C, false, true>(smem, tid);
-    }
-    __syncthreads();  // the f16 Q, qinv and the sigma partials visible
-    const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
+    float sgq[4];  // sigma_b (the partials were written before the barrier above)
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      float sg = 0.f;
+      sgq[b] = 0.f;
 #pragma unroll
-      for (int w = 0; w < C::WARPS; ++w) sg = fmaxf(sg, red_sum[w * 4 + b]);
-      sig_inv[b] = sg > 0.f ? 1.f / sg : 0.f;
-      if constexpr (C::VAR == W64_FP8_ONECHAIN) {  // sigma_b is in Q: the chain's factor is the head's 2^-e
-        g[0][b] = qinv[r0];
-        g[1][b] = qinv[r0 + 8];
-      } else {
-        g[0][b] = qinv[b * BM + r0] * sg;
-        g[1][b] = qinv[b * BM + r0 + 8] * sg;
-      }
-      if ((b >> 1) == grp) sig_o[b & 1] = sg;
+      for (int w = 0; w < C::WARPS; ++w) sgq[b] = fmaxf(sgq[b], red_sum[w * 4 + b]);
+    }
+    q_nope_sigma_to_f16<C>(smem, tid, sgq);
+    __syncthreads();  // the f16 Q, qinv and the sigma partials visible
+    const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
+    g[0] = qinv[r0];
+    g[1] = qinv[r0 + 8];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      sig_inv[b] = sgq[b] > 0.f ? 1.f / sgq[b] : 0.f;
+      if ((b >> 1) == grp) sig_o[b & 1] = sgq[b];
     }
     store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
   } else {
@@ -394,10 +371,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     W64_PHASE(0);
     const uint32_t sK = sKV + (j & 1) * TILE;
 
-    // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); bf16: tile j+1's loads issue
-    // meanwhile; fp8: after S (its registers are free then) ----
+    // ---- S = Q K^T: 64 heads x positions [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile
+    // (fp8: into registers, stored under PV(j)) ----
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0)
-    if constexpr (C::FP8 && C::VAR == W64_FP8_ONECHAIN) {
+    if constexpr (C::FP8) {
       // rope (bf16) into sc and the nope part (f16, sigma_b in Q) into a0 as one commit group; tile j+1's
       // loads issue while it runs; then sc += 2^-e[h] x a0
       float a0[16];
@@ -414,46 +391,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       fence_regs<16>(sc);
       fence_regs<16>(a0);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) sc[i] += a0[i] * g[(i >> 1) & 1][0];  // element 4k + e: row half e / 2
-    } else if constexpr (C::FP8) {
-      // rope (bf16) into sc, then the f16 chain of each 128-dim block b into a[b % 2], folded into sc
-      // as g[h][b] x chain after its wait, two chains in flight
-      auto fold = [&](const float (&a)[16], int b) {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) sc[i] += a[i] * g[(i >> 1) & 1][b];  // element 4k + e: row half e / 2
-      };
-      float a0[16], a1[16];
-      wgmma_fence();
-      issue_qk_steps<32, 4>(sc, sQ, sK, grp);
-      wgmma_commit();
-      issue_qk_steps<0, 8, true>(a0, sQ, sK, grp);
-      wgmma_commit();
-      issue_qk_steps<8, 8, true>(a1, sQ, sK, grp);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs<16>(sc);
-      fence_regs<16>(a0);
-      fold(a0, 0);
-      wgmma_fence();
-      issue_qk_steps<16, 8, true>(a0, sQ, sK, grp);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs<16>(a1);
-      fold(a1, 1);
-      wgmma_fence();
-      issue_qk_steps<24, 8, true>(a1, sQ, sK, grp);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs<16>(a0);
-      fold(a0, 2);
-      wgmma_wait0();
-      fence_regs<16>(a1);
-      fold(a1, 3);
-      if (j + 1 < ntiles) {  // tile j+1 into registers (stored under PV(j)), its rope by cp.async
-        load_fp8(j + 1, j == 0 ? w1[0] : wnext[0]);
-        if (j >= 1) idx_words(j + 2, wnext);
-      }
-      cp_async_commit();
+      for (int i = 0; i < 16; ++i) sc[i] += a0[i] * g[(i >> 1) & 1];  // element 4k + e: row half e / 2
     } else {
       wgmma_fence();
       issue_qk(sc, sQ, sK, grp);
