@@ -262,6 +262,11 @@ AUTO_N8RW_MIN_T_FP8 = 8
 # The fp8 cache too, on w64's fp8 kernel (H200 session 11 call 1, w64 / m64 fp8: H=64 T=256 0.459,
 # T=64 0.596, T=4 0.721; H=128 T=64 0.458; H=32 T=64 0.541; H=16 w64 / m16 1.089 at T=256: m16 stays).
 AUTO_W64_MIN_H = 17
+# H = 16 (DeepSeek-V3.2 at TP8) takes w64 from this many rows on, either cache, since w64's one-chain fp8
+# kernel (session 14). H200 session 14 call 3, same run, w64 / m16 (auto before): bf16 T=4 1.132, T=8
+# 0.959, T=16 1.004, T=64 0.937, T=256 0.955; fp8 T=4 1.159, T=8 0.931, T=16 0.919, T=64 0.914, T=256
+# 0.926 (B=1 n=4, B=1 n=8, B=4 n=4, B=8 n=8, B=32 n=8; L=32k). H = 9..15 keep m16 (not measured).
+AUTO_W64_H16_MIN_T = 8
 
 
 def _max_clusters(mod, device, cfg: tiles.TileConfig, fp8: bool, size: int) -> int:
@@ -304,7 +309,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     T >= AUTO_N8_MIN_T_FP8 (fp8): n8, and n8w from T >= AUTO_N8W_MIN_T; fp8 takes n8r from
     T >= AUTO_N8R_MIN_T_FP8, and with T < AUTO_N8_MIN_T m16w instead of n8 when that grid fits one
     wave (AUTO_M16W_FP8). On sm_120a, fp8 with H <= 8 takes n8rw from T >= AUTO_N8RW_MIN_T_FP8.
-    On sm_90a H >= AUTO_W64_MIN_H takes w64 (wgmma; no cluster combine), either cache.
+    On sm_90a H >= AUTO_W64_MIN_H takes w64 (wgmma; no cluster combine), either cache, and so does
+    H = 16 from T >= AUTO_W64_H16_MIN_T.
     An fp8-only config (n8r, n8rw) refuses a bf16 cache.
     A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
     (_build.load_experimental; sm_90a only). Under emulate_sm120_occupancy, sm_120a's rules apply."""
@@ -338,7 +344,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
             cfg = tiles.N8R
     if auto_cfg and policy == "sm_120a" and fp8 and H <= tiles.N8RW.block_m and T >= AUTO_N8RW_MIN_T_FP8:
         cfg = tiles.N8RW
-    if auto_cfg and policy == "sm_90a" and H >= AUTO_W64_MIN_H and combine != "cluster":
+    w64_rows = H >= AUTO_W64_MIN_H or (H == 16 and T >= AUTO_W64_H16_MIN_T)
+    if auto_cfg and policy == "sm_90a" and w64_rows and combine != "cluster":
         cfg = tiles.W64
     experimental = _SM120_OCCUPANCY or cfg.name in tiles.EXPERIMENTAL_CONFIGS
     mod = load_experimental(arch) if experimental else load(arch)

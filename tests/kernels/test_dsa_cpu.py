@@ -332,10 +332,10 @@ def test_plan_picks_heads_in_n_configs_up_to_8_heads(monkeypatch):
     assert (cfg.name, S, chunk) == ("m16w", 32, 64)
     assert plan(8, 2048, 6, True)[1].name == "n8"  # 6 x 32 m16w CTAs > 132 SMs: n8
     assert [plan(8, 2048, T, True)[1].name for T in (8, 16, 64, 256, 1024)] == ["n8r"] * 5
-    assert plan(16, 2048, 64, True)[1].name == "m16"  # n8r holds 8 heads
+    assert plan(16, 2048, 64, True)[1].name == "w64"  # n8r holds 8 heads; H=16 from T=8: w64 (below)
     with pytest.raises(ValueError, match="fp8"):
         plan(8, 2048, 64, False, "n8r")  # no bf16 kernel
-    assert plan(16, 2048, 64, False)[1].name == "m16"  # H=16: two n8 head tiles would read KV twice
+    assert plan(16, 2048, 64, False)[1].name == "w64"  # H=16: not two n8 head tiles (KV read twice)
     assert plan(8, 2048, 64, False, "auto", None, "cluster")[1].name == "m16"  # n8 has no cluster merge
     assert plan(16, 2048, 4, True)[1].name == "m16"  # H=16 fp8: not measured with m16w
     # n8w: one 112-position tile per split at most; T=64 takes 2 splits of 1120 positions
@@ -360,7 +360,10 @@ def test_plan_picks_the_wgmma_config_above_16_heads_on_sm90a(monkeypatch):
     # session 11: 0.46-0.72x on the fp8 cache
     for fp8 in (False, True):
         assert [plan(H, 2048, T, fp8)[1].name for H in (17, 32, 64, 128) for T in (4, 64, 256)] == ["w64"] * 12
-        assert plan(16, 2048, 256, fp8)[1].name == "m16"  # w64 / m16: bf16 0.956 at T=256 but 1.128 at T=4; fp8 1.089
+        # H=16 (session 14, w64 / m16): w64 from 8 rows (0.91-0.96, bf16 T=16 1.004), m16 below (1.13-1.16)
+        assert [plan(16, 2048, T, fp8)[1].name for T in (4, 7, 8, 16, 64, 256)] == ["m16"] * 2 + ["w64"] * 4
+        assert plan(15, 2048, 64, fp8)[1].name == "m16"  # H = 9..15 not measured
+        assert plan(16, 2048, 64, fp8, "auto", None, "cluster")[1].name == "m16"  # w64 has no cluster merge
         assert plan(64, 2048, 256, fp8)[2] == 1 and plan(64, 2048, 4, fp8)[2:4] == (16, 128)
     assert plan(64, 2048, 64, True, "m64")[1].name == "m64"  # named: m64 still serves either cache
     assert _fake_plan(monkeypatch, arch="sm_120a")(64, 2048, 64, False)[1].name == "m32"  # no wgmma there
