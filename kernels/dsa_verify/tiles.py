@@ -136,11 +136,9 @@ N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # epilogue, were measured in session 13 and removed: docs/kernels/dsa-verify-notes.md.)
 # (w64f, w64 with fp8's prologue loads overlapped, was measured no faster in session 14 and removed;
 # w64o, fp8's S as one f16 chain, was measured 0.89-0.94x w64's fp8 time and became w64's fp8 kernel.)
-# w64r (csrc CfgWX<FP8, 8>): w64 with Q's A fragment of S's first 8 k-steps in registers (wgmma RS), bf16;
-# its fp8 kernel is w64's code
-W64R = TileConfig("w64r", 16, 64, 64, 2, 8, kind="wg")
-W64R12 = TileConfig("w64r12", 17, 64, 64, 2, 8, kind="wg")  # 12 k-steps (255 registers)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, W64R, W64R12)}
+# (w64r / w64r12, Q's A fragment of S's first 8 / 12 k-steps in registers, measured 1.009-1.035x w64's
+# bf16 time in session 14 and removed.)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -175,10 +173,6 @@ def config_for_mangled(name: str):
     w = re.search(r"CfgWILb([01])EE", name)
     if w:
         return W64, bool(int(w.group(1)))
-
-    wx = re.search(r"CfgWXILb([01])ELi(\d+)EE", name)  # w64's experimental variant (CfgWX<FP8, QREG_STEPS>)
-    if wx:
-        return {"8": W64R, "12": W64R12}[wx.group(2)], bool(int(wx.group(1)))
 
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:

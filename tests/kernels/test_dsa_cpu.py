@@ -538,7 +538,7 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True)} | {(n, f) for n in ("w64r", "w64r12") for f in (False, True)}  # n8rs: fp8 only
+    assert set(got) == {("n8rs", True)}  # n8rs: fp8 only
     for (name, fp8), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
@@ -595,7 +595,7 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs", "w64r", "w64r12"}
+    assert exp == {"n8rs"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")

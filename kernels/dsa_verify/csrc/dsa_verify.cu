@@ -39,8 +39,7 @@
 #include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfg 16 "w64r" and 17 "w64r12" (w64 with Q's A fragment of S's first 8
-// or 12 k-steps in registers: CfgWX in dsa_verify_wgmma.cuh) and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there) and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8; w64's experimental variants were measured and removed or shipped: session 13 and 14 notes.)
@@ -75,10 +74,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64RB = CfgWX<false, 8>;  // Q's A fragment of S's first 8 k-steps in registers
-using W64RF = CfgWX<true, 8>;   // w64's fp8 code (QREG_STEPS = 0 for fp8)
-using W64R12B = CfgWX<false, 12>;  // 12 k-steps: 255 registers, 0 spills
-using W64R12F = CfgWX<true, 12>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -268,8 +263,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 16: fp8 ? f(Tag<W64RF>{}) : f(Tag<W64RB>{}); return true;
-    case 17: fp8 ? f(Tag<W64R12F>{}) : f(Tag<W64R12B>{}); return true;
 #endif
     default: return false;
   }

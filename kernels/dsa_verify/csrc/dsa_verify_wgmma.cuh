@@ -78,29 +78,7 @@ struct CfgW {
   // 16-byte chunks, a warp per 512 contiguous bytes
   static constexpr int STG_BF = D_V * 2 + 16;
   static_assert(BM * STG_BF <= STAGES * TILE, "the staged output fits the KV stages");
-  static constexpr int QREG_STEPS = 0;  // bf16 S steps with Q's A fragment in registers (CfgWX below)
 };
-
-// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64r"), bf16 only (its
-// fp8 kernel is w64's code): the first QREG_STEPS of S's 36 k-steps take Q's A fragment from registers
-// (wgmma RS, loaded once per CTA), the rest from shared memory. S reads Q from shared memory once per
-// warpgroup and k-step (2 KB per m64n32k16 beside K's 1 KB), which puts it at the SM's 128 B/cycle
-// (session 14 notes); each register step saves 4 KB of a tile's 295 KB.
-template <bool FP8_, int QREG_STEPS_>
-struct CfgWX : CfgW<FP8_> {
-  static constexpr int QREG_STEPS = FP8_ ? 0 : QREG_STEPS_;
-};
-
-// D[64 x 32] (+)= A[64 x 16] (registers: warp w % 4 holds rows 16 (w % 4) .. + 15 as an m16n8k16 A
-// fragment) * B[16 x 32] (smem, K-major), bf16; 16 fp32 per thread.
-__device__ __forceinline__ void wgmma_m64n32k16_rs(float* d, const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
 // factor) -> 8 f16 (one 16-byte chunk): e4m3 -> f16 exactly, one f16x2 multiply (one rounding, subnormals
@@ -161,8 +139,6 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
-template <bool F, int V>
-struct IsWgmma<CfgWX<F, V>> : std::true_type {};
 
 // Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
 // (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
@@ -311,8 +287,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     }
   };
   const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
-  constexpr int QR = C::QREG_STEPS > 0 ? C::QREG_STEPS : 1;
-  uint32_t qa[QR][4];  // QREG_STEPS > 0: Q's A fragments of S's first k-steps (dims 16 kk ..)
   if constexpr (C::FP8) {
     cp_async_commit();  // group: Q
     // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
@@ -394,21 +368,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
     if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
-    if constexpr (C::QREG_STEPS > 0) {
-      if (j == 0) {  // Q is visible: rows r0, r0 + 8, dims 16 kk + 2 (lane % 4) (+1, +8, +9)
-        const uint8_t* q = smem + C::off_q + r0 * 128 + 4 * (lane & 3);
-#pragma unroll
-        for (int kk = 0; kk < C::QREG_STEPS; ++kk) {
-          const int c0 = 2 * kk, c1 = 2 * kk + 1;  // 16-byte chunks of dims 16 kk .. 16 kk + 15
-          const uint8_t* a0p = q + (c0 >> 3) * ATOM + (((c0 & 7) ^ (r0 & 7)) << 4);
-          const uint8_t* a1p = q + (c1 >> 3) * ATOM + (((c1 & 7) ^ (r0 & 7)) << 4);
-          qa[kk][0] = *reinterpret_cast<const uint32_t*>(a0p);
-          qa[kk][1] = *reinterpret_cast<const uint32_t*>(a0p + 8 * 128);
-          qa[kk][2] = *reinterpret_cast<const uint32_t*>(a1p);
-          qa[kk][3] = *reinterpret_cast<const uint32_t*>(a1p + 8 * 128);
-        }
-      }
-    }
     W64_PHASE(0);
     const uint32_t sK = sKV + (j & 1) * TILE;
 
@@ -435,19 +394,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       for (int i = 0; i < 16; ++i) sc[i] += a0[i] * g[(i >> 1) & 1];  // element 4k + e: row half e / 2
     } else {
       wgmma_fence();
-      if constexpr (C::QREG_STEPS > 0) {
-        const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
-#pragma unroll
-        for (int kk = 0; kk < 36; ++kk) {
-          const uint64_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;
-          if (kk < C::QREG_STEPS)
-            wgmma_m64n32k16_rs(sc, qa[kk < QR ? kk : 0], dk + koff, kk > 0);
-          else
-            wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, 1);
-        }
-      } else {
-        issue_qk(sc, sQ, sK, grp);
-      }
+      issue_qk(sc, sQ, sK, grp);
       wgmma_commit();
       if (j >= 1 && j + 1 < ntiles) {  // tile 1 was issued by the prologue
         issue_tile(j + 1, wnext);
