@@ -210,7 +210,7 @@ class SplitRule(tuple):
     The kernel receives these four integers and evaluates `splits_for_total` itself on the real
     prefix total (kv_indptr[B] - kv_indptr[0]) when the split count is automatic, so a CUDA graph
     captured on max-size buffers runs, at each replay, the split count of an eager call at the
-    replayed length (mla_verify_kernel.cuh, effective_splits: the same integer arithmetic)."""
+    replayed length (mla_verify_kernel.cuh, effective_splits: the same integer result)."""
 
     __slots__ = ()
 
@@ -242,7 +242,7 @@ def split_rule(
 def splits_for_total(rule: SplitRule, B: int, prefix_tokens_total: int, grid_splits: int = MAX_SPLITS) -> int:
     """Split count for a batch of B requests with `prefix_tokens_total` prefix tokens in all,
     capped at `grid_splits` (what a launch sized for that many splits can run). The device
-    evaluates exactly this (integer arithmetic) for automatic split counts."""
+    evaluates this for automatic split counts, with the same integer result for every total."""
     total = max(0, int(prefix_tokens_total))
     if rule.s_cap <= 1 or grid_splits <= 1 or total < 1:
         return 1

@@ -105,8 +105,16 @@ __device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uin
 // Floor of the partial-traffic cap of the split rule (api.PARTIAL_CAP_BYTES, 48 MiB).
 constexpr long long SPLIT_PART_CAP_BYTES = 48ll << 20;
 
+// floor(x / d) for integers 0 <= x < 2^22, 1 <= d <= 2^24, given r = __frcp_ru(d) (IEEE 1/d rounded
+// up; d is exact in fp32): r = 1/d + e, 0 <= e < 2^-23 / d, so x*r < x/d + 1/d and floor(x*r) =
+// floor(x/d). The fma forms 2^23 + x*r exactly and rounds toward zero; in [2^23, 2^24) fp32 steps by
+// 1, so its bits are 0x4B000000 + floor(x*r). Two instructions once r is known.
+__device__ __forceinline__ int floor_div_rcp(float x, float r) {
+  return (int)(__float_as_uint(__fmaf_rz(x, r, 8388608.0f)) - 0x4B000000u);
+}
+
 // Split count this launch runs. p.split_auto = 0: p.S (an explicit num_splits, or one split).
-// p.split_auto = 1: the host's exact-length rule (api.choose_num_splits, same integer arithmetic)
+// p.split_auto = 1: the host's exact-length rule (api.splits_for_total: the same integer result)
 // on the real prefix total of the batch, total = kv_indptr[B] - kv_indptr[0] clamped to
 // [0, n_kv_indices], and capped at the grid's p.S:
 //   length = ceil(total / B); s_max = clamp(min(rule_s_cap, max(total * 1152, 48 MiB) /
@@ -118,16 +126,9 @@ constexpr long long SPLIT_PART_CAP_BYTES = 48ll << 20;
 // capture's maximum and the device follows the replayed length. Lane i of each warp evaluates
 // s = i + 1, i + 33, ...; a warp min over (cost << 8 | s) picks the same s in every warp of every
 // CTA and in the combine kernel. Must be called by full warps (before any early return).
-// Inlined on sm_90a; a call on sm_120a, where inlined it costs the fp8 kernel (at 255 registers)
-// 8 bytes of spills (as a call: 0; on sm_90a the call costs the wgmma fp8 kernel 4): ptxas -v.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-#define MLAV_SPLITS_INLINE __noinline__
-#else
-#define MLAV_SPLITS_INLINE __forceinline__
-#endif
 // kv_first / kv_last: kv_indptr[0] and kv_indptr[B], loaded by the caller together with its
 // other index loads (one DRAM round trip at the kernel start, not two).
-__device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p, int64_t kv_first, int64_t kv_last) {
+__device__ __forceinline__ int effective_splits(const Params& p, int64_t kv_first, int64_t kv_last) {
   if (!p.split_auto || p.S <= 1) return p.S;
 #ifdef MLAV_DIAG_NORULE
   // Timing diagnostic, never in a shipped build (#define MLAV_DIAG_NORULE 1 in a copy of csrc/ run by
@@ -135,17 +136,63 @@ __device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p, int64_t kv_f
   // then differs from the exact call's wherever the rule would pick fewer splits).
   if (MLAV_DIAG_NORULE) return p.S;
 #endif
-  int64_t total = kv_last - kv_first;
-  total = total < 0 ? 0 : (total > p.n_kv_indices ? p.n_kv_indices : total);
+  // Fast path, in KV tiles (BN tokens): Lt = ceil(length / BN) = ceil(total / (B BN)) and q(s) =
+  // chunk / BN = ceil(total / (B BN s)) (nested ceilings), so ceil(last / BN) = max(0, Lt - (s-1) q)
+  // and the cost is max(q, dt, Lt + dt - (s-1) q) (for s = 1, q = Lt <= Lt + dt: the host's 0 there
+  // changes nothing). Each ceiling is floor_div_rcp(total - 1, d) + 1. Guards (else the general
+  // path below, the same rule with divisions): p.S <= 128 (4 candidates per lane), B BN <= 2^17
+  // (d <= 2^24), 0 <= dt < 2^23, 1 <= part_div < 2^32 and, once loaded, total <= UINT_MAX / 1152
+  // (< 2^22). Then cost <= Lt + dt < 2^24 - 1 and the key cost * 256 + s fits 32 bits (one redux).
+  const int lane = threadIdx.x & 31, bn = p.rule_bn, dt = p.rule_draft_tiles;
+  int fast = p.S <= 128 && p.B >= 1 && bn > 0 && (bn & (bn - 1)) == 0 && (int64_t)p.B * bn <= (1 << 17) &&
+             dt >= 0 && dt < (1 << 23) && p.rule_part_div >= 1 && p.rule_part_div <= (int64_t)UINT_MAX;
+  const unsigned D = (unsigned)p.B * (unsigned)bn;  // <= 2^17 where used
+  const int s_hi = p.rule_s_cap < p.S ? p.rule_s_cap : p.S;
+  float rcp_lt = __frcp_ru(__uint2float_rn(D)), rcp_s[4];
+  unsigned lim_s[4];  // s is admitted iff max(total * 1152, 48 MiB) >= lim_s: s * part_div bytes, 0 for s = 1,
+                      // UINT_MAX past min(rule_s_cap, p.S) (the cap is below UINT_MAX)
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int s = lane + 1 + 32 * k;
+    rcp_s[k] = __frcp_ru(__uint2float_rn(D * (unsigned)s));
+    const unsigned long long lim = (unsigned long long)s * (unsigned long long)p.rule_part_div;
+    lim_s[k] = s == 1 ? 0u : (s > s_hi || lim > UINT_MAX ? UINT_MAX : (unsigned)lim);
+  }
+  // Parameter / lane terms pinned here, ahead of the loaded values' first use: they run while the
+  // kv_indptr loads are in flight (else the compiler sinks them into the fast branch, after the loads).
+  asm volatile("" : "+r"(fast), "+f"(rcp_lt), "+f"(rcp_s[0]), "+f"(rcp_s[1]), "+f"(rcp_s[2]), "+f"(rcp_s[3]),
+               "+r"(lim_s[0]), "+r"(lim_s[1]), "+r"(lim_s[2]), "+r"(lim_s[3]));
+  const int64_t diff = kv_last - kv_first;
+  const int64_t total = diff < 0 ? 0 : (diff > p.n_kv_indices ? p.n_kv_indices : diff);
   // Exact-size index buffer (every eager call): the host evaluated this rule on this very total,
   // so its count is the answer; the rule below runs only when the buffer is larger (CUDA graphs).
   // Same count, so bitwise the same output; it saves the rule's latency at the kernel start, which
   // cost the eager B=1 path 3-10% when it ran every time (v5 notes; this shortcut not yet timed).
   if (total == p.n_kv_indices) return p.S;
+  // Past the shortcut, 1 <= diff <= UINT_MAX / 1152 means total == diff (diff < n_kv_indices).
+  if (fast && diff >= 1 && diff <= (int64_t)(UINT_MAX / 1152)) {
+    const unsigned t = (unsigned)diff;
+    const float x = (float)(t - 1);  // exact: < 2^22
+    const unsigned cap = t * 1152u > (unsigned)SPLIT_PART_CAP_BYTES ? t * 1152u : (unsigned)SPLIT_PART_CAP_BYTES;
+    const int lt_dt = floor_div_rcp(x, rcp_lt) + 1 + dt;  // Lt + dt
+    unsigned best = UINT_MAX;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int s = lane + 1 + 32 * k, q = floor_div_rcp(x, rcp_s[k]) + 1;
+      const int floor_c = cap >= lim_s[k] ? dt : (1 << 24) - 1;  // not admitted: above every admitted cost
+      int cost = lt_dt + (1 - s) * q;
+      cost = cost > q ? cost : q;
+      cost = cost > floor_c ? cost : floor_c;
+      const unsigned key = (unsigned)cost * 256u + (unsigned)s;
+      best = key < best ? key : best;
+    }
+    return (int)(__reduce_min_sync(0xffffffffu, best) & 255u);  // s = 1 (lane 0) is always admitted
+  }
   if (total < 1) return 1;
+  // General path (huge totals or parameters): 32/64-bit divisions per s, 64-bit key, shuffle min.
   unsigned length;  // 32-bit per-s arithmetic (a request's prefix length is an int in work_of too)
   int64_t s_max64;
-  if (total <= (int64_t)(UINT_MAX / 1152) && p.rule_part_div <= (int64_t)UINT_MAX) {  // the usual case
+  if (total <= (int64_t)(UINT_MAX / 1152) && p.rule_part_div <= (int64_t)UINT_MAX) {
     const unsigned t = (unsigned)total, cap = t * 1152u > (unsigned)SPLIT_PART_CAP_BYTES ? t * 1152u
                                                                                         : (unsigned)SPLIT_PART_CAP_BYTES;
     length = (t + (unsigned)p.B - 1) / (unsigned)p.B;
@@ -159,7 +206,7 @@ __device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p, int64_t kv_f
   const int s_max = s_max64 > p.S ? p.S : (s_max64 < 1 ? 1 : (int)s_max64);
   const unsigned sh = (unsigned)(__ffs(p.rule_bn) - 1), bn_1 = (unsigned)p.rule_bn - 1;  // bn: a power of two
   unsigned long long best = ULLONG_MAX;
-  for (int s = (threadIdx.x & 31) + 1; s <= s_max; s += 32) {
+  for (int s = lane + 1; s <= s_max; s += 32) {
     const unsigned chunk = (((length + s - 1) / (unsigned)s + bn_1) >> sh) << sh;
     const unsigned long long before = (unsigned long long)(s - 1) * chunk;
     const unsigned last = before >= length ? 0u : length - (unsigned)before;
@@ -173,6 +220,19 @@ __device__ MLAV_SPLITS_INLINE int effective_splits(const Params& p, int64_t kv_f
     best = other < best ? other : best;
   }
   return (int)(best & 255);
+}
+
+// The split kernels' call (work_of): inlined on sm_90a, a call on sm_120a as before (inlining the
+// previous rule cost the sm_120a fp8 split kernel 8 bytes of spills; nvcc 13.0.88 reports those
+// 8 bytes at 255 registers either way, and build_check reads the callee's 0). The combine kernels
+// inline effective_splits on both archs (as a call, this rule costs the sm_120a combine<2> 8 registers).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define MLAV_SPLITS_INLINE __noinline__
+#else
+#define MLAV_SPLITS_INLINE __forceinline__
+#endif
+__device__ MLAV_SPLITS_INLINE int effective_splits_split(const Params& p, int64_t kv_first, int64_t kv_last) {
+  return effective_splits(p, kv_first, kv_last);
 }
 
 // Programmatic dependent launch of the combine (issue 13, B=1 intercept): with p.pdl_early the
@@ -199,7 +259,7 @@ __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, in
   int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
   int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
   const int64_t kv_first = ld_idx(p.kv_indptr, p.kv_is64, 0), kv_last = ld_idx(p.kv_indptr, p.kv_is64, p.B);
-  w.S = effective_splits(p, kv_first, kv_last);
+  w.S = effective_splits_split(p, kv_first, kv_last);
   qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
   qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
   w.qo0 = qo0;
