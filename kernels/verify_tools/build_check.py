@@ -40,6 +40,7 @@ from tool_contract import EXIT_BLOCKED, emit
 ARCHES = ("sm_90a", "sm_120a")
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+_FUNC = re.compile(r"Function properties for (\S+)")
 _PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
@@ -47,9 +48,12 @@ _TPL = re.compile(r"mla_verify_split_kernelILi(\d+)ELi(\d+)ELi(\d+)E")
 
 
 def parse_ptxas(text: str) -> list[dict]:
-    """Per-kernel resources from `ptxas -v` output (entry order preserved)."""
+    """Per-kernel resources from `ptxas -v` output (entry order preserved). A kernel's spill bytes
+    include those of the non-inlined device functions ptxas compiles within its entry (their
+    "Function properties for <callee>" lines, named in ``callees``); its stack is its own frame."""
     kernels: list[dict] = []
     cur = None
+    owner = None  # the function the next properties line belongs to
     for line in text.splitlines():
         m = _ENTRY.search(line)
         if m:
@@ -61,14 +65,26 @@ def parse_ptxas(text: str) -> list[dict]:
                 "spill_load_bytes": 0,
                 "stack_bytes": 0,
                 "static_smem_bytes": 0,
+                "callees": [],
             }
             kernels.append(cur)
+            owner = cur["name"]
             continue
         if cur is None:
             continue
+        m = _FUNC.search(line)
+        if m:
+            owner = m.group(1)
+            continue
         m = _PROPS.search(line)
         if m:
-            cur["stack_bytes"], cur["spill_store_bytes"], cur["spill_load_bytes"] = map(int, m.groups())
+            stack, st, ld = map(int, m.groups())
+            if owner in (None, cur["name"]):
+                cur["stack_bytes"] = stack
+            else:
+                cur["callees"].append(owner)
+            cur["spill_store_bytes"] += st
+            cur["spill_load_bytes"] += ld
         m = _USED.search(line)
         if m:
             cur["registers"] = int(m.group(1))

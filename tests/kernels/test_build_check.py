@@ -32,6 +32,33 @@ def test_ptxas_parser_reads_spills_registers_and_static_smem():
     assert ks[1]["static_smem_bytes"] == 4096 and ks[1]["spill_store_bytes"] == 0
 
 
+# sm_120a style: the split kernel calls a non-inlined device function, whose properties ptxas prints
+# after the entry's own lines (nvcc 13.0; a parser that kept the last properties line read 0 spills here)
+SAMPLE_CALLEE = """ptxas info    : Compiling entry function '_ZN4mlav23mla_verify_split_kernelILi32ELi16ELi3ELb1EEEvNS_6ParamsE' for 'sm_120a'
+ptxas info    : Function properties for _ZN4mlav23mla_verify_split_kernelILi32ELi16ELi3ELb1EEEvNS_6ParamsE
+    8 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 8 bytes cumulative stack size
+ptxas info    : Compile time = 258.632 ms
+ptxas info    : Function properties for _ZN4mlav22effective_splits_splitERKNS_6ParamsEll
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_ZN4mlav25mla_verify_combine_kernelILi8EEEvNS_6ParamsE' for 'sm_120a'
+ptxas info    : Function properties for _ZN4mlav25mla_verify_combine_kernelILi8EEEvNS_6ParamsE
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 52 registers, used 1 barriers, 4224 bytes smem
+ptxas info    : Function properties for _ZN4mlav11helper_fnEv
+    16 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+"""
+
+
+def test_ptxas_parser_counts_the_kernel_and_its_callees_spills():
+    split, combine = parse_ptxas(SAMPLE_CALLEE)
+    assert (split["spill_store_bytes"], split["spill_load_bytes"], split["stack_bytes"]) == (8, 8, 8)
+    assert split["callees"] == ["_ZN4mlav22effective_splits_splitERKNS_6ParamsEll"]
+    # a callee's spills are the calling kernel's; the stack reported is the kernel's own frame
+    assert (combine["spill_store_bytes"], combine["spill_load_bytes"], combine["stack_bytes"]) == (4, 4, 0)
+    assert combine["registers"] == 52 and combine["static_smem_bytes"] == 4224
+
+
 def test_dynamic_smem_comes_from_the_tile_template_arguments():
     assert dynamic_smem("_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE") == (
         tiles.SM90.smem_bytes,

@@ -341,7 +341,7 @@ __device__ __forceinline__ RowOut row_out(const Params& p, const Work& w, int s,
   const int gr = w.row0 + r;
   RowOut ro;
   ro.o = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh : nullptr;
-  ro.part = w.S == 1 ? nullptr : p.ws_o + ((int64_t)s * p.T * p.H + w.grow0 + r) * D_V;
+  ro.part = w.S == 1 ? nullptr : p.ws_o + (((int64_t)s * p.T + w.qo0) * p.H + w.row0 + r) * D_V;
   return ro;
 }
 
@@ -694,7 +694,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
       for (int nb = 0; nb < 16; ++nb)
         ro.put(pq * 128 + nb * 8 + 2 * (lane & 3), o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
       if (w.S > 1 && pq == 0 && (lane & 3) == 0)
-        p.ws_lse[(int64_t)s * p.T * p.H + grow0 + r] = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
+        p.ws_lse[((int64_t)s * p.T + w.qo0) * p.H + row0 + r] = l > 0.f ? m_s[r] + log2f(l) : -INFINITY;
     }
   }
 }
