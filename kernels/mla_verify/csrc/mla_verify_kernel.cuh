@@ -221,19 +221,6 @@ __device__ __forceinline__ int effective_splits(const Params& p, int64_t kv_firs
   return (int)(best & 255);
 }
 
-// The split kernels' call (work_of): inlined on sm_90a, a call on sm_120a as before (inlining the
-// previous rule cost the sm_120a fp8 split kernel 8 bytes of spills; nvcc 13.0.88 reports those
-// 8 bytes at 255 registers either way, and build_check reads the callee's 0). The combine kernels
-// inline effective_splits on both archs (as a call, this rule costs the sm_120a combine<2> 8 registers).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-#define MLAV_SPLITS_INLINE __noinline__
-#else
-#define MLAV_SPLITS_INLINE __forceinline__
-#endif
-__device__ MLAV_SPLITS_INLINE int effective_splits_split(const Params& p, int64_t kv_first, int64_t kv_last) {
-  return effective_splits(p, kv_first, kv_last);
-}
-
 // Programmatic dependent launch of the combine (issue 13, B=1 intercept): with p.pdl_early the
 // split CTAs signal at their start, so the combine grid is launched once every split CTA has
 // started (S > 1 grids are one wave: the split rule caps S at SM slots / CTAs per split); its
@@ -258,7 +245,7 @@ __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, in
   int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
   int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
   const int64_t kv_first = ld_idx(p.kv_indptr, p.kv_is64, 0), kv_last = ld_idx(p.kv_indptr, p.kv_is64, p.B);
-  w.S = effective_splits_split(p, kv_first, kv_last);
+  w.S = effective_splits(p, kv_first, kv_last);
   qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
   qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
   w.qo0 = qo0;
