@@ -164,9 +164,8 @@ __device__ __forceinline__ void fp8_chunk_to_f16(const uint8_t* raw_row, uint8_t
 // 128-dim block) so that its largest |value| lies in [2^14, 2^15); qinv[b * BM + h] = 2^-e. One
 // 16-lane group per (head, block), one 16-byte chunk (8 values) per lane.
 // PERM (CfgN REG): written to the permuted Q16 rows (C::off_q16, C::QROW16) instead of in place.
-// ATOMS (CfgW): Q is in 128B-swizzled column atoms of 64 dims (chunk c of row r in atom c / 8 at
-// r * 128 + ((c % 8 ^ r % 8) << 4), C::ATOM bytes per atom) instead of swz rows.
-template <typename C, bool PERM = false, bool ATOMS = false>
+// (w64's Q, in column atoms, has its own conversion with sigma folded in: dsa_verify_wgmma.cuh.)
+template <typename C, bool PERM = false>
 __device__ __forceinline__ void q_nope_to_f16(uint8_t* smem, int tid) {
   float* qinv = reinterpret_cast<float*>(smem + C::off_qinv);
   static_assert(C::THREADS % 16 == 0, "one 16-lane group per (head, block)");
@@ -177,12 +176,7 @@ __device__ __forceinline__ void q_nope_to_f16(uint8_t* smem, int tid) {
     const int u = it * C::THREADS + tid;
     if (u >= C::BM * 64) continue;
     const int r = u >> 6, b = (u >> 4) & 3, ch = b * 16 + (u & 15);
-    uint32_t off;
-    if constexpr (ATOMS)
-      off = (ch >> 3) * C::ATOM + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-    else
-      off = swz(r, ch);
-    uint4* ptr = reinterpret_cast<uint4*>(smem + C::off_q + off);
+    uint4* ptr = reinterpret_cast<uint4*>(smem + C::off_q + swz(r, ch));
     const uint4 v = *ptr;
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
     float f[8];

@@ -28,7 +28,7 @@
 // qinv = 2^-e[h] lives in the P atom until read into registers), so S is the rope chain (bf16, 4 steps)
 // plus one f16 chain over the nope dims (32 steps), issued together and folded as qinv[h] x chain
 // (session 14: w64's former four 8-step block chains, each waited for and folded with qinv[b, h] x
-// sigma_b, took 1.07-1.12x the kernel time at H >= 16). A head's smaller blocks keep f16's relative
+// sigma_b, took 1.07-1.12x the kernel time at H = 64 and 128). A head's smaller blocks keep f16's relative
 // precision down to 2^-28 of its largest |q_b sigma_b|; below that their share of S is below f16's
 // rounding of the largest terms. PV runs in f16 on V'
 // with P in f16 (P <= 2^LAZY_TAU), and the output block b is multiplied by sigma_b at the end. A
@@ -65,7 +65,7 @@ struct CfgW {
   static constexpr int off_p = off_kv + STAGES * TILE;
   static constexpr int off_red = off_p + ATOM;
   static constexpr int off_flag = off_red + 4 * BM * 4;
-  // fp8: qinv [4 blocks][BM] (2^-e of the f16 Q) in the P atom until read into registers before the
+  // fp8: qinv [BM] (2^-e[h] of the f16 Q) in the P atom until read into registers before the
   // loop; the sigma partials [WARPS][4] in the row-sum half of off_red (free until the end)
   static constexpr int off_qinv = off_p;
   static constexpr int used = off_flag + STAGES * BN * 4;
