@@ -509,9 +509,10 @@ def test_trace_timeline_summary():
 
 # ---- build check: nvcc + ptxas, both arches, 0 spills ----
 def test_parse_ptxas_sample():
+    name = "_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi32ELi16ELi3ELb0EEEEEvNS_6ParamsE"
     text = (
-        "ptxas info    : Compiling entry function '_ZN4dsav23dsa_verify_split_kernelINS_3CfgILi32ELi16ELi3ELb0EEEEEvNS_6ParamsE' for 'sm_120a'\n"
-        "ptxas info    : Function properties for x\n"
+        f"ptxas info    : Compiling entry function '{name}' for 'sm_120a'\n"
+        f"ptxas info    : Function properties for {name}\n"
         "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
         "ptxas info    : Used 240 registers, used 1 barriers, 16 bytes smem\n"
     )
