@@ -11,7 +11,8 @@ Synthetic indexer: score_i(pos) = k_pos . q_i with k_pos ~ N(0, I_64) per positi
 q_i = sqrt(rho) q_shared + sqrt(1 - rho) z_i per draft (rho = the correlation of consecutive
 drafts' indexer queries; real indexer scores are not available here, so overlap numbers from
 these inputs are labelled synthetic). Options: fp8 656-byte rows (SGLang's quantizer), extreme
-per-block fp8 scales (2^-62..2^62, compensated in q so the logits stay O(1)), hostile indices
+per-block fp8 scales (2^-62..2^62, compensated in q so the logits stay O(1)), scale spikes (1 slot in 256
+with one block's scale x 2^9), hostile indices
 (negative, >= slots, INT32_MAX inside the valid range; seq_lens < 0 or > topk), graph-padding
 rows (seq_len 1, all -1), and NaN-poisoned unused slots (rows no used entry points at).
 """
@@ -35,6 +36,7 @@ class DsaCase:
     seed: int = 0
     rho: float = 0.9
     extreme_scales: bool = False
+    scale_spikes: bool = False  # fp8: 1 slot in 256 with block 3's scale x 2^9 (q's block 3 x 2^-9)
     hostile: bool = False
     pad_rows: int = 0  # extra CUDA-graph padding rows (seq_len 1, all -1)
     poison: bool = True
@@ -133,6 +135,14 @@ def make_inputs(case: DsaCase, device, gen_seed: int | None = None) -> dict:
             mult = torch.exp2(e[None, :] + jitter).to(device)
             qcomp = torch.exp2(-e).to(device)
             q[..., :512] = (q[..., :512].reshape(T, H, 4, 128) * qcomp[None, None, :, None]).reshape(T, H, 512)
+        if case.scale_spikes:
+            # a split's later tile holds a scale far above its first tile's (w64z's exact sigma step); q's
+            # block 3 is divided by the spike so the logits stay O(1)
+            spike = torch.rand(num_slots, generator=gen) < 1 / 256
+            m = torch.ones(num_slots, 4)
+            m[spike, 3] = 2.0**9
+            mult = m.to(device) if mult is None else mult * m.to(device)
+            q[..., 384:512] *= 2.0**-9
         cache = quantize_rows(kv.to(torch.bfloat16), mult).reshape(num_slots, 1, 656)
     else:
         cache = kv.to(torch.bfloat16).reshape(num_slots, 1, 576)

@@ -169,6 +169,38 @@ def test_inputs_fp8_extreme_and_hostile():
     assert bool((d["page_table_1"] >= d["meta"]["num_slots"]).any()) and bool((d["page_table_1"] < -1).any())
 
 
+def test_scale_spike_case_reaches_the_lazy_sigma_exact_step():
+    """fp8_scale_spikes_b2_n4_h64 exercises w64z's rare path: some of w64's splits (as planned on an H200)
+    see a block-3 scale above 128 x the power of two over their first tile's maximum, and others do not."""
+    import math
+
+    from verify_tools import dsa_parity
+
+    case = next(c for c in dsa_parity.CASES if c.name == "fp8_scale_spikes_b2_n4_h64")
+    d = make_inputs(case, "cpu")
+    pt, sl = d["page_table_1"].long(), d["seq_lens"]
+    _, scales, _ = layout.unpack_rows(d["kv_cache"].reshape(-1, 656))
+    slots = d["meta"]["num_slots"]
+    _, chunk = api.split_plan(pt.shape[0], case.heads, case.topk, 132, 1, tiles.W64)
+
+    def pow2_ceil(x: float) -> float:
+        m, e = math.frexp(x)
+        return x if m == 0.5 else 2.0**e
+
+    steps = quiet = 0
+    for t in range(pt.shape[0]):
+        n = max(0, min(int(sl[t]), case.topk))
+        for pb in range(0, n, chunk):
+            idx = pt[t, pb : min(pb + chunk, n)]
+            s3 = torch.where((idx >= 0) & (idx < slots), scales[idx.clamp(0, slots - 1), 3], torch.zeros(()))
+            sigma = pow2_ceil(float(s3[:64].max()))
+            if bool((s3[64:] > 128 * sigma).any()):
+                steps += 1
+            else:
+                quiet += 1
+    assert steps > 0 and quiet > 0, (steps, quiet)
+
+
 def test_topk_overlap_counts():
     pt = torch.tensor([[1, 2, 3, 4], [2, 3, 4, 5], [9, 9, -1, -1]], dtype=torch.int32)
     sl = torch.tensor([4, 4, 2], dtype=torch.int32)
@@ -539,7 +571,7 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True)}  # n8rs: fp8 only
+    assert set(got) == {("n8rs", True), ("w64z", False), ("w64z", True)}  # n8rs: fp8 only
     for (name, fp8), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
@@ -596,7 +628,7 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs"}
+    assert exp == {"n8rs", "w64z"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")

@@ -78,7 +78,32 @@ struct CfgW {
   // 16-byte chunks, a warp per 512 contiguous bytes
   static constexpr int STG_BF = D_V * 2 + 16;
   static_assert(BM * STG_BF <= STAGES * TILE, "the staged output fits the KV stages");
+  static constexpr int VAR = 0;  // 0: the shipped kernel; CfgWX below: an experimental variant
 };
+
+// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64z"), fp8 only (its
+// bf16 kernel is w64's code): W64_LAZY_SIGMA drops the sigma prepass (2,048 scattered scale reads per CTA,
+// ~12 us of the fp8 prologue at T=256). sigma_b starts as the power of two at or above tile 0's block
+// maximum. V' = e4m3 x s / sigma_b stays within f16 while s <= SIGMA_SLACK x sigma_b (448 x 128 < 65504), so a
+// later tile only forces the exact step when one of its scales exceeds that: the loader threads compare
+// their row's 4 scales (voted with the softmax's over-flag), and then the CTA takes the new power-of-two
+// sigma_b, stores tile j+1 with it, rescales O_b by old / new after PV(j), and reloads Q from global memory
+// to convert it again with the new sigma (the f16 Q cannot be rescaled exactly: a block converted with a
+// zero sigma holds zeros).
+constexpr int W64_LAZY_SIGMA = 1;
+template <bool FP8_, int VAR_>
+struct CfgWX : CfgW<FP8_> {
+  static constexpr int VAR = VAR_;
+  static constexpr float SIGMA_SLACK = 128.f;
+};
+
+// The power of two at or above x >= 0 (0 stays 0; a subnormal x gives 2^-126; above 2^127: inf).
+__device__ __forceinline__ float pow2_ceil(float x) {
+  uint32_t u = __float_as_uint(x);
+  if (u == 0u) return 0.f;
+  if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
+  return __uint_as_float(u & 0xff800000u);
+}
 
 // fp8: 8 e4m3 values (a: bytes 0..3, b: 4..7, low byte first) times h (f16x2, both halves the
 // factor) -> 8 f16 (one 16-byte chunk): e4m3 -> f16 exactly, one f16x2 multiply (one rounding, subnormals
@@ -139,6 +164,8 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
+template <bool F, int V>
+struct IsWgmma<CfgWX<F, V>> : std::true_type {};
 
 // Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
 // (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
@@ -287,12 +314,16 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     }
   };
   const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
+  constexpr bool LZ = C::FP8 && C::VAR != 0;  // W64_LAZY_SIGMA (CfgWX)
+  float sig_cur[4] = {0.f, 0.f, 0.f, 0.f};    // LZ: sigma_b in use (powers of two)
   if constexpr (C::FP8) {
     cp_async_commit();  // group: Q
     // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
     // scale words are the tiles' own, read again from L2); warp maxima to the row-sum half of off_red
+    // (LZ: over tile 0's rows only, from the scales its loader holds)
     float smax[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int base = pb + tid; base < pe; base += 8 * C::THREADS) {
+    if constexpr (LZ) load_fp8(0, w0[0]);
+    for (int base = pb + tid; !LZ && base < pe; base += 8 * C::THREADS) {
       int32_t w[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -314,13 +345,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
         smax[3] = fmaxf(smax[3], fabsf(v[k].w));
       }
     }
+    if constexpr (LZ) {
+      smax[0] = fabsf(f8s.x), smax[1] = fabsf(f8s.y), smax[2] = fabsf(f8s.z), smax[3] = fabsf(f8s.w);
+      for (int b = 0; b < 4; ++b) smax[b] = smax[b] == smax[b] ? smax[b] : 0.f;  // a NaN scale: as fmaxf above
+    }
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) smax[b] = fmaxf(smax[b], __shfl_xor_sync(0xffffffffu, smax[b], o));
       if (lane == 0) red_sum[warp * 4 + b] = smax[b];
     }
-    load_fp8(0, w0[0]);
+    if constexpr (!LZ) load_fp8(0, w0[0]);
     cp_async_commit();  // group: tile 0's rope
     cp_async_wait<1>();
     __syncthreads();  // Q visible to every thread
@@ -330,6 +365,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       sgq[b] = 0.f;
 #pragma unroll
       for (int w = 0; w < C::WARPS; ++w) sgq[b] = fmaxf(sgq[b], red_sum[w * 4 + b]);
+      if constexpr (LZ) sgq[b] = sig_cur[b] = pow2_ceil(sgq[b]);
     }
     q_nope_sigma_to_f16<C>(smem, tid, sgq);
     __syncthreads();  // the f16 Q, qinv and the sigma partials visible
@@ -427,8 +463,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     float psum[2];
     if (!over) write_p<C::FP8>(pP, sc, m_run, psum, grp, r0, lane, 1.f);
     fence_proxy_async();
+    // LZ: a scale of tile j+1 (this thread's loaded row) above SIGMA_SLACK x sigma_b (NaN compares false)
+    bool exceed = false;
+    if constexpr (LZ) {
+      if (j + 1 < ntiles) {
+        const float lim[4] = {C::SIGMA_SLACK * sig_cur[0], C::SIGMA_SLACK * sig_cur[1], C::SIGMA_SLACK * sig_cur[2],
+                              C::SIGMA_SLACK * sig_cur[3]};
+        exceed = fabsf(f8s.x) > lim[0] || fabsf(f8s.y) > lim[1] || fabsf(f8s.z) > lim[2] || fabsf(f8s.w) > lim[3];
+      }
+    }
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
-    const bool exact_step = __syncthreads_or(over);
+    const bool exact_step = __syncthreads_or(LZ ? over || exceed : over);
+    bool any_exceed = false;
     if (exact_step) {
       float alpha[2];
       exact_max(m_run, alpha, red_max, r0);
@@ -437,10 +483,40 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
       rescale_o(o, alpha);
       fence_proxy_async();
-      __syncthreads();  // the rewritten P visible to wgmma
+      if constexpr (LZ)
+        any_exceed = __syncthreads_or(exceed);  // the rewritten P visible to wgmma
+      else
+        __syncthreads();  // the rewritten P visible to wgmma
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
+    }
+
+    // LZ, rare (CTA-uniform): new sigma_b from tile j+1's block maxima; tile j+1 is stored with it below
+    float rat[4] = {1.f, 1.f, 1.f, 1.f};  // old / new sigma_b (O's rescale after PV(j))
+    if constexpr (LZ) {
+      if (any_exceed) {
+        float tm[4] = {fabsf(f8s.x), fabsf(f8s.y), fabsf(f8s.z), fabsf(f8s.w)};
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          tm[b] = tm[b] == tm[b] ? tm[b] : 0.f;
+#pragma unroll
+          for (int o2 = 16; o2 > 0; o2 >>= 1) tm[b] = fmaxf(tm[b], __shfl_xor_sync(0xffffffffu, tm[b], o2));
+          if (lane == 0) red_sum[warp * 4 + b] = tm[b];  // free during the loop (the row sums come at the end)
+        }
+        __syncthreads();
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          float t = 0.f;
+#pragma unroll
+          for (int w = 0; w < C::WARPS; ++w) t = fmaxf(t, red_sum[w * 4 + b]);
+          const float ns = t > C::SIGMA_SLACK * sig_cur[b] ? pow2_ceil(t) : sig_cur[b];
+          rat[b] = ns > 0.f ? sig_cur[b] / ns : 1.f;  // exact: powers of two (sig_cur 0: O_b is 0 anyway)
+          sig_cur[b] = ns;
+          sig_inv[b] = ns > 0.f ? 1.f / ns : 0.f;
+          if ((b >> 1) == grp) sig_o[b & 1] = ns;
+        }
+      }
     }
 
     // ---- O[:, 256 grp .. +256] += P V ----
@@ -452,6 +528,34 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
+    if constexpr (LZ) {
+      if (any_exceed) {  // O_b to the new units; Q reloaded (bf16) and converted with the new sigma
+        const float ra = grp ? rat[2] : rat[0], rb = grp ? rat[3] : rat[1];  // this warpgroup's blocks
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float r = i < 16 ? ra : rb;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[4 * i + e] *= r;
+        }
+        __syncthreads();  // both warpgroups' PV(j) done: the P atom (qinv's place) and Q are free
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int h = h0 + lrow + 32 * k;
+          const bool ok = h < p.H;
+          const uint8_t* src =
+              reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
+          copy_row(sQ, loff[k], src, ok);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();  // also tile j+1's rope (waited at the next iteration's top anyway)
+        __syncthreads();     // Q visible to every thread
+        q_nope_sigma_to_f16<C>(smem, tid, sig_cur);
+        __syncthreads();  // qinv visible
+        const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
+        g[0] = qinv[r0];
+        g[1] = qinv[r0 + 8];
+      }
+    }
     W64_PHASE(3);
   }
   cp_async_wait<0>();
