@@ -137,7 +137,7 @@ N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # (w64f, w64 with fp8's prologue loads overlapped, was measured no faster in session 14 and removed;
 # w64o, fp8's S as one f16 chain, was measured 0.89-0.94x w64's fp8 time and became w64's fp8 kernel.)
 # (w64r / w64r12, Q's A fragment of S's first 8 / 12 k-steps in registers, measured 1.009-1.035x w64's
-# bf16 time in session 14 and removed.)
+# bf16 time in session 14 (w64r 0.997 at B=1 n=4) and removed.)
 # w64z (csrc CfgWX W64_LAZY_SIGMA): w64's fp8 kernel without the sigma prepass (sigma from tile 0, an exact
 # step when a later tile's scale exceeds 128 sigma); its bf16 kernel is w64's code
 W64Z = TileConfig("w64z", 15, 64, 64, 2, 8, kind="wg")
