@@ -219,14 +219,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
 #pragma unroll
     for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 128, ok ? 16 : 0);
   };
-  // Q first, then the index words of the first three tiles, then seq_lens: all in flight together
+  auto issue_q = [&]() {  // the CTA's 64 Q rows (bf16) into sQ; padded heads zero-filled
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int h = h0 + lrow + 32 * k;
-    const bool ok = h < p.H;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
-    copy_row(sQ, loff[k], src, ok);
-  }
+    for (int k = 0; k < 2; ++k) {
+      const int h = h0 + lrow + 32 * k;
+      const bool ok = h < p.H;
+      const uint8_t* src = reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
+      copy_row(sQ, loff[k], src, ok);
+    }
+  };
+  // Q first, then the index words of the first three tiles, then seq_lens: all in flight together
+  issue_q();
   const int32_t* idx_row = p.idx + (int64_t)t * p.idx_st;
   const int pb = s * p.chunk;
   const int cend = min(pb + p.chunk, p.topk);
@@ -313,6 +316,27 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       f8_stage = -1;
     }
   };
+  // fp8 sigma: per-warp block maxima of |s| into the row-sum half of off_red (free until the end), and the
+  // CTA's maxima from them after a barrier
+  auto publish_scale_max = [&](float (&m)[4]) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) m[b] = fmaxf(m[b], __shfl_xor_sync(0xffffffffu, m[b], o));
+      if (lane == 0) red_sum[warp * 4 + b] = m[b];
+    }
+  };
+  auto cta_scale_max = [&](int b) {
+    float m = 0.f;
+#pragma unroll
+    for (int w = 0; w < C::WARPS; ++w) m = fmaxf(m, red_sum[w * 4 + b]);
+    return m;
+  };
+  auto loaded_scale_abs = [&](float (&m)[4]) {  // |s| of the row in the fp8 registers (a NaN scale: 0)
+    const float v[4] = {f8s.x, f8s.y, f8s.z, f8s.w};
+#pragma unroll
+    for (int b = 0; b < 4; ++b) m[b] = v[b] == v[b] ? fabsf(v[b]) : 0.f;
+  };
   const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
   constexpr bool LZ = C::FP8 && C::VAR != 0;  // W64_LAZY_SIGMA (CfgWX)
   float sig_cur[4] = {0.f, 0.f, 0.f, 0.f};    // LZ: sigma_b in use (powers of two)
@@ -345,16 +369,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
         smax[3] = fmaxf(smax[3], fabsf(v[k].w));
       }
     }
-    if constexpr (LZ) {
-      smax[0] = fabsf(f8s.x), smax[1] = fabsf(f8s.y), smax[2] = fabsf(f8s.z), smax[3] = fabsf(f8s.w);
-      for (int b = 0; b < 4; ++b) smax[b] = smax[b] == smax[b] ? smax[b] : 0.f;  // a NaN scale: as fmaxf above
-    }
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) smax[b] = fmaxf(smax[b], __shfl_xor_sync(0xffffffffu, smax[b], o));
-      if (lane == 0) red_sum[warp * 4 + b] = smax[b];
-    }
+    if constexpr (LZ) loaded_scale_abs(smax);  // tile 0's rows
+    publish_scale_max(smax);
     if constexpr (!LZ) load_fp8(0, w0[0]);
     cp_async_commit();  // group: tile 0's rope
     cp_async_wait<1>();
@@ -362,9 +378,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     float sgq[4];  // sigma_b (the partials were written before the barrier above)
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      sgq[b] = 0.f;
-#pragma unroll
-      for (int w = 0; w < C::WARPS; ++w) sgq[b] = fmaxf(sgq[b], red_sum[w * 4 + b]);
+      sgq[b] = cta_scale_max(b);
       if constexpr (LZ) sgq[b] = sig_cur[b] = pow2_ceil(sgq[b]);
     }
     q_nope_sigma_to_f16<C>(smem, tid, sgq);
@@ -496,20 +510,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     float rat[4] = {1.f, 1.f, 1.f, 1.f};  // old / new sigma_b (O's rescale after PV(j))
     if constexpr (LZ) {
       if (any_exceed) {
-        float tm[4] = {fabsf(f8s.x), fabsf(f8s.y), fabsf(f8s.z), fabsf(f8s.w)};
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          tm[b] = tm[b] == tm[b] ? tm[b] : 0.f;
-#pragma unroll
-          for (int o2 = 16; o2 > 0; o2 >>= 1) tm[b] = fmaxf(tm[b], __shfl_xor_sync(0xffffffffu, tm[b], o2));
-          if (lane == 0) red_sum[warp * 4 + b] = tm[b];  // free during the loop (the row sums come at the end)
-        }
+        float tm[4];
+        loaded_scale_abs(tm);  // tile j+1's rows
+        publish_scale_max(tm);
         __syncthreads();
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-          float t = 0.f;
-#pragma unroll
-          for (int w = 0; w < C::WARPS; ++w) t = fmaxf(t, red_sum[w * 4 + b]);
+          const float t = cta_scale_max(b);
           const float ns = t > C::SIGMA_SLACK * sig_cur[b] ? pow2_ceil(t) : sig_cur[b];
           rat[b] = ns > 0.f ? sig_cur[b] / ns : 1.f;  // exact: powers of two (sig_cur 0: O_b is 0 anyway)
           sig_cur[b] = ns;
@@ -538,14 +545,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
           for (int e = 0; e < 4; ++e) o[4 * i + e] *= r;
         }
         __syncthreads();  // both warpgroups' PV(j) done: the P atom (qinv's place) and Q are free
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int h = h0 + lrow + 32 * k;
-          const bool ok = h < p.H;
-          const uint8_t* src =
-              reinterpret_cast<const uint8_t*>(p.q + (int64_t)t * p.q_st + (int64_t)(ok ? h : h0) * p.q_sh);
-          copy_row(sQ, loff[k], src, ok);
-        }
+        issue_q();
         cp_async_commit();
         cp_async_wait<0>();  // also tile j+1's rope (waited at the next iteration's top anyway)
         __syncthreads();     // Q visible to every thread
