@@ -144,11 +144,12 @@ __device__ __forceinline__ int effective_splits(const Params& p, int64_t kv_firs
   // (d <= 2^24), 0 <= dt < 2^23, 1 <= part_div < 2^32 and, once loaded, total <= UINT_MAX / 1152
   // (< 2^22). Then cost <= Lt + dt < 2^24 - 1 and the key cost * 256 + s fits 32 bits (one redux).
   const int lane = threadIdx.x & 31, bn = p.rule_bn, dt = p.rule_draft_tiles;
-  int fast = p.S <= 128 && p.B >= 1 && bn > 0 && (bn & (bn - 1)) == 0 && (int64_t)p.B * bn <= (1 << 17) &&
+  const bool fast = p.S <= 128 && p.B >= 1 && bn > 0 && (bn & (bn - 1)) == 0 && (int64_t)p.B * bn <= (1 << 17) &&
              dt >= 0 && dt < (1 << 23) && p.rule_part_div >= 1 && p.rule_part_div <= (int64_t)UINT_MAX;
   const unsigned D = (unsigned)p.B * (unsigned)bn;  // <= 2^17 where used
   const int s_hi = p.rule_s_cap < p.S ? p.rule_s_cap : p.S;
-  float rcp_lt = __frcp_ru(__uint2float_rn(D)), rcp_s[4];
+  const float rcp_lt = __frcp_ru(__uint2float_rn(D));
+  float rcp_s[4];
   unsigned lim_s[4];  // s is admitted iff max(total * 1152, 48 MiB) >= lim_s: s * part_div bytes, 0 for s = 1,
                       // UINT_MAX past min(rule_s_cap, p.S) (the cap is below UINT_MAX)
 #pragma unroll
