@@ -136,7 +136,7 @@ def make_inputs(case: DsaCase, device, gen_seed: int | None = None) -> dict:
             qcomp = torch.exp2(-e).to(device)
             q[..., :512] = (q[..., :512].reshape(T, H, 4, 128) * qcomp[None, None, :, None]).reshape(T, H, 512)
         if case.scale_spikes:
-            # a split's later tile holds a scale far above its first tile's (w64z's exact sigma step); q's
+            # a split's later tile holds a scale far above its first tile's (w64's lazy sigma takes its exact step); q's
             # block 3 is divided by the spike so the logits stay O(1)
             spike = torch.rand(num_slots, generator=gen) < 1 / 256
             m = torch.ones(num_slots, 4)

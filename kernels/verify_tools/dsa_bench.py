@@ -655,7 +655,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--trace-configs",
         default="w64",
-        help="--trace-phases of these configs, comma-separated (w64 and its experimental variants, e.g. w64,w64z)",
+        help="--trace-phases of these configs, comma-separated (e.g. w64, or w64 and an experimental variant)",
     )
     ap.add_argument("--trace-kv", default="bf16,fp8", help="--trace-phases of these caches (bf16, fp8)")
     ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's DSA Triton peer")

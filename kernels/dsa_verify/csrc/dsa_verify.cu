@@ -39,11 +39,10 @@
 #include "../../mla_verify/csrc/pdl_launch.h"
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
-// SM: slower than n8rw there), cfg 15 "w64z" (w64's fp8 kernel without the sigma prepass: CfgWX in
-// dsa_verify_wgmma.cuh) and the sm_120 occupancy emulation (set_sm120_occupancy) that
+// SM: slower than n8rw there) and the sm_120 occupancy emulation (set_sm120_occupancy) that
 // measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
-// session 8; w64's experimental variants were measured and removed or shipped: session 13 and 14 notes.)
+// session 8; w64's experimental variants were measured and removed or shipped: session 13-15 notes.)
 #ifndef DSAV_EXPERIMENTAL
 #define DSAV_EXPERIMENTAL 0
 #endif
@@ -75,8 +74,6 @@ using W64F = CfgW<true>;
 #endif
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
-using W64ZB = CfgWX<false, W64_LAZY_SIGMA>;  // w64's bf16 code (the variant changes the fp8 kernel only)
-using W64ZF = CfgWX<true, W64_LAZY_SIGMA>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -266,7 +263,6 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #endif
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
-    case 15: fp8 ? f(Tag<W64ZF>{}) : f(Tag<W64ZB>{}); return true;
 #endif
     default: return false;
   }

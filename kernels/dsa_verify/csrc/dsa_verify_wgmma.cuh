@@ -21,9 +21,9 @@
 // 0 bytes (zero-fill, nothing read) and its flag masks its logit to -inf.
 // FP8 (SGLang's 656-byte rows: 512 e4m3, 4 fp32 scales s[b] per 128-dim block b, 64 bf16 rope). The
 // tiles hold f16: V'[t, d] = e4m3[t, d] x f16(s[t, b] / sigma_b) (exact e4m3 -> f16, one f16x2
-// multiply), sigma_b = max |s[., b]| over the split's used positions (read once before the first
-// tile), so |V'| <= 448 and a value carries two f16 roundings (2^-11 each; |s| below 2^-24 sigma_b
-// enters as an f16 subnormal, as the other fp8 configs' P * s / sigma). Q's nope part is rewritten
+// multiply), sigma_b a power of two at or above every |s[., b]| the split has stored so far divided by
+// SIGMA_SLACK (the lazy sigma below), so |V'| <= 448 x 128 < 65504 and a value carries two f16 roundings
+// (2^-11 each; |s| below 2^-24 sigma_b enters as an f16 subnormal, as the other fp8 configs' P * s / sigma). Q's nope part is rewritten
 // in place as f16 of q x sigma_b x 2^e[h], one exponent per head over its 512 dims (q_nope_sigma_to_f16;
 // qinv = 2^-e[h] lives in the P atom until read into registers), so S is the rope chain (bf16, 4 steps)
 // plus one f16 chain over the nope dims (32 steps), issued together and folded as qinv[h] x chain
@@ -78,24 +78,19 @@ struct CfgW {
   // 16-byte chunks, a warp per 512 contiguous bytes
   static constexpr int STG_BF = D_V * 2 + 16;
   static_assert(BM * STG_BF <= STAGES * TILE, "the staged output fits the KV stages");
-  static constexpr int VAR = 0;  // 0: the shipped kernel; CfgWX below: an experimental variant
+  static constexpr float SIGMA_SLACK = 128.f;  // fp8: the lazy sigma's headroom (below)
 };
 
-// Experimental variant (DSAV_EXPERIMENTAL builds only; tiles.EXPERIMENTAL_CONFIGS "w64z"), fp8 only (its
-// bf16 kernel is w64's code): W64_LAZY_SIGMA drops the sigma prepass (2,048 scattered scale reads per CTA,
-// ~12 us of the fp8 prologue at T=256). sigma_b starts as the power of two at or above tile 0's block
-// maximum. V' = e4m3 x s / sigma_b stays within f16 while s <= SIGMA_SLACK x sigma_b (448 x 128 < 65504), so a
-// later tile only forces the exact step when one of its scales exceeds that: the loader threads compare
-// their row's 4 scales (voted with the softmax's over-flag), and then the CTA takes the new power-of-two
-// sigma_b, stores tile j+1 with it, rescales O_b by old / new after PV(j), and reloads Q from global memory
-// to convert it again with the new sigma (the f16 Q cannot be rescaled exactly: a block converted with a
-// zero sigma holds zeros).
-constexpr int W64_LAZY_SIGMA = 1;
-template <bool FP8_, int VAR_>
-struct CfgWX : CfgW<FP8_> {
-  static constexpr int VAR = VAR_;
-  static constexpr float SIGMA_SLACK = 128.f;
-};
+// fp8's lazy sigma (session 15; it replaced a prepass that read the split's 2,048 scale words before the first
+// tile, ~12 us of the prologue at T=256: 0.97-1.00x the fp8 time at H >= 16, H200 session 15 call 2).
+// sigma_b starts as the power of two at or above tile 0's block maximum, from the scales tile 0's loader
+// holds. V' = e4m3 x s / sigma_b stays within f16 while s <= SIGMA_SLACK x sigma_b (448 x 128 < 65504), so a
+// later tile only forces the exact step when one of its scales exceeds that. The loader threads compare their
+// row's 4 scales when they store the tile (the registers have landed by then), the vote rides on the next
+// iteration's first barrier, and only then, rarely, the CTA loads that tile again, takes the new power-of-two
+// sigma_b, stores the tile with it, rescales O_b by old / new, and reloads Q from global memory to convert it
+// again (the f16 Q cannot be rescaled exactly: a block converted with a zero sigma holds zeros). Session 15
+// call 1 had the compare ahead of the softmax barrier: it waited there for tile j+1's loads (+8% per tile).
 
 // The power of two at or above x >= 0 (0 stays 0; a subnormal x gives 2^-126; above 2^127: inf).
 __device__ __forceinline__ float pow2_ceil(float x) {
@@ -164,8 +159,6 @@ template <typename C>
 struct IsWgmma : std::false_type {};
 template <bool F>
 struct IsWgmma<CfgW<F>> : std::true_type {};
-template <bool F, int V>
-struct IsWgmma<CfgWX<F, V>> : std::true_type {};
 
 // Diagnostic (DSAV_TRACE builds only): thread 0 sums SM cycles per loop phase over the CTA's tiles
 // (0: top wait + barrier, 1: S to its logits, 2: softmax to PV issued, 3: fp8 store + PV wait) and
@@ -338,58 +331,28 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     for (int b = 0; b < 4; ++b) m[b] = v[b] == v[b] ? fabsf(v[b]) : 0.f;
   };
   const int r0 = wq * 16 + (lane >> 2);  // tile rows (heads h0 + r) of this thread: r0 and r0 + 8
-  constexpr bool LZ = C::FP8 && C::VAR != 0;  // W64_LAZY_SIGMA (CfgWX)
-  float sig_cur[4] = {0.f, 0.f, 0.f, 0.f};    // LZ: sigma_b in use (powers of two)
+  float sig_cur[4] = {0.f, 0.f, 0.f, 0.f};  // fp8: sigma_b in use (powers of two)
   if constexpr (C::FP8) {
     cp_async_commit();  // group: Q
-    // sigma_b = max |s[., b]| over the split's used positions, one pass over its index words (their
-    // scale words are the tiles' own, read again from L2); warp maxima to the row-sum half of off_red
-    // (LZ: over tile 0's rows only, from the scales its loader holds)
-    float smax[4] = {0.f, 0.f, 0.f, 0.f};
-    if constexpr (LZ) load_fp8(0, w0[0]);
-    for (int base = pb + tid; !LZ && base < pe; base += 8 * C::THREADS) {
-      int32_t w[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int pos = base + k * C::THREADS;
-        w[k] = pos < pe ? __ldg(idx_row + pos) : -1;
-      }
-      float4 v[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (w[k] >= 0 && (int64_t)w[k] < p.num_slots)
-          v[k] = __ldg(reinterpret_cast<const float4*>(p.kv + (int64_t)w[k] * p.kv_st + D_V));
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {  // fmaxf drops a NaN scale: that position's V' is NaN anyway
-        smax[0] = fmaxf(smax[0], fabsf(v[k].x));
-        smax[1] = fmaxf(smax[1], fabsf(v[k].y));
-        smax[2] = fmaxf(smax[2], fabsf(v[k].z));
-        smax[3] = fmaxf(smax[3], fabsf(v[k].w));
-      }
-    }
-    if constexpr (LZ) loaded_scale_abs(smax);  // tile 0's rows
+    // sigma_b from tile 0's rows (the scales its loader holds): per-warp maxima, the CTA's after the barrier
+    float smax[4];
+    load_fp8(0, w0[0]);
+    loaded_scale_abs(smax);
     publish_scale_max(smax);
-    if constexpr (!LZ) load_fp8(0, w0[0]);
     cp_async_commit();  // group: tile 0's rope
     cp_async_wait<1>();
     __syncthreads();  // Q visible to every thread
-    float sgq[4];  // sigma_b (the partials were written before the barrier above)
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      sgq[b] = cta_scale_max(b);
-      if constexpr (LZ) sgq[b] = sig_cur[b] = pow2_ceil(sgq[b]);
-    }
-    q_nope_sigma_to_f16<C>(smem, tid, sgq);
+    for (int b = 0; b < 4; ++b) sig_cur[b] = pow2_ceil(cta_scale_max(b));  // maxima written before the barrier
+    q_nope_sigma_to_f16<C>(smem, tid, sig_cur);
     __syncthreads();  // the f16 Q, qinv and the sigma partials visible
     const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
     g[0] = qinv[r0];
     g[1] = qinv[r0 + 8];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      sig_inv[b] = sgq[b] > 0.f ? 1.f / sgq[b] : 0.f;
-      if ((b >> 1) == grp) sig_o[b & 1] = sgq[b];
+      sig_inv[b] = sig_cur[b] > 0.f ? 1.f / sig_cur[b] : 0.f;
+      if ((b >> 1) == grp) sig_o[b & 1] = sig_cur[b];
     }
     store_fp8();  // tile 0 into stage 0 (waits for its loads); the loop's first barrier publishes it
   } else {
@@ -410,13 +373,55 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
 #ifdef DSAV_TRACE
   ph_t = clock64();
 #endif
+  bool resig = false;  // fp8: a scale of the tile this thread stored last exceeds SIGMA_SLACK x sigma_b
   for (int j = 0; j < ntiles; ++j) {
     if (C::FP8 || j > 0)
       cp_async_wait<0>();  // fp8: tile j's rope
     else
       cp_async_wait<1>();  // tile 1 stays in flight
     fence_proxy_async();
-    __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
+    // tile j (and Q) visible to wgmma; every warp done with tile j-1 and its flags
+    if constexpr (C::FP8) {
+      if (__syncthreads_or(resig)) {  // rare (CTA-uniform): tile j again, with a new sigma_b
+        const int pos = pb + j * BN + fr;
+        load_fp8(j, pos < cend ? __ldg(idx_row + pos) : -1);  // the rope copy repeats the same bytes
+        issue_q();  // the P atom (qinv's place) and Q are free: every PV(j-1) has completed
+        cp_async_commit();
+        cp_async_wait<0>();
+        float tm[4];
+        loaded_scale_abs(tm);
+        publish_scale_max(tm);
+        __syncthreads();  // Q and the block maxima visible
+        float rat[4];     // old / new sigma_b: exact (powers of two; sig_cur 0: O_b is 0 anyway)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const float t = cta_scale_max(b);
+          const float ns = t > C::SIGMA_SLACK * sig_cur[b] ? pow2_ceil(t) : sig_cur[b];
+          rat[b] = ns > 0.f ? sig_cur[b] / ns : 1.f;
+          sig_cur[b] = ns;
+          sig_inv[b] = ns > 0.f ? 1.f / ns : 0.f;
+          if ((b >> 1) == grp) sig_o[b & 1] = ns;
+        }
+        const float ra = grp ? rat[2] : rat[0], rb = grp ? rat[3] : rat[1];  // this warpgroup's blocks
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float r = i < 16 ? ra : rb;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[4 * i + e] *= r;
+        }
+        q_nope_sigma_to_f16<C>(smem, tid, sig_cur);
+        store_fp8();
+        fence_proxy_async();
+        __syncthreads();  // the f16 Q, qinv and tile j visible
+        const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
+        g[0] = qinv[r0];
+        g[1] = qinv[r0 + 8];
+        resig = false;
+        __syncthreads();  // qinv read by every thread before this tile's P overwrites the P atom
+      }
+    } else {
+      __syncthreads();
+    }
     if (j == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     W64_PHASE(0);
     const uint32_t sK = sKV + (j & 1) * TILE;
@@ -477,19 +482,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     float psum[2];
     if (!over) write_p<C::FP8>(pP, sc, m_run, psum, grp, r0, lane, 1.f);
     fence_proxy_async();
-    // LZ: a scale of tile j+1 (this thread's loaded row) above SIGMA_SLACK x sigma_b (NaN compares false)
-    bool exceed = false;
-    if constexpr (LZ) {
-      if (j + 1 < ntiles) {
-        const float lim[4] = {C::SIGMA_SLACK * sig_cur[0], C::SIGMA_SLACK * sig_cur[1], C::SIGMA_SLACK * sig_cur[2],
-                              C::SIGMA_SLACK * sig_cur[3]};
-        exceed = fabsf(f8s.x) > lim[0] || fabsf(f8s.y) > lim[1] || fabsf(f8s.z) > lim[2] || fabsf(f8s.w) > lim[3];
-      }
-    }
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
-    const bool exact_step = __syncthreads_or(LZ ? over || exceed : over);
-    bool any_exceed = false;
-    if (exact_step) {
+    if (__syncthreads_or(over)) {
       float alpha[2];
       exact_max(m_run, alpha, red_max, r0);
       write_p<C::FP8>(pP, sc, m_run, psum, grp, r0, lane, 1.f);
@@ -497,33 +491,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
       rescale_o(o, alpha);
       fence_proxy_async();
-      if constexpr (LZ)
-        any_exceed = __syncthreads_or(exceed);  // the rewritten P visible to wgmma
-      else
-        __syncthreads();  // the rewritten P visible to wgmma
+      __syncthreads();  // the rewritten P visible to wgmma
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
-    }
-
-    // LZ, rare (CTA-uniform): new sigma_b from tile j+1's block maxima; tile j+1 is stored with it below
-    float rat[4] = {1.f, 1.f, 1.f, 1.f};  // old / new sigma_b (O's rescale after PV(j))
-    if constexpr (LZ) {
-      if (any_exceed) {
-        float tm[4];
-        loaded_scale_abs(tm);  // tile j+1's rows
-        publish_scale_max(tm);
-        __syncthreads();
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const float t = cta_scale_max(b);
-          const float ns = t > C::SIGMA_SLACK * sig_cur[b] ? pow2_ceil(t) : sig_cur[b];
-          rat[b] = ns > 0.f ? sig_cur[b] / ns : 1.f;  // exact: powers of two (sig_cur 0: O_b is 0 anyway)
-          sig_cur[b] = ns;
-          sig_inv[b] = ns > 0.f ? 1.f / ns : 0.f;
-          if ((b >> 1) == grp) sig_o[b & 1] = ns;
-        }
-      }
     }
 
     // ---- O[:, 256 grp .. +256] += P V ----
@@ -532,30 +503,14 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
     issue_pv<C::FP8>(o, sP, sK, grp);
     wgmma_commit();
     W64_PHASE(2);
+    if constexpr (C::FP8) {  // the stored row's scales against the sigma it is stored with (NaN compares false)
+      if (f8_stage >= 0)
+        resig = fabsf(f8s.x) > C::SIGMA_SLACK * sig_cur[0] || fabsf(f8s.y) > C::SIGMA_SLACK * sig_cur[1] ||
+                fabsf(f8s.z) > C::SIGMA_SLACK * sig_cur[2] || fabsf(f8s.w) > C::SIGMA_SLACK * sig_cur[3];
+    }
     store_fp8();  // fp8: tile j+1 into the stage freed at this iteration's first barrier, under PV(j)
     wgmma_wait0();
     fence_regs<128>(o);
-    if constexpr (LZ) {
-      if (any_exceed) {  // O_b to the new units; Q reloaded (bf16) and converted with the new sigma
-        const float ra = grp ? rat[2] : rat[0], rb = grp ? rat[3] : rat[1];  // this warpgroup's blocks
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const float r = i < 16 ? ra : rb;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[4 * i + e] *= r;
-        }
-        __syncthreads();  // both warpgroups' PV(j) done: the P atom (qinv's place) and Q are free
-        issue_q();
-        cp_async_commit();
-        cp_async_wait<0>();  // also tile j+1's rope (waited at the next iteration's top anyway)
-        __syncthreads();     // Q visible to every thread
-        q_nope_sigma_to_f16<C>(smem, tid, sig_cur);
-        __syncthreads();  // qinv visible
-        const float* qinv = reinterpret_cast<const float*>(smem + C::off_qinv);
-        g[0] = qinv[r0];
-        g[1] = qinv[r0 + 8];
-      }
-    }
     W64_PHASE(3);
   }
   cp_async_wait<0>();
