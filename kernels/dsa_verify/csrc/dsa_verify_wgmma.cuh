@@ -23,10 +23,11 @@
 // tiles hold f16: V'[t, d] = e4m3[t, d] x f16(s[t, b] / sigma_b) (exact e4m3 -> f16, one f16x2
 // multiply), sigma_b a power of two at or above every |s[., b]| the split has stored so far divided by
 // SIGMA_SLACK (the lazy sigma below), so |V'| <= 448 x 128 < 65504 and a value carries two f16 roundings
-// (2^-11 each; |s| below 2^-24 sigma_b enters as an f16 subnormal, as the other fp8 configs' P * s / sigma). Q's nope part is rewritten
-// in place as f16 of q x sigma_b x 2^e[h], one exponent per head over its 512 dims (q_nope_sigma_to_f16;
-// qinv = 2^-e[h] lives in the P atom until read into registers), so S is the rope chain (bf16, 4 steps)
-// plus one f16 chain over the nope dims (32 steps), issued together and folded as qinv[h] x chain
+// (2^-11 each; |s| below 2^-24 sigma_b enters as an f16 subnormal, as the other fp8 configs' P * s / sigma).
+// Q's nope part is rewritten in place as f16 of q x sigma_b x 2^e[h], one exponent per head over its
+// 512 dims (q_nope_sigma_to_f16; qinv = 2^-e[h] lives in the P atom until read into registers), so S
+// is the rope chain (bf16, 4 steps) plus one f16 chain over the nope dims (32 steps), issued together
+// and folded as qinv[h] x chain
 // (session 14: w64's former four 8-step block chains, each waited for and folded with qinv[b, h] x
 // sigma_b, took 1.07-1.12x the kernel time at H = 64 and 128). A head's smaller blocks keep f16's relative
 // precision down to 2^-28 of its largest |q_b sigma_b|; below that their share of S is below f16's
