@@ -51,6 +51,7 @@ Exit 0 ok, 1 a kernel failed or disagreed with the oracle, 75 no CUDA device.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -222,8 +223,6 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
     """The same shape with an fp8 e4m3fn cache: time, ratio to bf16, floor, error vs oracle; the
     other tile configs; SGLang's extend_attention_fwd on the same fp8 cache (it casts q and P to
     fp8) with both kernels' token agreement with the oracle (parity's LM head and near-tie rule)."""
-    import dataclasses
-
     from mla_verify import mla_verify_fwd
     from mla_verify.inputs import kernel_kwargs
 
@@ -832,16 +831,20 @@ class _TreeModule:
         return False
 
 
-def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, configs=("auto",), shapes=AB_SHAPES):
+def tree_ab(
+    torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, configs=("auto",), shapes=AB_SHAPES, kv="bf16"
+):
     """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout)
     and tile configs (each tree runs each of `configs`; with more than one, a variant is named
     "tree/config"): graph-replay times of `shapes` with L2 flushed (min over `reps` interleaved
-    medians of `iters`), outputs compared bitwise to "base" if given, graph-buffer rows through
-    bench_graph_buffer (all GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS, default config, for the trees
-    in gb_trees, default all) and per-kernel CUPTI times of eager calls. dump(doc) after every row."""
+    medians of `iters`; kv "fp8": the cache as bench_fp8 stores it), outputs compared bitwise to
+    "base" if given, graph-buffer rows through bench_graph_buffer (all GRAPH_BUFFER_SHAPES x
+    GRAPH_BUFFER_LENS, default config, bf16, for the trees in gb_trees, default all) and per-kernel
+    CUPTI times of eager calls. dump(doc) after every row."""
     from torch.profiler import ProfilerActivity, profile
 
     from mla_verify import api, mla_verify_fwd
+    from mla_verify.inputs import kernel_kwargs
 
     arch = api.device_arch(torch.device("cuda"))
     tree_mods = {"cur": None}
@@ -854,6 +857,7 @@ def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, con
     doc = {
         "trees": trees,
         "configs": list(configs),
+        "kv": kv,
         "reps": reps,
         "iters": iters,
         "ab": [],
@@ -862,7 +866,10 @@ def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, con
     }
 
     def inputs(B, L, n, H):
-        inp = make_inputs(CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
+        spec = CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B)
+        if kv == "fp8":
+            spec = dataclasses.replace(spec, kv_dtype="fp8", k_scale=FP8_K_SCALE, v_scale=FP8_K_SCALE)
+        inp = make_inputs(spec, "cuda")
         return inp, list(kernel_args(inp))
 
     for B, L, n, H in shapes:
@@ -873,7 +880,7 @@ def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, con
             for k, m in mods.items():
                 with _TreeModule(m):
                     us, _ = timer.time_graph_or_eager(
-                        lambda c=cfg_of[k]: mla_verify_fwd(*a, sm_scale=inp["sm_scale"], tile_config=c), 3, iters
+                        lambda c=cfg_of[k]: mla_verify_fwd(*a, **kernel_kwargs(inp), tile_config=c), 3, iters
                     )
                 times[k].append(us)
                 outs[k] = inp["o_extend"].clone()
@@ -904,11 +911,11 @@ def tree_ab(torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, con
             ):
                 inp, a = inputs(B, L, n, H)
                 for _ in range(3):
-                    mla_verify_fwd(*a, sm_scale=inp["sm_scale"], tile_config=c)
+                    mla_verify_fwd(*a, **kernel_kwargs(inp), tile_config=c)
                 torch.cuda.synchronize()
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(20):
-                        mla_verify_fwd(*a, sm_scale=inp["sm_scale"], tile_config=c)
+                        mla_verify_fwd(*a, **kernel_kwargs(inp), tile_config=c)
                     torch.cuda.synchronize()
                 ks = {e.key[:48]: round(e.device_time, 2) for e in prof.key_averages() if "mla_verify" in e.key}
                 doc["cupti"].append({"tree": k, "config": c, "B": B, "L": L, "n": n, "H": H, "kernels_us": ks})
@@ -941,6 +948,12 @@ def main(argv=None) -> int:
         "--ab-configs",
         default="auto",
         help="--tree-ab: tile configs each tree runs (auto,sm90); an empty or unknown name exits 2",
+    )
+    ap.add_argument(
+        "--ab-kv",
+        choices=("bf16", "fp8"),
+        default="bf16",
+        help="--tree-ab: the cache of the timed rows and CUPTI calls (graph-buffer rows stay bf16)",
     )
     a = ap.parse_args(argv)
     try:
@@ -987,6 +1000,7 @@ def main(argv=None) -> int:
             dump=dump,
             configs=ab_cfgs,
             shapes=shapes if a.shapes else AB_SHAPES,  # --shapes, parsed and checked above
+            kv=a.ab_kv,
         )
         dump(doc)
         print(json.dumps(doc, indent=1))

@@ -269,6 +269,7 @@ def test_graph_buffer_sides_are_timed_in_alternation_and_each_keeps_its_minimum(
         (["--tree-ab", "base=/nowhere", "--ab-configs", "sm90wg,bogus"], "bogus"),
         (["--tree-ab", "no-equals-sign"], "--tree-ab"),
         (["--tree-ab", ","], "--tree-ab"),
+        (["--tree-ab", "base=/nowhere", "--ab-kv", "int4"], "--ab-kv"),
     ],
 )
 def test_bench_tree_ab_refuses_a_bad_list_before_any_device_work(args, what):
