@@ -886,9 +886,10 @@ def tree_ab(
                 outs[k] = inp["o_extend"].clone()
         mn = {k: round(min(v), 3) for k, v in times.items()}
         row = {"B": B, "L": L, "n": n, "H": H, "us": mn, "runs": times}
-        if "base" in mods:
-            row["ratio_over_base"] = {k: round(v / mn["base"], 4) for k, v in mn.items()}
-            row["bitwise_equal_base"] = {k: bool(torch.equal(v, outs["base"])) for k, v in outs.items()}
+        if "base" in trees:  # each variant against base with the same tile config
+            bk = {k: "base" if len(configs) == 1 else f"base/{cfg_of[k]}" for k in mods}
+            row["ratio_over_base"] = {k: round(v / mn[bk[k]], 4) for k, v in mn.items()}
+            row["bitwise_equal_base"] = {k: bool(torch.equal(v, outs[bk[k]])) for k, v in outs.items()}
         doc["ab"].append(row)
         if dump:
             dump(doc)

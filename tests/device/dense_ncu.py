@@ -5,8 +5,9 @@ that Nsight Compute can profile its split kernel, e.g.
         python3 tests/device/dense_ncu.py 8:32768:8:16 sm90wg [CSRC_DIR]
 
 Arguments: B:L:n:H (the bench's shape syntax), a tile config name, and optionally another copy of
-mla_verify's csrc/ (JIT-built like bench --tree-ab: an older commit's, or a diagnostic variant). The
-call is made three times (the first two are warm-ups) on the bench's synthetic chain inputs."""
+mla_verify's csrc/ (JIT-built like bench --tree-ab: an older commit's, or a diagnostic variant);
+`--fp8` anywhere: the cache as the bench's fp8 rows store it. The call is made three times (the first
+two are warm-ups) on the bench's synthetic chain inputs."""
 
 from __future__ import annotations
 
@@ -14,20 +15,26 @@ import sys
 
 
 def main() -> int:
+    import dataclasses
+
     import torch
 
     from mla_verify import mla_verify_fwd
     from mla_verify.api import device_arch
-    from mla_verify.inputs import CaseSpec, kernel_args, make_inputs
-    from verify_tools.bench import _TreeModule, load_tree, parse_shapes
+    from mla_verify.inputs import CaseSpec, kernel_args, kernel_kwargs, make_inputs
+    from verify_tools.bench import FP8_K_SCALE, _TreeModule, load_tree, parse_shapes
 
-    (B, L, n, H), cfg = parse_shapes(sys.argv[1])[0], sys.argv[2]
-    mod = load_tree(device_arch(torch.device("cuda")), sys.argv[3]) if len(sys.argv) > 3 else None
-    inp = make_inputs(CaseSpec("ncu", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B), "cuda")
+    argv = [x for x in sys.argv[1:] if x != "--fp8"]
+    (B, L, n, H), cfg = parse_shapes(argv[0])[0], argv[1]
+    mod = load_tree(device_arch(torch.device("cuda")), argv[2]) if len(argv) > 2 else None
+    spec = CaseSpec("ncu", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B)
+    if "--fp8" in sys.argv:
+        spec = dataclasses.replace(spec, kv_dtype="fp8", k_scale=FP8_K_SCALE, v_scale=FP8_K_SCALE)
+    inp = make_inputs(spec, "cuda")
     args = kernel_args(inp)
     with _TreeModule(mod):
         for _ in range(3):
-            mla_verify_fwd(*args, sm_scale=inp["sm_scale"], tile_config=cfg)
+            mla_verify_fwd(*args, **kernel_kwargs(inp), tile_config=cfg)
     torch.cuda.synchronize()
     print("ran", sys.argv[1:])
     return 0

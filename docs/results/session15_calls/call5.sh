@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 15 call 5, dense: the fp8 L2 prefetch (MLAV_FP8_L2_PREFETCH=1, set here in the device's copy of the
+# Session 15 call 5, dense, run at 04c73b0 (the switch was removed after this call: slower): the fp8 L2
+# prefetch (MLAV_FP8_L2_PREFETCH=1, set here in the device's copy of the
 # checkout: tree "cur") against the same tree with it off (tree "base", a copy made first), fp8 cache, one
 # process (bench --tree-ab --ab-kv fp8); dense parity of the prefetch build on every fp8 case incl. the fp8
 # graph-replay case; memcheck and racecheck on one fp8 case. Run from the repository root with $OUT set.

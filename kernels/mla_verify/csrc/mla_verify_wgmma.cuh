@@ -37,14 +37,6 @@
 #include "mla_verify_kernel.cuh"
 #include "wgmma_tile_sm90.cuh"
 
-// A/B switch (session 15, default off; bench --tree-ab --ab-kv fp8 with a csrc copy that sets it): fp8
-// prefix tiles prefetch the rows of the tile after the one they load into L2 (each of a row's 4 loader
-// lanes one 144-byte bulk prefetch, slot ids one tile ahead of the loads), so the register loads of the
-// next tile find their rows in L2: the fp8 path holds one tile of register loads in flight per CTA.
-#ifndef MLAV_FP8_L2_PREFETCH
-#define MLAV_FP8_L2_PREFETCH 0
-#endif
-
 namespace mlav {
 namespace wg {
 using namespace sm90wg;
@@ -119,13 +111,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     next_slot8[k] = FP8 ? -1 : tile_slot(p, w, 0, BN, l8 + 32 * k);  // fp8: tile 0 is an fp8 (or a draft) tile
   }
   int64_t next_slot = FP8 ? tile_slot(p, w, 0, BN, lr) : -1;  // fp8 prefix tiles: row lr's slot, next tile
-#if MLAV_FP8_L2_PREFETCH
-  int64_t pf_slot = FP8 ? tile_slot(p, w, 1, BN, lr) : -1;  // row lr's slot in the tile after the next
-  const bool pf_ok = FP8 && (p.kb_st & 15) == 0 && (reinterpret_cast<uintptr_t>(p.kbuf8) & 15) == 0;
-#endif
   // fp8 prefix tile: 16-byte piece lsub + 4 it (it < 9) of the row = bf16 chunks 2c, 2c+1 of atom it.
   uint4 f8[FP8 ? 9 : 1];
   int f8_stage = -1;
+  bool f8_ok = false;  // kFp8ZeroAtStore: the registers hold a readable row (else the store writes zeros)
   const uint32_t f8_even = lr * 128 + (((2 * lsub) ^ (lr & 7)) << 4), f8_odd = lr * 128 + (((2 * lsub + 1) ^ (lr & 7)) << 4);
   auto store_fp8 = [&]() {
     if constexpr (FP8) {
@@ -133,8 +122,9 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         const uint32_t tile = sKV + f8_stage * TILE;
 #pragma unroll
         for (int it = 0; it < 9; ++it) {
-          st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(f8[it].x, f8[it].y));
-          st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_bf16x8(f8[it].z, f8[it].w));
+          const uint4 v = (!kFp8ZeroAtStore || f8_ok) ? f8[it] : make_uint4(0u, 0u, 0u, 0u);
+          st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(v.x, v.y));
+          st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_bf16x8(v.z, v.w));
         }
         f8_stage = -1;
       }
@@ -150,22 +140,16 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if constexpr (FP8) {
       if (j < w.n_pre) {
         const int64_t slot = next_slot;
-#if MLAV_FP8_L2_PREFETCH
-        next_slot = pf_slot;  // fetched one tile ago
-        pf_slot = tile_slot(p, w, j + 2, BN, lr);
-        if (pf_ok && next_slot >= 0 && next_slot < p.num_slots)
-          asm volatile("cp.async.bulk.prefetch.L2.global [%0], 144;\n" ::"l"(p.kbuf8 + next_slot * p.kb_st + lsub * 144)
-                       : "memory");
-#else
         next_slot = tile_slot(p, w, j + 1, BN, lr);
-#endif
         const bool ok = slot >= 0 && slot < p.num_slots;
         const uint4* src = reinterpret_cast<const uint4*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + lsub;
+        // slot 0 exists: the load is always in bounds (kFp8ZeroAtStore: zeroed at the store, not here)
 #pragma unroll
         for (int it = 0; it < 9; ++it) {
-          const uint4 v = __ldg(src + 4 * it);  // slot 0 exists: the load is always in bounds
-          f8[it] = ok ? v : make_uint4(0u, 0u, 0u, 0u);
+          const uint4 v = __ldg(src + 4 * it);
+          f8[it] = (kFp8ZeroAtStore || ok) ? v : make_uint4(0u, 0u, 0u, 0u);
         }
+        f8_ok = ok;
         f8_stage = stage;
         return;
       }
