@@ -798,6 +798,35 @@ def test_dsa_bench_shapes_option_parses_and_refuses_bad_items():
         db.main(["--alt-combine", "cluster"])
 
 
+def test_dsa_tree_ab_refuses_bad_arguments_before_any_device_work(capsys):
+    from verify_tools import dsa_tree_ab as ta
+
+    assert ta.parse_trees("base=/a/csrc,v2=/b/csrc") == {"base": "/a/csrc", "v2": "/b/csrc"}
+    for bad in ("", ",", "base", "=/a", "base=", "cur=/a", "x=/a,x=/b"):
+        with pytest.raises(ValueError):
+            ta.parse_trees(bad)
+    good = ["--trees", "base=/nowhere", "--shapes", "1:32768:4:16"]
+    for args, what in (
+        (["--trees", "cur=/a", "--shapes", "1:32768:4:16"], "cur"),
+        (["--trees", "base=/a", "--shapes", "1:2:3"], "B:L:n:H"),
+        (good + ["--configs", "m16,bogus"], "bogus"),
+        (good + ["--kv", "int4"], "--kv"),
+        (good + ["--reps", "0"], "--reps"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            ta.main(args)
+        assert exc.value.code == 2 and what in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: the blocked path does not apply")
+def test_dsa_tree_ab_without_a_device_is_blocked(capsys):
+    from tool_contract import EXIT_BLOCKED
+    from verify_tools import dsa_tree_ab as ta
+
+    code = ta.main(["--trees", "base=/nowhere", "--shapes", "1:32768:4:16", "--configs", "auto,m16"])
+    assert code == EXIT_BLOCKED and "no CUDA device" in capsys.readouterr().out
+
+
 def test_sm_schedule_measures_the_gap_between_ctas_on_one_sm():
     import torch
 

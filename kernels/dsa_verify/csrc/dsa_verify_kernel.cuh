@@ -34,6 +34,14 @@
 
 #include "dsa_verify_params.h"
 
+// A/B switch (session 15, default off until an H200 run has measured it): the mma.sync split kernels keep the
+// index words of the next tile raw and check them when that tile is issued, as the n8 kernels do, instead of
+// checking them (slot < num_slots) right after the fetch, which made every warp wait for the index round trip
+// at the end of each iteration (SASS: the compare two instructions after the load). Same slots either way.
+#ifndef DSAV_SLOT_AT_USE
+#define DSAV_SLOT_AT_USE 0
+#endif
+
 namespace dsav {
 
 constexpr int D_QK = 576;
@@ -474,8 +482,27 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   DSAV_SPLIT_STAMP(1, dsav_now());
   DSAV_SPLIT_STAMP(5, (unsigned long long)smid_now());
   DSAV_SPLIT_STAMP(6, (unsigned long long)ntiles);
-  int64_t next_slot[RPT];
-  slots_of(STAGES, next_slot);
+#if DSAV_SLOT_AT_USE
+  int32_t next_w[RPT];  // the raw index words of the next tile to issue, checked when it is issued
+  auto fetch_next = [&](int j) {
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) {
+      const int pos = pb + j * BN + lrow + (C::THREADS / 8) * k;
+      next_w[k] = (j >= ntiles || pos >= pe) ? -1 : __ldg(idx_row + pos);
+    }
+  };
+  auto issue_next = [&](int stage, int j) {
+    int64_t sl[RPT];
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) sl[k] = slot_of_raw(j, k, next_w[k]);
+    issue_tile(stage, sl);
+  };
+#else
+  int64_t next_slot[RPT];  // the next tile's slots, checked when fetched
+  auto fetch_next = [&](int j) { slots_of(j, next_slot); };
+  auto issue_next = [&](int stage, int) { issue_tile(stage, next_slot); };
+#endif
+  fetch_next(STAGES);
   if constexpr (C::FP8) {  // Q (its own group) has landed while the first tiles fly: nope -> f16
     cp_async_wait<STAGES>();
     __syncthreads();
@@ -533,9 +560,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
         if (lane == 0) *reinterpret_cast<float4*>(smem + C::off_tmax) = mx;
       }
       __syncthreads();  // compute tile ready; raw stage free
-      if (j + STAGES < ntiles) issue_tile(stage, next_slot);
+      if (j + STAGES < ntiles) issue_next(stage, j + STAGES);
       cp_async_commit();
-      slots_of(j + STAGES + 1, next_slot);
+      fetch_next(j + STAGES + 1);
       sK = smem_u32(cvt);
       {  // this PV warp's block: sigma update (every thread of the block computes the same values)
         const float tm = reinterpret_cast<const float*>(smem + C::off_tmax)[pv_blk];
@@ -739,9 +766,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
     }
     if constexpr (!C::FP8) {
       __syncthreads();  // every warp done with this stage before it is refilled
-      if (j + STAGES < ntiles) issue_tile(stage, next_slot);
+      if (j + STAGES < ntiles) issue_next(stage, j + STAGES);
       cp_async_commit();
-      slots_of(j + STAGES + 1, next_slot);
+      fetch_next(j + STAGES + 1);
     }
   }
   cp_async_wait<0>();
