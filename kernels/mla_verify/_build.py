@@ -394,6 +394,39 @@ def compile_jit(
             os.environ["TORCH_CUDA_ARCH_LIST"] = old
 
 
+def compile_tree(
+    arch: str,
+    csrc_dir,
+    *,
+    prefix: str,
+    sources: tuple[str, ...],
+    headers: tuple[str, ...],
+    nvcc: list[str],
+    extra: list[str],
+):
+    """JIT build of another copy of a kernel's csrc/ (an older commit's, or a variant's) for a same-process
+    A/B (development only; bench --tree-ab, dsa_tree_ab): named and cached by a digest of the tree's sources
+    and headers (paths relative to csrc/; an older tree may lack a newer header) and the flags."""
+    d = Path(csrc_dir).resolve()
+    h = hashlib.sha256()
+    for name in sources + headers:
+        if (d / name).exists():
+            h.update(name.encode())
+            h.update((d / name).read_bytes())
+    h.update(" ".join(nvcc + extra).encode())
+    digest = h.hexdigest()[:16]
+    return compile_jit(
+        arch,
+        name=f"{prefix}_{arch}_{digest}_tree",
+        csrc=d,
+        sources=sources,
+        nvcc=nvcc,
+        extra=extra,
+        build_dir=cache_root() / f"{prefix}-tree-{digest}",
+        verbose=False,
+    )
+
+
 def load_jit(arch: str):
     """Compile (once, cached by source hash) and import the extension; development only."""
     if prebuilt_only():

@@ -784,28 +784,16 @@ AB_SHAPES = (
 def load_tree(arch, csrc_dir):
     """JIT build of another copy of mla_verify's csrc/ (e.g. an older commit's, extracted with
     git archive) with the same flags and sources as the checkout's; development only."""
-    import hashlib
-    from pathlib import Path
-
     from mla_verify import _build
 
-    d = Path(csrc_dir).resolve()
-    h = hashlib.sha256()
-    for name in _build.SOURCES + _build.HEADERS:  # an older tree may lack a newer header
-        if (d / name).exists():
-            h.update(name.encode())
-            h.update((d / name).read_bytes())
-    h.update(" ".join(_build.nvcc_flags(arch)).encode())
-    digest = h.hexdigest()[:16]
-    return _build.compile_jit(
+    return _build.compile_tree(
         arch,
-        name=f"mla_verify_{arch}_{digest}_tree",
-        csrc=d,
+        csrc_dir,
+        prefix="mla_verify",
         sources=_build.SOURCES,
+        headers=_build.HEADERS,
         nvcc=_build.nvcc_flags(arch),
         extra=[],
-        build_dir=_build.cache_root() / f"{digest}-tree",
-        verbose=False,
     )
 
 

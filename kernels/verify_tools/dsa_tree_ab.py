@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import socket
 import sys
@@ -33,24 +32,16 @@ from verify_tools.dsa_bench import SM_SCALE, TOPK, Timer, blocked_doc
 def load_tree(arch: str, csrc_dir: str):
     """JIT build of another copy of dsa_verify's csrc/ with the experimental build's flags."""
     from dsa_verify import _build
+    from mla_verify._build import compile_tree
 
-    d = Path(csrc_dir).resolve()
-    h = hashlib.sha256()
-    for name in _build.SOURCES + _build.HEADERS:  # HEADERS are relative to csrc/ (incl. ../../mla_verify/csrc)
-        if (d / name).exists():
-            h.update(name.encode())
-            h.update((d / name).read_bytes())
-    h.update(" ".join(_build.nvcc_flags(arch) + [_build.EXPERIMENTAL_FLAG]).encode())
-    digest = h.hexdigest()[:16]
-    return _build.compile_jit(
+    return compile_tree(
         arch,
-        name=f"dsa_verify_{arch}_{digest}_tree",
-        csrc=d,
+        csrc_dir,
+        prefix="dsa_verify",
         sources=_build.SOURCES,
+        headers=_build.HEADERS,
         nvcc=_build.nvcc_flags(arch),
         extra=[_build.EXPERIMENTAL_FLAG],
-        build_dir=_build.cache_root() / f"dsa-tree-{digest}",
-        verbose=False,
     )
 
 

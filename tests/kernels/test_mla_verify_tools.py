@@ -275,3 +275,31 @@ def test_graph_buffer_sides_are_timed_in_alternation_and_each_keeps_its_minimum(
 def test_bench_tree_ab_refuses_a_bad_list_before_any_device_work(args, what):
     code, out, err = run_tool("verify_tools.bench", *args)
     assert code == 2 and what in err and out == ""
+
+
+def test_tree_builds_are_named_by_their_sources_and_flags(tmp_path, monkeypatch):
+    """bench --tree-ab and dsa_tree_ab build other csrc/ copies through one helper: the module name and build
+    folder carry a digest of the tree's sources, headers and flags, so an edited tree never reuses a stale build."""
+    from dsa_verify import _build as dsa_build_mod
+    from mla_verify import _build
+    from verify_tools import dsa_tree_ab
+    from verify_tools.bench import load_tree
+
+    calls = []
+    monkeypatch.setattr(_build, "compile_jit", lambda arch, **kw: calls.append(kw) or kw["name"])
+    monkeypatch.setattr(_build, "cache_root", lambda: tmp_path / "cache")
+    tree = tmp_path / "csrc"
+    tree.mkdir()
+    for name in _build.SOURCES + _build.HEADERS:
+        (tree / name).write_text(f"// {name}\n")
+    first = load_tree("sm_90a", str(tree))
+    assert load_tree("sm_90a", str(tree)) == first  # same tree, same flags: same build
+    (tree / _build.HEADERS[0]).write_text("// edited\n")
+    edited = load_tree("sm_90a", str(tree))
+    assert edited != first and edited.startswith("mla_verify_sm_90a_") and edited.endswith("_tree")
+    kw = calls[-1]
+    assert kw["csrc"] == tree.resolve() and kw["sources"] == _build.SOURCES and kw["extra"] == []
+    assert kw["build_dir"].parent == tmp_path / "cache" and kw["build_dir"].name.startswith("mla_verify-tree-")
+    dsa = dsa_tree_ab.load_tree("sm_90a", str(tree))
+    assert dsa.startswith("dsa_verify_sm_90a_")
+    assert calls[-1]["extra"] == [dsa_build_mod.EXPERIMENTAL_FLAG] and calls[-1]["sources"] == dsa_build_mod.SOURCES
