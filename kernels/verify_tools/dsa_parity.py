@@ -95,9 +95,6 @@ CASES = (
         notes="a split's later tile has a scale above 128x its first tile's block maximum (lazy sigma's exact step)",
     ),
 )
-# Cases not yet run on a GPU: reachable by --cases, outside the default suite (and phase 1) until their first
-# GPU run has been read (session 14's scale-spike case moved into CASES after session 15's runs)
-NEW_CASES: tuple[DsaCase, ...] = ()
 QUICK = ("glm5_b1_n4_h8_L32k_bf16", "glm5_b1_n4_h8_L32k_fp8", "hostile_b2_n4_h64_bf16", "fp8_extreme_scales_b2_n4_h8")
 GRAPH_CASES = ("glm5_b1_n4_h8_L32k_bf16", "glm5_b1_n4_h8_L32k_fp8", "hostile_b2_n4_h64_bf16")
 
@@ -365,7 +362,7 @@ def main(argv=None) -> int:
     wanted = set(QUICK) if a.quick else set(names)
     if a.cases:
         wanted = set(a.cases.split(","))
-        unknown = wanted - set(names) - {c.name for c in NEW_CASES}
+        unknown = wanted - set(names)
         if unknown:
             print(f"unknown cases: {sorted(unknown)}", file=sys.stderr)
             return 2
@@ -381,7 +378,7 @@ def main(argv=None) -> int:
     jobs = [("case", c) for c in CASES if c.name in wanted and c.name in QUICK]
     if not a.no_graph:
         jobs += [("graph", c) for c in CASES if c.name in wanted and c.name in GRAPH_CASES]
-    jobs += [("case", c) for c in CASES + NEW_CASES if c.name in wanted and c.name not in QUICK]
+    jobs += [("case", c) for c in CASES if c.name in wanted and c.name not in QUICK]
     from dsa_verify import tiles
 
     skipped = []
