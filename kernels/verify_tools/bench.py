@@ -118,9 +118,11 @@ class Timer:
     def __init__(self, torch, l2_bytes):
         self.torch = torch
         self.flush_buf = torch.empty(max(4 * l2_bytes, 256 * 2**20) // 4, dtype=torch.float32, device="cuda")
+        self.captured: list = []  # every captured callable: see graph()
 
     def graph(self, fn):
-        """Capture fn into a CUDA graph (after 2 warm-up calls on a side stream)."""
+        """Capture fn into a CUDA graph (after 2 warm-up calls on a side stream); the timer keeps fn (and the
+        tensors it closes over) alive, since a graph owns none of the memory its kernels address."""
         t = self.torch
         st = t.cuda.Stream()
         st.wait_stream(t.cuda.current_stream())
@@ -131,6 +133,7 @@ class Timer:
         g = t.cuda.CUDAGraph()
         with t.cuda.graph(g):
             fn()
+        self.captured.append(fn)
         return g
 
     def replay_or_eager(self, fn):

@@ -261,6 +261,7 @@ class Timer:
 
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
         self.flush_buf = torch.zeros(max(2 * l2, 1 << 26) // 4, dtype=torch.int32, device=device)
+        self.captured: list = []  # every captured callable: see graph()
 
     def flush(self):
         import torch
@@ -268,6 +269,10 @@ class Timer:
         torch.bitwise_not(self.flush_buf, out=self.flush_buf)
 
     def graph(self, fn):
+        """fn captured in a CUDA graph (after 2 warm-up calls on a side stream). The timer keeps fn, and so the
+        tensors it closes over, alive: a graph owns none of the memory its kernels address, and a buffer freed
+        after capture is handed to the next allocation while the graph still writes it (session 16: a tree
+        A/B's workspace, freed per variant, ended in an illegal address)."""
         import torch
 
         s = torch.cuda.Stream()
@@ -281,6 +286,7 @@ class Timer:
             fn()
         g.replay()
         torch.cuda.synchronize()
+        self.captured.append(fn)
         return g
 
     def time(self, fn, reps: int, g=None) -> float:

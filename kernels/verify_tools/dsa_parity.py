@@ -67,6 +67,15 @@ CASES = (
         seed=6,
         notes="5% of used entries negative / >= slots / INT32_MAX; seq_lens < 0, 0, > topk; graph pad rows",
     ),
+    DsaCase(
+        "dsv32_b1_n4_h16_L32k_fp8",
+        (32768,),
+        4,
+        16,
+        kv="fp8",
+        seed=17,
+        notes="DeepSeek-V3.2 at TP8 (H=16), MTP n=4, fp8",
+    ),
     DsaCase("hostile_b2_n4_h16_fp8", (9000, 700), 4, 16, kv="fp8", hostile=True, pad_rows=2, seed=7),
     DsaCase(
         "hostile_b1_n4_h8_bf16",
@@ -343,6 +352,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph replay cases")
     ap.add_argument("--no-peer", action="store_true", help="skip SGLang's DSA Triton kernel")
     ap.add_argument(
+        "--sm120-occupancy",
+        action="store_true",
+        help="sm_90a only: every config under the sm_120 occupancy emulation, with sm_120a's configs and plans",
+    )
+    ap.add_argument(
         "--out",
         default="",
         help="also write the JSON document to this file, rewritten after every case (a timed-out run leaves its cases)",
@@ -358,6 +372,14 @@ def main(argv=None) -> int:
 
     device = torch.device("cuda", torch.cuda.current_device())
     arch, sms = device_info(device)
+    if a.sm120_occupancy:  # what a Blackwell host runs (configs, plans, CTAs per SM), on this device
+        from dsa_verify.api import emulate_sm120_occupancy
+
+        try:
+            emulate_sm120_occupancy(device)
+        except ValueError as exc:
+            return _emit(blocked_doc(f"--sm120-occupancy: {exc}"), a.json, EXIT_BLOCKED)
+        arch = "sm_120a"
     names = [c.name for c in CASES]
     wanted = set(QUICK) if a.quick else set(names)
     if a.cases:
@@ -405,6 +427,7 @@ def main(argv=None) -> int:
         "host": socket.gethostname(),
         "device": torch.cuda.get_device_name(device),
         "arch": arch,
+        "sm120_occupancy": a.sm120_occupancy,
         "sms": sms,
         "bounds": {
             "rel_fro": REL_FRO_BOUND,

@@ -473,16 +473,20 @@ def test_parity_config_labels():
     assert tiles.config_for_mangled(n8 + "ILi5ELi3ELb1ELb0EEEEEvNS_6ParamsE") is None  # no such config
 
 
+def _fake_cuda_device(monkeypatch, arch: str, sms: int):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev: "fake")
+    monkeypatch.setattr(api, "device_info", lambda dev: (arch, sms))
+
+
 def test_parity_order_and_partial_out(monkeypatch, tmp_path):
     """Quick cases, then their graph replays, then the rest; --out rewritten after every case."""
     import json
 
     from verify_tools import dsa_parity
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev: "fake")
-    monkeypatch.setattr(api, "device_info", lambda dev: ("sm_120a", 84))
+    _fake_cuda_device(monkeypatch, "sm_120a", 84)
     monkeypatch.setattr(dsa_parity, "lm_head", lambda dev: None)
     out = tmp_path / "parity.json"
     seen = []
@@ -517,6 +521,45 @@ def test_parity_order_and_partial_out(monkeypatch, tmp_path):
     assert sorted((s["case"], s["config"]) for s in doc["skipped"]) == sorted(
         [(n, "n8rw") for n in bf16_cases] + [(n, "n8rw") for n in dsa_parity.GRAPH_CASES if n in bf16_cases]
     )
+
+
+def test_parity_under_the_sm120_emulation_runs_sm120_configs(monkeypatch, tmp_path):
+    """--sm120-occupancy on an sm_90a device: the emulation is switched on once, before any case, and the
+    suite runs sm_120a's configs (what a Blackwell host would), its document saying so."""
+    import json
+
+    from verify_tools import dsa_parity
+
+    _fake_cuda_device(monkeypatch, "sm_90a", 132)
+    monkeypatch.setattr(dsa_parity, "lm_head", lambda dev: None)
+    events = []
+    monkeypatch.setattr(api, "emulate_sm120_occupancy", lambda dev: events.append("emulate"))
+
+    def fake_case(spec, cfg, w, device, peer=None):
+        events.append(cfg)
+        return {"case": spec.name, "config": cfg, "ok": True}
+
+    monkeypatch.setattr(dsa_parity, "run_case", fake_case)
+    out = tmp_path / "p.json"
+    argv = ["--json", "--no-peer", "--no-graph", "--sm120-occupancy", "--cases", "dsv32_b1_n4_h16_L32k_fp8"]
+    assert dsa_parity.main(argv + ["--out", str(out)]) == 0
+    assert events == ["emulate"] + dsa_parity.configs_for("sm_120a", "all")
+    doc = json.loads(out.read_text())
+    assert doc["arch"] == "sm_120a" and doc["sm120_occupancy"] is True
+
+
+def test_parity_sm120_emulation_is_refused_off_hopper(monkeypatch, capsys):
+    """The emulation pads Hopper's shared memory: on any other arch the run is blocked (exit 75), no case runs."""
+    import json
+
+    from tool_contract import EXIT_BLOCKED
+    from verify_tools import dsa_parity
+
+    _fake_cuda_device(monkeypatch, "sm_120a", 84)
+    monkeypatch.setattr(dsa_parity, "run_case", lambda *a, **k: pytest.fail("a case ran"))
+    assert dsa_parity.main(["--json", "--no-peer", "--sm120-occupancy"]) == EXIT_BLOCKED
+    doc = json.loads(capsys.readouterr().out)
+    assert "sm_90a devices only" in doc["blocked"] and doc["summary"]["total"] == 0
 
 
 def test_trace_timeline_summary():

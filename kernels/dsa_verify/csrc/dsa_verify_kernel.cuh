@@ -34,13 +34,6 @@
 
 #include "dsa_verify_params.h"
 
-// A/B switch (session 15, default off until an H200 run has measured it): the mma.sync split kernels keep the
-// index words of the next tile raw and check them when that tile is issued, as the n8 kernels do, instead of
-// checking them (slot < num_slots) right after the fetch, which made every warp wait for the index round trip
-// at the end of each iteration (SASS: the compare two instructions after the load). Same slots either way.
-#ifndef DSAV_SLOT_AT_USE
-#define DSAV_SLOT_AT_USE 0
-#endif
 
 namespace dsav {
 
@@ -482,26 +475,33 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
   DSAV_SPLIT_STAMP(1, dsav_now());
   DSAV_SPLIT_STAMP(5, (unsigned long long)smid_now());
   DSAV_SPLIT_STAMP(6, (unsigned long long)ntiles);
-#if DSAV_SLOT_AT_USE
-  int32_t next_w[RPT];  // the raw index words of the next tile to issue, checked when it is issued
+  // Where the next tile's index words are checked (slot < num_slots; same slots either way). m32 fp8 keeps them
+  // raw and checks them when the tile is issued, as the n8 kernels do: checked right after the fetch, every warp
+  // waits for the index round trip at the end of each iteration (SASS: the compare two instructions after the
+  // load). Session 16, H200 under the sm_120 occupancy emulation, raw / checked time (dsa_tree_ab, two calls):
+  // m32 fp8 B=8 n=8 H=64 0.866 / 0.865, bit-identical output; m32 bf16 1.018-1.020, m16 fp8 T=256 1.025 (twice),
+  // T=64 1.007-1.012, natively m16 fp8 0.985-0.993 and bf16 0.997-1.024: those keep the check at the fetch.
+  constexpr bool kSlotAtIssue = C::FP8 && BM == 32;
+  int32_t next_w[RPT];     // kSlotAtIssue: the next tile's raw index words
+  int64_t next_slot[RPT];  // otherwise: the next tile's checked slots
   auto fetch_next = [&](int j) {
+    if constexpr (kSlotAtIssue) {
 #pragma unroll
-    for (int k = 0; k < RPT; ++k) {
-      const int pos = pb + j * BN + lrow + (C::THREADS / 8) * k;
-      next_w[k] = (j >= ntiles || pos >= pe) ? -1 : __ldg(idx_row + pos);
+      for (int k = 0; k < RPT; ++k) {
+        const int pos = pb + j * BN + lrow + (C::THREADS / 8) * k;
+        next_w[k] = (j >= ntiles || pos >= pe) ? -1 : __ldg(idx_row + pos);
+      }
+    } else {
+      slots_of(j, next_slot);
     }
   };
   auto issue_next = [&](int stage, int j) {
-    int64_t sl[RPT];
+    if constexpr (kSlotAtIssue) {
 #pragma unroll
-    for (int k = 0; k < RPT; ++k) sl[k] = slot_of_raw(j, k, next_w[k]);
-    issue_tile(stage, sl);
+      for (int k = 0; k < RPT; ++k) next_slot[k] = slot_of_raw(j, k, next_w[k]);
+    }
+    issue_tile(stage, next_slot);
   };
-#else
-  int64_t next_slot[RPT];  // the next tile's slots, checked when fetched
-  auto fetch_next = [&](int j) { slots_of(j, next_slot); };
-  auto issue_next = [&](int stage, int) { issue_tile(stage, next_slot); };
-#endif
   fetch_next(STAGES);
   if constexpr (C::FP8) {  // Q (its own group) has landed while the first tiles fly: nope -> f16
     cp_async_wait<STAGES>();

@@ -72,14 +72,6 @@ __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t w, uint32_t sel) {
   x = __hmul2(x, k);
   return *reinterpret_cast<uint32_t*>(&x);
 }
-// A/B switch (session 15, default off until an H200 run has measured it: docs/results/session15_calls/
-// call7.sh): the fp8 register loaders of both split kernels zero an unreadable row when they store it, not
-// with a select right after its loads, which made the warp wait for the loads at once (Nsight Compute,
-// (4, 131072, 4, 16), wgmma kernel: 23% of the stall samples on that select). Same values either way.
-#ifndef MLAV_FP8_ZERO_AT_STORE
-#define MLAV_FP8_ZERO_AT_STORE 0
-#endif
-constexpr bool kFp8ZeroAtStore = MLAV_FP8_ZERO_AT_STORE != 0;
 
 // Eight fp8 values (8 bytes, ascending addresses) to eight bf16 (one 16-byte smem chunk).
 __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint32_t lo, uint32_t hi) {
@@ -435,7 +427,6 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
   constexpr int F8N = FP8 ? ROW_CHUNKS / TPT : 1;
   uint2 f8[F8N];
   int f8_stage = -1;
-  bool f8_ok = false;  // kFp8ZeroAtStore: the registers hold a readable row (else the store writes zeros)
   auto load_tile = [&](int j, int stage) {  // tiles are loaded in order 0, 1, 2, ...
     const uint32_t dst0 = sKV + stage * SM::KV;
     const int tk = tid / TPT, sub = tid % TPT;
@@ -445,13 +436,13 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
         next_slot = tile_slot(p, w, j + 1, BN, tk);
         const bool ok = slot >= 0 && slot < p.num_slots;
         const uint2* src = reinterpret_cast<const uint2*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + sub;
-        // slot 0 exists: the load is always in bounds
+        // slot 0 exists: the load is always in bounds. An unreadable row is zeroed right here: zeroing it at
+        // the store instead (as the wgmma kernel does) was 1.045-1.065x slower in this kernel (session 16 call 1)
 #pragma unroll
         for (int it = 0; it < F8N; ++it) {
           const uint2 v = __ldg(src + it * TPT);
-          f8[it] = (kFp8ZeroAtStore || ok) ? v : make_uint2(0u, 0u);
+          f8[it] = ok ? v : make_uint2(0u, 0u);
         }
-        f8_ok = ok;
         f8_stage = stage;
         return;
       }
@@ -472,9 +463,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
         const int tk = tid / TPT, sub = tid % TPT;
 #pragma unroll
         for (int it = 0; it < F8N; ++it)
-          st_shared_v4(dst0 + swz(tk, sub + it * TPT), (!kFp8ZeroAtStore || f8_ok)
-                                                           ? fp8x8_to_bf16x8(f8[it].x, f8[it].y)
-                                                           : make_uint4(0u, 0u, 0u, 0u));
+          st_shared_v4(dst0 + swz(tk, sub + it * TPT), fp8x8_to_bf16x8(f8[it].x, f8[it].y));
         f8_stage = -1;
       }
     }

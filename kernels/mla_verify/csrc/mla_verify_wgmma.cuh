@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   // fp8 prefix tile: 16-byte piece lsub + 4 it (it < 9) of the row = bf16 chunks 2c, 2c+1 of atom it.
   uint4 f8[FP8 ? 9 : 1];
   int f8_stage = -1;
-  bool f8_ok = false;  // kFp8ZeroAtStore: the registers hold a readable row (else the store writes zeros)
+  bool f8_ok = false;  // the registers hold a readable row (else the store writes zeros)
   const uint32_t f8_even = lr * 128 + (((2 * lsub) ^ (lr & 7)) << 4), f8_odd = lr * 128 + (((2 * lsub + 1) ^ (lr & 7)) << 4);
   auto store_fp8 = [&]() {
     if constexpr (FP8) {
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         const uint32_t tile = sKV + f8_stage * TILE;
 #pragma unroll
         for (int it = 0; it < 9; ++it) {
-          const uint4 v = (!kFp8ZeroAtStore || f8_ok) ? f8[it] : make_uint4(0u, 0u, 0u, 0u);
+          const uint4 v = f8_ok ? f8[it] : make_uint4(0u, 0u, 0u, 0u);
           st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(v.x, v.y));
           st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_bf16x8(v.z, v.w));
         }
@@ -143,12 +143,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         next_slot = tile_slot(p, w, j + 1, BN, lr);
         const bool ok = slot >= 0 && slot < p.num_slots;
         const uint4* src = reinterpret_cast<const uint4*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + lsub;
-        // slot 0 exists: the load is always in bounds (kFp8ZeroAtStore: zeroed at the store, not here)
+        // slot 0 exists: the load is always in bounds. An unreadable row is zeroed at the store (store_fp8), not
+        // by a select right after the loads, which made the warp wait for them at once (Nsight Compute,
+        // (4, 131072, 4, 16): 23% of the stall samples on it). Session 16 call 1, H200, fp8, time vs the select:
+        // 0.857-0.862 at B=4 L=128k, B=8 L=32k, B=32 L=8k (n=8 H=16), 0.907 at B=1 L=32k, 1.002 at B=1 L=4k.
 #pragma unroll
-        for (int it = 0; it < 9; ++it) {
-          const uint4 v = __ldg(src + 4 * it);
-          f8[it] = (kFp8ZeroAtStore || ok) ? v : make_uint4(0u, 0u, 0u, 0u);
-        }
+        for (int it = 0; it < 9; ++it) f8[it] = __ldg(src + 4 * it);
         f8_ok = ok;
         f8_stage = stage;
         return;
