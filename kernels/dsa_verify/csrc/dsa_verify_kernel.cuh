@@ -34,7 +34,6 @@
 
 #include "dsa_verify_params.h"
 
-
 namespace dsav {
 
 constexpr int D_QK = 576;

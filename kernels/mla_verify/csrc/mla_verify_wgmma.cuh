@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         // slot 0 exists: the load is always in bounds. An unreadable row is zeroed at the store (store_fp8), not
         // by a select right after the loads, which made the warp wait for them at once (Nsight Compute,
         // (4, 131072, 4, 16): 23% of the stall samples on it). Session 16 call 1, H200, fp8, time vs the select:
-        // 0.857-0.862 at B=4 L=128k, B=8 L=32k, B=32 L=8k (n=8 H=16), 0.907 at B=1 L=32k, 1.002 at B=1 L=4k.
+        // 0.857-0.862 at (4, 131072, 4, 16), B=8 L=32k, B=32 L=8k, 0.907 at B=1 L=32k, 1.002 at B=1 L=4k.
 #pragma unroll
         for (int it = 0; it < 9; ++it) f8[it] = __ldg(src + 4 * it);
         f8_ok = ok;
