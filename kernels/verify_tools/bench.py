@@ -79,6 +79,18 @@ GRAPH_BUFFER_SHAPES = [(1, 8, 16), (4, 4, 16), (8, 8, 16)]  # (max_bs, num_draft
 FP8_K_SCALE = 0.5  # per-tensor scale of the fp8 bench cache (k / k_scale is stored)
 
 
+def fp8_case(spec):
+    """spec with the bench's fp8 cache: e4m3fn rows, k_scale = v_scale = FP8_K_SCALE."""
+    return dataclasses.replace(spec, kv_dtype="fp8", k_scale=FP8_K_SCALE, v_scale=FP8_K_SCALE)
+
+
+def ab_case(B, L, n, H, kv="bf16"):
+    """The synthetic chain inputs of one tree_ab shape (also tests/device/dense_ncu.py's): seed L + B, no
+    poison, kv "bf16" or "fp8" (fp8_case)."""
+    spec = CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B)
+    return fp8_case(spec) if kv == "fp8" else spec
+
+
 def shape_bytes_flops(B, L, n, H, kv_bytes_per_dim=2):
     by = B * (L * (576 * kv_bytes_per_dim + 8) + n * 1152 + n * H * (576 + 512) * 2)
     fl = B * 2 * H * n * (L + n) * (576 + 512)
@@ -230,8 +242,7 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
     from mla_verify.inputs import kernel_kwargs
 
     B, L, n, H = shape
-    spec8 = dataclasses.replace(spec, kv_dtype="fp8", k_scale=FP8_K_SCALE, v_scale=FP8_K_SCALE)
-    inp = make_inputs(spec8, "cuda")
+    inp = make_inputs(fp8_case(spec), "cuda")
     args, kw = kernel_args(inp), kernel_kwargs(inp)
     by, fl = shape_bytes_flops(B, L, n, H, kv_bytes_per_dim=1)
     floor8 = max(by / ceilings[0], fl / ceilings[1]) * 1e6
@@ -857,10 +868,7 @@ def tree_ab(
     }
 
     def inputs(B, L, n, H):
-        spec = CaseSpec("d", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B)
-        if kv == "fp8":
-            spec = dataclasses.replace(spec, kv_dtype="fp8", k_scale=FP8_K_SCALE, v_scale=FP8_K_SCALE)
-        inp = make_inputs(spec, "cuda")
+        inp = make_inputs(ab_case(B, L, n, H, kv), "cuda")
         return inp, list(kernel_args(inp))
 
     for B, L, n, H in shapes:

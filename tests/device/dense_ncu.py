@@ -15,22 +15,17 @@ import sys
 
 
 def main() -> int:
-    import dataclasses
-
     import torch
 
     from mla_verify import mla_verify_fwd
     from mla_verify.api import device_arch
-    from mla_verify.inputs import CaseSpec, kernel_args, kernel_kwargs, make_inputs
-    from verify_tools.bench import FP8_K_SCALE, _TreeModule, load_tree, parse_shapes
+    from mla_verify.inputs import kernel_args, kernel_kwargs, make_inputs
+    from verify_tools.bench import _TreeModule, ab_case, load_tree, parse_shapes
 
     argv = [x for x in sys.argv[1:] if x != "--fp8"]
     (B, L, n, H), cfg = parse_shapes(argv[0])[0], argv[1]
     mod = load_tree(device_arch(torch.device("cuda")), argv[2]) if len(argv) > 2 else None
-    spec = CaseSpec("ncu", (L,) * B, (n,) * B, H, tree="chain", poison=False, seed=L + B)
-    if "--fp8" in sys.argv:
-        spec = dataclasses.replace(spec, kv_dtype="fp8", k_scale=FP8_K_SCALE, v_scale=FP8_K_SCALE)
-    inp = make_inputs(spec, "cuda")
+    inp = make_inputs(ab_case(B, L, n, H, "fp8" if "--fp8" in sys.argv else "bf16"), "cuda")
     args = kernel_args(inp)
     with _TreeModule(mod):
         for _ in range(3):
