@@ -63,19 +63,20 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
 // x * 2^-120 (e4m3 subnormals become bf16 subnormals of the same scaled value); one bf16x2
 // multiply by 2^120 (a power of two, result in bf16's normal range: exact) restores x. The two
 // NaN codes (0x7f, 0xff) come out as +-480; SGLang's fp8 cache never stores them.
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t w, uint32_t sel, uint32_t kf = 0x7B807B80u) {
+constexpr uint32_t FP8_BF16_RESCALE = 0x7B807B80u;  // bf16x2 (2^120, 2^120): the decode's restoring factor
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t w, uint32_t sel, uint32_t kf = FP8_BF16_RESCALE) {
   const uint32_t u = __byte_perm(w, 0u, sel);
   const uint32_t b = (u & 0x80008000u) | ((u >> 4) & 0x07F007F0u);
   __nv_bfloat162 x, k;
   *reinterpret_cast<uint32_t*>(&x) = b;
-  *reinterpret_cast<uint32_t*>(&k) = kf;  // bf16x2 (2^120, 2^120); 0 zeroes the pair
+  *reinterpret_cast<uint32_t*>(&k) = kf;  // FP8_BF16_RESCALE; 0 zeroes the pair
   x = __hmul2(x, k);
   return *reinterpret_cast<uint32_t*>(&x);
 }
 
 // Eight fp8 values (8 bytes, ascending addresses) to eight bf16 (one 16-byte smem chunk).
-// kf = 0 instead of 2^120 writes zeros (+-0) for an unreadable row: the decode's multiply does the zeroing.
-__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint32_t lo, uint32_t hi, uint32_t kf = 0x7B807B80u) {
+// kf = 0 instead of FP8_BF16_RESCALE writes zeros (+-0) for an unreadable row (the multiply zeroes).
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint32_t lo, uint32_t hi, uint32_t kf = FP8_BF16_RESCALE) {
   return make_uint4(fp8x2_to_bf16x2(lo, 0x1404u, kf), fp8x2_to_bf16x2(lo, 0x3424u, kf),
                     fp8x2_to_bf16x2(hi, 0x1404u, kf), fp8x2_to_bf16x2(hi, 0x3424u, kf));
 }

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         const uint32_t tile = sKV + f8_stage * TILE;
         // An unreadable row: the decode multiplies by 0 (in place of 36 SELs per store). Session 17, H200, fp8,
         // time vs the SELs: 0.975-0.978 at (4, 131072, 4, 16), B=8 L=32k, B=32 L=8k; 0.987 B=1 L=32k, 1.012 B=1 L=4k.
-        const uint32_t kf = f8_ok ? 0x7B807B80u : 0u;
+        const uint32_t kf = f8_ok ? FP8_BF16_RESCALE : 0u;
 #pragma unroll
         for (int it = 0; it < 9; ++it) {
           st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(f8[it].x, f8[it].y, kf));
