@@ -31,6 +31,17 @@ MAX_SPLITS = 128
 PARTIAL_CAP_BYTES = 48 * 2**20  # fp32 split partials written + read back, below the H200's 50 MB L2
 FP8_SCHEDULES = (0, 1, 2)  # fp8 loader placements of the wgmma kernel (csrc/mla_verify_wgmma.cuh)
 FP8_SCHEDULE_DEFAULT = 0
+# The wgmma kernel's two fp8 arithmetics, two kernels (csrc/mla_verify_wgmma.cuh, F16; fp8_path below): "f16" runs
+# the prefix tiles as f16 wgmmas on one conversion per two fp8 values (Q rewritten per row by a power of two, exact;
+# P written in f16), "bf16" decodes the fp8 rows to bf16 (five instructions per two values). f16 writes P x v_scale
+# with P <= 2^8 (the lazy softmax): up to this v_scale the product stays at or below 2^15, half of f16's largest
+# finite value.
+FP8_PATHS = ("auto", "bf16", "f16")
+FP8_MAX_V_SCALE = 128.0
+# "auto" takes f16 when a split holds at least this many prefix tiles: its Q conversion (and the conversion back
+# before the draft tile) is paid once per CTA. Session 17 (H200, f16 / bf16 time): 1.21 at 1 tile per split (B=1
+# L=4k), 1.09 at 2, 0.96 at 8, 0.93 at 62.
+FP8_F16_MIN_TILES = 8
 
 
 def _fp8_cache_dtypes() -> tuple:
@@ -290,6 +301,29 @@ def choose_num_splits(
     return splits_for_total(rule, B, prefix_tokens_total)
 
 
+def fp8_f16(
+    fp8_path: str, kv_fp8: bool, cfg: tiles.TileConfig, v_scale: float, B: int, prefix_tokens_total: int, num_splits: int
+) -> int:
+    """The wgmma kernel's fp8 arithmetic (see FP8_PATHS) as its launch flag: 1 runs the F16 kernel, 0 the bf16
+    decode. "auto": f16 where the config is wgmma, v_scale <= FP8_MAX_V_SCALE and a split holds at least
+    FP8_F16_MIN_TILES prefix tiles (ceil(ceil(total / B) / num_splits / block_n), the launch's own sizes: a CUDA
+    graph keeps the choice of its capture, as it keeps its split grid); "f16": 1; "bf16": 0. An explicit "f16" the
+    call cannot take is refused (ValueError naming fp8_path or v_scale); with a bf16 cache or an mma.sync config
+    "bf16" and "auto" change nothing."""
+    if fp8_path not in FP8_PATHS:
+        _fail("fp8_path", f"must be one of {FP8_PATHS}, got {fp8_path!r}")
+    if fp8_path == "f16" and kv_fp8:
+        if cfg.engine != "wgmma":
+            _fail("fp8_path", f"'f16' needs the wgmma config (sm90wg), not {cfg.name}")
+        if v_scale > FP8_MAX_V_SCALE:
+            _fail("v_scale", f"{v_scale} exceeds {FP8_MAX_V_SCALE}, the most the f16 fp8 path's P takes")
+        return 1
+    if not kv_fp8 or cfg.engine != "wgmma" or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
+        return 0
+    per_request = -(-max(0, int(prefix_tokens_total)) // max(1, B))
+    return int(-(-per_request // (max(1, num_splits) * cfg.block_n)) >= FP8_F16_MIN_TILES)
+
+
 def workspace_numel(num_splits: int, T: int, H: int) -> int:
     """fp32 elements of the split-K workspace: S*T*H*512 partial outputs + S*T*H lse values."""
     return 0 if num_splits <= 1 else num_splits * T * H * 513
@@ -355,6 +389,7 @@ def mla_verify_fwd(
     num_splits=None,
     tile_config="auto",
     fp8_schedule=None,
+    fp8_path="auto",
 ):
     """MLA verify attention; writes o_extend [T, H, 512] in place and returns it.
 
@@ -365,7 +400,8 @@ def mla_verify_fwd(
     kv_indices.numel() and the kernel runs the split count of the real prefix total read from
     kv_indptr on the device (the same rule, capped at the launch's): bitwise the output of an
     explicit num_splits of that count, also when a CUDA graph replays it at another length;
-    `fp8_schedule` (0/1/2) picks the fp8 loader placement of the wgmma kernel (testing, benchmarks).
+    `fp8_schedule` (0/1/2) picks the fp8 loader placement of the wgmma kernel (testing, benchmarks);
+    `fp8_path` ("auto", "bf16", "f16") its fp8 arithmetic (fp8_f16).
     """
     import torch
 
@@ -404,6 +440,7 @@ def mla_verify_fwd(
         _fail("fp8_schedule", f"must be one of {FP8_SCHEDULES}, got {fp8_schedule!r}")
     if not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
+    f16 = fp8_f16(fp8_path, sizes["kv_fp8"], cfg, float(v_scale), B, kv_indices.numel(), num_splits)
     need = workspace_numel(num_splits, T, H)
     if need:
         if workspace is None:
@@ -451,6 +488,7 @@ def mla_verify_fwd(
         int(fp8_schedule),
         int(split_auto),
         *rule,
+        f16,  # last: verify_tools.bench's tree A/B drops it for a tree built before it existed
     )
     return o_extend
 

@@ -55,6 +55,7 @@ import dataclasses
 import itertools
 import json
 import math
+import re
 import socket
 import statistics
 import sys
@@ -811,6 +812,23 @@ def load_tree(arch, csrc_dir):
     )
 
 
+class _ArgsFit:
+    """A tree's module whose fwd takes fewer arguments than the checkout passes (built before a trailing one
+    was added, e.g. fp8_f16): fwd drops the extras, so the tree runs as it was built."""
+
+    def __init__(self, mod):
+        self.mod = mod
+        sig = (getattr(mod.fwd, "__doc__", "") or "").split("\n")[0]  # pybind11: "fwd(arg0: ..., argN: ...) -> None"
+        n = [int(x) for x in re.findall(r"\barg(\d+):", sig)]
+        self.nargs = max(n) + 1 if n else None
+
+    def __getattr__(self, name):
+        return getattr(self.mod, name)
+
+    def fwd(self, *args):
+        return self.mod.fwd(*(args if self.nargs is None else args[: self.nargs]))
+
+
 class _TreeModule:
     """Routes mla_verify_fwd through `mod` (its `from ._build import load` is looked up per call)
     while active; mod None: the checkout's own build."""
@@ -823,7 +841,8 @@ class _TreeModule:
 
         self.prev = _build.load
         if self.mod is not None:
-            _build.load = lambda arch, m=self.mod: m
+            fit = _ArgsFit(self.mod)
+            _build.load = lambda arch: fit
         return self
 
     def __exit__(self, *exc):

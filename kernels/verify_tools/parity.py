@@ -196,7 +196,17 @@ def token_check(out, ref, w) -> dict:
     }
 
 
-def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
+def fp8_paths(spec: CaseSpec, tile_config: str) -> tuple:
+    """The fp8_path values a case runs under: both of the wgmma config's fp8 arithmetics for an fp8 cache ("f16"
+    only where v_scale allows it), else "auto" alone."""
+    from mla_verify import api, tiles
+
+    if spec.kv_dtype != "fp8" or tiles.CONFIGS[tile_config].engine != "wgmma":
+        return ("auto",)
+    return ("bf16", "f16") if spec.v_scale <= api.FP8_MAX_V_SCALE else ("bf16",)
+
+
+def run_case(spec: CaseSpec, tile_config: str, w, device, fp8_path: str = "auto") -> dict:
     import torch
 
     from mla_verify import mla_verify_fwd
@@ -212,7 +222,7 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
     outs = []
     for _ in range(REPEATS):
         inp["o_extend"].fill_(float("nan"))  # nothing may survive from a previous run
-        mla_verify_fwd(*args, **kernel_kwargs(inp), tile_config=tile_config)
+        mla_verify_fwd(*args, **kernel_kwargs(inp), tile_config=tile_config, fp8_path=fp8_path)
         torch.cuda.synchronize()
         outs.append(inp["o_extend"].clone())
     out = outs[0]
@@ -234,6 +244,7 @@ def run_case(spec: CaseSpec, tile_config: str, w, device) -> dict:
     return {
         "name": spec.name,
         "tile_config": tile_config,
+        "fp8_path": fp8_path,
         "ok": ok,
         "B": spec.batch,
         "H": spec.heads,
@@ -314,7 +325,7 @@ def _exact_tensors(inp: dict, lens: tuple) -> dict:
     }
 
 
-def run_graph_case(name: str, tile_config: str, w, device) -> list:
+def run_graph_case(name: str, tile_config: str, w, device, fp8_path: str = "auto") -> list:
     """Capture once on max-size buffers, replay after in-place rewrites; one result row per replay."""
     import torch
 
@@ -336,7 +347,7 @@ def run_graph_case(name: str, tile_config: str, w, device) -> list:
     s_grid = api.splits_for_total(rule, B, gb_idx.numel())
     ws = torch.empty(max(1, api.workspace_numel(s_grid, T, H)), dtype=torch.float32, device=device)
     o_g = torch.empty_like(inp["o_extend"])
-    kw = kernel_kwargs(inp)
+    kw = dict(kernel_kwargs(inp), fp8_path=fp8_path)
 
     hostile_end = gb_idx.numel() + 5000  # kv_indptr[B] of the hostile rewrite: past the buffer
 
@@ -398,6 +409,7 @@ def run_graph_case(name: str, tile_config: str, w, device) -> list:
         row = {
             "name": name,
             "tile_config": tile_config,
+            "fp8_path": fp8_path,
             "kv_dtype": spec.kv_dtype,
             "capture_lens": list(capture_lens),
             "replay_lens": lens if lens == "hostile" else list(lens),
@@ -504,11 +516,11 @@ def main(argv=None) -> int:
     w = lm_head(dev)
     results = []
     for spec in cases:
-        for cfg in cfgs:
-            r = run_case(spec, cfg, w, dev)
+        for cfg, path in [(c, fp) for c in cfgs for fp in fp8_paths(spec, c)]:
+            r = run_case(spec, cfg, w, dev, path)
             results.append(r)
             print(
-                f"[parity] {r['name']:<36} {cfg:<6} ok={r['ok']} rel={r['rel_err']:.2e} "
+                f"[parity] {r['name']:<36} {cfg:<6} {path:<4} ok={r['ok']} rel={r['rel_err']:.2e} "
                 f"tok_mis={r['token_mismatches']} ties={r['near_ties']} det={r['deterministic']} "
                 f"({r['seconds']}s)",
                 file=sys.stderr,
@@ -516,12 +528,12 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
     graph_rows = []
     for name in graph_cases:
-        for cfg in cfgs:
-            rows = run_graph_case(name, cfg, w, dev)
+        for cfg, path in [(c, fp) for c in cfgs for fp in fp8_paths(GRAPH_CASES[name][0], c)]:
+            rows = run_graph_case(name, cfg, w, dev, path)
             graph_rows += rows
             for r in rows:
                 print(
-                    f"[parity] {name:<28} {cfg:<6} replay {r['replay_lens']} ok={r['ok']} "
+                    f"[parity] {name:<28} {cfg:<6} {path:<4} replay {r['replay_lens']} ok={r['ok']} "
                     f"S grid/eff={r['splits_grid']}/{r['splits_effective']} bitwise={r['equal_eager_same_splits']} "
                     f"auto={r['equal_eager_auto']} rel={r.get('rel_err', float('nan')):.2e} "
                     f"tok_mis={r.get('token_mismatches', '-')} ({r['seconds']}s)",
@@ -568,7 +580,7 @@ def _emit(doc: dict, as_json: bool, code: int) -> int:
 def _print_cases(doc: dict) -> None:
     for r in doc["cases"]:
         print(
-            f"{'PASS' if r['ok'] else 'FAIL'} {r['name']:<36} {r['tile_config']:<6} rel_err={r['rel_err']:.2e} "
+            f"{'PASS' if r['ok'] else 'FAIL'} {r['name']:<36} {r['tile_config']:<6} {r['fp8_path']:<4} rel_err={r['rel_err']:.2e} "
             f"max_abs={r['max_abs_err_rel']:.2e} token_mismatches={r['token_mismatches']} "
             f"near_ties={r['near_ties']} deterministic={r['deterministic']}"
         )

@@ -131,6 +131,34 @@ def test_fp8_cache_every_config_split_path_and_loader_schedule_matches_the_oracl
             assert rel_err(inp["o_extend"], ref) <= parity.REL_FRO_BOUND, (cfg.name, sched)
 
 
+def test_both_fp8_paths_of_the_wgmma_kernel_match_the_oracle(cuda_device):
+    """The wgmma kernel's fp8 arithmetics (fp8_path "f16": f16 wgmmas on a rewritten Q; "bf16": rows decoded to
+    bf16) each within the oracle's bound, deterministic, and "auto" bitwise one of them: f16 here, where each of
+    the two splits holds more than api.FP8_F16_MIN_TILES prefix tiles. Past api.FP8_MAX_V_SCALE "auto" is bitwise
+    the bf16 path and an explicit "f16" is refused."""
+    if api.device_arch(cuda_device) != "sm_90a":
+        pytest.skip("the wgmma config is built for sm_90a only")
+    for v_scale in (0.5, api.FP8_MAX_V_SCALE * 2):
+        spec = CaseSpec("fp8_paths", (3000, 517), (8, 4), 16, seed=27, kv_dtype="fp8", k_scale=0.5, v_scale=v_scale)
+        inp = make_inputs(spec, cuda_device)
+        ref = mla_verify_ref(**oracle_kwargs(inp))
+        kw = {"k_scale": inp["k_scale"], "v_scale": inp["v_scale"], "sm_scale": inp["sm_scale"], "num_splits": 2}
+        outs = {}
+        for path in ("auto", "bf16", "f16") if v_scale <= api.FP8_MAX_V_SCALE else ("auto", "bf16"):
+            for _ in range(2):
+                inp["o_extend"].fill_(float("nan"))
+                mla_verify_fwd(*kernel_args(inp), **kw, tile_config="sm90wg", fp8_path=path)
+                assert path not in outs or torch.equal(outs[path], inp["o_extend"]), path
+                outs[path] = inp["o_extend"].clone()
+            assert rel_err(outs[path], ref) <= parity.REL_FRO_BOUND, (v_scale, path)
+        if v_scale <= api.FP8_MAX_V_SCALE:
+            assert torch.equal(outs["auto"], outs["f16"]) and not torch.equal(outs["f16"], outs["bf16"])
+        else:
+            assert torch.equal(outs["auto"], outs["bf16"])
+            with pytest.raises(ValueError, match="v_scale"):
+                mla_verify_fwd(*kernel_args(inp), **kw, tile_config="sm90wg", fp8_path="f16")
+
+
 def test_max_sized_index_buffer_gives_the_exact_length_result(cuda_device):
     """SGLang's CUDA-graph path: kv_indices is a larger buffer than the prefixes use (the split
     count comes from its size); the output must match the exact-size call within the bound."""

@@ -265,3 +265,53 @@ def test_launcher_gets_the_fp8_scales(fp8_args, fake_launch):
     mla_verify_fwd(*[fp8_args[k] for k in KERNEL_ARGS], k_scale=0.5, v_scale=0.25, num_splits=1)
     (call,) = fake_launch.calls
     assert call[4].dtype == torch.float8_e4m3fn and call[17:20] == (0.5, 0.25, api.FP8_SCHEDULE_DEFAULT)
+
+
+def test_fp8_path_picks_the_wgmma_kernels_fp8_arithmetic(fp8_args, fake_launch):
+    """fp8_path picks the wgmma kernel's fp8 arithmetic, passed as its last launch argument (api.fp8_f16: 1 runs the
+    F16 kernel): "f16" 1, "bf16" 0, "auto" 1 only when a split holds at least FP8_F16_MIN_TILES prefix tiles. Past
+    api.FP8_MAX_V_SCALE (the range of f16 P) "auto" passes 0 and an explicit "f16" is refused before any launch, as
+    is "f16" on an mma.sync config or an unknown path; the mma.sync config gets 0."""
+    argv = [fp8_args[k] for k in KERNEL_ARGS]
+    kw = {"k_scale": 0.5, "num_splits": 1}
+    for path in ("auto", "f16", "bf16"):
+        mla_verify_fwd(*argv, **kw, v_scale=api.FP8_MAX_V_SCALE, tile_config="sm90wg", fp8_path=path)
+    mla_verify_fwd(*argv, **kw, v_scale=api.FP8_MAX_V_SCALE * 2, tile_config="sm90wg")
+    mla_verify_fwd(*argv, **kw, v_scale=1.0, tile_config="sm90")
+    per_request = -(-fp8_args["kv_indices"].numel() // (len(fp8_args["kv_indptr"]) - 1))
+    auto = int(-(-per_request // tiles.SM90WG.block_n) >= api.FP8_F16_MIN_TILES)
+    assert [c[-1] for c in fake_launch.calls] == [auto, 1, 0, 0, 0]
+    assert [c[13] for c in fake_launch.calls] == [tiles.SM90WG.index] * 4 + [tiles.SM90.index]
+    with pytest.raises(ValueError, match="^v_scale:"):
+        mla_verify_fwd(*argv, **kw, v_scale=api.FP8_MAX_V_SCALE * 2, tile_config="sm90wg", fp8_path="f16")
+    with pytest.raises(ValueError, match="^fp8_path:.*sm90wg"):
+        mla_verify_fwd(*argv, **kw, v_scale=1.0, tile_config="sm90", fp8_path="f16")
+    with pytest.raises(ValueError, match="^fp8_path:"):
+        mla_verify_fwd(*argv, **kw, v_scale=1.0, fp8_path="fp16")
+    assert len(fake_launch.calls) == 5, "the refused calls launched nothing"
+
+
+def test_auto_fp8_path_takes_f16_from_the_prefix_tiles_per_split():
+    """"auto" runs f16 where a split holds at least FP8_F16_MIN_TILES prefix tiles of block_n tokens, counted from
+    the launch's sizes (prefix total over B requests, its split count); never off the wgmma config, for a bf16
+    cache, or past FP8_MAX_V_SCALE."""
+    wg, n = tiles.SM90WG, tiles.SM90WG.block_n * api.FP8_F16_MIN_TILES
+
+    def f16(total, B=1, S=1, cfg=wg, v_scale=1.0, kv_fp8=True):
+        return api.fp8_f16("auto", kv_fp8, cfg, v_scale, B, total, S)
+
+    assert f16(n) == 1 and f16(n - wg.block_n) == 0
+    assert f16(4 * n, S=4) == 1 and f16(4 * n, S=5) == 0
+    assert f16(8 * n, B=8, S=1) == 1 and f16(8 * n - 8 * wg.block_n, B=8) == 0
+    assert f16(64 * n, cfg=tiles.SM90) == 0 and f16(64 * n, kv_fp8=False) == 0
+    assert f16(64 * n, v_scale=api.FP8_MAX_V_SCALE * 2) == 0
+
+
+def test_fp8_max_v_scale_keeps_the_f16_p_below_its_range():
+    """The bound holds for the kernel's lazy softmax margin: P <= 2^LAZY_TAU, times v_scale, at most 2^15, half
+    of f16's largest finite value (65504) rounded to a power of two. LAZY_TAU is read from the CUDA source."""
+    import re
+
+    src = (KERNELS / "mla_verify" / "csrc" / "mla_verify_wgmma.cuh").read_text(encoding="utf-8")
+    tau = float(re.search(r"constexpr float LAZY_TAU = ([0-9.]+)f;", src).group(1))
+    assert 2.0**tau * api.FP8_MAX_V_SCALE <= 2.0**15 < 65504

@@ -22,7 +22,8 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
          const std::optional<at::Tensor>& mask_indptr, int64_t mask_mode, int64_t v_alias,
          int64_t num_splits, int64_t cfg, int64_t max_len_extend, double scale_log2,
          const std::optional<at::Tensor>& workspace, double k_scale, double v_scale, int64_t fp8_sched,
-         int64_t split_auto, int64_t rule_s_cap, int64_t rule_draft_tiles, int64_t rule_bn, int64_t rule_part_div) {
+         int64_t split_auto, int64_t rule_s_cap, int64_t rule_draft_tiles, int64_t rule_bn, int64_t rule_part_div,
+         int64_t fp8_f16) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q_extend must be a CUDA bf16 tensor");
   TORCH_CHECK(mlav::config_compiled((int)cfg), "tile config not compiled into this module");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -42,6 +43,7 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   p.k_scale = (float)k_scale;
   p.v_scale = (float)v_scale;
   p.fp8_sched = (int)fp8_sched;
+  p.fp8_f16 = (int)fp8_f16;
   p.num_slots = k_buf.size(0);
   p.qo_indptr = qo_indptr.data_ptr(); p.qo_is64 = qo_indptr.scalar_type() == at::kLong;
   p.kv_indptr = kv_indptr.data_ptr(); p.kv_is64 = kv_indptr.scalar_type() == at::kLong;

@@ -46,14 +46,15 @@ static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream)
 }
 
 #if MLAV_BUILD_CFG90
-template <bool FP8>
+template <bool FP8, bool F16>
 static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t stream) {
   static int attr_device = -1;
-  return launch_split(wg::mla_verify_split_wgmma_kernel<FP8>, &attr_device, wg::Smem::bytes, wg::THREADS,
+  return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16>, &attr_device, wg::Smem::bytes, wg::THREADS,
                       dim3(m_tiles, p.S, p.B), p, stream);
 }
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
-  return p.kv_fp8 ? launch_wgmma_t<true>(p, m_tiles, stream) : launch_wgmma_t<false>(p, m_tiles, stream);
+  if (!p.kv_fp8) return launch_wgmma_t<false, false>(p, m_tiles, stream);
+  return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
 }
 #endif
 

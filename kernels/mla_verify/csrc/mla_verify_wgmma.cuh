@@ -24,6 +24,15 @@
 // FP8 = true (fp8 e4m3fn cache): prefix tiles go global -> registers (16-byte loads, issued where
 // the bf16 kernel issues its cp.async) and registers -> bf16 smem while PV of the current tile
 // runs; prefix logits are scaled by k_scale and prefix P by v_scale (draft rows are bf16).
+// F16 = true (an fp8 kernel; the host picks it per launch, p.fp8_f16): the prefix tiles' rows go to
+// f16 smem instead (one cvt.rn.f16x2.e4m3x2 per two values, exact, where the bf16 decode takes
+// five instructions) and their wgmmas are f16: Q is rewritten in place as f16 of q x 2^e[r] before
+// the loop (q_to_f16, exact; S is scaled back by 2^-e[r] in fp32) and P is written in f16
+// (P <= 2^LAZY_TAU x v_scale: the host keeps v_scale <= api.FP8_MAX_V_SCALE). The draft tile (bf16
+// rows) runs in bf16: Q is converted back first (q_f16_to_bf16, exact). The prefix and draft tiles
+// are two loops, not a branch per tile: ptxas serializes every wgmma behind a branch between the
+// two arithmetics (C7520). It pays where a CTA holds many prefix tiles (its Q conversion is per
+// CTA): measured in session 17 (docs/kernels/dense-verify-notes.md).
 // p.fp8_sched places the fp8 register loads of tile j+1 and their smem store (measured side by side):
 //   0: loads after S(j) is issued, store while PV(j) runs (the loads have S + softmax to land);
 //   1: loads before S(j) is issued, store while PV(j) runs;
@@ -62,8 +71,75 @@ __device__ __forceinline__ uint32_t tile_off(int r, int ch) {
   return (uint32_t)((ch >> 3) * ATOM + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
 }
 
-template <bool FP8>
+// F16 kernel: the Q chunks this thread copied (rows l8 and l8 + 32, chunks sub8 + 8 it, it < 9, at q + it ATOM +
+// off8[k]) rewritten in place as f16 of q x 2^e[r], e[r] = 14 - ilogb(max_d |q[r, d]|) clamped to +-120 (a power
+// of two: exact wherever the product is an f16 normal; the largest |value| of a row lands in [2^14, 2^15));
+// qinv[r] = 2^-e[r]. A row's 72 chunks are held by 8 consecutive lanes (row maxima: three xor shuffles), so no
+// block barrier is needed before it (each thread waited for its own cp.async) and the 144 values per thread
+// convert in parallel. Called by every thread of the CTA (full-warp shuffles).
+__device__ __forceinline__ void q_to_f16(uint8_t* q, const uint32_t off8[2], int l8, int sub8, float* qinv) {
+#pragma unroll 1
+  for (int k = 0; k < 2; ++k) {
+    const uint32_t off = k ? off8[1] : off8[0];
+    uint4 v[9];
+    float mx = 0.f;
+#pragma unroll
+    for (int it = 0; it < 9; ++it) {
+      v[it] = *reinterpret_cast<const uint4*>(q + it * ATOM + off);
+      const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(u[i] << 16)), fabsf(__uint_as_float(u[i] & 0xffff0000u))));
+    }
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    int e = 0;
+    if (mx > 0.f) e = 14 - ilogbf(mx);  // inf / NaN: ilogbf is huge, e clamps low
+    e = max(-120, min(120, e));
+    const float sc = __int_as_float((127 + e) << 23);
+#pragma unroll
+    for (int it = 0; it < 9; ++it) {
+      const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
+      uint32_t h[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const __half2 x = __floats2half2_rn(__uint_as_float(u[i] << 16) * sc, __uint_as_float(u[i] & 0xffff0000u) * sc);
+        h[i] = *reinterpret_cast<const uint32_t*>(&x);
+      }
+      *reinterpret_cast<uint4*>(q + it * ATOM + off) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+    if (sub8 == 0) qinv[l8 + 32 * k] = __int_as_float((127 - e) << 23);
+  }
+}
+
+// F16 kernel, before the draft tile: q_to_f16 undone on the same chunks (bf16 of the f16 value x qinv[r]: exact,
+// the f16 held the bf16 value times a power of two). Needs every wgmma read of the f16 Q complete (a block barrier
+// before it) and one after it.
+__device__ __forceinline__ void q_f16_to_bf16(uint8_t* q, uint32_t off0, uint32_t off1, int l8, const float* qinv) {
+#pragma unroll 1  // inside the loop, where O holds 128 registers
+  for (int k = 0; k < 2; ++k) {
+    const float inv = qinv[l8 + 32 * k];
+    const uint32_t off = k ? off1 : off0;
+#pragma unroll 3
+    for (int it = 0; it < 9; ++it) {
+      uint4* ptr = reinterpret_cast<uint4*>(q + it * ATOM + off);
+      const uint4 v = *ptr;
+      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+      uint32_t b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+        const __nv_bfloat162 y = __floats2bfloat162_rn(x.x * inv, x.y * inv);
+        b[i] = *reinterpret_cast<const uint32_t*>(&y);
+      }
+      *ptr = make_uint4(b[0], b[1], b[2], b[3]);
+    }
+  }
+}
+
+template <bool FP8, bool F16 = false>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(const Params p) {
+  static_assert(FP8 || !F16, "the f16 path is an fp8 kernel's");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -122,11 +198,20 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         const uint32_t tile = sKV + f8_stage * TILE;
         // An unreadable row: the decode multiplies by 0 (in place of 36 SELs per store). Session 17, H200, fp8,
         // time vs the SELs: 0.975-0.978 at (4, 131072, 4, 16), B=8 L=32k, B=32 L=8k; 0.987 B=1 L=32k, 1.012 B=1 L=4k.
-        const uint32_t kf = f8_ok ? FP8_BF16_RESCALE : 0u;
+        if constexpr (F16) {  // one conversion per two values; an unreadable row stored as zeros
 #pragma unroll
-        for (int it = 0; it < 9; ++it) {
-          st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(f8[it].x, f8[it].y, kf));
-          st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_bf16x8(f8[it].z, f8[it].w, kf));
+          for (int it = 0; it < 9; ++it) {
+            const uint4 v = f8_ok ? f8[it] : make_uint4(0u, 0u, 0u, 0u);
+            st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_f16x8(v.x, v.y));
+            st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_f16x8(v.z, v.w));
+          }
+        } else {
+          const uint32_t kf = f8_ok ? FP8_BF16_RESCALE : 0u;
+#pragma unroll
+          for (int it = 0; it < 9; ++it) {
+            st_shared_v4(tile + it * ATOM + f8_even, fp8x8_to_bf16x8(f8[it].x, f8[it].y, kf));
+            st_shared_v4(tile + it * ATOM + f8_odd, fp8x8_to_bf16x8(f8[it].z, f8[it].w, kf));
+          }
         }
         f8_stage = -1;
       }
@@ -142,7 +227,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if constexpr (FP8) {
       if (j < w.n_pre) {
         const int64_t slot = next_slot;
-        next_slot = tile_slot(p, w, j + 1, BN, lr);
+        if constexpr (!F16) next_slot = tile_slot(p, w, j + 1, BN, lr);
         const bool ok = slot >= 0 && slot < p.num_slots;
         const uint4* src = reinterpret_cast<const uint4*>(p.kbuf8 + (ok ? slot : 0) * p.kb_st) + lsub;
         // slot 0 exists: the load is always in bounds. An unreadable row is zeroed at the store (store_fp8), not
@@ -151,6 +236,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         // 0.857-0.862 at (4, 131072, 4, 16), B=8 L=32k, B=32 L=8k, 0.907 at B=1 L=32k, 1.002 at B=1 L=4k.
 #pragma unroll
         for (int it = 0; it < 9; ++it) f8[it] = __ldg(src + 4 * it);
+        // F16: the next tile's slot after this tile's loads. Loaded first, its register could not be next_slot's
+        // (still feeding the address) and a move on the fresh value waited for the load (Nsight Compute, session
+        // 17: 29% of the stall samples of the f16 path).
+        if constexpr (F16) next_slot = tile_slot(p, w, j + 1, BN, lr);
         f8_ok = ok;
         f8_stage = stage;
         return;
@@ -165,8 +254,19 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     }
   };
   load_tile(0, 0);
-  store_fp8();
-  cp_async_commit();
+  if constexpr (F16) {
+    // The prefix tiles' wgmmas take f16 Q; red_sum[0..BM) holds qinv until the finalize (read after the loop's
+    // first barrier). Converted while tile 0's fp8 rows are still in flight.
+    cp_async_commit();
+    if (w.n_pre > 0) {
+      cp_async_wait<0>();  // this thread's Q chunks landed (tile 0 is an fp8 tile: register loads)
+      q_to_f16(smem + Smem::off_q, off8, l8, sub8, red_sum);
+    }
+    store_fp8();
+  } else {
+    store_fp8();
+    cp_async_commit();
+  }
   const float sl_pre = FP8 ? p.scale_log2 * p.k_scale : p.scale_log2;  // log2-domain scale of prefix logits
   const float vs_pre = FP8 ? p.v_scale : 1.f;                         // V dequantization folded into P
 
@@ -183,101 +283,135 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   }
   const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
 
-  for (int j = 0; j < w.ntiles; ++j) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
-    const uint32_t sK = sKV + (j & 1) * TILE;
-    const bool draft = j >= w.n_pre;
-    const bool early = FP8 && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
-    if (early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
-
-    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
-    float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
-                   // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
-    wgmma_fence();
-    issue_qk(sc, sQ, sK, grp);
-    wgmma_commit();
-    if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
-    cp_async_commit();
-    wgmma_wait0();
-    fence_regs<16>(sc);
-
-    // ---- scale + mask, row max over this warpgroup's 32 columns ----
-    float tmax[2] = {-INFINITY, -INFINITY};
-    const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
-    const int t_end = draft ? w.n_b : w.pe;
-    if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
+  // One KV tile (S, softmax, PV); the tag (std::true_type: an F16 kernel's prefix tiles) picks the f16 wgmmas and P.
+  // Two loops, not a branch per tile: ptxas serializes every wgmma behind a branch that selects between them (C7520).
+  auto tile_step = [&](int j, auto f16_tag) {
+      cp_async_wait<0>();
+      fence_proxy_async();
+      __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
+      const uint32_t sK = sKV + (j & 1) * TILE;
+      constexpr bool f16 = decltype(f16_tag)::value;  // this tile's wgmmas take f16 operands (an fp8 prefix tile)
+      float sl_row[2];  // log2-domain scale of rows r0, r0 + 8's prefix logits (f16 Q: times qinv[r])
 #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        sc[e] *= sl_pre;
-        tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
-          bool vis = t < t_end;
-          if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
-          const float v = vis ? sc[4 * i + e] * (draft ? p.scale_log2 : sl_pre) : -INFINITY;
-          sc[4 * i + e] = v;
-          tmax[h] = fmaxf(tmax[h], v);
+      for (int h = 0; h < 2; ++h) sl_row[h] = f16 ? sl_pre * red_sum[r0 + 8 * h] : sl_pre;
+      const bool draft = j >= w.n_pre;
+      if constexpr (F16) {
+        if (j == w.n_pre && j > 0) {  // the draft tile after f16 prefix tiles: Q back to bf16
+          q_f16_to_bf16(smem + Smem::off_q, off8[0], off8[1], l8, red_sum);
+          fence_proxy_async();
+          __syncthreads();
         }
       }
-    }
-    // ---- online softmax against a lazy reference max: both warpgroups hold the same m_run. While
-    // no row's max exceeds it by more than LAZY_TAU (log2 units: P <= 2^LAZY_TAU) each warpgroup
-    // writes its P at m_run without waiting for the other's maxima, and one barrier, which also ORs
-    // the "exceeded" votes, hands P to wgmma. Otherwise (the first tile, a rising max) every thread
-    // takes the exact step: m_run = max(m_run, both halves' maxima), P rewritten, O and l rescaled,
-    // a second barrier. m_run changes only there, from the same smem maxima, so it stays equal in
-    // both warpgroups; lse = m_run + log2(l) as before (l is relative to m_run). ----
-    const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
-    float psum[2];
-    const float vs = draft ? 1.f : vs_pre;
-    if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
-    fence_proxy_async();
-    // every thread's P and maxima visible; both warpgroups done reading K of this tile
-    const bool exact_step = __syncthreads_or(over);
-    if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
-      const int tk = tid >> 2;
-      bool ok;
-      const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
-      for (int it = 0; it < V_CHUNKS / 4; ++it) {
-        const int ch = lsub + 4 * it;
-        cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
-      }
-      cp_async_commit();
-    }
-    if (exact_step) {
-      float alpha[2];
-      exact_max(m_run, alpha, red_max, r0);
-      write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
-      rescale_o(o, alpha);
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
-    }
-    if (draft && !p.v_alias) cp_async_wait<0>();
-    if (exact_step || (draft && !p.v_alias)) {
-      fence_proxy_async();
-      __syncthreads();  // the rewritten P (and a reloaded draft V) visible to wgmma
-    }
+      const bool early = FP8 && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
+      if (early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
 
-    // ---- O[:, 256 grp .. +256] += P V ----
-    fence_regs<128>(o);
-    wgmma_fence();
-    issue_pv(o, sP, sK, grp);
-    wgmma_commit();
-    if (!FP8 || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
-    wgmma_wait0();
-    fence_regs<128>(o);
-    if (FP8 && p.fp8_sched == 2) store_fp8();
+      // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
+      float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
+                     // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
+      wgmma_fence();
+      if constexpr (f16)
+        issue_qk_steps<0, 576 / 16, true>(sc, sQ, sK, grp);
+      else
+        issue_qk(sc, sQ, sK, grp);
+      wgmma_commit();
+      if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
+      cp_async_commit();
+      wgmma_wait0();
+      fence_regs<16>(sc);
+
+      // ---- scale + mask, row max over this warpgroup's 32 columns ----
+      float tmax[2] = {-INFINITY, -INFINITY};
+      const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
+      const int t_end = draft ? w.n_b : w.pe;
+      if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
+  #pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          sc[e] *= sl_row[(e >> 1) & 1];
+          tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
+        }
+      } else {
+  #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+  #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
+            bool vis = t < t_end;
+            if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
+            const float v = vis ? sc[4 * i + e] * (draft ? p.scale_log2 : sl_row[h]) : -INFINITY;
+            sc[4 * i + e] = v;
+            tmax[h] = fmaxf(tmax[h], v);
+          }
+        }
+      }
+      // ---- online softmax against a lazy reference max: both warpgroups hold the same m_run. While
+      // no row's max exceeds it by more than LAZY_TAU (log2 units: P <= 2^LAZY_TAU) each warpgroup
+      // writes its P at m_run without waiting for the other's maxima, and one barrier, which also ORs
+      // the "exceeded" votes, hands P to wgmma. Otherwise (the first tile, a rising max) every thread
+      // takes the exact step: m_run = max(m_run, both halves' maxima), P rewritten, O and l rescaled,
+      // a second barrier. m_run changes only there, from the same smem maxima, so it stays equal in
+      // both warpgroups; lse = m_run + log2(l) as before (l is relative to m_run). ----
+      const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
+      float psum[2];
+      const float vs = draft ? 1.f : vs_pre;
+      if (!over) {
+        if constexpr (f16)
+          write_p<true>(pP, sc, m_run, psum, grp, r0, lane, vs);
+        else
+          write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
+      }
+      fence_proxy_async();
+      // every thread's P and maxima visible; both warpgroups done reading K of this tile
+      const bool exact_step = __syncthreads_or(over);
+      if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
+        const int tk = tid >> 2;
+        bool ok;
+        const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
+        for (int it = 0; it < V_CHUNKS / 4; ++it) {
+          const int ch = lsub + 4 * it;
+          cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+        }
+        cp_async_commit();
+      }
+      if (exact_step) {
+        float alpha[2];
+        exact_max(m_run, alpha, red_max, r0);
+        if constexpr (f16)
+          write_p<true>(pP, sc, m_run, psum, grp, r0, lane, vs);
+        else
+          write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
+  #pragma unroll
+        for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
+        rescale_o(o, alpha);
+      } else {
+  #pragma unroll
+        for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
+      }
+      if (draft && !p.v_alias) cp_async_wait<0>();
+      if (exact_step || (draft && !p.v_alias)) {
+        fence_proxy_async();
+        __syncthreads();  // the rewritten P (and a reloaded draft V) visible to wgmma
+      }
+
+      // ---- O[:, 256 grp .. +256] += P V ----
+      fence_regs<128>(o);
+      wgmma_fence();
+      if constexpr (f16)
+        issue_pv<true>(o, sP, sK, grp);
+      else
+        issue_pv(o, sP, sK, grp);
+      wgmma_commit();
+      if (!FP8 || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
+      wgmma_wait0();
+      fence_regs<128>(o);
+      if (FP8 && p.fp8_sched == 2) store_fp8();
+  };
+  if constexpr (F16) {
+    int j = 0;
+    for (; j < w.n_pre; ++j) tile_step(j, std::true_type{});
+    for (; j < w.ntiles; ++j) tile_step(j, std::false_type{});
+  } else {
+    for (int j = 0; j < w.ntiles; ++j) tile_step(j, std::false_type{});
   }
   cp_async_wait<0>();
 
