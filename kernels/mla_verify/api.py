@@ -39,9 +39,9 @@ FP8_SCHEDULE_DEFAULT = 0
 FP8_PATHS = ("auto", "bf16", "f16")
 FP8_MAX_V_SCALE = 128.0
 # "auto" takes f16 when a split holds at least this many prefix tiles: its Q conversion (and the conversion back
-# before the draft tile) is paid once per CTA. Session 17 (H200, f16 / bf16 time): 1.21 at 1 tile per split (B=1
-# L=4k), 1.09 at 2, 0.96 at 8, 0.93 at 62.
-FP8_F16_MIN_TILES = 8
+# before the draft tile) is paid once per CTA. Session 18 call 1 (H200, n=8 H=16, f16 / bf16 time, same process):
+# 1.236 at 1 tile per split (B=1 L=4k), 1.093 at 2 (8k), 0.979 at 4 (16k), 0.960 at 8 (32k), 0.925 at 32 (128k).
+FP8_F16_MIN_TILES = 4
 
 
 def _fp8_cache_dtypes() -> tuple:
@@ -302,7 +302,13 @@ def choose_num_splits(
 
 
 def fp8_f16(
-    fp8_path: str, kv_fp8: bool, cfg: tiles.TileConfig, v_scale: float, B: int, prefix_tokens_total: int, num_splits: int
+    fp8_path: str,
+    kv_fp8: bool,
+    cfg: tiles.TileConfig,
+    v_scale: float,
+    B: int,
+    prefix_tokens_total: int,
+    num_splits: int,
 ) -> int:
     """The wgmma kernel's fp8 arithmetic (see FP8_PATHS) as its launch flag: 1 runs the F16 kernel, 0 the bf16
     decode. "auto": f16 where the config is wgmma, v_scale <= FP8_MAX_V_SCALE and a split holds at least

@@ -198,7 +198,8 @@ def test_max_sized_index_buffer_runs_the_exact_length_split_count(cuda_device):
 @pytest.mark.parametrize("name", sorted(parity.GRAPH_CASES))
 def test_graph_replay_after_in_place_rewrites_is_bitwise_the_eager_call(cuda_device, name):
     """One capture on max-size buffers, replays after rewrites (longer, shorter, 0, hostile):
-    each equals an eager call with the split count the device derived, and meets the oracle."""
+    each equals an eager call with the split count the device derived (and, fp8, the arithmetic the capture
+    resolved), and meets the oracle."""
     w = parity.lm_head(cuda_device)
     cfg = tiles.DEFAULT_CONFIG[api.device_arch(cuda_device)].name
     rows = parity.run_graph_case(name, cfg, w, cuda_device)

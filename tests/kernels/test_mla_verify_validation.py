@@ -292,7 +292,7 @@ def test_fp8_path_picks_the_wgmma_kernels_fp8_arithmetic(fp8_args, fake_launch):
 
 
 def test_auto_fp8_path_takes_f16_from_the_prefix_tiles_per_split():
-    """"auto" runs f16 where a split holds at least FP8_F16_MIN_TILES prefix tiles of block_n tokens, counted from
+    """ "auto" runs f16 where a split holds at least FP8_F16_MIN_TILES prefix tiles of block_n tokens, counted from
     the launch's sizes (prefix total over B requests, its split count); never off the wgmma config, for a bf16
     cache, or past FP8_MAX_V_SCALE."""
     wg, n = tiles.SM90WG, tiles.SM90WG.block_n * api.FP8_F16_MIN_TILES
@@ -300,9 +300,10 @@ def test_auto_fp8_path_takes_f16_from_the_prefix_tiles_per_split():
     def f16(total, B=1, S=1, cfg=wg, v_scale=1.0, kv_fp8=True):
         return api.fp8_f16("auto", kv_fp8, cfg, v_scale, B, total, S)
 
-    assert f16(n) == 1 and f16(n - wg.block_n) == 0
-    assert f16(4 * n, S=4) == 1 and f16(4 * n, S=5) == 0
-    assert f16(8 * n, B=8, S=1) == 1 and f16(8 * n - 8 * wg.block_n, B=8) == 0
+    below = n - wg.block_n  # tokens per split one tile short of the threshold
+    assert f16(below) == 0 and f16(below + 1) == 1 and f16(n) == 1
+    assert f16(4 * below, S=4) == 0 and f16(4 * below + 1, S=4) == 1
+    assert f16(8 * below, B=8) == 0 and f16(8 * n, B=8) == 1
     assert f16(64 * n, cfg=tiles.SM90) == 0 and f16(64 * n, kv_fp8=False) == 0
     assert f16(64 * n, v_scale=api.FP8_MAX_V_SCALE * 2) == 0
 

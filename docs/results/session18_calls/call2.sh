@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 18, call 1: the wgmma fp8 kernel's two arithmetics as two kernels, picked on the host per launch (fp8_path
+# Session 18, call 2 (call 1 ran session 17's call7.sh): the wgmma fp8 kernel's two arithmetics as two kernels, picked on the host per launch (fp8_path
 # auto|bf16|f16; auto = f16 when a split holds >= api.FP8_F16_MIN_TILES = 8 prefix tiles). The F16 kernel's SASS is
 # session 17's v3 (6,624 instructions, 2 lines ordered differently); the bf16-decode and bf16 kernels are main's
 # code through one tile_step lambda (same instruction counts, registers allocated differently), so the A/B also
