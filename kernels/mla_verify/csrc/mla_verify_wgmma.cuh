@@ -286,125 +286,125 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   // One KV tile (S, softmax, PV); the tag (std::true_type: an F16 kernel's prefix tiles) picks the f16 wgmmas and P.
   // Two loops, not a branch per tile: ptxas serializes every wgmma behind a branch that selects between them (C7520).
   auto tile_step = [&](int j, auto f16_tag) {
-      cp_async_wait<0>();
-      fence_proxy_async();
-      __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
-      const uint32_t sK = sKV + (j & 1) * TILE;
-      constexpr bool f16 = decltype(f16_tag)::value;  // this tile's wgmmas take f16 operands (an fp8 prefix tile)
-      float sl_row[2];  // log2-domain scale of rows r0, r0 + 8's prefix logits (f16 Q: times qinv[r])
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
+    const uint32_t sK = sKV + (j & 1) * TILE;
+    constexpr bool f16 = decltype(f16_tag)::value;  // this tile's wgmmas take f16 operands (an fp8 prefix tile)
+    float sl_row[2];  // log2-domain scale of rows r0, r0 + 8's prefix logits (f16 Q: times qinv[r])
 #pragma unroll
-      for (int h = 0; h < 2; ++h) sl_row[h] = f16 ? sl_pre * red_sum[r0 + 8 * h] : sl_pre;
-      const bool draft = j >= w.n_pre;
-      if constexpr (F16) {
-        if (j == w.n_pre && j > 0) {  // the draft tile after f16 prefix tiles: Q back to bf16
-          q_f16_to_bf16(smem + Smem::off_q, off8[0], off8[1], l8, red_sum);
-          fence_proxy_async();
-          __syncthreads();
-        }
-      }
-      const bool early = FP8 && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
-      if (early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
-
-      // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
-      float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
-                     // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
-      wgmma_fence();
-      if constexpr (f16)
-        issue_qk_steps<0, 576 / 16, true>(sc, sQ, sK, grp);
-      else
-        issue_qk(sc, sQ, sK, grp);
-      wgmma_commit();
-      if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
-      cp_async_commit();
-      wgmma_wait0();
-      fence_regs<16>(sc);
-
-      // ---- scale + mask, row max over this warpgroup's 32 columns ----
-      float tmax[2] = {-INFINITY, -INFINITY};
-      const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
-      const int t_end = draft ? w.n_b : w.pe;
-      if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
-  #pragma unroll
-        for (int e = 0; e < 16; ++e) {
-          sc[e] *= sl_row[(e >> 1) & 1];
-          tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
-        }
-      } else {
-  #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-  #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
-            bool vis = t < t_end;
-            if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
-            const float v = vis ? sc[4 * i + e] * (draft ? p.scale_log2 : sl_row[h]) : -INFINITY;
-            sc[4 * i + e] = v;
-            tmax[h] = fmaxf(tmax[h], v);
-          }
-        }
-      }
-      // ---- online softmax against a lazy reference max: both warpgroups hold the same m_run. While
-      // no row's max exceeds it by more than LAZY_TAU (log2 units: P <= 2^LAZY_TAU) each warpgroup
-      // writes its P at m_run without waiting for the other's maxima, and one barrier, which also ORs
-      // the "exceeded" votes, hands P to wgmma. Otherwise (the first tile, a rising max) every thread
-      // takes the exact step: m_run = max(m_run, both halves' maxima), P rewritten, O and l rescaled,
-      // a second barrier. m_run changes only there, from the same smem maxima, so it stays equal in
-      // both warpgroups; lse = m_run + log2(l) as before (l is relative to m_run). ----
-      const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
-      float psum[2];
-      const float vs = draft ? 1.f : vs_pre;
-      if (!over) {
-        if constexpr (f16)
-          write_p<true>(pP, sc, m_run, psum, grp, r0, lane, vs);
-        else
-          write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
-      }
-      fence_proxy_async();
-      // every thread's P and maxima visible; both warpgroups done reading K of this tile
-      const bool exact_step = __syncthreads_or(over);
-      if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
-        const int tk = tid >> 2;
-        bool ok;
-        const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
-        for (int it = 0; it < V_CHUNKS / 4; ++it) {
-          const int ch = lsub + 4 * it;
-          cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
-        }
-        cp_async_commit();
-      }
-      if (exact_step) {
-        float alpha[2];
-        exact_max(m_run, alpha, red_max, r0);
-        if constexpr (f16)
-          write_p<true>(pP, sc, m_run, psum, grp, r0, lane, vs);
-        else
-          write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
-  #pragma unroll
-        for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
-        rescale_o(o, alpha);
-      } else {
-  #pragma unroll
-        for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
-      }
-      if (draft && !p.v_alias) cp_async_wait<0>();
-      if (exact_step || (draft && !p.v_alias)) {
+    for (int h = 0; h < 2; ++h) sl_row[h] = f16 ? sl_pre * red_sum[r0 + 8 * h] : sl_pre;
+    const bool draft = j >= w.n_pre;
+    if constexpr (F16) {
+      if (j == w.n_pre && j > 0) {  // the draft tile after f16 prefix tiles: Q back to bf16
+        q_f16_to_bf16(smem + Smem::off_q, off8[0], off8[1], l8, red_sum);
         fence_proxy_async();
-        __syncthreads();  // the rewritten P (and a reloaded draft V) visible to wgmma
+        __syncthreads();
       }
+    }
+    const bool early = FP8 && p.fp8_sched != 0;  // fp8: issue tile j+1's loads before S(j)
+    if (early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
 
-      // ---- O[:, 256 grp .. +256] += P V ----
-      fence_regs<128>(o);
-      wgmma_fence();
+    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32); tile j+1's loads issue meanwhile ----
+    float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
+                   // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
+    wgmma_fence();
+    if constexpr (f16)
+      issue_qk_steps<0, 576 / 16, true>(sc, sQ, sK, grp);
+    else
+      issue_qk(sc, sQ, sK, grp);
+    wgmma_commit();
+    if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
+    cp_async_commit();
+    wgmma_wait0();
+    fence_regs<16>(sc);
+
+    // ---- scale + mask, row max over this warpgroup's 32 columns ----
+    float tmax[2] = {-INFINITY, -INFINITY};
+    const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
+    const int t_end = draft ? w.n_b : w.pe;
+    if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        sc[e] *= sl_row[(e >> 1) & 1];
+        tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
+          bool vis = t < t_end;
+          if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
+          const float v = vis ? sc[4 * i + e] * (draft ? p.scale_log2 : sl_row[h]) : -INFINITY;
+          sc[4 * i + e] = v;
+          tmax[h] = fmaxf(tmax[h], v);
+        }
+      }
+    }
+    // ---- online softmax against a lazy reference max: both warpgroups hold the same m_run. While
+    // no row's max exceeds it by more than LAZY_TAU (log2 units: P <= 2^LAZY_TAU) each warpgroup
+    // writes its P at m_run without waiting for the other's maxima, and one barrier, which also ORs
+    // the "exceeded" votes, hands P to wgmma. Otherwise (the first tile, a rising max) every thread
+    // takes the exact step: m_run = max(m_run, both halves' maxima), P rewritten, O and l rescaled,
+    // a second barrier. m_run changes only there, from the same smem maxima, so it stays equal in
+    // both warpgroups; lse = m_run + log2(l) as before (l is relative to m_run). ----
+    const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
+    float psum[2];
+    const float vs = draft ? 1.f : vs_pre;
+    if (!over) {
       if constexpr (f16)
-        issue_pv<true>(o, sP, sK, grp);
+        write_p<true>(pP, sc, m_run, psum, grp, r0, lane, vs);
       else
-        issue_pv(o, sP, sK, grp);
-      wgmma_commit();
-      if (!FP8 || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
-      wgmma_wait0();
-      fence_regs<128>(o);
-      if (FP8 && p.fp8_sched == 2) store_fp8();
+        write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
+    }
+    fence_proxy_async();
+    // every thread's P and maxima visible; both warpgroups done reading K of this tile
+    const bool exact_step = __syncthreads_or(over);
+    if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
+      const int tk = tid >> 2;
+      bool ok;
+      const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
+      for (int it = 0; it < V_CHUNKS / 4; ++it) {
+        const int ch = lsub + 4 * it;
+        cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+      }
+      cp_async_commit();
+    }
+    if (exact_step) {
+      float alpha[2];
+      exact_max(m_run, alpha, red_max, r0);
+      if constexpr (f16)
+        write_p<true>(pP, sc, m_run, psum, grp, r0, lane, vs);
+      else
+        write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
+      rescale_o(o, alpha);
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
+    }
+    if (draft && !p.v_alias) cp_async_wait<0>();
+    if (exact_step || (draft && !p.v_alias)) {
+      fence_proxy_async();
+      __syncthreads();  // the rewritten P (and a reloaded draft V) visible to wgmma
+    }
+
+    // ---- O[:, 256 grp .. +256] += P V ----
+    fence_regs<128>(o);
+    wgmma_fence();
+    if constexpr (f16)
+      issue_pv<true>(o, sP, sK, grp);
+    else
+      issue_pv(o, sP, sK, grp);
+    wgmma_commit();
+    if (!FP8 || p.fp8_sched != 2) store_fp8();  // tile j+1 (fp8) into the stage freed at barrier 1, under PV
+    wgmma_wait0();
+    fence_regs<128>(o);
+    if (FP8 && p.fp8_sched == 2) store_fp8();
   };
   if constexpr (F16) {
     int j = 0;
