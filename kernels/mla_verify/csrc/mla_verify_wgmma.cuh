@@ -72,68 +72,24 @@ __device__ __forceinline__ uint32_t tile_off(int r, int ch) {
 }
 
 // F16 kernel: the Q chunks this thread copied (rows l8 and l8 + 32, chunks sub8 + 8 it, it < 9, at q + it ATOM +
-// off8[k]) rewritten in place as f16 of q x 2^e[r], e[r] = 14 - ilogb(max_d |q[r, d]|) clamped to +-120 (a power
-// of two: exact wherever the product is an f16 normal; the largest |value| of a row lands in [2^14, 2^15));
-// qinv[r] = 2^-e[r]. A row's 72 chunks are held by 8 consecutive lanes (row maxima: three xor shuffles), so no
-// block barrier is needed before it (each thread waited for its own cp.async) and the 144 values per thread
-// convert in parallel. Called by every thread of the CTA (full-warp shuffles).
+// off8[k]) rewritten in place as f16 (q_row_to_f16: a row's 72 chunks are held by 8 consecutive lanes, so no block
+// barrier is needed before it: each thread waited for its own cp.async); qinv[r] = 2^-e[r].
 __device__ __forceinline__ void q_to_f16(uint8_t* q, const uint32_t off8[2], int l8, int sub8, float* qinv) {
 #pragma unroll 1
   for (int k = 0; k < 2; ++k) {
     const uint32_t off = k ? off8[1] : off8[0];
-    uint4 v[9];
-    float mx = 0.f;
-#pragma unroll
-    for (int it = 0; it < 9; ++it) {
-      v[it] = *reinterpret_cast<const uint4*>(q + it * ATOM + off);
-      const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(u[i] << 16)), fabsf(__uint_as_float(u[i] & 0xffff0000u))));
-    }
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    int e = 0;
-    if (mx > 0.f) e = 14 - ilogbf(mx);  // inf / NaN: ilogbf is huge, e clamps low
-    e = max(-120, min(120, e));
-    const float sc = __int_as_float((127 + e) << 23);
-#pragma unroll
-    for (int it = 0; it < 9; ++it) {
-      const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
-      uint32_t h[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __half2 x = __floats2half2_rn(__uint_as_float(u[i] << 16) * sc, __uint_as_float(u[i] & 0xffff0000u) * sc);
-        h[i] = *reinterpret_cast<const uint32_t*>(&x);
-      }
-      *reinterpret_cast<uint4*>(q + it * ATOM + off) = make_uint4(h[0], h[1], h[2], h[3]);
-    }
-    if (sub8 == 0) qinv[l8 + 32 * k] = __int_as_float((127 - e) << 23);
+    const float inv = q_row_to_f16<9, 8>(q, [&](int it) { return it * ATOM + off; });
+    if (sub8 == 0) qinv[l8 + 32 * k] = inv;
   }
 }
 
-// F16 kernel, before the draft tile: q_to_f16 undone on the same chunks (bf16 of the f16 value x qinv[r]: exact,
-// the f16 held the bf16 value times a power of two). Needs every wgmma read of the f16 Q complete (a block barrier
-// before it) and one after it.
+// F16 kernel, before the draft tile: q_to_f16 undone. Needs every wgmma read of the f16 Q complete (a block
+// barrier before it) and one after it.
 __device__ __forceinline__ void q_f16_to_bf16(uint8_t* q, uint32_t off0, uint32_t off1, int l8, const float* qinv) {
 #pragma unroll 1  // inside the loop, where O holds 128 registers
   for (int k = 0; k < 2; ++k) {
-    const float inv = qinv[l8 + 32 * k];
     const uint32_t off = k ? off1 : off0;
-#pragma unroll 3
-    for (int it = 0; it < 9; ++it) {
-      uint4* ptr = reinterpret_cast<uint4*>(q + it * ATOM + off);
-      const uint4 v = *ptr;
-      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-      uint32_t b[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-        const __nv_bfloat162 y = __floats2bfloat162_rn(x.x * inv, x.y * inv);
-        b[i] = *reinterpret_cast<const uint32_t*>(&y);
-      }
-      *ptr = make_uint4(b[0], b[1], b[2], b[3]);
-    }
+    q_row_to_bf16<9, 3>(q, [&](int it) { return it * ATOM + off; }, qinv[l8 + 32 * k]);
   }
 }
 
