@@ -31,17 +31,14 @@ MAX_SPLITS = 128
 PARTIAL_CAP_BYTES = 48 * 2**20  # fp32 split partials written + read back, below the H200's 50 MB L2
 FP8_SCHEDULES = (0, 1, 2)  # fp8 loader placements of the wgmma kernel (csrc/mla_verify_wgmma.cuh)
 FP8_SCHEDULE_DEFAULT = 0
-# The wgmma kernel's two fp8 arithmetics, two kernels (csrc/mla_verify_wgmma.cuh, F16; fp8_path below): "f16" runs
-# the prefix tiles as f16 wgmmas on one conversion per two fp8 values (Q rewritten per row by a power of two, exact;
-# P written in f16), "bf16" decodes the fp8 rows to bf16 (five instructions per two values). f16 writes P x v_scale
-# with P <= 2^8 (the lazy softmax): up to this v_scale the product stays at or below 2^15, half of f16's largest
-# finite value.
+# The fp8 cache's two arithmetics, two kernel instances per config (F16 in csrc/; fp8_path below): "f16" runs the
+# prefix tiles as f16 MMAs on one conversion per two fp8 values (Q rewritten per row by a power of two, exact; P
+# written in f16), "bf16" decodes the fp8 rows to bf16 (five instructions per two values). Configs with an F16
+# instance have tiles.TileConfig.fp8_f16_min_tokens > 0. f16 writes P x v_scale with P <= 2^8 (the wgmma kernel's
+# lazy softmax; <= 1 in the mma.sync kernel): up to this v_scale the product stays at or below 2^15, half of f16's
+# largest finite value.
 FP8_PATHS = ("auto", "bf16", "f16")
 FP8_MAX_V_SCALE = 128.0
-# "auto" takes f16 when a split holds at least this many prefix tiles: its Q conversion (and the conversion back
-# before the draft tile) is paid once per CTA. Session 18 call 1 (H200, n=8 H=16, f16 / bf16 time, same process):
-# 1.236 at 1 tile per split (B=1 L=4k), 1.093 at 2 (8k), 0.979 at 4 (16k), 0.960 at 8 (32k), 0.925 at 32 (128k).
-FP8_F16_MIN_TILES = 4
 
 
 def _fp8_cache_dtypes() -> tuple:
@@ -310,24 +307,29 @@ def fp8_f16(
     prefix_tokens_total: int,
     num_splits: int,
 ) -> int:
-    """The wgmma kernel's fp8 arithmetic (see FP8_PATHS) as its launch flag: 1 runs the F16 kernel, 0 the bf16
-    decode. "auto": f16 where the config is wgmma, v_scale <= FP8_MAX_V_SCALE and a split holds at least
-    FP8_F16_MIN_TILES prefix tiles (ceil(ceil(total / B) / num_splits / block_n), the launch's own sizes: a CUDA
-    graph keeps the choice of its capture, as it keeps its split grid); "f16": 1; "bf16": 0. An explicit "f16" the
-    call cannot take is refused (ValueError naming fp8_path or v_scale); with a bf16 cache or an mma.sync config
-    "bf16" and "auto" change nothing."""
+    """The fp8 arithmetic (see FP8_PATHS) as the launch flag: 1 runs the config's F16 kernel, 0 the bf16 decode.
+    "auto": f16 where the config has an F16 instance, v_scale <= FP8_MAX_V_SCALE and a split's prefix chunk (the
+    device's: ceil(ceil(total / B) / num_splits) rounded up to whole block_n tiles, from the launch's own sizes: a
+    CUDA graph keeps the choice of its capture, as it keeps its split grid) holds at least cfg.fp8_f16_min_tokens;
+    the F16 kernel pays a Q conversion per CTA, which only a long enough chunk repays. "f16": 1; "bf16": 0. An
+    explicit "f16" the call cannot take is refused (ValueError naming fp8_path or v_scale); with a bf16 cache "bf16"
+    and "auto" change nothing."""
     if fp8_path not in FP8_PATHS:
         _fail("fp8_path", f"must be one of {FP8_PATHS}, got {fp8_path!r}")
+    has_f16 = cfg.fp8_f16_min_tokens > 0
     if fp8_path == "f16" and kv_fp8:
-        if cfg.engine != "wgmma":
-            _fail("fp8_path", f"'f16' needs the wgmma config (sm90wg), not {cfg.name}")
+        if not has_f16:
+            names = ", ".join(c.name for c in tiles.CONFIGS.values() if c.fp8_f16_min_tokens > 0)
+            _fail("fp8_path", f"'f16' needs a config with an f16 fp8 kernel ({names}), not {cfg.name}")
         if v_scale > FP8_MAX_V_SCALE:
             _fail("v_scale", f"{v_scale} exceeds {FP8_MAX_V_SCALE}, the most the f16 fp8 path's P takes")
         return 1
-    if not kv_fp8 or cfg.engine != "wgmma" or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
+    if not kv_fp8 or not has_f16 or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
         return 0
     per_request = -(-max(0, int(prefix_tokens_total)) // max(1, B))
-    return int(-(-per_request // (max(1, num_splits) * cfg.block_n)) >= FP8_F16_MIN_TILES)
+    per_split = -(-per_request // max(1, num_splits))
+    chunk = -(-per_split // cfg.block_n) * cfg.block_n
+    return int(chunk >= cfg.fp8_f16_min_tokens)
 
 
 def workspace_numel(num_splits: int, T: int, H: int) -> int:

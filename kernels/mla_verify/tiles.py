@@ -25,6 +25,9 @@ class TileConfig:
     block_n: int
     stages: int
     engine: str = "mma"
+    # fp8 cache: the F16 kernel instance (prefix tiles as f16 MMAs, one conversion per two fp8 values) runs where a
+    # split's prefix chunk holds at least this many tokens (api.fp8_f16); 0 = the config has no F16 instance.
+    fp8_f16_min_tokens: int = 0
 
     @property
     def threads(self) -> int:
@@ -52,9 +55,11 @@ def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
     return block_m * ROW_BYTES + stages * block_n * ROW_BYTES + block_m * block_n * 2 + 24 * block_m
 
 
+# fp8_f16_min_tokens: sm90wg from session 18 (H200, n=8 H=16, f16 / bf16 time: 1.236 at 64 tokens per split, 1.093
+# at 128, 0.979 at 256, 0.960 at 512); sm90 has none (its F16 instance spills 248 bytes).
 SM90 = TileConfig("sm90", 0, 64, 64, 2)
-SM120 = TileConfig("sm120", 1, 32, 16, 3)
-SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma")
+SM120 = TileConfig("sm120", 1, 32, 16, 3, fp8_f16_min_tokens=256)
+SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=256)
 CONFIGS = {c.name: c for c in (SM90WG, SM90, SM120)}
 
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.

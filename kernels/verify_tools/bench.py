@@ -853,15 +853,27 @@ class _TreeModule:
 
 
 def tree_ab(
-    torch, timer, trees, reps=3, iters=30, gb_trees=None, dump=None, configs=("auto",), shapes=AB_SHAPES, kv="bf16"
+    torch,
+    timer,
+    trees,
+    reps=3,
+    iters=30,
+    gb_trees=None,
+    dump=None,
+    configs=("auto",),
+    shapes=AB_SHAPES,
+    kv="bf16",
+    fp8_paths=("auto",),
 ):
-    """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout)
-    and tile configs (each tree runs each of `configs`; with more than one, a variant is named
-    "tree/config"): graph-replay times of `shapes` with L2 flushed (min over `reps` interleaved
-    medians of `iters`; kv "fp8": the cache as bench_fp8 stores it), outputs compared bitwise to
-    "base" if given, graph-buffer rows through bench_graph_buffer (all GRAPH_BUFFER_SHAPES x
-    GRAPH_BUFFER_LENS, default config, bf16, for the trees in gb_trees, default all) and per-kernel
-    CUPTI times of eager calls. dump(doc) after every row."""
+    """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout),
+    tile configs and fp8 arithmetics (each tree runs each of `configs` x `fp8_paths`; with more than
+    one, a variant is named "tree/config" and/or ".../path"; a tree built before the fp8_path flag
+    runs its own fp8 kernel under every path): graph-replay times of `shapes` with L2 flushed (min
+    over `reps` interleaved medians of `iters`; kv "fp8": the cache as bench_fp8 stores it), outputs
+    compared bitwise to "base" (same config and path) if given, graph-buffer rows through
+    bench_graph_buffer (all GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS, default config, bf16, for the
+    trees in gb_trees, default all) and per-kernel CUPTI times of eager calls (auto path). dump(doc)
+    after every row."""
     from torch.profiler import ProfilerActivity, profile
 
     from mla_verify import api, mla_verify_fwd
@@ -870,14 +882,19 @@ def tree_ab(
     arch = api.device_arch(torch.device("cuda"))
     tree_mods = {"cur": None}
     tree_mods.update({k: load_tree(arch, d) for k, d in trees.items()})
-    mods, cfg_of = {}, {}
+    mods, cfg_of, path_of = {}, {}, {}
+
+    def variant(tree, c, path):
+        return tree + (f"/{c}" if len(configs) > 1 else "") + (f"/{path}" if len(fp8_paths) > 1 else "")
+
     for k, m in tree_mods.items():
-        for c in configs:
-            name = k if len(configs) == 1 else f"{k}/{c}"
-            mods[name], cfg_of[name] = m, c
+        for c, path in itertools.product(configs, fp8_paths):
+            name = variant(k, c, path)
+            mods[name], cfg_of[name], path_of[name] = m, c, path
     doc = {
         "trees": trees,
         "configs": list(configs),
+        "fp8_paths": list(fp8_paths),
         "kv": kv,
         "reps": reps,
         "iters": iters,
@@ -898,14 +915,18 @@ def tree_ab(
             for k, m in mods.items():
                 with _TreeModule(m):
                     us, _ = timer.time_graph_or_eager(
-                        lambda c=cfg_of[k]: mla_verify_fwd(*a, **kernel_kwargs(inp), tile_config=c), 3, iters
+                        lambda c=cfg_of[k], fp=path_of[k]: mla_verify_fwd(
+                            *a, **kernel_kwargs(inp), tile_config=c, fp8_path=fp
+                        ),
+                        3,
+                        iters,
                     )
                 times[k].append(us)
                 outs[k] = inp["o_extend"].clone()
         mn = {k: round(min(v), 3) for k, v in times.items()}
         row = {"B": B, "L": L, "n": n, "H": H, "us": mn, "runs": times}
-        if "base" in trees:  # each variant against base with the same tile config
-            bk = {k: "base" if len(configs) == 1 else f"base/{cfg_of[k]}" for k in mods}
+        if "base" in trees:  # each variant against base with the same tile config and fp8 path
+            bk = {k: variant("base", cfg_of[k], path_of[k]) for k in mods}
             row["ratio_over_base"] = {k: round(v / mn[bk[k]], 4) for k, v in mn.items()}
             row["bitwise_equal_base"] = {k: bool(torch.equal(v, outs[bk[k]])) for k, v in outs.items()}
         doc["ab"].append(row)
@@ -974,6 +995,11 @@ def main(argv=None) -> int:
         default="bf16",
         help="--tree-ab: the cache of the timed rows and CUPTI calls (graph-buffer rows stay bf16)",
     )
+    ap.add_argument(
+        "--ab-fp8-paths",
+        default="auto",
+        help="--tree-ab: fp8 arithmetics each tree runs (auto,bf16,f16: mla_verify_fwd's fp8_path); an unknown one exits 2",
+    )
     a = ap.parse_args(argv)
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
@@ -992,6 +1018,12 @@ def main(argv=None) -> int:
             ap.error(
                 f"--ab-configs: {','.join(unknown) or repr(a.ab_configs)} not among auto,{','.join(tiles.CONFIGS)}"
             )
+        from mla_verify.api import FP8_PATHS
+
+        ab_paths = [x for x in a.ab_fp8_paths.split(",") if x]
+        bad = [x for x in ab_paths if x not in FP8_PATHS]
+        if bad or not ab_paths:
+            ap.error(f"--ab-fp8-paths: {','.join(bad) or repr(a.ab_fp8_paths)} not among {','.join(FP8_PATHS)}")
     try:
         import torch
     except ImportError as exc:
@@ -1020,6 +1052,7 @@ def main(argv=None) -> int:
             configs=ab_cfgs,
             shapes=shapes if a.shapes else AB_SHAPES,  # --shapes, parsed and checked above
             kv=a.ab_kv,
+            fp8_paths=ab_paths,
         )
         dump(doc)
         print(json.dumps(doc, indent=1))

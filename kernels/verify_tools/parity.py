@@ -197,11 +197,11 @@ def token_check(out, ref, w) -> dict:
 
 
 def fp8_paths(spec: CaseSpec, tile_config: str) -> tuple:
-    """The fp8_path values a case runs under: both of the wgmma config's fp8 arithmetics for an fp8 cache ("f16"
-    only where v_scale allows it), else "auto" alone."""
+    """The fp8_path values a case runs under: both fp8 arithmetics of a config with an F16 kernel for an fp8 cache
+    ("f16" only where v_scale allows it), else "auto" alone."""
     from mla_verify import api, tiles
 
-    if spec.kv_dtype != "fp8" or tiles.CONFIGS[tile_config].engine != "wgmma":
+    if spec.kv_dtype != "fp8" or tiles.CONFIGS[tile_config].fp8_f16_min_tokens <= 0:
         return ("auto",)
     return ("bf16", "f16") if spec.v_scale <= api.FP8_MAX_V_SCALE else ("bf16",)
 
@@ -348,7 +348,7 @@ def run_graph_case(name: str, tile_config: str, w, device, fp8_path: str = "auto
     ws = torch.empty(max(1, api.workspace_numel(s_grid, T, H)), dtype=torch.float32, device=device)
     o_g = torch.empty_like(inp["o_extend"])
     kw = dict(kernel_kwargs(inp), fp8_path=fp8_path)
-    if fp8_path == "auto" and spec.kv_dtype == "fp8" and cfg.engine == "wgmma":
+    if fp8_path == "auto" and spec.kv_dtype == "fp8" and cfg.fp8_f16_min_tokens > 0:
         # auto's fp8 arithmetic comes from the launch's sizes: the graph keeps its capture's, so the eager calls
         # it is compared with run that one (an exact-size auto call may resolve the other)
         f16 = api.fp8_f16("auto", True, cfg, spec.v_scale, B, gb_idx.numel(), s_grid)

@@ -112,6 +112,7 @@ def test_binding_smem_matches_the_python_tile_table(cuda_device):
         assert mod.config_compiled(cfg.index)
         assert mod.config_smem_bytes(cfg.index) == cfg.smem_bytes
         assert mod.config_block_m(cfg.index) == cfg.block_m
+        assert mod.config_has_fp8_f16(cfg.index) == (cfg.fp8_f16_min_tokens > 0)
 
 
 SPEC8 = CaseSpec(
@@ -131,13 +132,15 @@ def test_fp8_cache_every_config_split_path_and_loader_schedule_matches_the_oracl
             assert rel_err(inp["o_extend"], ref) <= parity.REL_FRO_BOUND, (cfg.name, sched)
 
 
-def test_both_fp8_paths_of_the_wgmma_kernel_match_the_oracle(cuda_device):
-    """The wgmma kernel's fp8 arithmetics (fp8_path "f16": f16 wgmmas on a rewritten Q; "bf16": rows decoded to
-    bf16) each within the oracle's bound, deterministic, and "auto" bitwise one of them: f16 here, where each of
-    the two splits holds more than api.FP8_F16_MIN_TILES prefix tiles. Past api.FP8_MAX_V_SCALE "auto" is bitwise
-    the bf16 path and an explicit "f16" is refused."""
-    if api.device_arch(cuda_device) != "sm_90a":
-        pytest.skip("the wgmma config is built for sm_90a only")
+@pytest.mark.parametrize("cfg_name", [c.name for c in tiles.CONFIGS.values() if c.fp8_f16_min_tokens > 0])
+def test_both_fp8_arithmetics_match_the_oracle(cuda_device, cfg_name):
+    """A config's two fp8 kernels (fp8_path "f16": f16 MMAs on a rewritten Q; "bf16": rows decoded to bf16) each
+    within the oracle's bound, deterministic, and "auto" bitwise one of them: f16 here, where each of the two splits
+    holds far more than the config's fp8_f16_min_tokens. Past api.FP8_MAX_V_SCALE "auto" is bitwise the bf16 path
+    and an explicit "f16" is refused."""
+    cfg = tiles.CONFIGS[cfg_name]
+    if cfg not in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
+        pytest.skip(f"{cfg_name} is not built for {api.device_arch(cuda_device)}")
     for v_scale in (0.5, api.FP8_MAX_V_SCALE * 2):
         spec = CaseSpec("fp8_paths", (3000, 517), (8, 4), 16, seed=27, kv_dtype="fp8", k_scale=0.5, v_scale=v_scale)
         inp = make_inputs(spec, cuda_device)
@@ -147,7 +150,7 @@ def test_both_fp8_paths_of_the_wgmma_kernel_match_the_oracle(cuda_device):
         for path in ("auto", "bf16", "f16") if v_scale <= api.FP8_MAX_V_SCALE else ("auto", "bf16"):
             for _ in range(2):
                 inp["o_extend"].fill_(float("nan"))
-                mla_verify_fwd(*kernel_args(inp), **kw, tile_config="sm90wg", fp8_path=path)
+                mla_verify_fwd(*kernel_args(inp), **kw, tile_config=cfg_name, fp8_path=path)
                 assert path not in outs or torch.equal(outs[path], inp["o_extend"]), path
                 outs[path] = inp["o_extend"].clone()
             assert rel_err(outs[path], ref) <= parity.REL_FRO_BOUND, (v_scale, path)
@@ -156,7 +159,7 @@ def test_both_fp8_paths_of_the_wgmma_kernel_match_the_oracle(cuda_device):
         else:
             assert torch.equal(outs["auto"], outs["bf16"])
             with pytest.raises(ValueError, match="v_scale"):
-                mla_verify_fwd(*kernel_args(inp), **kw, tile_config="sm90wg", fp8_path="f16")
+                mla_verify_fwd(*kernel_args(inp), **kw, tile_config=cfg_name, fp8_path="f16")
 
 
 def test_max_sized_index_buffer_gives_the_exact_length_result(cuda_device):

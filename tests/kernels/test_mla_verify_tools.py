@@ -270,6 +270,8 @@ def test_graph_buffer_sides_are_timed_in_alternation_and_each_keeps_its_minimum(
         (["--tree-ab", "no-equals-sign"], "--tree-ab"),
         (["--tree-ab", ","], "--tree-ab"),
         (["--tree-ab", "base=/nowhere", "--ab-kv", "int4"], "--ab-kv"),
+        (["--tree-ab", "base=/nowhere", "--ab-fp8-paths", "bf16,fp16"], "fp16"),
+        (["--tree-ab", "base=/nowhere", "--ab-fp8-paths", ","], "--ab-fp8-paths"),
     ],
 )
 def test_bench_tree_ab_refuses_a_bad_list_before_any_device_work(args, what):

@@ -10,4 +10,5 @@ cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t st
 int config_block_m(int cfg);
 int config_smem_bytes(int cfg);
 bool config_compiled(int cfg);
+bool config_has_fp8_f16(int cfg);  // the config has an F16 fp8 kernel (tiles.TileConfig.fp8_f16_min_tokens > 0)
 }  // namespace mlav
