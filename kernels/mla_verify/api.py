@@ -31,12 +31,11 @@ MAX_SPLITS = 128
 PARTIAL_CAP_BYTES = 48 * 2**20  # fp32 split partials written + read back, below the H200's 50 MB L2
 FP8_SCHEDULES = (0, 1, 2)  # fp8 loader placements of the wgmma kernel (csrc/mla_verify_wgmma.cuh)
 FP8_SCHEDULE_DEFAULT = 0
-# The fp8 cache's two arithmetics, two kernel instances per config (F16 in csrc/; fp8_path below): "f16" runs the
-# prefix tiles as f16 MMAs on one conversion per two fp8 values (Q rewritten per row by a power of two, exact; P
-# written in f16), "bf16" decodes the fp8 rows to bf16 (five instructions per two values). Configs with an F16
-# instance have tiles.TileConfig.fp8_f16_min_tokens > 0. f16 writes P x v_scale with P <= 2^8 (the wgmma kernel's
-# lazy softmax; <= 1 in the mma.sync kernel): up to this v_scale the product stays at or below 2^15, half of f16's
-# largest finite value.
+# The fp8 cache's two arithmetics, two kernel instances of a config that has both (tiles.TileConfig.fp8_f16_min_tokens
+# > 0: sm90wg; F16 in csrc/mla_verify_wgmma.cuh; fp8_path below): "f16" runs the prefix tiles as f16 MMAs on one
+# conversion per two fp8 values (Q rewritten per row by a power of two, exact; P written in f16), "bf16" decodes the
+# fp8 rows to bf16 (five instructions per two values). f16 writes P x v_scale with P <= 2^8 (the lazy softmax): up
+# to this v_scale the product stays at or below 2^15, half of f16's largest finite value.
 FP8_PATHS = ("auto", "bf16", "f16")
 FP8_MAX_V_SCALE = 128.0
 

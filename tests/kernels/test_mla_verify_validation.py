@@ -271,28 +271,28 @@ def test_fp8_path_picks_the_fp8_arithmetic(fp8_args, fake_launch):
     """fp8_path picks the fp8 arithmetic, passed as the last launch argument (api.fp8_f16: 1 runs the config's F16
     kernel): "f16" 1, "bf16" 0, "auto" 1 only where a split's prefix chunk holds the config's fp8_f16_min_tokens.
     Past api.FP8_MAX_V_SCALE (the range of f16 P) "auto" passes 0 and an explicit "f16" is refused before any
-    launch, as is "f16" on a config without an F16 kernel (sm90) or an unknown path; sm90 gets 0."""
+    launch, as is "f16" on a config without an F16 kernel (the mma.sync ones) or an unknown path; sm90 gets 0."""
     argv = [fp8_args[k] for k in KERNEL_ARGS]
     kw = {"k_scale": 0.5, "num_splits": 1}
     for path in ("auto", "f16", "bf16"):
         mla_verify_fwd(*argv, **kw, v_scale=api.FP8_MAX_V_SCALE, tile_config="sm90wg", fp8_path=path)
     mla_verify_fwd(*argv, **kw, v_scale=api.FP8_MAX_V_SCALE * 2, tile_config="sm90wg")
     mla_verify_fwd(*argv, **kw, v_scale=1.0, tile_config="sm90")
-    mla_verify_fwd(*argv, **kw, v_scale=1.0, tile_config="sm120", fp8_path="f16")
     per_request = -(-fp8_args["kv_indices"].numel() // (len(fp8_args["kv_indptr"]) - 1))
     auto = int(per_request >= tiles.SM90WG.fp8_f16_min_tokens)  # one split: the chunk is the whole prefix
-    assert [c[-1] for c in fake_launch.calls] == [auto, 1, 0, 0, 0, 1]
-    assert [c[13] for c in fake_launch.calls] == [tiles.SM90WG.index] * 4 + [tiles.SM90.index, tiles.SM120.index]
+    assert [c[-1] for c in fake_launch.calls] == [auto, 1, 0, 0, 0]
+    assert [c[13] for c in fake_launch.calls] == [tiles.SM90WG.index] * 4 + [tiles.SM90.index]
     with pytest.raises(ValueError, match="^v_scale:"):
         mla_verify_fwd(*argv, **kw, v_scale=api.FP8_MAX_V_SCALE * 2, tile_config="sm90wg", fp8_path="f16")
-    with pytest.raises(ValueError, match="^fp8_path:.*sm90wg.*not sm90$"):
-        mla_verify_fwd(*argv, **kw, v_scale=1.0, tile_config="sm90", fp8_path="f16")
+    for name in ("sm90", "sm120"):
+        with pytest.raises(ValueError, match=f"^fp8_path:.*sm90wg.*not {name}$"):
+            mla_verify_fwd(*argv, **kw, v_scale=1.0, tile_config=name, fp8_path="f16")
     with pytest.raises(ValueError, match="^fp8_path:"):
         mla_verify_fwd(*argv, **kw, v_scale=1.0, fp8_path="fp16")
-    assert len(fake_launch.calls) == 6, "the refused calls launched nothing"
+    assert len(fake_launch.calls) == 5, "the refused calls launched nothing"
 
 
-@pytest.mark.parametrize("cfg", [tiles.SM90WG, tiles.SM120], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [c for c in tiles.CONFIGS.values() if c.fp8_f16_min_tokens > 0], ids=lambda c: c.name)
 def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
     """ "auto" runs f16 where a split's prefix chunk (the device's: ceil(prefix per request / splits) rounded up to
     whole block_n tiles) holds at least the config's fp8_f16_min_tokens; never on a config without an F16 kernel,
@@ -306,7 +306,7 @@ def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
     assert f16(below) == 0 and f16(below + 1) == 1 and f16(n) == 1
     assert f16(4 * below, S=4) == 0 and f16(4 * below + 1, S=4) == 1
     assert f16(8 * below, B=8) == 0 and f16(8 * n, B=8) == 1
-    assert f16(64 * n, c=tiles.SM90) == 0 and f16(64 * n, kv_fp8=False) == 0
+    assert f16(64 * n, c=tiles.SM90) == 0 and f16(64 * n, c=tiles.SM120) == 0 and f16(64 * n, kv_fp8=False) == 0
     assert f16(64 * n, v_scale=api.FP8_MAX_V_SCALE * 2) == 0
 
 

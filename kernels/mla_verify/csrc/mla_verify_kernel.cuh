@@ -170,31 +170,13 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t&
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
-// c += a b (m16n8k16, fp32 accumulate); F16: f16 operands, else bf16.
-template <bool F16 = false>
 __device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  if constexpr (F16)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// mma16816 with f16 operands where f16 is set, else bf16; MAYBE = false compiles the bf16 instruction alone.
-template <bool MAYBE>
-__device__ __forceinline__ void mma16816_pick(bool f16, float* c, uint32_t a0, uint32_t a1, uint32_t a2,
-                                              uint32_t a3, uint32_t b0, uint32_t b1) {
-  if (MAYBE && f16)
-    mma16816<true>(c, a0, a1, a2, a3, b0, b1);
-  else
-    mma16816(c, a0, a1, a2, a3, b0, b1);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // Floor of the partial-traffic cap of the split rule (api.PARTIAL_CAP_BYTES, 48 MiB).
@@ -469,9 +451,8 @@ __device__ __forceinline__ uint32_t p_off(int row, int col, int p_row_bytes, int
   return (uint32_t)(row * p_row_bytes + (sw << 4) + ((col & 7) << 1));
 }
 
-template <int BM, int BN, int STAGES, bool FP8, bool F16 = false>
+template <int BM, int BN, int STAGES, bool FP8>
 __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_split_kernel(const Params p) {
-  static_assert(FP8 || !F16, "the f16 path is an fp8 kernel's");
   using C = Cfg<BM, BN, STAGES>;
   using SM = Smem<BM, BN, STAGES>;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -558,8 +539,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
         const int tk = tid / TPT, sub = tid % TPT;
 #pragma unroll
         for (int it = 0; it < F8N; ++it)
-          st_shared_v4(dst0 + swz(tk, sub + it * TPT),
-                       F16 ? fp8x8_to_f16x8(f8[it].x, f8[it].y) : fp8x8_to_bf16x8(f8[it].x, f8[it].y));
+          st_shared_v4(dst0 + swz(tk, sub + it * TPT), fp8x8_to_bf16x8(f8[it].x, f8[it].y));
         f8_stage = -1;
       }
     }
@@ -585,17 +565,6 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
     if (st < ntiles) load_tile(st, st);
     store_fp8();
     cp_async_commit();
-  }
-  // F16: the prefix tiles' mmas take f16 Q, rewritten in place per row (q_row_to_f16; the row's QTPR threads are
-  // consecutive lanes); red_sum[0..BM) holds qinv until the finalize (read after the loop's first barrier).
-  auto q_chunk = [&](int r, int sub) { return [=](int it) { return swz(r, sub + it * QTPR); }; };
-  if constexpr (F16) {
-    if (n_pre > 0) {
-      cp_async_wait<0>();  // this thread's Q chunks landed (tile 0 is an fp8 tile: register loads)
-      const int r = tid / QTPR, sub = tid % QTPR;
-      const float inv = q_row_to_f16<ROW_CHUNKS / QTPR, QTPR>(smem, q_chunk(r, sub));
-      if (sub == 0) red_sum[r] = inv;
-    }
   }
   const float sl_pre = FP8 ? p.scale_log2 * p.k_scale : p.scale_log2;  // log2-domain scale of prefix logits
   const float vs_pre = FP8 ? p.v_scale : 1.f;                         // V dequantization folded into P
@@ -629,14 +598,6 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
     const int stage = j % STAGES;
     const uint32_t sK = sKV + stage * SM::KV;
     const bool draft = j >= n_pre;
-    const bool f16 = F16 && !draft;  // this tile's mmas take f16 operands (an F16 kernel's prefix tile)
-    if constexpr (F16) {
-      if (j == n_pre && j > 0) {  // the draft tile after f16 prefix tiles: Q back to bf16
-        const int r = tid / QTPR, sub = tid % QTPR;
-        q_row_to_bf16<ROW_CHUNKS / QTPR, 3>(smem, q_chunk(r, sub), red_sum[r]);
-        __syncthreads();
-      }
-    }
 
     // ---- S = Q K^T for 16 rows x WN tokens ----
     float sacc[C::NB_S][4];
@@ -657,8 +618,8 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
             const int tk = tk_base + nb * 8 + (mi >> 1) * 8 + (lane & 7);
             uint32_t b0, b1, b2, b3;
             ldsm_x4(sK + swz(tk, 2 * kk + (mi & 1)), b0, b1, b2, b3);
-            mma16816_pick<F16>(f16, sacc[nb], a0, a1, a2, a3, b0, b1);
-            mma16816_pick<F16>(f16, sacc[nb + 1], a0, a1, a2, a3, b2, b3);
+            mma16816(sacc[nb], a0, a1, a2, a3, b0, b1);
+            mma16816(sacc[nb + 1], a0, a1, a2, a3, b2, b3);
           }
         } else {
 #pragma unroll
@@ -667,7 +628,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
             const int tk = tk_base + nb * 8 + (lane & 7);
             uint32_t b0, b1;
             ldsm_x2(sK + swz(tk, 2 * kk + mi), b0, b1);
-            mma16816_pick<F16>(f16, sacc[nb], a0, a1, a2, a3, b0, b1);
+            mma16816(sacc[nb], a0, a1, a2, a3, b0, b1);
           }
         }
       }
@@ -687,9 +648,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
           const int t = t_start + col;
           bool vis = t < t_end;
           if (draft && vis && tok_row[h2] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h2], t);
-          float sl = sl_pre;  // F16: times the row's qinv
-          if constexpr (F16) sl *= red_sum[rl0 + 8 * h2];
-          float v = vis ? sacc[nb][e] * (draft ? p.scale_log2 : sl) : -INFINITY;
+          float v = vis ? sacc[nb][e] * (draft ? p.scale_log2 : sl_pre) : -INFINITY;
           sacc[nb][e] = v;
           tmax[h2] = fmaxf(tmax[h2], v);
         }
@@ -728,11 +687,8 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
         float p1 = exp2f(sacc[nb][2 * h2 + 1] - m_use);
         psum += p0 + p1;
         const int col = c * C::WN + nb * 8 + 2 * (lane & 3);
-        if (f16)  // P <= 1 here (exact running max), times v_scale <= FP8_MAX_V_SCALE: an f16 normal
-          *reinterpret_cast<__half2*>(pP + p_off(r, col, SM::P_ROW, C::P_CHUNKS)) = __floats2half2_rn(p0 * vs, p1 * vs);
-        else
-          *reinterpret_cast<__nv_bfloat162*>(pP + p_off(r, col, SM::P_ROW, C::P_CHUNKS)) =
-              __floats2bfloat162_rn(p0 * vs, p1 * vs);
+        __nv_bfloat162 pv = __floats2bfloat162_rn(p0 * vs, p1 * vs);
+        *reinterpret_cast<__nv_bfloat162*>(pP + p_off(r, col, SM::P_ROW, C::P_CHUNKS)) = pv;
       }
       l_run[h2] += psum;
       if (c == 0 && (lane & 3) == 0) alpha_s[r] = alpha[h2];
@@ -768,8 +724,8 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
         ldsm_x4_t(sK + swz(tk, pq * 16 + np * 2 + (mi >> 1)), b0, b1, b2, b3);
 #pragma unroll
         for (int rb = 0; rb < 2; ++rb) {
-          mma16816_pick<F16>(f16, o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
-          mma16816_pick<F16>(f16, o_acc[rb][2 * np + 1], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b2, b3);
+          mma16816(o_acc[rb][2 * np], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b0, b1);
+          mma16816(o_acc[rb][2 * np + 1], a[rb][0], a[rb][1], a[rb][2], a[rb][3], b2, b3);
         }
       }
     }
