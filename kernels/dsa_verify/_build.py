@@ -40,6 +40,7 @@ HEADERS = (
     "dsa_verify_wgmma.cuh",
     "../../mla_verify/csrc/wgmma_sm90.cuh",
     "../../mla_verify/csrc/wgmma_tile_sm90.cuh",
+    "../../mla_verify/csrc/fp8_e4m3.cuh",
     "../../mla_verify/csrc/pdl_launch.h",
     "dsa_verify_launch.h",
     "dsa_verify_params.h",

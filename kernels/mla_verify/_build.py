@@ -37,6 +37,7 @@ HEADERS = (
     "mla_verify_wgmma.cuh",
     "wgmma_sm90.cuh",
     "wgmma_tile_sm90.cuh",
+    "fp8_e4m3.cuh",
     "mla_verify_launch.h",
     "pdl_launch.h",
     "mla_verify_params.h",

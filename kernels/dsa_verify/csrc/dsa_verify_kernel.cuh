@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "../../mla_verify/csrc/fp8_e4m3.cuh"
 #include "dsa_verify_params.h"
 
 namespace dsav {
@@ -129,18 +130,7 @@ __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
   const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
-// two e4m3 bytes (low byte first) -> f16x2, exact: the low (HI = false) or high half of `four`.
-// The high half is named as the b16 half of the register (mov.b32 {lo, hi}), which ptxas folds into
-// the conversion's operand; `four >> 16` would cost a shift per conversion.
-template <bool HI = false>
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t four) {
-  uint32_t d;
-  if constexpr (HI)
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(d) : "r"(four));
-  else
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(d) : "r"(four));
-  return d;
-}
+using fp8e4m3::e4m3x2_to_f16x2;  // two e4m3 bytes -> f16x2 (../../mla_verify/csrc/fp8_e4m3.cuh)
 // Byte offset of 16-byte chunk `ch` of row `row` in a swizzled [rows][576] bf16 tile: the low
 // three chunk bits are XORed with the row, so the 8 rows of an ldmatrix hit 8 distinct bank groups.
 __device__ __forceinline__ uint32_t swz(int row, int ch) {

@@ -27,6 +27,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "fp8_e4m3.cuh"
 #include "mla_verify_params.h"
 
 namespace mlav {
@@ -81,21 +82,10 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint32_t lo, uint32_t hi, uint3
                     fp8x2_to_bf16x2(hi, 0x1404u, kf), fp8x2_to_bf16x2(hi, 0x3424u, kf));
 }
 
-// Two fp8 e4m3fn values (the low 16 bits of w, low byte first) to an f16x2 word, exactly (every finite e4m3
-// value is an f16 normal): one conversion instruction, where fp8x2_to_bf16x2 takes five.
-template <bool HI = false>
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t w) {
-  uint32_t d;  // the high half named as the b16 half of the register: ptxas folds it, no shift
-  if constexpr (HI)
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(d) : "r"(w));
-  else
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(d) : "r"(w));
-  return d;
-}
-
 // Eight fp8 values (8 bytes, ascending addresses) to eight f16 (one 16-byte smem chunk).
 __device__ __forceinline__ uint4 fp8x8_to_f16x8(uint32_t lo, uint32_t hi) {
-  return make_uint4(fp8x2_to_f16x2(lo), fp8x2_to_f16x2<true>(lo), fp8x2_to_f16x2(hi), fp8x2_to_f16x2<true>(hi));
+  using fp8e4m3::e4m3x2_to_f16x2;
+  return make_uint4(e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2<true>(lo), e4m3x2_to_f16x2(hi), e4m3x2_to_f16x2<true>(hi));
 }
 
 // F16 kernels: one Q row's 16-byte chunks that this thread holds (NCH of them at q + off(i), i < NCH; the row's
