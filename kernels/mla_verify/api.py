@@ -305,14 +305,17 @@ def fp8_f16(
     B: int,
     prefix_tokens_total: int,
     num_splits: int,
+    capturing: bool = False,
 ) -> int:
     """The fp8 arithmetic (see FP8_PATHS) as the launch flag: 1 runs the config's F16 kernel, 0 the bf16 decode.
-    "auto": f16 where the config has an F16 instance, v_scale <= FP8_MAX_V_SCALE and a split's prefix chunk (the
-    device's: ceil(ceil(total / B) / num_splits) rounded up to whole block_n tiles, from the launch's own sizes: a
-    CUDA graph keeps the choice of its capture, as it keeps its split grid) holds at least cfg.fp8_f16_min_tokens;
-    the F16 kernel pays a Q conversion per CTA, which only a long enough chunk repays. "f16": 1; "bf16": 0. An
-    explicit "f16" the call cannot take is refused (ValueError naming fp8_path or v_scale); with a bf16 cache "bf16"
-    and "auto" change nothing."""
+    "auto": f16 in a call that is not being captured into a CUDA graph, where the config has an F16 instance,
+    v_scale <= FP8_MAX_V_SCALE and a split's prefix chunk (the device's: ceil(ceil(total / B) / num_splits) rounded
+    up to whole block_n tiles) holds at least cfg.fp8_f16_min_tokens: the F16 kernel pays a Q conversion per CTA,
+    which only a long enough chunk repays (1.09-1.24x the bf16 decode's time at 64-128 tokens per split, H200). A
+    capture (`capturing`) keeps the bf16 decode: SGLang captures on its max-sized index buffers, so the sizes say
+    nothing of the lengths a replay runs, and a replay keeps its capture's kernel (the device re-derives only the
+    split count). "f16": 1; "bf16": 0. An explicit "f16" the call cannot take is refused (ValueError naming
+    fp8_path or v_scale); with a bf16 cache "bf16" and "auto" change nothing."""
     if fp8_path not in FP8_PATHS:
         _fail("fp8_path", f"must be one of {FP8_PATHS}, got {fp8_path!r}")
     has_f16 = cfg.fp8_f16_min_tokens > 0
@@ -323,7 +326,7 @@ def fp8_f16(
         if v_scale > FP8_MAX_V_SCALE:
             _fail("v_scale", f"{v_scale} exceeds {FP8_MAX_V_SCALE}, the most the f16 fp8 path's P takes")
         return 1
-    if not kv_fp8 or not has_f16 or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
+    if capturing or not kv_fp8 or not has_f16 or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
         return 0
     per_request = -(-max(0, int(prefix_tokens_total)) // max(1, B))
     per_split = -(-per_request // max(1, num_splits))
@@ -447,7 +450,8 @@ def mla_verify_fwd(
         _fail("fp8_schedule", f"must be one of {FP8_SCHEDULES}, got {fp8_schedule!r}")
     if not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
-    f16 = fp8_f16(fp8_path, sizes["kv_fp8"], cfg, float(v_scale), B, kv_indices.numel(), num_splits)
+    capturing = q_extend.is_cuda and torch.cuda.is_current_stream_capturing()
+    f16 = fp8_f16(fp8_path, sizes["kv_fp8"], cfg, float(v_scale), B, kv_indices.numel(), num_splits, capturing)
     need = workspace_numel(num_splits, T, H)
     if need:
         if workspace is None:

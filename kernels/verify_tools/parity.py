@@ -349,9 +349,9 @@ def run_graph_case(name: str, tile_config: str, w, device, fp8_path: str = "auto
     o_g = torch.empty_like(inp["o_extend"])
     kw = dict(kernel_kwargs(inp), fp8_path=fp8_path)
     if fp8_path == "auto" and spec.kv_dtype == "fp8" and cfg.fp8_f16_min_tokens > 0:
-        # auto's fp8 arithmetic comes from the launch's sizes: the graph keeps its capture's, so the eager calls
-        # it is compared with run that one (an exact-size auto call may resolve the other)
-        f16 = api.fp8_f16("auto", True, cfg, spec.v_scale, B, gb_idx.numel(), s_grid)
+        # a graph keeps the fp8 arithmetic of its capture (auto: the bf16 decode), so the eager calls it is
+        # compared with run that one (an exact-size eager auto call may resolve the other)
+        f16 = api.fp8_f16("auto", True, cfg, spec.v_scale, B, gb_idx.numel(), s_grid, capturing=True)
         kw["fp8_path"] = "f16" if f16 else "bf16"
 
     hostile_end = gb_idx.numel() + 5000  # kv_indptr[B] of the hostile rewrite: past the buffer

@@ -305,3 +305,18 @@ def test_tree_builds_are_named_by_their_sources_and_flags(tmp_path, monkeypatch)
     dsa = dsa_tree_ab.load_tree("sm_90a", str(tree))
     assert dsa.startswith("dsa_verify_sm_90a_")
     assert calls[-1]["extra"] == [dsa_build_mod.EXPERIMENTAL_FLAG] and calls[-1]["sources"] == dsa_build_mod.SOURCES
+
+
+def test_bench_summary_gives_the_fp8_ratio_of_a_graph_replay_and_of_an_eager_call():
+    """fp8_over_bf16_mem_shape is the replayed auto call's (captured: the bf16 decode); the eager ratio takes the
+    time of the arithmetic an eager auto call ran (fp8_eager_path) on the memory-floored shape, None without it."""
+    from verify_tools import bench
+
+    mem = dict(zip("BLnH", bench.FP8_MEM_SHAPE))
+    row = {**mem, "new_us": 200.0, "fp8_over_bf16": 1.2, "fp8_paths_us": {"bf16": 240.0, "f16": 190.0}}
+    other = {"B": 1, "L": 4096, "n": 8, "H": 16, "new_us": 20.0, "fp8_over_bf16": 1.1}
+    s = bench.summarize([other, {**row, "fp8_eager_path": "f16"}], (4e12, 7e14))
+    assert s["fp8_over_bf16_mem_shape"] == 1.2 and s["fp8_eager_over_bf16_mem_shape"] == 0.95
+    s = bench.summarize([other, {**row, "fp8_eager_path": None}], (4e12, 7e14))
+    assert s["fp8_eager_over_bf16_mem_shape"] is None
+    assert bench.summarize([other], (4e12, 7e14))["fp8_over_bf16_mem_shape"] is None

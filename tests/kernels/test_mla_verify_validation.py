@@ -296,11 +296,12 @@ def test_fp8_path_picks_the_fp8_arithmetic(fp8_args, fake_launch):
 def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
     """ "auto" runs f16 where a split's prefix chunk (the device's: ceil(prefix per request / splits) rounded up to
     whole block_n tiles) holds at least the config's fp8_f16_min_tokens; never on a config without an F16 kernel,
-    for a bf16 cache, or past FP8_MAX_V_SCALE."""
+    for a bf16 cache, past FP8_MAX_V_SCALE, or in a CUDA-graph capture (whose replays may run any shorter length:
+    the bf16 decode there), where an explicit "f16" still runs f16."""
     n, bn = cfg.fp8_f16_min_tokens, cfg.block_n
 
-    def f16(total, B=1, S=1, c=cfg, v_scale=1.0, kv_fp8=True):
-        return api.fp8_f16("auto", kv_fp8, c, v_scale, B, total, S)
+    def f16(total, B=1, S=1, c=cfg, v_scale=1.0, kv_fp8=True, capturing=False, path="auto"):
+        return api.fp8_f16(path, kv_fp8, c, v_scale, B, total, S, capturing)
 
     below = n - bn  # a chunk one tile short of the threshold
     assert f16(below) == 0 and f16(below + 1) == 1 and f16(n) == 1
@@ -308,6 +309,7 @@ def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
     assert f16(8 * below, B=8) == 0 and f16(8 * n, B=8) == 1
     assert f16(64 * n, c=tiles.SM90) == 0 and f16(64 * n, c=tiles.SM120) == 0 and f16(64 * n, kv_fp8=False) == 0
     assert f16(64 * n, v_scale=api.FP8_MAX_V_SCALE * 2) == 0
+    assert f16(64 * n, capturing=True) == 0 and f16(64 * n, capturing=True, path="f16") == 1
 
 
 def test_fp8_max_v_scale_keeps_the_f16_p_below_its_range():
