@@ -237,8 +237,9 @@ def oracle_fp32(inp, B, L, n, H):
 
 def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "not asked")):
     """The same shape with an fp8 e4m3fn cache: time, ratio to bf16, floor, error vs oracle; each fp8
-    arithmetic (fp8_paths_us) and the one an eager call runs (fp8_eager_path); the other tile configs; SGLang's extend_attention_fwd on the same fp8 cache (it casts q and P to
-    fp8) with both kernels' token agreement with the oracle (parity's LM head and near-tie rule)."""
+    arithmetic (fp8_paths_us) and the one an eager call runs (fp8_eager_path); the other tile
+    configs; SGLang's extend_attention_fwd on the same fp8 cache (it casts q and P to fp8) with both
+    kernels' token agreement with the oracle (parity's LM head and near-tie rule)."""
     from mla_verify import mla_verify_fwd
     from mla_verify.inputs import kernel_kwargs
 
