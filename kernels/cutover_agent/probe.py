@@ -135,7 +135,7 @@ DSA_METHODS: dict[str, tuple[str, ...]] = {
 }
 DENSE_FLAGS = ["--attention-backend", "triton"]
 DENSE_FLAGS_DECODE_ONLY = ["--decode-attention-backend", "triton", "--speculative-attention-mode", "decode"]
-KERNEL_KV_DTYPES = ("bfloat16",)
+KERNEL_KV_DTYPES = ("bfloat16", "fp8_e4m3")  # the dense kernel's caches (sglang_verify_plugin.verify_hook)
 #: SGLang platform facts (sglang.srt.runtime_context.override_platform) of the GPUs the kernel is
 #: built for. Used ONLY with --emulate-gpu: CPU tests resolve as if on that GPU; a host resolves
 #: with its real platform.
@@ -359,7 +359,9 @@ def serving_verdict(r: dict[str, Any], family: str | None = None) -> tuple[list[
         )
         flags += DENSE_FLAGS
     if r.get("kv_cache_dtype_effective") not in KERNEL_KV_DTYPES:
-        reasons.append(f"kv cache dtype {r.get('kv_cache_dtype_effective')}: the bundled kernel reads bf16 only")
+        reasons.append(
+            f"kv cache dtype {r.get('kv_cache_dtype_effective')}: the bundled kernel reads bf16 or fp8_e4m3 only"
+        )
         flags += ["--kv-cache-dtype", "bfloat16"]
     if r.get("page_size") not in (None, 1):
         reasons.append(f"page_size {r.get('page_size')}: the kernel reads page_size-1 token slot indices")

@@ -36,7 +36,9 @@ V_DIM = 512
 
 
 KV_DTYPE_NAMES = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "float8_e4m3fnuz": "fp8_e4m3fnuz"}
-SUPPORTED_KV_DTYPES = ("bfloat16",)
+# The KV caches mla_verify reads: bf16, and SGLang's fp8_e4m3 MLA pool (uint8 storage viewed as float8_e4m3fn, one
+# per-tensor k_scale / v_scale; the fresh draft rows stay bf16). fp8_e5m2 is declined.
+SUPPORTED_KV_DTYPES = ("bfloat16", "float8_e4m3fn")
 
 
 def load_kernel_module() -> Any:

@@ -449,7 +449,7 @@ def test_canary_fails_when_verify_calls_are_declined_while_it_runs(standin, cuto
     rc, doc = _cut_over(standin, cutover, tp=2, decline_verify="bundled")
     assert rc == 1 and doc["outputs_identical"] is True and doc["kernel_active"] is True
     assert doc["declined_verify_calls"] == 2 * 8
-    assert doc["declined_during_canary"]["tp1"]["reasons"] == {"kv dtype fp8_e4m3 unsupported": 8}
+    assert doc["declined_during_canary"]["tp1"]["reasons"] == {"kv dtype fp8_e5m2 unsupported": 8}
     assert any("declined during the canary" in r for r in doc["reasons"])
 
 

@@ -3,7 +3,8 @@
 - the kernel library is prebuilt by phase 0 and only LOADED in a service: a stale JIT build
   lock does not block it; a missing or mismatched library declines every verify call with
   the reason, and active.json says so;
-- an fp8 KV cache is declined with "kv dtype fp8_e4m3 unsupported", never reported as bundled;
+- an fp8_e4m3 KV cache (SGLang's MLA pool, uint8 viewed as float8_e4m3fn) is routed to the bundled kernel
+  with SGLang's own scales; fp8_e5m2 is declined with "kv dtype fp8_e5m2 unsupported", never reported as bundled;
 - every process (TP rank) writes its own record, active.json merges them (no last writer
   wins), and says per captured batch size which kernel the graph will replay;
 - Hugging Face ``kernels`` (which SGLang imports) and the bundle coexist in either import order.
@@ -259,50 +260,61 @@ def test_the_service_backend_loads_the_checked_library_and_records_its_hash(
 # ----------------------------------------------------------------------------- fp8 KV
 
 
-def test_fp8_kv_cache_is_declined_with_the_reason_and_active_json_says_so(sglang_ready, tmp_path, monkeypatch):
+def test_an_fp8_e4m3_kv_cache_is_routed_to_the_bundled_kernel_with_sglangs_scales(
+    sglang_ready, prebuilt, tmp_path, monkeypatch
+):
+    """SGLang's fp8_e4m3 MLA pool (--kv-cache-dtype fp8_e4m3): the backend is active and every verify call reaches
+    the kernel with the pool's float8_e4m3fn key buffer, its value view and SGLang's own k/v descales."""
+    import torch
+    from test_plugin_cpu import RecordingKernel
+
+    import sglang_verify_plugin.verify_hook as vh
     from sglang_verify_plugin.config import flush
 
+    monkeypatch.setattr(vh, "device_arch", lambda device: "sm_90a")
     plugin = _register_with_config(tmp_path, monkeypatch)
     try:
         vb = _batch(fp8_kv_cache=True)
         bv = vb.backend.bundled_verify
-        assert bv.static_decline == "kv dtype fp8_e4m3 unsupported"
+        assert bv.static_decline is None and bv.kv_dtype == "fp8_e4m3"
         active = _active(tmp_path)
-        assert active["verify_kernel"] == "stock" and active["route"] == "declined"
-        assert active["reason"].endswith("bundled kernel declined: kv dtype fp8_e4m3 unsupported")
-        (rank,) = active["ranks"].values()
-        assert rank["reason"] == "bundled kernel declined: kv dtype fp8_e4m3 unsupported"
-        assert rank["backends"]["target"]["verify"]["static_decline"] == "kv dtype fp8_e4m3 unsupported"
-        assert active["ranks_inactive"] and active["all_ranks_active"] is False
+        assert (active["verify_kernel"], active["route"], active["all_ranks_active"]) == ("bundled", "hook", True)
+        kernel = RecordingKernel()
+        bv._kernel = kernel
         sglang = SGLangKernel()
         vb.backend.extend_attention_fwd = sglang
         for _ in range(3):
             vb.backend.forward_extend(vb.q, vb.k, vb.v, vb.layer, vb.forward_batch)
-        assert sglang.calls == 3
+        assert len(kernel.calls) == 3 and sglang.calls == 0
+        args, kwargs = kernel.calls[0]
+        pool = vb.runner.token_to_kv_pool
+        k_buffer, v_buffer = args[4], args[5]
+        assert k_buffer.dtype == torch.float8_e4m3fn and k_buffer.shape[-1] == 576
+        assert k_buffer.data_ptr() == pool.get_key_buffer(0).data_ptr() == v_buffer.data_ptr()
+        assert v_buffer.shape[-1] == 512 and args[1].dtype == torch.bfloat16  # the drafts stay bf16
+        assert (kwargs["k_scale"], kwargs["v_scale"]) == (1.0, 1.0)  # no checkpoint kv scales: SGLang's descales
         flush()
         active = _active(tmp_path)
-        assert active["eager_declined"] == 3 and active["eager_routed"] == 0
-        assert active["declined_reasons"] == {"kv dtype fp8_e4m3 unsupported": 3}
+        assert active["eager_routed"] == 3 and active["eager_declined"] == 0
     finally:
         plugin.unregister()
 
 
-def test_a_fp8_k_buffer_is_declined_per_call_even_without_preflight(sglang_ready):
+def test_an_fp8_e5m2_k_buffer_is_declined_per_call_even_without_preflight(sglang_ready):
     import torch
 
     from sglang_verify_plugin.verify_hook import BundledVerify, kv_dtype_decline
 
-    assert kv_dtype_decline(torch.float8_e4m3fn) == "kv dtype fp8_e4m3 unsupported"
     assert kv_dtype_decline(torch.float8_e5m2) == "kv dtype fp8_e5m2 unsupported"
-    assert kv_dtype_decline(torch.bfloat16) is None
+    assert kv_dtype_decline(torch.float8_e4m3fn) is None and kv_dtype_decline(torch.bfloat16) is None
     hook = BundledVerify(kernel_loader=lambda: pytest.fail("the kernel must not be asked"))
     q = torch.zeros(2, 4, 576, dtype=torch.bfloat16)
     o = torch.zeros(2, 4, 512, dtype=torch.bfloat16)
     k = torch.zeros(2, 1, 576, dtype=torch.bfloat16)
-    kb = torch.zeros(8, 1, 576, dtype=torch.float8_e4m3fn)
+    kb = torch.zeros(8, 1, 576, dtype=torch.float8_e5m2)
     qo = torch.tensor([0, 2], dtype=torch.int32)
     ran = hook(q, k, k[..., :512], o, kb, kb[..., :512], qo, qo, qo, None, True, qo, 2)
-    assert ran is False and hook.reasons == {"kv dtype fp8_e4m3 unsupported": 1}
+    assert ran is False and hook.reasons == {"kv dtype fp8_e5m2 unsupported": 1}
 
 
 # ----------------------------------------------------------------------------- per-rank records
@@ -336,7 +348,7 @@ def test_active_json_merges_every_rank_instead_of_keeping_the_last_writer(tmp_pa
     cap_ok = {"captured": {"1": {"kernel": "bundled"}, "4": {"kernel": "bundled"}}, "eager": {"routed": 5}}
     cap_bad = {
         "captured": {"1": {"kernel": "bundled"}, "4": {"kernel": "sglang", "reasons": {"logit cap": 61}}},
-        "eager": {"routed": 2, "declined": 3, "reasons": {"kv dtype fp8_e4m3 unsupported": 3}},
+        "eager": {"routed": 2, "declined": 3, "reasons": {"kv dtype fp8_e5m2 unsupported": 3}},
     }
     write_rank(_rank(0, 4, verify=cap_ok), tmp_path)
     write_rank(_rank(1, 4, verify=cap_bad), tmp_path)
@@ -346,7 +358,7 @@ def test_active_json_merges_every_rank_instead_of_keeping_the_last_writer(tmp_pa
     assert active["ranks_missing"] == ["tp3"] and active["all_ranks_active"] is False
     assert list(active["ranks_inactive"]) == ["tp2"] and active["verify_kernel"] == "mixed"
     assert active["eager_routed"] == 7 and active["eager_declined"] == 3
-    assert active["declined_reasons"] == {"kv dtype fp8_e4m3 unsupported": 3}
+    assert active["declined_reasons"] == {"kv dtype fp8_e5m2 unsupported": 3}
     assert active["captured_not_bundled"] == [{"rank": "tp1", "bs": 4, "reasons": {"logit cap": 61}}]
     assert active["captured_batch_sizes"]["tp0"] == [1, 4]
     # The last writer (tp3, all fine) does not erase what tp1 and tp2 reported.

@@ -194,12 +194,17 @@ def test_the_decode_backend_route_engages_only_with_the_decode_attention_mode(sg
 
 
 @pytest.mark.sglang
-def test_fp8_kv_cache_does_not_engage_and_names_the_dtype(sglang_ready):
+def test_an_fp8_e4m3_kv_cache_engages_and_fp8_e5m2_names_the_dtype(sglang_ready):
     rc, doc = _resolve(
         "deepseek-v3-like", "sm90", *EAGLE, "--attention-backend", "triton", "--kv-cache-dtype", "fp8_e4m3"
     )
+    assert rc == 0 and doc["plugin_engages"] is True, doc["serving_reasons"]
+    assert doc["serving"]["kv_cache_dtype_effective"] == "fp8_e4m3"
+    rc, doc = _resolve(
+        "deepseek-v3-like", "sm90", *EAGLE, "--attention-backend", "triton", "--kv-cache-dtype", "fp8_e5m2"
+    )
     assert rc == 1 and doc["plugin_engages"] is False
-    assert doc["serving_reasons"] == ["kv cache dtype fp8_e4m3: the bundled kernel reads bf16 only"]
+    assert doc["serving_reasons"] == ["kv cache dtype fp8_e5m2: the bundled kernel reads bf16 or fp8_e4m3 only"]
     assert doc["engage_flags"] == ["--kv-cache-dtype", "bfloat16"] and doc["serving"]["engage_flags_verified"] is True
 
 

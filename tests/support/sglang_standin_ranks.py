@@ -98,7 +98,7 @@ class StandinRanks:
         within FLUSH_INTERVAL_S (the canary waits that long), so requests pay no file I/O."""
         if not self.bundled:
             return
-        reason = str(self.control().get("decline_reason") or "kv dtype fp8_e4m3 unsupported")
+        reason = str(self.control().get("decline_reason") or "kv dtype fp8_e5m2 unsupported")
         declined = self.active("decline_verify")
         with self.lock:
             for bv in self.ranks:
