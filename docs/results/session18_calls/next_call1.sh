@@ -25,3 +25,6 @@ for r in d["rows"]:
           "paths", r.get("fp8_paths_us"), "eager path", r.get("fp8_eager_path"))
 PY
 say done
+# Then, as a second call with carry [".whl", ".whl-plugin", ".whl-pydantic"] (~4 min): the fp8_e4m3 dense route
+# (9263297) through SGLang's own TritonAttnBackend on its fp8 pool, token-exact against the oracle, and the graph
+# capture of the plugin path:  bash tests/device/plugin_check.sh quick
