@@ -315,7 +315,7 @@ def fp8_f16(
     capture (`capturing`) keeps the bf16 decode: SGLang captures on its max-sized index buffers, so the sizes say
     nothing of the lengths a replay runs, and a replay keeps its capture's kernel (the device re-derives only the
     split count). "f16": 1; "bf16": 0. An explicit "f16" the call cannot take is refused (ValueError naming
-    fp8_path or v_scale); with a bf16 cache "bf16" and "auto" change nothing."""
+    fp8_path or v_scale); with a bf16 cache every fp8_path runs the one bf16 kernel."""
     if fp8_path not in FP8_PATHS:
         _fail("fp8_path", f"must be one of {FP8_PATHS}, got {fp8_path!r}")
     has_f16 = cfg.fp8_f16_min_tokens > 0

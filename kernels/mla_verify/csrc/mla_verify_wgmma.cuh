@@ -32,7 +32,7 @@
 // rows) runs in bf16: Q is converted back first (q_f16_to_bf16, exact). The prefix and draft tiles
 // are two loops, not a branch per tile: ptxas serializes every wgmma behind a branch between the
 // two arithmetics (C7520). It pays where a CTA holds many prefix tiles (its Q conversion is per
-// CTA): measured in session 17 (docs/kernels/dense-verify-notes.md).
+// CTA): measured in sessions 17 and 18 (docs/kernels/dense-verify-notes.md).
 // p.fp8_sched places the fp8 register loads of tile j+1 and their smem store (measured side by side):
 //   0: loads after S(j) is issued, store while PV(j) runs (the loads have S + softmax to land);
 //   1: loads before S(j) is issued, store while PV(j) runs;
