@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 18 for the next session's first device call (not run: the device time was spent): the capture
 # rule of fp8 auto (3366cbc: a CUDA-graph capture keeps the bf16 decode, eager calls take the F16 kernel where a
-# split's chunk holds >= 256 tokens) on the GPU. Run from the repository root with $OUT set (no carry), ~4 min:
+# split's chunk holds >= 256 tokens) on the GPU, and the first run of the dense trace build. Run from the repository
+# root with $OUT set (no carry), ~7 min:
 # (1) dense + DSA GPU pytest (the graph test captures auto on max-sized buffers and compares with the bf16 decode;
 # both fp8 arithmetics against the oracle), (2) the bench's fp8 rows on three shapes: fp8_us (a captured auto call:
 # the bf16 decode), fp8_paths_us (each arithmetic), fp8_eager_path and summary.fp8_eager_over_bf16_mem_shape.
@@ -24,6 +25,14 @@ for r in d["rows"]:
     print(r["B"], r["L"], r["n"], r["H"], "bf16", round(r["new_us"], 2), "fp8 (captured auto)", round(r.get("fp8_us", 0), 2),
           "paths", r.get("fp8_paths_us"), "eager path", r.get("fp8_eager_path"))
 PY
+# (3) where a tile's ~5,000 cycles go (the trace build, -DMLAV_TRACE=1: SM cycles per phase per tile, per warpgroup;
+# issue 13's per-tile schedule is the lever for every remaining target): bf16, and fp8 on each arithmetic.
+cd "$R" || exit 2
+SH=1:4096:8:16,1:32768:8:16,4:131072:4:16,8:32768:8:16
+timeout 200 python3 tests/device/dense_trace.py $SH --out "$OUT/trace_bf16.json" 2>>"$L" | grep '^\[trace\]' | tee -a "$L"
+for fp in bf16 f16; do
+  timeout 150 python3 tests/device/dense_trace.py $SH --fp8 --fp8-path $fp --out "$OUT/trace_fp8_$fp.json" 2>>"$L" | grep '^\[trace\]' | tee -a "$L"
+done
 say done
 # Then, as a second call with carry [".whl", ".whl-plugin", ".whl-pydantic"] (~4 min): the fp8_e4m3 dense route
 # (9263297) through SGLang's own TritonAttnBackend on its fp8 pool, token-exact against the oracle, and the graph

@@ -88,6 +88,15 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+#if MLAV_TRACE
+  m.def("trace_take", []() {
+    std::vector<unsigned long long> v(64);
+    const int n = mlav::trace_take(v.data(), (int)v.size());
+    TORCH_CHECK(n >= 0, "trace_take: CUDA error");
+    v.resize(n);
+    return v;
+  }, "diagnostic build: the wgmma split kernel's phase cycle sums since the last call (then zeroed)");
+#endif
   m.def("fwd", &fwd, "MLA verify attention forward (writes o in place)");
   m.def("config_smem_bytes", &mlav::config_smem_bytes, "dynamic smem bytes of a tile config");
   m.def("config_block_m", &mlav::config_block_m, "rows per CTA of a tile config");

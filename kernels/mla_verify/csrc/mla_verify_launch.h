@@ -10,5 +10,10 @@ cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t st
 int config_block_m(int cfg);
 int config_smem_bytes(int cfg);
 bool config_compiled(int cfg);
-bool config_has_fp8_f16(int cfg);  // the config has an F16 fp8 kernel (tiles.TileConfig.fp8_f16_min_tokens > 0)
+bool config_has_fp8_f16(int cfg);
+#if MLAV_TRACE
+// Diagnostic build: copies the wgmma split kernel's phase sums (2 x TRACE_SLOTS, mla_verify_wgmma.cuh) to out and
+// zeroes them; returns the slot count or -1 on a CUDA error.
+int trace_take(unsigned long long* out, int n);
+#endif  // the config has an F16 fp8 kernel (tiles.TileConfig.fp8_f16_min_tokens > 0)
 }  // namespace mlav

@@ -93,6 +93,19 @@ __device__ __forceinline__ void q_f16_to_bf16(uint8_t* q, uint32_t off0, uint32_
   }
 }
 
+// Diagnostic build only (nvcc -DMLAV_TRACE=1, tests/device/dense_trace.py; never in a shipped build): thread 0 of each
+// warpgroup sums SM cycles (clock, 32 bits per CTA) per phase of the split kernel and adds them to trace_acc at its end:
+// [warpgroup][TRACE_SLOTS] = prologue, per tile: tile wait + barrier 1, S (issue to wait, the next tile's loads
+// issued inside; the F16 kernel's Q conversion back before the draft tile), scale / max / P write, barrier 2, exact
+// step (+ barrier 3), PV (+ the fp8 store), then epilogue, tiles, CTAs. The shipped build compiles none of it.
+#ifndef MLAV_TRACE
+#define MLAV_TRACE 0
+#endif
+constexpr int TRACE_SLOTS = 10;
+#if MLAV_TRACE
+__device__ unsigned long long trace_acc[2 * TRACE_SLOTS];
+#endif
+
 template <bool FP8, bool F16 = false>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(const Params p) {
   static_assert(FP8 || !F16, "the f16 path is an fp8 kernel's");
@@ -103,6 +116,16 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (rows 16wq..16wq+15)
   const int s = blockIdx.y;
+#if MLAV_TRACE
+  uint32_t tr_t = (uint32_t)clock(), tr[TRACE_SLOTS] = {};  // 32-bit SM cycles: differences wrap correctly
+  auto mark = [&](int slot) {
+    const uint32_t t = (uint32_t)clock();
+    tr[slot] += t - tr_t;
+    tr_t = t;
+  };
+#else
+  auto mark = [](int) {};
+#endif
   pdl_signal(p);
   const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
   if (w.row0 >= w.R) return;
@@ -241,10 +264,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
 
   // One KV tile (S, softmax, PV); the tag (std::true_type: an F16 kernel's prefix tiles) picks the f16 wgmmas and P.
   // Two loops, not a branch per tile: ptxas serializes every wgmma behind a branch that selects between them (C7520).
+  mark(0);
   auto tile_step = [&](int j, auto f16_tag) {
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
+    mark(1);
     const uint32_t sK = sKV + (j & 1) * TILE;
     constexpr bool f16 = decltype(f16_tag)::value;  // this tile's wgmmas take f16 operands (an fp8 prefix tile)
     float sl_row[2];  // log2-domain scale of rows r0, r0 + 8's prefix logits (f16 Q: times qinv[r])
@@ -274,6 +299,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     cp_async_commit();
     wgmma_wait0();
     fence_regs<16>(sc);
+    mark(2);
 
     // ---- scale + mask, row max over this warpgroup's 32 columns ----
     float tmax[2] = {-INFINITY, -INFINITY};
@@ -317,8 +343,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
     }
     fence_proxy_async();
+    mark(3);
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
     const bool exact_step = __syncthreads_or(over);
+    mark(4);
     if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
       const int tk = tid >> 2;
       bool ok;
@@ -348,6 +376,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       fence_proxy_async();
       __syncthreads();  // the rewritten P (and a reloaded draft V) visible to wgmma
     }
+    mark(5);
 
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
@@ -361,6 +390,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     wgmma_wait0();
     fence_regs<128>(o);
     if (FP8 && p.fp8_sched == 2) store_fp8();
+    mark(6);
   };
   if constexpr (F16) {
     int j = 0;
@@ -386,6 +416,13 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     if (w.S > 1 && grp == 0 && (lane & 3) == 0)
       p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
   }
+#if MLAV_TRACE
+  mark(7);
+  tr[8] = w.ntiles;
+  tr[9] = 1;
+  if ((tid & 127) == 0)
+    for (int i = 0; i < TRACE_SLOTS; ++i) atomicAdd(&trace_acc[grp * TRACE_SLOTS + i], (unsigned long long)tr[i]);
+#endif
 }
 
 }  // namespace wg
