@@ -813,9 +813,10 @@ AB_SHAPES = (
 )
 
 
-def load_tree(arch, csrc_dir):
+def load_tree(arch, csrc_dir, extra=()):
     """JIT build of another copy of mla_verify's csrc/ (e.g. an older commit's, extracted with
-    git archive) with the same flags and sources as the checkout's; development only."""
+    git archive) with the same flags and sources as the checkout's, plus `extra` compiler flags
+    (e.g. -DMLAV_TRACE=1: tests/device/dense_trace.py); development only."""
     from mla_verify import _build
 
     return _build.compile_tree(
@@ -825,7 +826,7 @@ def load_tree(arch, csrc_dir):
         sources=_build.SOURCES,
         headers=_build.HEADERS,
         nvcc=_build.nvcc_flags(arch),
-        extra=[],
+        extra=list(extra),
     )
 
 

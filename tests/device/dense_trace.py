@@ -38,15 +38,7 @@ def main(argv=None) -> int:
 
     arch = device_arch(torch.device("cuda"))
     csrc = a.csrc or str(_build.CSRC)
-    traced = _build.compile_tree(
-        arch,
-        csrc,
-        prefix="mla_verify_trace",
-        sources=_build.SOURCES,
-        headers=_build.HEADERS,
-        nvcc=_build.nvcc_flags(arch),
-        extra=["-DMLAV_TRACE=1"],
-    )
+    traced = load_tree(arch, csrc, extra=["-DMLAV_TRACE=1"])
     plain = load_tree(arch, csrc) if a.csrc else None
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
