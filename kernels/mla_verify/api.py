@@ -246,6 +246,17 @@ def split_rule(
     return SplitRule(s_cap, -(-max_len_extend // cfg.block_n), cfg.block_n, B * max_len_extend * H * 513 * 4 * 2)
 
 
+def request_length(B: int, prefix_tokens_total: int) -> int:
+    """The split rule's prefix length per request: ceil(total / B), capped at the device's 32-bit int."""
+    return min(-(-max(0, int(prefix_tokens_total)) // max(1, B)), 2**31 - 1)
+
+
+def split_chunk(length: int, splits: int, bn: int) -> int:
+    """Prefix tokens of one split (the device's work_of): ceil(length / splits) rounded up to whole bn tiles."""
+    per_split = -(-length // splits)
+    return -(-per_split // bn) * bn
+
+
 def splits_for_total(rule: SplitRule, B: int, prefix_tokens_total: int, grid_splits: int = MAX_SPLITS) -> int:
     """Split count for a batch of B requests with `prefix_tokens_total` prefix tokens in all,
     capped at `grid_splits` (what a launch sized for that many splits can run). The device
@@ -253,14 +264,13 @@ def splits_for_total(rule: SplitRule, B: int, prefix_tokens_total: int, grid_spl
     total = max(0, int(prefix_tokens_total))
     if rule.s_cap <= 1 or grid_splits <= 1 or total < 1:
         return 1
-    length = min(-(-total // B), 2**31 - 1)  # the device's 32-bit length (a prefix length is an int there)
+    length = request_length(B, total)
     part_cap = max(total * 1152, PARTIAL_CAP_BYTES)
     s_max = max(1, min(rule.s_cap, part_cap // rule.part_div, grid_splits))
     bn = rule.bn
     best, best_cost = 1, None
     for s in range(1, s_max + 1):
-        per = -(-length // s)
-        chunk = -(-per // bn) * bn  # the device's split length (work_of)
+        chunk = split_chunk(length, s, bn)
         last = max(0, length - (s - 1) * chunk)
         cost = max(chunk // bn if s > 1 else 0, -(-last // bn) + rule.draft_tiles)
         if best_cost is None or cost < best_cost:
@@ -328,9 +338,7 @@ def fp8_f16(
         return 1
     if capturing or not kv_fp8 or not has_f16 or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
         return 0
-    per_request = -(-max(0, int(prefix_tokens_total)) // max(1, B))
-    per_split = -(-per_request // max(1, num_splits))
-    chunk = -(-per_split // cfg.block_n) * cfg.block_n
+    chunk = split_chunk(request_length(B, prefix_tokens_total), max(1, num_splits), cfg.block_n)
     return int(chunk >= cfg.fp8_f16_min_tokens)
 
 

@@ -88,63 +88,6 @@ __device__ __forceinline__ uint4 fp8x8_to_f16x8(uint32_t lo, uint32_t hi) {
   return make_uint4(e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2<true>(lo), e4m3x2_to_f16x2(hi), e4m3x2_to_f16x2<true>(hi));
 }
 
-// F16 kernels: one Q row's 16-byte chunks that this thread holds (NCH of them at q + off(i), i < NCH; the row's
-// other chunks are held by the LANES - 1 neighbouring lanes of an aligned group) rewritten in place as f16 of
-// q x 2^e, e = 14 - ilogb(max_d |q[d]|) clamped to +-120: a power of two, exact wherever the product is an f16
-// normal (the row's largest |value| lands in [2^14, 2^15)). Returns 2^-e (S is scaled back by it in fp32). Every
-// lane of the warp calls it (xor shuffles over the group).
-template <int NCH, int LANES, typename Off>
-__device__ __forceinline__ float q_row_to_f16(uint8_t* q, Off off) {
-  uint4 v[NCH];
-  float mx = 0.f;
-#pragma unroll
-  for (int it = 0; it < NCH; ++it) {
-    v[it] = *reinterpret_cast<const uint4*>(q + off(it));
-    const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(u[i] << 16)), fabsf(__uint_as_float(u[i] & 0xffff0000u))));
-  }
-#pragma unroll
-  for (int o = LANES / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  int e = 0;
-  if (mx > 0.f) e = 14 - ilogbf(mx);  // inf / NaN: ilogbf is huge, e clamps low
-  e = max(-120, min(120, e));
-  const float sc = __int_as_float((127 + e) << 23);
-#pragma unroll
-  for (int it = 0; it < NCH; ++it) {
-    const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
-    uint32_t h[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __half2 x = __floats2half2_rn(__uint_as_float(u[i] << 16) * sc, __uint_as_float(u[i] & 0xffff0000u) * sc);
-      h[i] = *reinterpret_cast<const uint32_t*>(&x);
-    }
-    *reinterpret_cast<uint4*>(q + off(it)) = make_uint4(h[0], h[1], h[2], h[3]);
-  }
-  return __int_as_float((127 - e) << 23);
-}
-
-// q_row_to_f16 undone on the same chunks: bf16 of the f16 value x inv (exact: the f16 held the bf16 value times
-// a power of two). UNROLL bounds the unrolling (called inside the tile loop, where O holds the registers).
-template <int NCH, int UNROLL, typename Off>
-__device__ __forceinline__ void q_row_to_bf16(uint8_t* q, Off off, float inv) {
-#pragma unroll UNROLL
-  for (int it = 0; it < NCH; ++it) {
-    uint4* ptr = reinterpret_cast<uint4*>(q + off(it));
-    const uint4 v = *ptr;
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-    uint32_t b[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-      const __nv_bfloat162 y = __floats2bfloat162_rn(x.x * inv, x.y * inv);
-      b[i] = *reinterpret_cast<const uint32_t*>(&y);
-    }
-    *ptr = make_uint4(b[0], b[1], b[2], b[3]);
-  }
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
