@@ -30,4 +30,6 @@ def wrapper(n: int, tnsp_b: bool, dtype: str = "bf16") -> str:
 
 
 if __name__ == "__main__":
-    print("\n\n".join(wrapper(n, tb, dt) for dt in ("bf16", "f16") for n, tb in ((32, False), (64, False), (256, True))))
+    print(
+        "\n\n".join(wrapper(n, tb, dt) for dt in ("bf16", "f16") for n, tb in ((32, False), (64, False), (256, True)))
+    )
