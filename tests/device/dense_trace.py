@@ -2,7 +2,8 @@
 tile, from the trace build (csrc/ compiled with -DMLAV_TRACE=1: thread 0 of each warpgroup sums SM cycles per
 phase; mla_verify_wgmma.cuh lists the phases). E.g.
 
-    python3 tests/device/dense_trace.py 8:32768:8:16,4:131072:4:16 [--fp8] [--fp8-path f16] [--csrc DIR] [--out F]
+    python3 tests/device/dense_trace.py 8:32768:8:16,4:131072:4:16 [--fp8] [--fp8-path f16] [--csrc DIR]
+        [--define MLAV_DIAG_NOLOAD=1] [--out F]
 
 Per shape: REPS eager calls, each after an L2 flush (the bench's Timer), then the phase sums of those calls
 divided by the tiles they ran: SM cycles per tile and phase, per warpgroup, beside the prologue and epilogue per
@@ -26,6 +27,13 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8", action="store_true", help="the fp8 cache as the bench stores it")
     ap.add_argument("--fp8-path", default="auto", help="mla_verify_fwd's fp8_path (auto, bf16, f16)")
     ap.add_argument("--csrc", default=None, help="another copy of mla_verify's csrc/ (default: the checkout's)")
+    ap.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a macro for both builds, e.g. MLAV_DIAG_NOLOAD=1 (no KV loads from tile 2 on: wrong output, timing only)",
+    )
     ap.add_argument("--out", default=None, help="write the JSON document here")
     a = ap.parse_args(argv)
 
@@ -38,11 +46,20 @@ def main(argv=None) -> int:
 
     arch = device_arch(torch.device("cuda"))
     csrc = a.csrc or str(_build.CSRC)
-    traced = load_tree(arch, csrc, extra=["-DMLAV_TRACE=1"])
-    plain = load_tree(arch, csrc) if a.csrc else None
+    defines = [f"-D{d}" for d in a.define]
+    traced = load_tree(arch, csrc, extra=["-DMLAV_TRACE=1", *defines])
+    plain = load_tree(arch, csrc, extra=defines) if a.csrc or defines else None
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
-    doc = {"fp8": a.fp8, "fp8_path": a.fp8_path, "csrc": csrc, "reps": REPS, "phases": PHASES, "rows": []}
+    doc = {
+        "fp8": a.fp8,
+        "fp8_path": a.fp8_path,
+        "csrc": csrc,
+        "defines": a.define,
+        "reps": REPS,
+        "phases": PHASES,
+        "rows": [],
+    }
     for B, L, n, H in parse_shapes(a.shapes):
         inp = make_inputs(ab_case(B, L, n, H, "fp8" if a.fp8 else "bf16"), "cuda")
         args, kw = kernel_args(inp), dict(kernel_kwargs(inp), tile_config="sm90wg", fp8_path=a.fp8_path)
