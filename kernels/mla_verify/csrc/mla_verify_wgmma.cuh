@@ -159,6 +159,13 @@ __device__ __forceinline__ void q_f16_to_bf16(uint8_t* q, uint32_t off0, uint32_
 #define MLAV_TRACE 0
 #endif
 constexpr int TRACE_SLOTS = 10;
+
+// Session 20 experiment (A/B against 0): the bf16 kernel issues tile j+1's two rows of cp.async between thirds of
+// S(j)'s wgmma chain instead of after it (the trace put S at 2,276 cycles per tile with the gather, 1,844 without,
+// its chain alone 1,730).
+#ifndef MLAV_S_INTERLEAVE
+#define MLAV_S_INTERLEAVE 1
+#endif
 #if MLAV_TRACE
 __device__ unsigned long long trace_acc[2 * TRACE_SLOTS];
 #endif
@@ -253,6 +260,13 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       }
     }
   };
+  // bf16 tile j's row l8 + 32 k into stage `stage`; ok_all = false copies zeros (j past the split's tiles).
+  auto load_row8 = [&](int j, int stage, int k, bool ok_all) {
+    bool ok;
+    const __nv_bfloat16* src = kv_src(p, w, j, BN, l8 + 32 * k, next_slot8[k], ok);
+    next_slot8[k] = tile_slot(p, w, j + 1, BN, l8 + 32 * k);
+    copy_row8(sKV + stage * TILE, off8[k], src, ok && ok_all);
+  };
   auto load_tile = [&](int j, int stage) {          // tiles are loaded in order 0, 1, 2, ...
 #ifdef MLAV_DIAG_NOLOAD
     // Timing diagnostic, never in a shipped build (nvcc -DMLAV_DIAG_NOLOAD=1 in a copy of csrc/ run
@@ -282,12 +296,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
       }
     }
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      bool ok;
-      const __nv_bfloat16* src = kv_src(p, w, j, BN, l8 + 32 * k, next_slot8[k], ok);
-      next_slot8[k] = tile_slot(p, w, j + 1, BN, l8 + 32 * k);
-      copy_row8(sKV + stage * TILE, off8[k], src, ok);
-    }
+    for (int k = 0; k < 2; ++k) load_row8(j, stage, k, true);
   };
   load_tile(0, 0);
   if constexpr (F16) {
@@ -347,12 +356,22 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
                    // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
     wgmma_fence();
-    if constexpr (f16)
-      issue_qk_steps<0, 576 / 16, true>(sc, sQ, sK, grp);
-    else
-      issue_qk(sc, sQ, sK, grp);
-    wgmma_commit();
-    if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
+    if constexpr (!FP8 && MLAV_S_INTERLEAVE) {  // tile j+1's rows between thirds of the chain, no branch
+      const bool more = j + 1 < w.ntiles;           // (a branch between wgmmas serializes them: C7520)
+      issue_qk_steps<0, 12>(sc, sQ, sK, grp);
+      load_row8(j + 1, (j + 1) & 1, 0, more);
+      issue_qk_steps<12, 12, false, true>(sc, sQ, sK, grp);
+      load_row8(j + 1, (j + 1) & 1, 1, more);
+      issue_qk_steps<24, 12, false, true>(sc, sQ, sK, grp);
+      wgmma_commit();
+    } else {
+      if constexpr (f16)
+        issue_qk_steps<0, 576 / 16, true>(sc, sQ, sK, grp);
+      else
+        issue_qk(sc, sQ, sK, grp);
+      wgmma_commit();
+      if (!early && j + 1 < w.ntiles) load_tile(j + 1, (j + 1) & 1);
+    }
     cp_async_commit();
     wgmma_wait0();
     fence_regs<16>(sc);

@@ -24,17 +24,18 @@ constexpr int kAtomBytes = 8192;  // one 64-dim column atom of a 64-row tile
 
 // S[64 x 32] = Q K^T for warpgroup grp (tile tokens 32 grp .. 32 grp + 31) over dims [16 K0, 16 (K0 +
 // NK)): NK x m64n32k16 (A = Q, B = K, both K-major; F16: f16 operands, else bf16). The first step
-// overwrites sc (scale-d = 0). Issues only: the caller fences, commits and waits.
-template <int K0, int NK, bool F16 = false>
+// overwrites sc (scale-d = 0) unless ACC (a later part of one chain). Issues only: the caller fences, commits
+// and waits.
+template <int K0, int NK, bool F16 = false, bool ACC = false>
 __device__ __forceinline__ void issue_qk_steps(float* sc, uint32_t sQ, uint32_t sK, int grp) {
   const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK + grp * 4096, 16, 1024);
 #pragma unroll
   for (int kk = K0; kk < K0 + NK; ++kk) {
     const uint64_t koff = ((kk >> 2) * kAtomBytes + (kk & 3) * 32) >> 4;  // start address field, 16 B units
     if constexpr (F16)
-      wgmma_m64n32k16_ss_f16(sc, dq + koff, dk + koff, kk > K0);
+      wgmma_m64n32k16_ss_f16(sc, dq + koff, dk + koff, ACC || kk > K0);
     else
-      wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, kk > K0);
+      wgmma_m64n32k16_ss(sc, dq + koff, dk + koff, ACC || kk > K0);
   }
 }
 // All 576 dims in bf16 (36 steps).
