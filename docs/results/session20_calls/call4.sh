@@ -3,7 +3,8 @@
 # (MLAV_S_INTERLEAVE=1) against the same tree with 0 (the shipped order: all loads after the chain's commit; SASS of
 # the fp8 kernels identical). Call 3's trace: S 2,276 cycles per tile with the gather, 1,844 without (B=8 L=32k).
 # A/B bf16 (graph replays, L2 flushed, min of 3 interleaved medians), the new kernel's trace, full parity, memcheck.
-# Run from the repository root, no carry, ~3 min.
+# Run from the repository root, no carry, ~3 min. Ran at 2fd798a (the macro was removed after: SASS identical, 1 = shipped);
+# to rerun, check out 2fd798a.
 set -o pipefail
 export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
 R=$PWD; L=$OUT/log.txt; say() { echo "== $* ($(date +%T), ${SECONDS}s)" | tee -a "$L"; }

@@ -160,12 +160,6 @@ __device__ __forceinline__ void q_f16_to_bf16(uint8_t* q, uint32_t off0, uint32_
 #endif
 constexpr int TRACE_SLOTS = 10;
 
-// Session 20 experiment (A/B against 0): the bf16 kernel issues tile j+1's two rows of cp.async between thirds of
-// S(j)'s wgmma chain instead of after it (the trace put S at 2,276 cycles per tile with the gather, 1,844 without,
-// its chain alone 1,730).
-#ifndef MLAV_S_INTERLEAVE
-#define MLAV_S_INTERLEAVE 1
-#endif
 #if MLAV_TRACE
 __device__ unsigned long long trace_acc[2 * TRACE_SLOTS];
 #endif
@@ -356,8 +350,13 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     float sc[16];  // not zeroed: the first wgmma overwrites it (scale-d = 0); a zeroing store here
                    // would define accumulator registers while PV(j-1) runs (ptxas then serializes)
     wgmma_fence();
-    if constexpr (!FP8 && MLAV_S_INTERLEAVE) {  // tile j+1's rows between thirds of the chain, no branch
-      const bool more = j + 1 < w.ntiles;           // (a branch between wgmmas serializes them: C7520)
+    if constexpr (!FP8) {
+      // bf16: tile j+1's two rows of cp.async between thirds of the chain, past the last tile as 0-byte copies
+      // (no branch around them: a branch between wgmmas can serialize them, C7520). Issued after the chain's
+      // commit they added ~430 cycles to the S phase (trace, B=8 L=32k: 2,276 with the gather, 1,844 without).
+      // Session 20 call 4, H200, same process, time vs loads after the commit (bitwise equal outputs):
+      // 0.989 (4, 131072, 4, 16), 0.992 B=8 L=32k, 0.993 B=32 L=8k, 0.996 B=1 L=32k, 0.995 B=1 L=4k.
+      const bool more = j + 1 < w.ntiles;
       issue_qk_steps<0, 12>(sc, sQ, sK, grp);
       load_row8(j + 1, (j + 1) & 1, 0, more);
       issue_qk_steps<12, 12, false, true>(sc, sQ, sK, grp);
