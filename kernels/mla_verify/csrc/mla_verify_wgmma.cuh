@@ -159,7 +159,6 @@ __device__ __forceinline__ void q_f16_to_bf16(uint8_t* q, uint32_t off0, uint32_
 #define MLAV_TRACE 0
 #endif
 constexpr int TRACE_SLOTS = 10;
-
 #if MLAV_TRACE
 __device__ unsigned long long trace_acc[2 * TRACE_SLOTS];
 #endif
