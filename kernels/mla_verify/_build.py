@@ -35,6 +35,7 @@ SOURCES = ("binding.cpp", "mla_verify.cu")
 HEADERS = (
     "mla_verify_kernel.cuh",
     "mla_verify_wgmma.cuh",
+    "mla_verify_wgmma_ws.cuh",
     "wgmma_sm90.cuh",
     "wgmma_tile_sm90.cuh",
     "fp8_e4m3.cuh",

@@ -13,6 +13,12 @@
 #endif
 #if MLAV_BUILD_CFG90
 #include "mla_verify_wgmma.cuh"
+#include "mla_verify_wgmma_ws.cuh"
+#endif
+// 1: the wgmma config's bf16 calls launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh), an experiment
+// built in every sm_90a build and launched only in an A/B tree; 0 (shipped): the kernel of mla_verify_wgmma.cuh.
+#ifndef MLAV_WS
+#define MLAV_WS 0
 #endif
 
 namespace mlav {
@@ -53,6 +59,11 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
                       dim3(m_tiles, p.S, p.B), p, stream);
 }
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
+  if (MLAV_WS && !p.kv_fp8) {
+    static int attr_device = -1;
+    return launch_split(wg::mla_verify_split_wgmma_ws_kernel, &attr_device, wg::Smem::bytes, wg::WS_THREADS,
+                        dim3(m_tiles, p.S, p.B), p, stream);
+  }
   if (!p.kv_fp8) return launch_wgmma_t<false, false>(p, m_tiles, stream);
   return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
 }

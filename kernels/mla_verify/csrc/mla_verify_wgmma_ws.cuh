@@ -1,0 +1,252 @@
+// sm_90a split kernel, warp-specialized form of the bf16 wgmma kernel (mla_verify_wgmma.cuh). Experiment of
+// session 20, compiled in every sm_90a build but launched only by a build with -DMLAV_WS=1 (not shipped; the first
+// device A/B is prepared in docs/results/session20_calls/next_call2.sh).
+//
+// Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
+// warps that also issue the wgmmas; with no loads at all the kernel ran 0.86-0.88x the time (session 20 call 3).
+// Here a third warpgroup (the producer, 56 registers after setmaxnreg) gathers Q and every KV tile with cp.async,
+// and the two consumer warpgroups (224 registers) run S, the lazy softmax and PV exactly as the shipped bf16
+// kernel does (same tiles, same smem layout, same arithmetic: outputs should be bitwise equal), with no load
+// instruction in their loop except a draft tile's V rows from v_extend.
+// Handoff per KV stage st (2 stages), two mbarriers in static smem:
+//   full[st]  : 128 producer arrivals; each producer thread waits for its own cp.async rows of the tile,
+//               fences them for the async proxy (wgmma), then arrives. Tile j is completion j/2 of full[j%2].
+//   empty[st] : 256 consumer arrivals after PV read the stage. The producer refills stage st with tile j (j >= 2)
+//               after completion j/2 - 1 of empty[st], before it waits for tile j-1 to land, so the next tile's
+//               loads go out as soon as the stage is free.
+// The consumers synchronize among themselves with named barrier 1 (256 threads); the producer never joins it and
+// leaves after its last arrival.
+#pragma once
+#include "mla_verify_wgmma.cuh"
+
+namespace mlav {
+namespace wg {
+
+constexpr int WS_THREADS = 384;  // warpgroups 0 and 1: consumers; warpgroup 2: producer
+constexpr int WS_CONSUMERS = 256;
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives (release, CTA scope).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Spins until the phase of the given parity has completed (acquire, CTA scope).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Named barrier 1 over the consumer threads; the OR form returns whether any of them passed true.
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+__device__ __forceinline__ bool consumer_sync_or(bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, 1, 256, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(r)
+      : "r"((uint32_t)v)
+      : "memory");
+  return r != 0;
+}
+
+__global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];  // 16, not 1024: a 1024-aligned extern pads the static part
+  __shared__ __align__(8) uint64_t bars[4];             // full[0], full[1], empty[0], empty[1]
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (base - raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = warp >> 2, wq = warp & 3;  // warpgroup (2: producer), warp within it
+  const int s = blockIdx.y;
+  pdl_signal(p);
+  const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
+  if (w.row0 >= w.R) return;
+  float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
+  float* red_sum = red_max + 2 * BM;                                // [2][BM]
+  if (w.ntiles == 0) {  // empty split: sentinel only
+    for (int r = tid; r < BM; r += WS_THREADS)
+      if (w.row0 + r < w.R) p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = -INFINITY;
+    return;
+  }
+  const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
+  uint8_t* pP = smem + Smem::off_p;
+  const uint32_t bar0 = smem_u32(bars);
+  auto full = [&](int st) { return bar0 + 8u * st; };
+  auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
+  if (tid == 0) {
+    mbar_init(full(0), 128);
+    mbar_init(full(1), 128);
+    mbar_init(empty(0), WS_CONSUMERS);
+    mbar_init(empty(1), WS_CONSUMERS);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (grp == 2) {  // ---- producer: Q with tile 0, then tile j+1 as soon as its stage is free ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    // 8 lanes per row, rows l8 + 16 i (i < 4): chunk sub8 + 8 it of a row lies in atom it at the row's swizzled
+    // position of chunk sub8 (the four rows share l8 % 8), so one instruction moves 4 rows x 128 contiguous bytes.
+    const int pt = tid - WS_CONSUMERS, l8 = pt >> 3, sub8 = pt & 7;
+    const uint32_t cswz = (uint32_t)((sub8 ^ (l8 & 7)) << 4);
+    auto copy_row = [&](uint32_t tile, int r, const __nv_bfloat16* src, bool ok) {
+      const __nv_bfloat16* g = src + sub8 * 8;
+      const uint32_t off = (uint32_t)(r * 128) + cswz;
+#pragma unroll
+      for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 64, ok ? 16 : 0);
+    };
+    int64_t slot[4];
+    auto load_tile = [&](int j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        bool ok;
+        const __nv_bfloat16* src = kv_src(p, w, j, BN, l8 + 16 * i, slot[i], ok);
+        slot[i] = tile_slot(p, w, j + 1, BN, l8 + 16 * i);
+        copy_row(sKV + (j & 1) * TILE, l8 + 16 * i, src, ok);
+      }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      bool ok;
+      const __nv_bfloat16* src = q_src(p, w, l8 + 16 * i, ok);
+      copy_row(sQ, l8 + 16 * i, src, ok);
+      slot[i] = tile_slot(p, w, 0, BN, l8 + 16 * i);
+    }
+    load_tile(0);  // one group: Q and tile 0
+    for (int j = 0; j < w.ntiles; ++j) {
+      if (j + 1 < w.ntiles) {
+        const int t = j + 1;
+        if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
+        load_tile(t);
+        cp_async_wait<1>();  // this thread's rows of tile j (and Q) landed
+      } else {
+        cp_async_wait<0>();
+      }
+      fence_proxy_async();
+      mbar_arrive(full(j & 1));
+    }
+    return;
+  }
+
+  // ---- consumers: the shipped bf16 kernel's tile loop without its loads ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+  const int lsub = tid & 3;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
+  int tok_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = w.row0 + r0 + 8 * h;
+    tok_row[h] = gr < w.R ? gr / p.H : -1;
+  }
+  const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
+  for (int j = 0; j < w.ntiles; ++j) {
+    mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
+    consumer_sync();                       // every consumer done with tile j-1 (P, the row maxima)
+    const uint32_t sK = sKV + (j & 1) * TILE;
+    const bool draft = j >= w.n_pre;
+
+    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32) ----
+    float sc[16];
+    wgmma_fence();
+    issue_qk(sc, sQ, sK, grp);
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs<16>(sc);
+
+    // ---- scale + mask, row max over this warpgroup's 32 columns ----
+    float tmax[2] = {-INFINITY, -INFINITY};
+    const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
+    const int t_end = draft ? w.n_b : w.pe;
+    if (!draft && t_start + BN <= t_end) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        sc[e] *= p.scale_log2;
+        tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
+          bool vis = t < t_end;
+          if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
+          const float v = vis ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
+          sc[4 * i + e] = v;
+          tmax[h] = fmaxf(tmax[h], v);
+        }
+      }
+    }
+    // ---- lazy softmax (mla_verify_wgmma.cuh), the block barriers as consumer barriers ----
+    const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
+    float psum[2];
+    if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
+    fence_proxy_async();
+    const bool exact_step = consumer_sync_or(over);
+    if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
+      const int tk = tid >> 2;
+      bool ok;
+      const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
+      for (int it = 0; it < V_CHUNKS / 4; ++it) {
+        const int ch = lsub + 4 * it;
+        cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+      }
+      cp_async_commit();
+    }
+    if (exact_step) {
+      float alpha[2];
+      exact_max(m_run, alpha, red_max, r0);
+      write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
+      rescale_o(o, alpha);
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
+    }
+    if (draft && !p.v_alias) cp_async_wait<0>();
+    if (exact_step || (draft && !p.v_alias)) {
+      fence_proxy_async();
+      consumer_sync();  // the rewritten P (and a reloaded draft V) visible to wgmma
+    }
+
+    // ---- O[:, 256 grp .. +256] += P V, then the stage goes back to the producer ----
+    fence_regs<128>(o);
+    wgmma_fence();
+    issue_pv(o, sP, sK, grp);
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs<128>(o);
+    mbar_arrive(empty(j & 1));
+  }
+
+  // ---- finalize: row sums of both halves, normalized output or split partial ----
+  publish_row_sums(l_run, red_sum, grp, r0, lane);
+  consumer_sync();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    if (w.row0 + r >= w.R) continue;  // padded row: write nothing
+    const float l = red_sum[r] + red_sum[BM + r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const RowOut ro = row_out(p, w, s, r);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
+      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+  }
+}
+
+}  // namespace wg
+}  // namespace mlav
