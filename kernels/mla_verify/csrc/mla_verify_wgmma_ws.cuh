@@ -15,7 +15,8 @@
 //               after completion j/2 - 1 of empty[st], before it waits for tile j-1 to land, so the next tile's
 //               loads go out as soon as the stage is free.
 // The consumers synchronize among themselves with named barrier 1 (256 threads); the producer never joins it and
-// leaves after its last arrival.
+// leaves after its last arrival. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the shipped
+// kernel's slots (the first tile's wait for the producer counts in the wait slot, as there).
 #pragma once
 #include "mla_verify_wgmma.cuh"
 
@@ -64,6 +65,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup (2: producer), warp within it
   const int s = blockIdx.y;
+#if MLAV_TRACE
+  uint32_t tr_t = (uint32_t)clock(), tr[TRACE_SLOTS] = {};  // the shipped kernel's phases (mla_verify_wgmma.cuh)
+  auto mark = [&](int slot) {
+    const uint32_t t = (uint32_t)clock();
+    tr[slot] += t - tr_t;
+    tr_t = t;
+  };
+#else
+  auto mark = [](int) {};
+#endif
   pdl_signal(p);
   const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
   if (w.row0 >= w.R) return;
@@ -149,9 +160,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     tok_row[h] = gr < w.R ? gr / p.H : -1;
   }
   const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
+  mark(0);
   for (int j = 0; j < w.ntiles; ++j) {
     mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
     consumer_sync();                       // every consumer done with tile j-1 (P, the row maxima)
+    mark(1);
     const uint32_t sK = sKV + (j & 1) * TILE;
     const bool draft = j >= w.n_pre;
 
@@ -162,6 +175,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     wgmma_commit();
     wgmma_wait0();
     fence_regs<16>(sc);
+    mark(2);
 
     // ---- scale + mask, row max over this warpgroup's 32 columns ----
     float tmax[2] = {-INFINITY, -INFINITY};
@@ -193,7 +207,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     float psum[2];
     if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
     fence_proxy_async();
+    mark(3);
     const bool exact_step = consumer_sync_or(over);
+    mark(4);
     if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
       const int tk = tid >> 2;
       bool ok;
@@ -220,6 +236,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       fence_proxy_async();
       consumer_sync();  // the rewritten P (and a reloaded draft V) visible to wgmma
     }
+    mark(5);
 
     // ---- O[:, 256 grp .. +256] += P V, then the stage goes back to the producer ----
     fence_regs<128>(o);
@@ -229,6 +246,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     wgmma_wait0();
     fence_regs<128>(o);
     mbar_arrive(empty(j & 1));
+    mark(6);
   }
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
@@ -246,6 +264,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     if (w.S > 1 && grp == 0 && (lane & 3) == 0)
       p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
   }
+#if MLAV_TRACE
+  mark(7);
+  tr[8] = w.ntiles;
+  tr[9] = 1;
+  if ((tid & 127) == 0)
+    for (int i = 0; i < TRACE_SLOTS; ++i) atomicAdd(&trace_acc[grp * TRACE_SLOTS + i], (unsigned long long)tr[i]);
+#endif
 }
 
 }  // namespace wg
