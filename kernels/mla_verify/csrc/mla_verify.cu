@@ -61,7 +61,7 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
   if (MLAV_WS && !p.kv_fp8) {
     static int attr_device = -1;
-    return launch_split(wg::mla_verify_split_wgmma_ws_kernel, &attr_device, wg::Smem::bytes, wg::WS_THREADS,
+    return launch_split(wg::mla_verify_split_wgmma_ws_kernel, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS,
                         dim3(m_tiles, p.S, p.B), p, stream);
   }
   if (!p.kv_fp8) return launch_wgmma_t<false, false>(p, m_tiles, stream);

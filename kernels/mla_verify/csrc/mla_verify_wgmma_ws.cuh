@@ -9,7 +9,7 @@
 // and the two consumer warpgroups (224 registers) run S, the lazy softmax and PV exactly as the shipped bf16
 // kernel does (same tiles, same smem layout, same arithmetic: outputs should be bitwise equal), with no load
 // instruction in their loop except a draft tile's V rows from v_extend.
-// Handoff per KV stage st (2 stages), two mbarriers in static smem:
+// Handoff per KV stage st (2 stages), two mbarriers each at the start of the dynamic smem:
 //   full[st]  : 128 producer arrivals; each producer thread waits for its own cp.async rows of the tile,
 //               fences them for the async proxy (wgmma), then arrives. Tile j is completion j/2 of full[j%2].
 //   empty[st] : 256 consumer arrivals after PV read the stage. The producer refills stage st with tile j (j >= 2)
@@ -26,6 +26,8 @@ namespace wg {
 
 constexpr int WS_THREADS = 384;  // warpgroups 0 and 1: consumers; warpgroup 2: producer
 constexpr int WS_CONSUMERS = 256;
+constexpr int WS_BAR_BYTES = 32;                           // four mbarriers
+constexpr int WS_SMEM_BYTES = Smem::bytes + WS_BAR_BYTES;  // 231,456 B
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -58,11 +60,13 @@ __device__ __forceinline__ bool consumer_sync_or(bool v) {
 }
 
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
-  extern __shared__ __align__(16) uint8_t smem_raw[];  // 16, not 1024: a 1024-aligned extern pads the static part
-  __shared__ __align__(8) uint64_t bars[4];             // full[0], full[1], empty[0], empty[1]
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  uint8_t* smem = smem_raw + (base - raw);
+  // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the four
+  // mbarriers (full[0], full[1], empty[0], empty[1]) at the start, then the shipped kernel's layout from the next
+  // 1024-aligned byte (WS_SMEM_BYTES has room for both).
+  extern __shared__ __align__(16) uint8_t ws_smem_raw[];
+  const uint32_t raw = smem_u32(ws_smem_raw);
+  const uint32_t base = (raw + WS_BAR_BYTES + 1023u) & ~1023u;
+  uint8_t* smem = ws_smem_raw + (base - raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup (2: producer), warp within it
   const int s = blockIdx.y;
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
   uint8_t* pP = smem + Smem::off_p;
-  const uint32_t bar0 = smem_u32(bars);
+  const uint32_t bar0 = raw;
   auto full = [&](int st) { return bar0 + 8u * st; };
   auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
   if (tid == 0) {
