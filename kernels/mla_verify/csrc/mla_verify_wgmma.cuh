@@ -150,6 +150,58 @@ __device__ __forceinline__ void q_f16_to_bf16(uint8_t* q, uint32_t off0, uint32_
   }
 }
 
+// S of KV tile j in place (this thread's 16 logits, rows r0 and r0 + 8 of the tile): scaled to the log2 domain
+// (prefix tokens by sl_row[h], draft tokens by p.scale_log2) and masked (-inf past the tile's range or outside
+// the draft mask); tmax = the two rows' maxima over this thread's columns.
+__device__ __forceinline__ void scale_mask(float (&sc)[16], float (&tmax)[2], const Params& p, const Work& w, int j,
+                                           const float (&sl_row)[2], const int (&tok_row)[2], int64_t mask_base,
+                                           int grp, int lane) {
+  const bool draft = j >= w.n_pre;
+  tmax[0] = tmax[1] = -INFINITY;
+  const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
+  const int t_end = draft ? w.n_b : w.pe;
+  if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      sc[e] *= sl_row[(e >> 1) & 1];
+      tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
+        bool vis = t < t_end;
+        if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
+        const float v = vis ? sc[4 * i + e] * (draft ? p.scale_log2 : sl_row[h]) : -INFINITY;
+        sc[4 * i + e] = v;
+        tmax[h] = fmaxf(tmax[h], v);
+      }
+    }
+  }
+}
+
+// The split's rows out, after the barrier that follows publish_row_sums: O [64 x 256] of warpgroup grp (its
+// output columns 256 grp ..) over l = both warpgroups' row sums, normalized (S = 1) or as the split's partial
+// with its log2-sum-exp m_run + log2(l) (S > 1); padded rows write nothing.
+__device__ __forceinline__ void write_rows(const Params& p, const Work& w, int s, const float* o,
+                                           const float (&m_run)[2], const float* red_sum, int grp, int r0, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    if (w.row0 + r >= w.R) continue;
+    const float l = red_sum[r] + red_sum[BM + r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const RowOut ro = row_out(p, w, s, r);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
+      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+  }
+}
+
 // Diagnostic build only (nvcc -DMLAV_TRACE=1, tests/device/dense_trace.py; never in a shipped build): thread 0 of each
 // warpgroup sums SM cycles (clock, 32 bits per CTA) per phase of the split kernel and adds them to trace_acc at its end:
 // [warpgroup][TRACE_SLOTS] = prologue, per tile: tile wait + barrier 1, S (issue to wait, the next tile's loads
@@ -376,30 +428,8 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     mark(2);
 
     // ---- scale + mask, row max over this warpgroup's 32 columns ----
-    float tmax[2] = {-INFINITY, -INFINITY};
-    const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
-    const int t_end = draft ? w.n_b : w.pe;
-    if (!draft && t_start + BN <= t_end) {  // full prefix tile (the common case): scale only
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        sc[e] *= sl_row[(e >> 1) & 1];
-        tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
-          bool vis = t < t_end;
-          if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
-          const float v = vis ? sc[4 * i + e] * (draft ? p.scale_log2 : sl_row[h]) : -INFINITY;
-          sc[4 * i + e] = v;
-          tmax[h] = fmaxf(tmax[h], v);
-        }
-      }
-    }
+    float tmax[2];
+    scale_mask(sc, tmax, p, w, j, sl_row, tok_row, mask_base, grp, lane);
     // ---- online softmax against a lazy reference max: both warpgroups hold the same m_run. While
     // no row's max exceeds it by more than LAZY_TAU (log2 units: P <= 2^LAZY_TAU) each warpgroup
     // writes its P at m_run without waiting for the other's maxima, and one barrier, which also ORs
@@ -478,18 +508,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   // ---- finalize: row sums of both halves, normalized output or split partial ----
   publish_row_sums(l_run, red_sum, grp, r0, lane);
   __syncthreads();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + 8 * h;
-    if (w.row0 + r >= w.R) continue;  // padded row: write nothing
-    const float l = red_sum[r] + red_sum[BM + r];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const RowOut ro = row_out(p, w, s, r);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
-      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
-  }
+  write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
 #if MLAV_TRACE
   mark(7);
   tr[8] = w.ntiles;

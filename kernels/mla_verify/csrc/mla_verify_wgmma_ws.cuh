@@ -8,7 +8,9 @@
 // Here a third warpgroup (the producer, 56 registers after setmaxnreg) gathers Q and every KV tile with cp.async,
 // and the two consumer warpgroups (224 registers) run S, the lazy softmax and PV exactly as the shipped bf16
 // kernel does (same tiles, same smem layout, same arithmetic: outputs should be bitwise equal), with no load
-// instruction in their loop except a draft tile's V rows from v_extend.
+// instruction in their loop except a draft tile's V rows from v_extend. The consumer loop repeats the shipped
+// kernel's bf16 tile step (the scale / mask and the output rows are shared helpers): if this kernel ships, it
+// replaces that instantiation rather than living beside it.
 // Handoff per KV stage st (2 stages), two mbarriers each at the start of the dynamic smem:
 //   full[st]  : 128 producer arrivals; each producer thread waits for its own cp.async rows of the tile,
 //               fences them for the async proxy (wgmma), then arrives. Tile j is completion j/2 of full[j%2].
@@ -165,6 +167,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     tok_row[h] = gr < w.R ? gr / p.H : -1;
   }
   const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
+  const float sl_row[2] = {p.scale_log2, p.scale_log2};  // bf16 cache: every logit's log2-domain scale
   mark(0);
   for (int j = 0; j < w.ntiles; ++j) {
     mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
@@ -183,30 +186,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     mark(2);
 
     // ---- scale + mask, row max over this warpgroup's 32 columns ----
-    float tmax[2] = {-INFINITY, -INFINITY};
-    const int t_start = draft ? (j - w.n_pre) * BN : w.pb + j * BN;
-    const int t_end = draft ? w.n_b : w.pe;
-    if (!draft && t_start + BN <= t_end) {
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        sc[e] *= p.scale_log2;
-        tmax[(e >> 1) & 1] = fmaxf(tmax[(e >> 1) & 1], sc[e]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int t = t_start + grp * 32 + i * 8 + 2 * (lane & 3) + (e & 1);
-          bool vis = t < t_end;
-          if (draft && vis && tok_row[h] >= 0) vis = draft_visible(p, mask_base, w, tok_row[h], t);
-          const float v = vis ? sc[4 * i + e] * p.scale_log2 : -INFINITY;
-          sc[4 * i + e] = v;
-          tmax[h] = fmaxf(tmax[h], v);
-        }
-      }
-    }
+    float tmax[2];
+    scale_mask(sc, tmax, p, w, j, sl_row, tok_row, mask_base, grp, lane);
     // ---- lazy softmax (mla_verify_wgmma.cuh), the block barriers as consumer barriers ----
     const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
     float psum[2];
@@ -257,18 +238,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   // ---- finalize: row sums of both halves, normalized output or split partial ----
   publish_row_sums(l_run, red_sum, grp, r0, lane);
   consumer_sync();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + 8 * h;
-    if (w.row0 + r >= w.R) continue;  // padded row: write nothing
-    const float l = red_sum[r] + red_sum[BM + r];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const RowOut ro = row_out(p, w, s, r);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
-      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
-  }
+  write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
 #if MLAV_TRACE
   mark(7);
   tr[8] = w.ntiles;
