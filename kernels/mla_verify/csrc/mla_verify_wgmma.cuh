@@ -213,7 +213,72 @@ __device__ __forceinline__ void write_rows(const Params& p, const Work& w, int s
 constexpr int TRACE_SLOTS = 10;
 #if MLAV_TRACE
 __device__ unsigned long long trace_acc[2 * TRACE_SLOTS];
+struct PhaseTrace {
+  uint32_t t = (uint32_t)clock(), acc[TRACE_SLOTS] = {};  // 32-bit SM cycles: differences wrap correctly
+  __device__ void mark(int slot) {  // the cycles since the last mark into slot
+    const uint32_t now = (uint32_t)clock();
+    acc[slot] += now - t;
+    t = now;
+  }
+  __device__ void flush(int tid, int grp, int ntiles) {  // thread 0 of each warpgroup adds its sums
+    acc[8] = ntiles;
+    acc[9] = 1;
+    if ((tid & 127) == 0)
+      for (int i = 0; i < TRACE_SLOTS; ++i) atomicAdd(&trace_acc[grp * TRACE_SLOTS + i], (unsigned long long)acc[i]);
+  }
+};
+#else
+struct PhaseTrace {
+  __device__ void mark(int) {}
+  __device__ void flush(int, int, int) {}
+};
 #endif
+
+// An empty split (no KV tile): the -inf log2-sum-exp sentinel of its rows, nothing else.
+__device__ __forceinline__ void write_empty_split(const Params& p, const Work& w, int s, int tid, int nthreads) {
+  for (int r = tid; r < BM; r += nthreads)
+    if (w.row0 + r < w.R) p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = -INFINITY;
+}
+
+// Draft token of this thread's rows r0 and r0 + 8 (-1: a padded row).
+__device__ __forceinline__ void draft_token_rows(const Params& p, const Work& w, int r0, int (&tok_row)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = w.row0 + r0 + 8 * h;
+    tok_row[h] = gr < w.R ? gr / p.H : -1;
+  }
+}
+
+// Draft tile j: dims 0..511 of its rows from v_extend into the stage at sK (thread tid < 256: row tk = tid / 4,
+// chunks lsub + 4 it, lsub = tid % 4), committed as one cp.async group; rows past the drafts are zero-filled.
+__device__ __forceinline__ void load_draft_v(const Params& p, const Work& w, int j, uint32_t sK, int tk, int lsub) {
+  bool ok;
+  const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
+  for (int it = 0; it < V_CHUNKS / 4; ++it) {
+    const int ch = lsub + 4 * it;
+    cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
+  }
+  cp_async_commit();
+}
+
+// After the barrier that ORs the exact-step votes: the exact step (new m_run from both warpgroups' maxima, P
+// rewritten, l and O rescaled) or the lazy one (l += this tile's row sums).
+template <bool F16>
+__device__ __forceinline__ void settle_softmax(bool exact_step, uint8_t* pP, const float (&sc)[16], float (&m_run)[2],
+                                               float (&l_run)[2], float (&psum)[2], float* o, const float* red_max,
+                                               int grp, int r0, int lane, float vs) {
+  if (exact_step) {
+    float alpha[2];
+    exact_max(m_run, alpha, red_max, r0);
+    write_p<F16>(pP, sc, m_run, psum, grp, r0, lane, vs);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
+    rescale_o(o, alpha);
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
+  }
+}
 
 template <bool FP8, bool F16 = false>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(const Params p) {
@@ -225,24 +290,14 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (rows 16wq..16wq+15)
   const int s = blockIdx.y;
-#if MLAV_TRACE
-  uint32_t tr_t = (uint32_t)clock(), tr[TRACE_SLOTS] = {};  // 32-bit SM cycles: differences wrap correctly
-  auto mark = [&](int slot) {
-    const uint32_t t = (uint32_t)clock();
-    tr[slot] += t - tr_t;
-    tr_t = t;
-  };
-#else
-  auto mark = [](int) {};
-#endif
+  PhaseTrace tr;
   pdl_signal(p);
   const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
-  if (w.ntiles == 0) {  // empty split: sentinel only
-    for (int r = tid; r < BM; r += THREADS)
-      if (w.row0 + r < w.R) p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = -INFINITY;
+  if (w.ntiles == 0) {
+    write_empty_split(p, w, s, tid, THREADS);
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
@@ -366,21 +421,17 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
   int tok_row[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int gr = w.row0 + r0 + 8 * h;
-    tok_row[h] = gr < w.R ? gr / p.H : -1;
-  }
+  draft_token_rows(p, w, r0, tok_row);
   const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
 
   // One KV tile (S, softmax, PV); the tag (std::true_type: an F16 kernel's prefix tiles) picks the f16 wgmmas and P.
   // Two loops, not a branch per tile: ptxas serializes every wgmma behind a branch that selects between them (C7520).
-  mark(0);
+  tr.mark(0);
   auto tile_step = [&](int j, auto f16_tag) {
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile j (and Q) visible to wgmma; every warp done with tile j-1
-    mark(1);
+    tr.mark(1);
     const uint32_t sK = sKV + (j & 1) * TILE;
     constexpr bool f16 = decltype(f16_tag)::value;  // this tile's wgmmas take f16 operands (an fp8 prefix tile)
     float sl_row[2];  // log2-domain scale of rows r0, r0 + 8's prefix logits (f16 Q: times qinv[r])
@@ -425,7 +476,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     cp_async_commit();
     wgmma_wait0();
     fence_regs<16>(sc);
-    mark(2);
+    tr.mark(2);
 
     // ---- scale + mask, row max over this warpgroup's 32 columns ----
     float tmax[2];
@@ -447,40 +498,18 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
         write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
     }
     fence_proxy_async();
-    mark(3);
+    tr.mark(3);
     // every thread's P and maxima visible; both warpgroups done reading K of this tile
     const bool exact_step = __syncthreads_or(over);
-    mark(4);
-    if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
-      const int tk = tid >> 2;
-      bool ok;
-      const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
-      for (int it = 0; it < V_CHUNKS / 4; ++it) {
-        const int ch = lsub + 4 * it;
-        cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
-      }
-      cp_async_commit();
-    }
-    if (exact_step) {
-      float alpha[2];
-      exact_max(m_run, alpha, red_max, r0);
-      if constexpr (f16)
-        write_p<true>(pP, sc, m_run, psum, grp, r0, lane, vs);
-      else
-        write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
-      rescale_o(o, alpha);
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
-    }
+    tr.mark(4);
+    if (draft && !p.v_alias) load_draft_v(p, w, j, sK, lr, lsub);  // dims 0..511 of the draft rows: v_extend
+    settle_softmax<f16>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, vs);
     if (draft && !p.v_alias) cp_async_wait<0>();
     if (exact_step || (draft && !p.v_alias)) {
       fence_proxy_async();
       __syncthreads();  // the rewritten P (and a reloaded draft V) visible to wgmma
     }
-    mark(5);
+    tr.mark(5);
 
     // ---- O[:, 256 grp .. +256] += P V ----
     fence_regs<128>(o);
@@ -494,7 +523,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     wgmma_wait0();
     fence_regs<128>(o);
     if (FP8 && p.fp8_sched == 2) store_fp8();
-    mark(6);
+    tr.mark(6);
   };
   if constexpr (F16) {
     int j = 0;
@@ -509,13 +538,8 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   publish_row_sums(l_run, red_sum, grp, r0, lane);
   __syncthreads();
   write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-#if MLAV_TRACE
-  mark(7);
-  tr[8] = w.ntiles;
-  tr[9] = 1;
-  if ((tid & 127) == 0)
-    for (int i = 0; i < TRACE_SLOTS; ++i) atomicAdd(&trace_acc[grp * TRACE_SLOTS + i], (unsigned long long)tr[i]);
-#endif
+  tr.mark(7);
+  tr.flush(tid, grp, w.ntiles);
 }
 
 }  // namespace wg

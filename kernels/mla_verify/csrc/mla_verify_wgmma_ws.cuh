@@ -8,9 +8,9 @@
 // Here a third warpgroup (the producer, 56 registers after setmaxnreg) gathers Q and every KV tile with cp.async,
 // and the two consumer warpgroups (224 registers) run S, the lazy softmax and PV exactly as the shipped bf16
 // kernel does (same tiles, same smem layout, same arithmetic: outputs should be bitwise equal), with no load
-// instruction in their loop except a draft tile's V rows from v_extend. The consumer loop repeats the shipped
-// kernel's bf16 tile step (the scale / mask and the output rows are shared helpers): if this kernel ships, it
-// replaces that instantiation rather than living beside it.
+// instruction in their loop except a draft tile's V rows from v_extend. The consumer loop is the shipped kernel's
+// bf16 tile step built from the same helpers (scale_mask, settle_softmax, load_draft_v, write_rows, PhaseTrace,
+// ...); if this kernel ships, it replaces that instantiation rather than living beside it.
 // Handoff per KV stage st (2 stages), two mbarriers each at the start of the dynamic smem:
 //   full[st]  : 128 producer arrivals; each producer thread waits for its own cp.async rows of the tile,
 //               fences them for the async proxy (wgmma), then arrives. Tile j is completion j/2 of full[j%2].
@@ -72,24 +72,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup (2: producer), warp within it
   const int s = blockIdx.y;
-#if MLAV_TRACE
-  uint32_t tr_t = (uint32_t)clock(), tr[TRACE_SLOTS] = {};  // the shipped kernel's phases (mla_verify_wgmma.cuh)
-  auto mark = [&](int slot) {
-    const uint32_t t = (uint32_t)clock();
-    tr[slot] += t - tr_t;
-    tr_t = t;
-  };
-#else
-  auto mark = [](int) {};
-#endif
+  PhaseTrace tr;  // the shipped kernel's phase slots (mla_verify_wgmma.cuh)
   pdl_signal(p);
   const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
-  if (w.ntiles == 0) {  // empty split: sentinel only
-    for (int r = tid; r < BM; r += WS_THREADS)
-      if (w.row0 + r < w.R) p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = -INFINITY;
+  if (w.ntiles == 0) {
+    write_empty_split(p, w, s, tid, WS_THREADS);
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
@@ -154,25 +144,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
 
   // ---- consumers: the shipped bf16 kernel's tile loop without its loads ----
   asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-  const int lsub = tid & 3;
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
   int tok_row[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int gr = w.row0 + r0 + 8 * h;
-    tok_row[h] = gr < w.R ? gr / p.H : -1;
-  }
+  draft_token_rows(p, w, r0, tok_row);
   const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
   const float sl_row[2] = {p.scale_log2, p.scale_log2};  // bf16 cache: every logit's log2-domain scale
-  mark(0);
+  tr.mark(0);
   for (int j = 0; j < w.ntiles; ++j) {
     mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
     consumer_sync();                       // every consumer done with tile j-1 (P, the row maxima)
-    mark(1);
+    tr.mark(1);
     const uint32_t sK = sKV + (j & 1) * TILE;
     const bool draft = j >= w.n_pre;
 
@@ -183,7 +168,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     wgmma_commit();
     wgmma_wait0();
     fence_regs<16>(sc);
-    mark(2);
+    tr.mark(2);
 
     // ---- scale + mask, row max over this warpgroup's 32 columns ----
     float tmax[2];
@@ -193,36 +178,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     float psum[2];
     if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
     fence_proxy_async();
-    mark(3);
+    tr.mark(3);
     const bool exact_step = consumer_sync_or(over);
-    mark(4);
-    if (draft && !p.v_alias) {  // dims 0..511 of the draft rows come from v_extend
-      const int tk = tid >> 2;
-      bool ok;
-      const __nv_bfloat16* src = v_src(p, w, j, BN, tk, ok);
-      for (int it = 0; it < V_CHUNKS / 4; ++it) {
-        const int ch = lsub + 4 * it;
-        cp_async16(sK + tile_off(tk, ch), ok ? src + ch * 8 : src, ok ? 16 : 0);
-      }
-      cp_async_commit();
-    }
-    if (exact_step) {
-      float alpha[2];
-      exact_max(m_run, alpha, red_max, r0);
-      write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + psum[h];
-      rescale_o(o, alpha);
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] += psum[h];
-    }
+    tr.mark(4);
+    if (draft && !p.v_alias) load_draft_v(p, w, j, sK, tid >> 2, tid & 3);  // draft V rows from v_extend
+    settle_softmax<false>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, 1.f);
     if (draft && !p.v_alias) cp_async_wait<0>();
     if (exact_step || (draft && !p.v_alias)) {
       fence_proxy_async();
       consumer_sync();  // the rewritten P (and a reloaded draft V) visible to wgmma
     }
-    mark(5);
+    tr.mark(5);
 
     // ---- O[:, 256 grp .. +256] += P V, then the stage goes back to the producer ----
     fence_regs<128>(o);
@@ -232,20 +198,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     wgmma_wait0();
     fence_regs<128>(o);
     mbar_arrive(empty(j & 1));
-    mark(6);
+    tr.mark(6);
   }
 
   // ---- finalize: row sums of both halves, normalized output or split partial ----
   publish_row_sums(l_run, red_sum, grp, r0, lane);
   consumer_sync();
   write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-#if MLAV_TRACE
-  mark(7);
-  tr[8] = w.ntiles;
-  tr[9] = 1;
-  if ((tid & 127) == 0)
-    for (int i = 0; i < TRACE_SLOTS; ++i) atomicAdd(&trace_acc[grp * TRACE_SLOTS + i], (unsigned long long)tr[i]);
-#endif
+  tr.mark(7);
+  tr.flush(tid, grp, w.ntiles);
 }
 
 }  // namespace wg
