@@ -11,12 +11,16 @@
 // instruction in their loop except a draft tile's V rows from v_extend. The consumer loop is the shipped kernel's
 // bf16 tile step built from the same helpers (scale_mask, settle_softmax, load_draft_v, write_rows, PhaseTrace,
 // ...); if this kernel ships, it replaces that instantiation rather than living beside it.
-// Handoff per KV stage st (2 stages), two mbarriers each at the start of the dynamic smem:
-//   full[st]  : 128 producer arrivals; each producer thread waits for its own cp.async rows of the tile,
-//               fences them for the async proxy (wgmma), then arrives. Tile j is completion j/2 of full[j%2].
+// Handoff per KV stage st (2 stages), two mbarriers each right after the shipped smem layout:
+//   full[st]  : 128 producer arrivals, made by the hardware (cp.async.mbarrier.arrive.noinc) once each producer
+//               thread's cp.async rows of the tile landed; the producer never waits for its copies. Tile j is
+//               completion j/2 of full[j%2]; each consumer fences the generic-proxy writes it so observed for the
+//               async proxy (wgmma) after its wait.
 //   empty[st] : 256 consumer arrivals after PV read the stage. The producer refills stage st with tile j (j >= 2)
-//               after completion j/2 - 1 of empty[st], before it waits for tile j-1 to land, so the next tile's
-//               loads go out as soon as the stage is free.
+//               after completion j/2 - 1 of empty[st].
+// Session 21 call 1 ran a first form in which each producer thread waited for its rows (cp.async.wait_group) and
+// arrived itself, after issuing the next tile: the consumers' wait for a tile then held the next tile's whole issue
+// (1,349 cycles per tile against the shipped kernel's 233; 1.13-1.19x its time, outputs bitwise equal).
 // The consumers synchronize among themselves with named barrier 1 (256 threads); the producer never joins it and
 // leaves after its last arrival. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the shipped
 // kernel's slots (the first tile's wait for the producer counts in the wait slot, as there).
@@ -37,6 +41,11 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 // Arrives (release, CTA scope).
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Arrives on the barrier once every cp.async this thread issued so far has landed (the thread does not wait; the
+// arrival counts against the barrier's initial count: .noinc).
+__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Spins until the phase of the given parity has completed (acquire, CTA scope).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
@@ -62,13 +71,15 @@ __device__ __forceinline__ bool consumer_sync_or(bool v) {
 }
 
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
-  // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the four
-  // mbarriers (full[0], full[1], empty[0], empty[1]) at the start, then the shipped kernel's layout from the next
-  // 1024-aligned byte (WS_SMEM_BYTES has room for both).
-  extern __shared__ __align__(16) uint8_t ws_smem_raw[];
-  const uint32_t raw = smem_u32(ws_smem_raw);
-  const uint32_t base = (raw + WS_BAR_BYTES + 1023u) & ~1023u;
-  uint8_t* smem = ws_smem_raw + (base - raw);
+  // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
+  // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
+  // empty[1]) right after it (WS_SMEM_BYTES has room for both at any base). With the barriers in front instead, the
+  // base was not a compile-time fold of the aligned extern and ptxas recomputed it at every smem address
+  // (session 21 call 3, Nsight Compute: +13.6% executed instructions in the softmax phase).
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (base - raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = warp >> 2, wq = warp & 3;  // warpgroup (2: producer), warp within it
   const int s = blockIdx.y;
@@ -84,7 +95,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
   uint8_t* pP = smem + Smem::off_p;
-  const uint32_t bar0 = raw;
+  const uint32_t bar0 = base + Smem::used;
+  static_assert(Smem::used % 8 == 0, "mbarriers are 8-byte aligned");
   auto full = [&](int st) { return bar0 + 8u * st; };
   auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
   if (tid == 0) {
@@ -117,7 +129,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         slot[i] = tile_slot(p, w, j + 1, BN, l8 + 16 * i);
         copy_row(sKV + (j & 1) * TILE, l8 + 16 * i, src, ok);
       }
-      cp_async_commit();
+      mbar_arrive_on_copies(full(j & 1));
     };
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -126,19 +138,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       copy_row(sQ, l8 + 16 * i, src, ok);
       slot[i] = tile_slot(p, w, 0, BN, l8 + 16 * i);
     }
-    load_tile(0);  // one group: Q and tile 0
-    for (int j = 0; j < w.ntiles; ++j) {
-      if (j + 1 < w.ntiles) {
-        const int t = j + 1;
-        if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
-        load_tile(t);
-        cp_async_wait<1>();  // this thread's rows of tile j (and Q) landed
-      } else {
-        cp_async_wait<0>();
-      }
-      fence_proxy_async();
-      mbar_arrive(full(j & 1));
+    for (int t = 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
+      if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
+      load_tile(t);
     }
+    cp_async_wait<0>();  // no copy outlives its thread
     return;
   }
 
@@ -156,6 +160,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   tr.mark(0);
   for (int j = 0; j < w.ntiles; ++j) {
     mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
+    fence_proxy_async();                   // the cp.async (generic proxy) writes it observed, before wgmma reads
     consumer_sync();                       // every consumer done with tile j-1 (P, the row maxima)
     tr.mark(1);
     const uint32_t sK = sKV + (j & 1) * TILE;
