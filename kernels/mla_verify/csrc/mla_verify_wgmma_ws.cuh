@@ -1,6 +1,8 @@
-// sm_90a split kernel, warp-specialized form of the bf16 wgmma kernel (mla_verify_wgmma.cuh). Experiment of
-// session 20, compiled in every sm_90a build but launched only by a build with -DMLAV_WS=1 (not shipped; the first
-// device A/B is prepared in docs/results/session20_calls/next_call2.sh).
+// sm_90a split kernel, warp-specialized form of the bf16 wgmma kernel (mla_verify_wgmma.cuh). Built in session 20,
+// compiled in every sm_90a build but launched only by a build with -DMLAV_WS=1 (not shipped yet). Session 21 call 4:
+// 0.969-0.979x the shipped time on the batched and long shapes, 1.002x at B=1 L=32k, 1.026x at B=1 L=4k, outputs
+// bitwise equal, parity and the three sanitizers clean; its graph-buffer rows are still to be measured
+// (docs/results/session21_calls/next_call1.sh) before it becomes the default.
 //
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
@@ -21,8 +23,10 @@
 // Session 21 call 1 ran a first form in which each producer thread waited for its rows (cp.async.wait_group) and
 // arrived itself, after issuing the next tile: the consumers' wait for a tile then held the next tile's whole issue
 // (1,349 cycles per tile against the shipped kernel's 233; 1.13-1.19x its time, outputs bitwise equal).
+// Register split: producer 56 / consumers 224 is the widest consumer share without spills; 24 / 240 (200 B of producer
+// spills) ran 1.21-1.38x the shipped time (call 4).
 // The consumers synchronize among themselves with named barrier 1 (256 threads); the producer never joins it and
-// leaves after its last arrival. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the shipped
+// leaves once its last tile's copies landed. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the shipped
 // kernel's slots (the first tile's wait for the producer counts in the wait slot, as there).
 #pragma once
 #include "mla_verify_wgmma.cuh"
