@@ -7,7 +7,8 @@ phase; mla_verify_wgmma.cuh lists the phases). E.g.
 
 Per shape: REPS eager calls, each after an L2 flush (the bench's Timer), then the phase sums of those calls
 divided by the tiles they ran: SM cycles per tile and phase, per warpgroup, beside the prologue and epilogue per
-CTA and the CTA count. Cycles are SM clocks of one thread (clock()), so the phases of a warpgroup add up to its
+CTA and the CTA count; for the warp-specialized kernel (-DMLAV_WS=1) also its producer's wait for a free stage and
+its issue per tile. Cycles are SM clocks of one thread (clock()), so the phases of a warpgroup add up to its
 CTA's time, waits included; the trace build's instructions are part of what it measures (its kernel is compared
 with the plain build's in the same run: `plain_us` / `trace_us`, CUDA-graph replays). Writes JSON with --out."""
 
@@ -19,6 +20,7 @@ import sys
 
 PHASES = ("prologue", "wait_barrier1", "s", "softmax_p", "barrier2", "exact_step", "pv", "epilogue")
 REPS = 20
+TRACE_SLOTS = 10  # per warpgroup row of trace_acc (csrc/mla_verify_wgmma.cuh): 0, 1 consumers, 2 the ws producer
 
 
 def main(argv=None) -> int:
@@ -77,9 +79,8 @@ def main(argv=None) -> int:
                 mla_verify_fwd(*args, **kw)
             torch.cuda.synchronize()
             acc = traced.trace_take()
-        slots = len(acc) // 2
         for g in range(2):
-            v = acc[g * slots : (g + 1) * slots]
+            v = acc[g * TRACE_SLOTS : (g + 1) * TRACE_SLOTS]
             tiles, ctas = max(1, v[8]), max(1, v[9])
             per_tile = {p: round(v[i + 1] / tiles, 1) for i, p in enumerate(PHASES[1:7])}
             row[f"wg{g}"] = {
@@ -90,12 +91,21 @@ def main(argv=None) -> int:
                 "tiles_per_cta": round(tiles / ctas, 2),
                 "ctas": ctas // REPS,
             }
+        v = acc[2 * TRACE_SLOTS : 3 * TRACE_SLOTS]  # the warp-specialized kernel's producer (zero for the others)
+        if len(v) == TRACE_SLOTS and v[9] > 0:
+            tiles, ctas = max(1, v[8]), v[9]
+            row["producer"] = {
+                "cycles_per_tile": {"wait_free_stage": round(v[1] / tiles, 1), "issue": round(v[2] / tiles, 1)},
+                "prologue_per_cta": round(v[0] / ctas, 1),
+                "last_copies_per_cta": round(v[7] / ctas, 1),
+            }
         doc["rows"].append(row)
         print(
             f"[trace] B={B} L={L} n={n} H={H}: plain {row['plain_us']:.1f} us, trace {row['trace_us']:.1f} us; "
             f"wg0 {row['wg0']['cycles_per_tile']} (tile {row['wg0']['tile_total']}, "
             f"{row['wg0']['tiles_per_cta']} tiles/CTA, prologue {row['wg0']['prologue_per_cta']}, "
-            f"epilogue {row['wg0']['epilogue_per_cta']})",
+            f"epilogue {row['wg0']['epilogue_per_cta']})"
+            + (f"; producer {row['producer']}" if "producer" in row else ""),
             flush=True,
         )
         if a.out:

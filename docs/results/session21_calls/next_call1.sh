@@ -5,7 +5,7 @@
 # parity 53/53 + 52/52 graph replays, the three sanitizers and the GPU pytest clean). Not yet measured: the
 # graph-buffer rows (issue 13: every new kernel within 1.1x of its exact-length call). cur = the checkout with
 # MLAV_WS=1, base = the shipped csrc; A/B bf16 with the graph-buffer rows of both trees, then the trace of cur at
-# B=1 L=4k (where it loses). Run from the repository root, no carry, ~4 min.
+# B=1 L=4k (where it loses) and B=8 L=32k, with its producer's wait for a free stage and issue per tile (trace row 2). Run from the repository root, no carry, ~4 min.
 set -o pipefail
 export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
 R=$PWD; L=$OUT/log.txt; say() { echo "== $* ($(date +%T), ${SECONDS}s)" | tee -a "$L"; }

@@ -121,11 +121,11 @@ static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
 
 #if MLAV_TRACE && MLAV_BUILD_CFG90
 int trace_take(unsigned long long* out, int n) {
-  const int slots = 2 * wg::TRACE_SLOTS;
+  const int slots = 3 * wg::TRACE_SLOTS;
   if (n < slots || cudaDeviceSynchronize() != cudaSuccess ||
       cudaMemcpyFromSymbol(out, wg::trace_acc, sizeof(unsigned long long) * slots) != cudaSuccess)
     return -1;
-  static const unsigned long long zero[2 * wg::TRACE_SLOTS] = {};
+  static const unsigned long long zero[3 * wg::TRACE_SLOTS] = {};
   return cudaMemcpyToSymbol(wg::trace_acc, zero, sizeof(zero)) == cudaSuccess ? slots : -1;
 }
 #elif MLAV_TRACE

@@ -206,13 +206,14 @@ __device__ __forceinline__ void write_rows(const Params& p, const Work& w, int s
 // warpgroup sums SM cycles (clock, 32 bits per CTA) per phase of the split kernel and adds them to trace_acc at its end:
 // [warpgroup][TRACE_SLOTS] = prologue, per tile: tile wait + barrier 1, S (issue to wait, the next tile's loads
 // issued inside; the F16 kernel's Q conversion back before the draft tile), scale / max / P write, barrier 2, exact
-// step (+ barrier 3), PV (+ the fp8 store), then epilogue, tiles, CTAs. The shipped build compiles none of it.
+// step (+ barrier 3), PV (+ the fp8 store), then epilogue, tiles, CTAs. Row 2 is the warp-specialized kernel's
+// producer (mla_verify_wgmma_ws.cuh: its own slots, zero for this kernel). The shipped build compiles none of it.
 #ifndef MLAV_TRACE
 #define MLAV_TRACE 0
 #endif
 constexpr int TRACE_SLOTS = 10;
 #if MLAV_TRACE
-__device__ unsigned long long trace_acc[2 * TRACE_SLOTS];
+__device__ unsigned long long trace_acc[3 * TRACE_SLOTS];
 struct PhaseTrace {
   uint32_t t = (uint32_t)clock(), acc[TRACE_SLOTS] = {};  // 32-bit SM cycles: differences wrap correctly
   __device__ void mark(int slot) {  // the cycles since the last mark into slot

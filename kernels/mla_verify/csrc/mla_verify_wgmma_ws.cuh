@@ -26,8 +26,10 @@
 // Register split: producer 56 / consumers 224 is the widest consumer share without spills; 24 / 240 (200 B of producer
 // spills) ran 1.21-1.38x the shipped time (call 4).
 // The consumers synchronize among themselves with named barrier 1 (256 threads); the producer never joins it and
-// leaves once its last tile's copies landed. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the shipped
-// kernel's slots (the first tile's wait for the producer counts in the wait slot, as there).
+// leaves once its last tile's copies landed. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the
+// shipped kernel's slots (the first tile's wait for the producer counts in the wait slot, as there) and the
+// producer's into row 2: slot 0 its prologue (Q and the first slots), per tile slot 1 its wait for a free stage and
+// slot 2 its issue of the tile's copies, slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma.cuh"
 
@@ -142,11 +144,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       copy_row(sQ, l8 + 16 * i, src, ok);
       slot[i] = tile_slot(p, w, 0, BN, l8 + 16 * i);
     }
+    tr.mark(0);
     for (int t = 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
+      tr.mark(1);
       load_tile(t);
+      tr.mark(2);
     }
     cp_async_wait<0>();  // no copy outlives its thread
+    tr.mark(7);
+    tr.flush(tid, grp, w.ntiles);
     return;
   }
 
