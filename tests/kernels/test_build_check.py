@@ -69,6 +69,7 @@ def test_dynamic_smem_comes_from_the_tile_template_arguments():
         "sm120",
     )
     assert dynamic_smem("_ZN4mlav2wg29mla_verify_split_wgmma_kernelENS_6ParamsE") == (231_424, "sm90wg")
+    assert dynamic_smem("_ZN4mlav2wg32mla_verify_split_wgmma_ws_kernelENS_6ParamsE") == (231_456, "sm90wg")
     assert dynamic_smem("_ZN4mlav25mla_verify_combine_kernelENS_6ParamsE") == (0, None)
 
 
@@ -86,6 +87,8 @@ def test_real_nvcc_build_has_no_spills_and_fits_smem(nvcc_path, arch, configs):
     assert 0 < s["max_registers"] <= 255
     names = {k["tile_config"] for k in doc["kernels"]}
     assert names == configs | {None}, "split kernel per tile config plus the combine kernel"
+    unlabeled = [k["name"] for k in doc["kernels"] if k["tile_config"] is None]
+    assert all("combine" in n for n in unlabeled), f"split kernels read as combine kernels (0 B of smem): {unlabeled}"
     assert all(k["stack_bytes"] == 0 for k in doc["kernels"]), "no stack frame on the hot paths"
 
 
