@@ -71,6 +71,16 @@ __device__ __forceinline__ uint32_t tile_off(int r, int ch) {
   return (uint32_t)((ch >> 3) * ATOM + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
 }
 
+// One bf16 row (72 chunks) of a [64 x 576] tile by 8 lanes, cp.async: lane sub8 copies chunks sub8 + 8 it (it < 9),
+// which lie in atom it at the row's swizzled position of chunk sub8, off = tile_off(r, sub8). Rows that share r % 8
+// on a warp's four 8-lane groups move 4 rows x 128 contiguous bytes per instruction. ok = false: 0-byte copies
+// (the row's smem zero-filled, src still a valid base).
+__device__ __forceinline__ void copy_row8(uint32_t tile, uint32_t off, const __nv_bfloat16* src, int sub8, bool ok) {
+  const __nv_bfloat16* g = src + sub8 * 8;
+#pragma unroll
+  for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 64, ok ? 16 : 0);
+}
+
 // F16 kernel: one Q row's 16-byte chunks that this thread holds (NCH of them at q + off(i), i < NCH; the row's
 // other chunks are held by the LANES - 1 neighbouring lanes of an aligned group) rewritten in place as f16 of
 // q x 2^e, e = 14 - ilogb(max_d |q[d]|) clamped to +-120: a power of two, exact wherever the product is an f16
@@ -317,17 +327,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int l8 = tid >> 3, sub8 = tid & 7;
   const uint32_t off8[2] = {(uint32_t)(l8 * 128 + ((sub8 ^ (l8 & 7)) << 4)),
                             (uint32_t)((l8 + 32) * 128 + ((sub8 ^ (l8 & 7)) << 4))};
-  auto copy_row8 = [&](uint32_t tile, uint32_t off, const __nv_bfloat16* src, bool ok) {
-    const __nv_bfloat16* g = src + sub8 * 8;
-#pragma unroll
-    for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 64, ok ? 16 : 0);
-  };
   int64_t next_slot8[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     bool ok;
     const __nv_bfloat16* src = q_src(p, w, l8 + 32 * k, ok);
-    copy_row8(sQ, off8[k], src, ok);
+    copy_row8(sQ, off8[k], src, sub8, ok);
     next_slot8[k] = FP8 ? -1 : tile_slot(p, w, 0, BN, l8 + 32 * k);  // fp8: tile 0 is an fp8 (or a draft) tile
   }
   int64_t next_slot = FP8 ? tile_slot(p, w, 0, BN, lr) : -1;  // fp8 prefix tiles: row lr's slot, next tile
@@ -366,7 +371,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
     bool ok;
     const __nv_bfloat16* src = kv_src(p, w, j, BN, l8 + 32 * k, next_slot8[k], ok);
     next_slot8[k] = tile_slot(p, w, j + 1, BN, l8 + 32 * k);
-    copy_row8(sKV + stage * TILE, off8[k], src, ok && ok_all);
+    copy_row8(sKV + stage * TILE, off8[k], src, sub8, ok && ok_all);
   };
   auto load_tile = [&](int j, int stage) {          // tiles are loaded in order 0, 1, 2, ...
 #ifdef MLAV_DIAG_NOLOAD

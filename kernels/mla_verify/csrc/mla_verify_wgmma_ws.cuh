@@ -116,15 +116,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
 
   if (grp == 2) {  // ---- producer: Q with tile 0, then tile j+1 as soon as its stage is free ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-    // 8 lanes per row, rows l8 + 16 i (i < 4): chunk sub8 + 8 it of a row lies in atom it at the row's swizzled
-    // position of chunk sub8 (the four rows share l8 % 8), so one instruction moves 4 rows x 128 contiguous bytes.
+    // 8 lanes per row (copy_row8), rows l8 + 16 i (i < 4): the four rows share l8 % 8.
     const int pt = tid - WS_CONSUMERS, l8 = pt >> 3, sub8 = pt & 7;
-    const uint32_t cswz = (uint32_t)((sub8 ^ (l8 & 7)) << 4);
-    auto copy_row = [&](uint32_t tile, int r, const __nv_bfloat16* src, bool ok) {
-      const __nv_bfloat16* g = src + sub8 * 8;
-      const uint32_t off = (uint32_t)(r * 128) + cswz;
-#pragma unroll
-      for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 64, ok ? 16 : 0);
+    const uint32_t off0 = tile_off(l8, sub8);
+    auto copy_row = [&](uint32_t tile, int i, const __nv_bfloat16* src, bool ok) {  // row l8 + 16 i
+      copy_row8(tile, off0 + i * 16 * 128, src, sub8, ok);
     };
     int64_t slot[4];
     auto load_tile = [&](int j) {
@@ -133,7 +129,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         bool ok;
         const __nv_bfloat16* src = kv_src(p, w, j, BN, l8 + 16 * i, slot[i], ok);
         slot[i] = tile_slot(p, w, j + 1, BN, l8 + 16 * i);
-        copy_row(sKV + (j & 1) * TILE, l8 + 16 * i, src, ok);
+        copy_row(sKV + (j & 1) * TILE, i, src, ok);
       }
       mbar_arrive_on_copies(full(j & 1));
     };
@@ -141,7 +137,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     for (int i = 0; i < 4; ++i) {
       bool ok;
       const __nv_bfloat16* src = q_src(p, w, l8 + 16 * i, ok);
-      copy_row(sQ, l8 + 16 * i, src, ok);
+      copy_row(sQ, i, src, ok);
       slot[i] = tile_slot(p, w, 0, BN, l8 + 16 * i);
     }
     tr.mark(0);
