@@ -15,10 +15,11 @@
 #include "mla_verify_wgmma.cuh"
 #include "mla_verify_wgmma_ws.cuh"
 #endif
-// 1: the wgmma config's bf16 calls launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh), an experiment
-// built in every sm_90a build and launched only in an A/B tree; 0 (shipped): the kernel of mla_verify_wgmma.cuh.
+// 1 (shipped): the wgmma config's bf16 calls launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh); 0 (an A/B
+// tree's baseline, -DMLAV_WS=0): mla_verify_wgmma.cuh's bf16 instantiation, which loads its own tiles. The fp8 calls
+// launch mla_verify_wgmma.cuh's kernels either way.
 #ifndef MLAV_WS
-#define MLAV_WS 0
+#define MLAV_WS 1
 #endif
 
 namespace mlav {
@@ -59,12 +60,15 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
                       dim3(m_tiles, p.S, p.B), p, stream);
 }
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
-  if (MLAV_WS && !p.kv_fp8) {
+  if (!p.kv_fp8) {
+#if MLAV_WS
     static int attr_device = -1;
     return launch_split(wg::mla_verify_split_wgmma_ws_kernel, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS,
                         dim3(m_tiles, p.S, p.B), p, stream);
+#else
+    return launch_wgmma_t<false, false>(p, m_tiles, stream);
+#endif
   }
-  if (!p.kv_fp8) return launch_wgmma_t<false, false>(p, m_tiles, stream);
   return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
 }
 #endif
