@@ -1,9 +1,8 @@
-// sm_90a split kernel, warp-specialized form of the bf16 wgmma kernel (mla_verify_wgmma.cuh). Built in session 20,
-// compiled in every sm_90a build but launched only by a build with -DMLAV_WS=1 (not shipped yet). Session 21 call 4:
-// 0.969-0.979x the shipped time on the batched and long shapes, 1.002x at B=1 L=32k, 1.026x at B=1 L=4k, outputs
-// bitwise equal, parity and the three sanitizers clean; its graph-buffer rows are still to be measured
-// (docs/results/session21_calls/next_call1.sh) before it becomes the default.
-//
+// sm_90a split kernel, warp-specialized form of the bf16 wgmma kernel (mla_verify_wgmma.cuh). Built in session 20;
+// the default for bf16 calls since session 22 (MLAV_WS=1 in mla_verify.cu): 0.973-0.984x the time of the kernel it
+// replaced on the batched and long shapes, 1.000 at B=1 L=32k, 1.015 at B=1 L=4k, outputs bitwise equal, parity and
+// the three sanitizers clean, graph-buffer rows 1.000-1.058x of the exact-length call (session 22 call 1).
+// ASYM = true (MLAV_WS=2; session 22, being measured): the consumers split by role instead of by tokens (below).
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
 // shapes and 0.93x at B=1 L=32k (session 20 call 3).
@@ -12,7 +11,7 @@
 // kernel does (same tiles, same smem layout, same arithmetic: outputs should be bitwise equal), with no load
 // instruction in their loop except a draft tile's V rows from v_extend. The consumer loop is the shipped kernel's
 // bf16 tile step built from the same helpers (scale_mask, settle_softmax, load_draft_v, write_rows, PhaseTrace,
-// ...); if this kernel ships, it replaces that instantiation rather than living beside it.
+// ...); that instantiation is built only under -DMLAV_WS=0 now (A/B trees).
 // Handoff per KV stage st (2 stages), two mbarriers each right after the shipped smem layout:
 //   full[st]  : 128 producer arrivals, made by the hardware (cp.async.mbarrier.arrive.noinc) once each producer
 //               thread's cp.async rows of the tile landed; the producer never waits for its copies. Tile j is
@@ -25,6 +24,11 @@
 // (1,349 cycles per tile against the shipped kernel's 233; 1.13-1.19x its time, outputs bitwise equal).
 // Register split: producer 56 / consumers 224 is the widest consumer share without spills; 24 / 240 (200 B of producer
 // spills) ran 1.21-1.38x the shipped time (call 4).
+// ASYM: warpgroup 0 (S) computes S for the whole tile at m64n64k16, which runs at the tensor peak where the shipped
+// m64n32k16 runs at ~2/3 of it, bound by its smem operand fetch (session 20's wgmma_rate); it runs the softmax of
+// all 64 rows and PV for dims 0..255. Warpgroup 1 (V) runs only PV for dims 256..511, handed P(j) and the rows'
+// rescale through named barrier 3 + (j & 1); P(j) lives in tile j's rope atom (dead once S(j) has read it), so S(j+1)
+// may start while the V warpgroup's PV(j) runs. Registers: S 240, V 208, producer 56.
 // The consumers synchronize among themselves with named barrier 1 (256 threads); the producer never joins it and
 // leaves once its last tile's copies landed. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the
 // shipped kernel's slots (the first tile's wait for the producer counts in the wait slot, as there) and the
@@ -76,6 +80,31 @@ __device__ __forceinline__ bool consumer_sync_or(bool v) {
   return r != 0;
 }
 
+// Named barrier ids (0 is __syncthreads): 1 = both consumers (consumer_sync); ASYM also 2 = the S warpgroup's
+// vote, 3 + (j & 1) = tile j's P handed to the V warpgroup (two ids: the S warpgroup may run one tile ahead).
+__device__ __forceinline__ bool s_group_sync_or(bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, 2, 128, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(r)
+      : "r"((uint32_t)v)
+      : "memory");
+  return r != 0;
+}
+__device__ __forceinline__ void p_ready_arrive(int j) {
+  if (j & 1)
+    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  else
+    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void p_ready_wait(int j) {
+  if (j & 1)
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  else
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+}
+
+template <bool ASYM>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
@@ -153,71 +182,207 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     return;
   }
 
-  // ---- consumers: the shipped bf16 kernel's tile loop without its loads ----
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-  float o[128];
+  if constexpr (ASYM) {
+    // ---- ASYM: warpgroup 0 (the S warpgroup) runs S for the whole tile at m64n64, the softmax of its 64 rows and PV
+    // for output dims 0..255; warpgroup 1 (the V warpgroup) only PV for dims 256..511, handed P(j) and the rows'
+    // rescale alpha(j) through named barrier 3 + (j & 1). P(j) lives in tile j's rope atom (only S(j) reads it), so
+    // the S warpgroup may start S(j+1) while the V warpgroup still runs PV(j). The arithmetic is the shipped
+    // kernel's: the same lazy reference and CTA-wide exact step (voted over the S warpgroup's 128 threads), P and the
+    // row sums per 32-token half in the same order, the same PV instructions; only S's wgmma shape differs.
+    // Registers after setmaxnreg: S warpgroup 240 (O, S[64 x 64] and the softmax), V warpgroup 208 (O), producer 56.
+    // Each branch holds its own setmaxnreg and shares no code with the other (a join would cap both at the lower).
+    float* alpha_buf = red_max;                   // [2][BM]: tile j's row rescale at (j & 1) BM (red_max is unused here)
+    float* m_fin = reinterpret_cast<float*>(pP);  // [BM]: the final m_run (the P atom is unused here)
+    const int r0 = wq * 16 + (lane >> 2);         // tile rows of this thread: r0 and r0 + 8
+    if (grp == 0) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+      float o[128];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
-  int tok_row[2];
-  draft_token_rows(p, w, r0, tok_row);
-  const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
-  const float sl_row[2] = {p.scale_log2, p.scale_log2};  // bf16 cache: every logit's log2-domain scale
-  tr.mark(0);
-  for (int j = 0; j < w.ntiles; ++j) {
-    mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
-    fence_proxy_async();                   // the cp.async (generic proxy) writes it observed, before wgmma reads
-    consumer_sync();                       // every consumer done with tile j-1 (P, the row maxima)
-    tr.mark(1);
-    const uint32_t sK = sKV + (j & 1) * TILE;
-    const bool draft = j >= w.n_pre;
-
-    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32) ----
-    float sc[16];
-    wgmma_fence();
-    issue_qk(sc, sQ, sK, grp);
-    wgmma_commit();
-    wgmma_wait0();
-    fence_regs<16>(sc);
-    tr.mark(2);
-
-    // ---- scale + mask, row max over this warpgroup's 32 columns ----
-    float tmax[2];
-    scale_mask(sc, tmax, p, w, j, sl_row, tok_row, mask_base, grp, lane);
-    // ---- lazy softmax (mla_verify_wgmma.cuh), the block barriers as consumer barriers ----
-    const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
-    float psum[2];
-    if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
-    fence_proxy_async();
-    tr.mark(3);
-    const bool exact_step = consumer_sync_or(over);
-    tr.mark(4);
-    if (draft && !p.v_alias) load_draft_v(p, w, j, sK, tid >> 2, tid & 3);  // draft V rows from v_extend
-    settle_softmax<false>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, 1.f);
-    if (draft && !p.v_alias) cp_async_wait<0>();
-    if (exact_step || (draft && !p.v_alias)) {
-      fence_proxy_async();
-      consumer_sync();  // the rewritten P (and a reloaded draft V) visible to wgmma
+      for (int i = 0; i < 128; ++i) o[i] = 0.f;
+      float m_run[2] = {-INFINITY, -INFINITY};
+      float l_run[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [32-token half][row h]
+      int tok_row[2];
+      draft_token_rows(p, w, r0, tok_row);
+      const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
+      const float sl_row[2] = {p.scale_log2, p.scale_log2};
+      tr.mark(0);
+      for (int j = 0; j < w.ntiles; ++j) {
+        mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
+        fence_proxy_async();
+        tr.mark(1);
+        const uint32_t sK = sKV + (j & 1) * TILE, sPj = sK + 8 * ATOM;
+        uint8_t* pPj = smem + Smem::off_kv + (j & 1) * TILE + 8 * ATOM;
+        const bool draft = j >= w.n_pre;
+        float sc[32];
+        wgmma_fence();
+        issue_qk64(sc, sQ, sK);
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs<32>(sc);
+        tr.mark(2);
+        float sh[2][16];  // the two 32-token halves (elements 16 half ..: issue_qk's layout for grp = half)
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          sh[0][e] = sc[e];
+          sh[1][e] = sc[16 + e];
+        }
+        float tmax[2][2];
+        bool over = false;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          scale_mask(sh[half], tmax[half], p, w, j, sl_row, tok_row, mask_base, half, lane);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            tmax[half][h] = fmaxf(tmax[half][h], __shfl_xor_sync(0xffffffffu, tmax[half][h], 1));
+            tmax[half][h] = fmaxf(tmax[half][h], __shfl_xor_sync(0xffffffffu, tmax[half][h], 2));
+            over |= tmax[half][h] > m_run[h] + LAZY_TAU;
+          }
+        }
+        tr.mark(3);
+        const bool exact_step = s_group_sync_or(over);
+        tr.mark(4);
+        float alpha[2] = {1.f, 1.f};
+        if (exact_step) {  // exact_max on both halves' maxima
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float m_new = fmaxf(m_run[h], fmaxf(tmax[0][h], tmax[1][h]));
+            const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+            alpha[h] = exp2f(m_run[h] - m_use);
+            m_run[h] = m_new;
+          }
+        }
+        if (draft && !p.v_alias) {  // draft V rows from v_extend (dims 0..511; S(j) has read K)
+          load_draft_v(p, w, j, sK, tid >> 2, tid & 3);
+          load_draft_v(p, w, j, sK, (tid >> 2) + 32, tid & 3);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float psum[2];
+          write_p(pPj, sh[half], m_run, psum, half, r0, lane, 1.f);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
+        }
+        if ((lane & 3) == 0) {
+          alpha_buf[(j & 1) * BM + r0] = alpha[0];
+          alpha_buf[(j & 1) * BM + r0 + 8] = alpha[1];
+        }
+        if (draft && !p.v_alias) cp_async_wait<0>();
+        fence_proxy_async();
+        p_ready_arrive(j);
+        if (exact_step) rescale_o(o, alpha);
+        tr.mark(5);
+        fence_regs<128>(o);
+        wgmma_fence();
+        issue_pv(o, sPj, sK, 0);
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs<128>(o);
+        mbar_arrive(empty(j & 1));
+        tr.mark(6);
+      }
+      publish_row_sums(l_run[0], red_sum, 0, r0, lane);
+      publish_row_sums(l_run[1], red_sum, 1, r0, lane);
+      if ((lane & 3) == 0) {
+        m_fin[r0] = m_run[0];
+        m_fin[r0 + 8] = m_run[1];
+      }
+      consumer_sync();  // the row sums and m_fin to the V warpgroup
+      write_rows(p, w, s, o, m_run, red_sum, 0, r0, lane);
+      tr.mark(7);
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
+      float o[128];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] = 0.f;
+      tr.mark(0);
+      for (int j = 0; j < w.ntiles; ++j) {
+        p_ready_wait(j);
+        mbar_wait(full(j & 1), (j >> 1) & 1);  // complete already (the S warpgroup waited): this warpgroup's acquire
+        fence_proxy_async();
+        tr.mark(1);
+        const uint32_t sK = sKV + (j & 1) * TILE;
+        const float alpha[2] = {alpha_buf[(j & 1) * BM + r0], alpha_buf[(j & 1) * BM + r0 + 8]};
+        rescale_o(o, alpha);  // skipped unless a row of the warp moved
+        fence_regs<128>(o);
+        wgmma_fence();
+        issue_pv(o, sK + 8 * ATOM, sK, 1);
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs<128>(o);
+        mbar_arrive(empty(j & 1));
+        tr.mark(6);
+      }
+      consumer_sync();
+      const float m_run[2] = {m_fin[r0], m_fin[r0 + 8]};
+      write_rows(p, w, s, o, m_run, red_sum, 1, r0, lane);
+      tr.mark(7);
     }
-    tr.mark(5);
+  } else {  // ---- consumers: the shipped bf16 kernel's tile loop without its loads ----
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    float o[128];
+  #pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
+    int tok_row[2];
+    draft_token_rows(p, w, r0, tok_row);
+    const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
+    const float sl_row[2] = {p.scale_log2, p.scale_log2};  // bf16 cache: every logit's log2-domain scale
+    tr.mark(0);
+    for (int j = 0; j < w.ntiles; ++j) {
+      mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
+      fence_proxy_async();                   // the cp.async (generic proxy) writes it observed, before wgmma reads
+      consumer_sync();                       // every consumer done with tile j-1 (P, the row maxima)
+      tr.mark(1);
+      const uint32_t sK = sKV + (j & 1) * TILE;
+      const bool draft = j >= w.n_pre;
 
-    // ---- O[:, 256 grp .. +256] += P V, then the stage goes back to the producer ----
-    fence_regs<128>(o);
-    wgmma_fence();
-    issue_pv(o, sP, sK, grp);
-    wgmma_commit();
-    wgmma_wait0();
-    fence_regs<128>(o);
-    mbar_arrive(empty(j & 1));
-    tr.mark(6);
+      // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32) ----
+      float sc[16];
+      wgmma_fence();
+      issue_qk(sc, sQ, sK, grp);
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs<16>(sc);
+      tr.mark(2);
+
+      // ---- scale + mask, row max over this warpgroup's 32 columns ----
+      float tmax[2];
+      scale_mask(sc, tmax, p, w, j, sl_row, tok_row, mask_base, grp, lane);
+      // ---- lazy softmax (mla_verify_wgmma.cuh), the block barriers as consumer barriers ----
+      const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
+      float psum[2];
+      if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
+      fence_proxy_async();
+      tr.mark(3);
+      const bool exact_step = consumer_sync_or(over);
+      tr.mark(4);
+      if (draft && !p.v_alias) load_draft_v(p, w, j, sK, tid >> 2, tid & 3);  // draft V rows from v_extend
+      settle_softmax<false>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, 1.f);
+      if (draft && !p.v_alias) cp_async_wait<0>();
+      if (exact_step || (draft && !p.v_alias)) {
+        fence_proxy_async();
+        consumer_sync();  // the rewritten P (and a reloaded draft V) visible to wgmma
+      }
+      tr.mark(5);
+
+      // ---- O[:, 256 grp .. +256] += P V, then the stage goes back to the producer ----
+      fence_regs<128>(o);
+      wgmma_fence();
+      issue_pv(o, sP, sK, grp);
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs<128>(o);
+      mbar_arrive(empty(j & 1));
+      tr.mark(6);
+    }
+
+    // ---- finalize: row sums of both halves, normalized output or split partial ----
+    publish_row_sums(l_run, red_sum, grp, r0, lane);
+    consumer_sync();
+    write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+    tr.mark(7);
   }
-
-  // ---- finalize: row sums of both halves, normalized output or split partial ----
-  publish_row_sums(l_run, red_sum, grp, r0, lane);
-  consumer_sync();
-  write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-  tr.mark(7);
   tr.flush(tid, grp, w.ntiles);
 }
 

@@ -43,6 +43,19 @@ __device__ __forceinline__ void issue_qk(float* sc, uint32_t sQ, uint32_t sK, in
   issue_qk_steps<0, 576 / 16>(sc, sQ, sK, grp);
 }
 
+// S[64 x 64] = Q K^T over all 576 dims for one warpgroup (the whole tile: 36 x m64n64k16, both operands K-major,
+// bf16), the full-rate shape (an m64n32k16 from smem is bound by its operand fetch at ~2/3 of the tensor peak).
+// Element 4i + e (i < 8) is column 8i + 2 (lane % 4) + (e & 1) of row r0 + 8 (e >> 1): elements 16 h .. 16 h + 15
+// are issue_qk's layout for grp = h. Issues only.
+__device__ __forceinline__ void issue_qk64(float* sc, uint32_t sQ, uint32_t sK) {
+  const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 576 / 16; ++kk) {
+    const uint64_t koff = ((kk >> 2) * kAtomBytes + (kk & 3) * 32) >> 4;
+    wgmma_m64n64k16_ss(sc, dq + koff, dk + koff, kk > 0);
+  }
+}
+
 // O[64 x 256] += P V for warpgroup grp (output dims 256 grp ..): 4 x m64n256k16, A = P (K-major),
 // B = dims 0..511 of the KV tile read N-major (V is the first 512 dims of the row); F16: P and V in
 // f16, else bf16. Issues only.
