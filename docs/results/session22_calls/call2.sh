@@ -15,7 +15,7 @@ rm -rf /tmp/base && mkdir -p /tmp/base && cp -r kernels/mla_verify/csrc /tmp/bas
 sed -i 's/#define MLAV_WS 1/#define MLAV_WS 2/' kernels/mla_verify/csrc/mla_verify.cu
 grep -c "define MLAV_WS 2" kernels/mla_verify/csrc/mla_verify.cu | tee -a "$L"
 rm -rf /tmp/ovl && mkdir -p /tmp/ovl && cp -r kernels/mla_verify/csrc /tmp/ovl/csrc
-(cd /tmp/ovl/csrc && patch -p1 < "$R/docs/results/session22_calls/asym_overlap.patch") >>"$L" 2>&1 && echo "ovl: patch applied" | tee -a "$L"
+(cd /tmp/ovl/csrc && git apply -p1 "$R/docs/results/session22_calls/asym_overlap.patch") >>"$L" 2>&1 && echo "ovl: patch applied" | tee -a "$L"
 export PYTHONPATH=$R/kernels:$R
 python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 &
 for c in /tmp/base/csrc /tmp/ovl/csrc; do
