@@ -81,7 +81,9 @@ __device__ __forceinline__ bool consumer_sync_or(bool v) {
 }
 
 // Named barrier ids (0 is __syncthreads): 1 = both consumers (consumer_sync); ASYM also 2 = the S warpgroup's
-// vote, 3 + (j & 1) = tile j's P handed to the V warpgroup (two ids: the S warpgroup may run one tile ahead).
+// vote, 3 + (j & 1) = tile j's P and alpha handed to the V warpgroup, 5 + (j & 1) = the V warpgroup has read tile
+// j's alpha (the S warpgroup waits for it before writing tile j + 2's). Two ids each: the S warpgroup may run one
+// tile ahead. The ids are registers (one BAR instruction, not two predicated ones).
 __device__ __forceinline__ bool s_group_sync_or(bool v) {
   uint32_t r;
   asm volatile(
@@ -91,20 +93,17 @@ __device__ __forceinline__ bool s_group_sync_or(bool v) {
       : "memory");
   return r != 0;
 }
-__device__ __forceinline__ void p_ready_arrive(int j) {
-  if (j & 1)
-    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
-  else
-    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-}
-__device__ __forceinline__ void p_ready_wait(int j) {
-  if (j & 1)
-    asm volatile("bar.sync 4, 256;\n" ::: "memory");
-  else
-    asm volatile("bar.sync 3, 256;\n" ::: "memory");
-}
+__device__ __forceinline__ void bar_arrive_id(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void bar_sync_id(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 
-template <bool ASYM>
+// A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (session 22 calls 2-3, forced ASYM against
+// the token-split consumers, same process: 0.92-0.975x at 32-64 tiles per CTA; 0.97-1.03x at 16; 1.06-1.11x at 1-4).
+constexpr int WS_ASYM_MIN_TILES = 32;
+
+// MODE 0: the token-split consumers (both warpgroups run S for half the tile's tokens, as mla_verify_wgmma.cuh);
+// 1: the ASYM consumers (S and V warpgroups); 2: ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles (a per-CTA
+// choice on the device, so a CUDA graph replay at any length gets the right one).
+template <int MODE>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
@@ -182,7 +181,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     return;
   }
 
-  if constexpr (ASYM) {
+  if (MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES)) {  // (each branch ends the kernel: no join)
     // ---- ASYM: warpgroup 0 (the S warpgroup) runs S for the whole tile at m64n64, the softmax of its 64 rows and PV
     // for output dims 0..255; warpgroup 1 (the V warpgroup) only PV for dims 256..511, handed P(j) and the rows'
     // rescale alpha(j) through named barrier 3 + (j & 1). P(j) lives in tile j's rope atom (only S(j) reads it), so
@@ -262,13 +261,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
 #pragma unroll
           for (int h = 0; h < 2; ++h) l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
         }
+        if (j >= 2) bar_sync_id(5 + (j & 1));  // the V warpgroup has read tile j - 2's alpha
         if ((lane & 3) == 0) {
           alpha_buf[(j & 1) * BM + r0] = alpha[0];
           alpha_buf[(j & 1) * BM + r0 + 8] = alpha[1];
         }
         if (draft && !p.v_alias) cp_async_wait<0>();
         fence_proxy_async();
-        p_ready_arrive(j);
+        bar_arrive_id(3 + (j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
         if (exact_step) rescale_o(o, alpha);
         tr.mark(5);
         fence_regs<128>(o);
@@ -289,6 +289,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       consumer_sync();  // the row sums and m_fin to the V warpgroup
       write_rows(p, w, s, o, m_run, red_sum, 0, r0, lane);
       tr.mark(7);
+      tr.flush(tid, grp, w.ntiles);
     } else {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
       float o[128];
@@ -296,12 +297,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       tr.mark(0);
       for (int j = 0; j < w.ntiles; ++j) {
-        p_ready_wait(j);
+        bar_sync_id(3 + (j & 1));  // P(j) and alpha(j)
         mbar_wait(full(j & 1), (j >> 1) & 1);  // complete already (the S warpgroup waited): this warpgroup's acquire
         fence_proxy_async();
         tr.mark(1);
         const uint32_t sK = sKV + (j & 1) * TILE;
         const float alpha[2] = {alpha_buf[(j & 1) * BM + r0], alpha_buf[(j & 1) * BM + r0 + 8]};
+        if (j + 2 < w.ntiles) bar_arrive_id(5 + (j & 1));  // alpha(j) read: its buffer is free for tile j + 2
         rescale_o(o, alpha);  // skipped unless a row of the warp moved
         fence_regs<128>(o);
         wgmma_fence();
@@ -316,6 +318,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       const float m_run[2] = {m_fin[r0], m_fin[r0 + 8]};
       write_rows(p, w, s, o, m_run, red_sum, 1, r0, lane);
       tr.mark(7);
+      tr.flush(tid, grp, w.ntiles);
     }
   } else {  // ---- consumers: the shipped bf16 kernel's tile loop without its loads ----
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
@@ -382,8 +385,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     consumer_sync();
     write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
     tr.mark(7);
+    tr.flush(tid, grp, w.ntiles);
   }
-  tr.flush(tid, grp, w.ntiles);
 }
 
 }  // namespace wg
