@@ -8,9 +8,8 @@ phase; mla_verify_wgmma.cuh lists the phases). E.g.
 Per shape: REPS eager calls, each after an L2 flush (the bench's Timer), then the phase sums of those calls
 divided by the tiles they ran: SM cycles per tile and phase, per warpgroup, beside the prologue and epilogue per
 CTA and the CTA count; for the warp-specialized kernel (the shipped bf16 build) also its producer's wait for a
-free stage and its issue per tile (row 2). A CTA on its ASYM consumers (>= WS_ASYM_MIN_TILES tiles, or every CTA of
-a -DMLAV_WS=2 build) puts the S warpgroup's phases in row 0 (the P write in the exact-step slot) and the V
-warpgroup's wait for P and its PV in row 1. Cycles are SM clocks of one thread (clock()), so the phases of a warpgroup add up to its
+free stage and its issue per tile (row 2). Its ASYM consumers (a -DMLAV_WS=2 build) put the S warpgroup's phases
+in row 0 (the P write in the exact-step slot) and the V warpgroup's wait for P and its PV in row 1. Cycles are SM clocks of one thread (clock()), so the phases of a warpgroup add up to its
 CTA's time, waits included; the trace build's instructions are part of what it measures (its kernel is compared
 with the plain build's in the same run: `plain_us` / `trace_us`, CUDA-graph replays). Writes JSON with --out."""
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at 710ddf3. Afterwards the per-CTA choice (MODE 2) and the MLAV_WS=3 mapping were removed (it lost; see the notes).
 # Session 22 call 4: the shipped build's per-CTA choice (MLAV_WS=1 = the warp-specialized kernel's MODE 2: ASYM
 # consumers where a CTA holds >= 32 tiles, the token-split consumers elsewhere; the alpha buffer now handed back
 # through named barriers 5/6 and the barrier ids in registers, after call 3's racecheck and synccheck reports).

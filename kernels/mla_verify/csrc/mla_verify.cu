@@ -15,10 +15,10 @@
 #include "mla_verify_wgmma.cuh"
 #include "mla_verify_wgmma_ws.cuh"
 #endif
-// The wgmma config's bf16 calls: 1 (shipped) launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh) in its
-// MODE 2 (the ASYM consumers where a CTA holds >= WS_ASYM_MIN_TILES tiles); 2 its MODE 1 (ASYM everywhere), 3 its
-// MODE 0 (the token-split consumers everywhere); 0 (an A/B tree's baseline) mla_verify_wgmma.cuh's bf16
-// instantiation, which loads its own tiles. The fp8 calls launch mla_verify_wgmma.cuh's kernels either way.
+// The wgmma config's bf16 calls: 1 (shipped) launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh) with its
+// token-split consumers; 2 (experimental) with its ASYM consumers (S and V warpgroups); 0 (an A/B tree's baseline)
+// mla_verify_wgmma.cuh's bf16 instantiation, which loads its own tiles. The fp8 calls launch mla_verify_wgmma.cuh's
+// kernels either way.
 #ifndef MLAV_WS
 #define MLAV_WS 1
 #endif
@@ -64,7 +64,7 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
   if (!p.kv_fp8) {
 #if MLAV_WS
     static int attr_device = -1;
-    return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS == 1 ? 2 : MLAV_WS == 2 ? 1 : 0>, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS,
+    return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS == 2>, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS,
                         dim3(m_tiles, p.S, p.B), p, stream);
 #else
     return launch_wgmma_t<false, false>(p, m_tiles, stream);

@@ -2,7 +2,9 @@
 // the default for bf16 calls since session 22 (MLAV_WS=1 in mla_verify.cu): 0.973-0.984x the time of the kernel it
 // replaced on the batched and long shapes, 1.000 at B=1 L=32k, 1.015 at B=1 L=4k, outputs bitwise equal, parity and
 // the three sanitizers clean, graph-buffer rows 1.000-1.058x of the exact-length call (session 22 call 1).
-// ASYM = true (MLAV_WS=2; session 22, being measured): the consumers split by role instead of by tokens (below).
+// ASYM = true (-DMLAV_WS=2, experimental, not shipped): the consumers split by role instead of by tokens (below);
+// session 22: 0.92-0.94x the shipped time at 64 tiles per CTA, 1.06-1.11x at 1-4, parity 53/53 + 52/52 replays,
+// but racecheck and synccheck report its named-barrier handoffs (docs/kernels/dense-verify-notes.md, "Session 22").
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
 // shapes and 0.93x at B=1 L=32k (session 20 call 3).
@@ -96,14 +98,9 @@ __device__ __forceinline__ bool s_group_sync_or(bool v) {
 __device__ __forceinline__ void bar_arrive_id(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bar_sync_id(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 
-// A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (session 22 calls 2-3, forced ASYM against
-// the token-split consumers, same process: 0.92-0.975x at 32-64 tiles per CTA; 0.97-1.03x at 16; 1.06-1.11x at 1-4).
-constexpr int WS_ASYM_MIN_TILES = 32;
-
-// MODE 0: the token-split consumers (both warpgroups run S for half the tile's tokens, as mla_verify_wgmma.cuh);
-// 1: the ASYM consumers (S and V warpgroups); 2: ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles (a per-CTA
-// choice on the device, so a CUDA graph replay at any length gets the right one).
-template <int MODE>
+// ASYM = false (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
+// mla_verify_wgmma.cuh); true (-DMLAV_WS=2, experimental): the S and V warpgroups.
+template <bool ASYM>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
@@ -181,7 +178,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     return;
   }
 
-  if (MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES)) {  // (each branch ends the kernel: no join)
+  if constexpr (ASYM) {
     // ---- ASYM: warpgroup 0 (the S warpgroup) runs S for the whole tile at m64n64, the softmax of its 64 rows and PV
     // for output dims 0..255; warpgroup 1 (the V warpgroup) only PV for dims 256..511, handed P(j) and the rows'
     // rescale alpha(j) through named barrier 3 + (j & 1). P(j) lives in tile j's rope atom (only S(j) reads it), so
