@@ -64,8 +64,8 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
   if (!p.kv_fp8) {
 #if MLAV_WS
     static int attr_device = -1;
-    return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS == 2>, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS,
-                        dim3(m_tiles, p.S, p.B), p, stream);
+    return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS == 2>, &attr_device, wg::WS_SMEM_BYTES,
+                        wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
 #else
     return launch_wgmma_t<false, false>(p, m_tiles, stream);
 #endif

@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     // row sums per 32-token half in the same order, the same PV instructions; only S's wgmma shape differs.
     // Registers after setmaxnreg: S warpgroup 240 (O, S[64 x 64] and the softmax), V warpgroup 208 (O), producer 56.
     // Each branch holds its own setmaxnreg and shares no code with the other (a join would cap both at the lower).
-    float* alpha_buf = red_max;                   // [2][BM]: tile j's row rescale at (j & 1) BM (red_max is unused here)
+    float* alpha_buf = red_max;                   // [2][BM]: tile j's row rescale at (j & 1) BM (red_max unused)
     float* m_fin = reinterpret_cast<float*>(pP);  // [BM]: the final m_run (the P atom is unused here)
     const int r0 = wq * 16 + (lane >> 2);         // tile rows of this thread: r0 and r0 + 8
     if (grp == 0) {
@@ -256,7 +256,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
           float psum[2];
           write_p(pPj, sh[half], m_run, psum, half, r0, lane, 1.f);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
+          for (int h = 0; h < 2; ++h)
+            l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
         }
         if (j >= 2) bar_sync_id(5 + (j & 1));  // the V warpgroup has read tile j - 2's alpha
         if ((lane & 3) == 0) {
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   } else {  // ---- consumers: the shipped bf16 kernel's tile loop without its loads ----
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     float o[128];
-  #pragma unroll
+#pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
     const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
