@@ -229,8 +229,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
           scale_mask(sh[half], tmax[half], p, w, j, sl_row, tok_row, mask_base, half, lane);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            tmax[half][h] = fmaxf(tmax[half][h], __shfl_xor_sync(0xffffffffu, tmax[half][h], 1));
-            tmax[half][h] = fmaxf(tmax[half][h], __shfl_xor_sync(0xffffffffu, tmax[half][h], 2));
+            tmax[half][h] = reduce_row_max(tmax[half][h]);
             over |= tmax[half][h] > m_run[h] + LAZY_TAU;
           }
         }
@@ -238,14 +237,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         const bool exact_step = s_group_sync_or(over);
         tr.mark(4);
         float alpha[2] = {1.f, 1.f};
-        if (exact_step) {  // exact_max on both halves' maxima
+        if (exact_step) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float m_new = fmaxf(m_run[h], fmaxf(tmax[0][h], tmax[1][h]));
-            const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-            alpha[h] = exp2f(m_run[h] - m_use);
-            m_run[h] = m_new;
-          }
+          for (int h = 0; h < 2; ++h) exact_row_max(m_run[h], alpha[h], fmaxf(tmax[0][h], tmax[1][h]));
         }
         if (draft && !p.v_alias) {  // draft V rows from v_extend (dims 0..511; S(j) has read K)
           load_draft_v(p, w, j, sK, tid >> 2, tid & 3);

@@ -71,6 +71,13 @@ __device__ __forceinline__ void issue_pv(float* o, uint32_t sP, uint32_t sK, int
   }
 }
 
+// One row maximum of this thread (over its columns) reduced over the four lanes that hold the same row, i.e.
+// over 32 columns of an m64nN accumulator.
+__device__ __forceinline__ float reduce_row_max(float t) {
+  t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
+  return fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
+}
+
 // This thread's two row maxima (tmax, over its columns) reduced over the warpgroup's 32 columns and
 // published to red_max[grp][row]; returns this thread's vote for the exact step (a row's max above
 // m_run + tau; m_run = -inf: any finite max).
@@ -79,8 +86,7 @@ __device__ __forceinline__ bool publish_row_max(float (&tmax)[2], const float (&
   bool over = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+    tmax[h] = reduce_row_max(tmax[h]);
     if ((lane & 3) == 0) red_max[grp * kTileRows + r0 + 8 * h] = tmax[h];
     over |= tmax[h] > m_run[h] + tau;
   }
@@ -111,16 +117,20 @@ __device__ __forceinline__ void write_p(uint8_t* pP, const float (&sc)[16], cons
   }
 }
 
-// The exact step's new reference: m_run = max(m_run, both warpgroups' published maxima); alpha =
-// exp2(old m_run - new) per row (0 from -inf, never -inf - -inf).
+// The exact step's new reference for one row, from the tile's row maximum tile_max: m_run = max(m_run, tile_max);
+// alpha = exp2(old m_run - new) (0 from -inf, never -inf - -inf).
+__device__ __forceinline__ void exact_row_max(float& m_run, float& alpha, float tile_max) {
+  const float m_new = fmaxf(m_run, tile_max);
+  const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+  alpha = exp2f(m_run - m_use);
+  m_run = m_new;
+}
+// exact_row_max for this thread's two rows on both warpgroups' published maxima (red_max[0][row], red_max[1][row]).
 __device__ __forceinline__ void exact_max(float (&m_run)[2], float (&alpha)[2], const float* red_max, int r0) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
-    const float m_new = fmaxf(m_run[h], fmaxf(red_max[r], red_max[kTileRows + r]));
-    const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-    alpha[h] = exp2f(m_run[h] - m_use);
-    m_run[h] = m_new;
+    exact_row_max(m_run[h], alpha[h], fmaxf(red_max[r], red_max[kTileRows + r]));
   }
 }
 
