@@ -1,0 +1,112 @@
+"""Device diagnostic (not shipped, not a test): what a cold instruction stream costs the dense kernels. E.g.
+
+    python3 tests/device/cold_code.py 1:4096:8:16,1:32768:8:16 [--tree NAME=CSRC_DIR ...] [--out F]
+
+The bench flushes L2 before every timed replay, which evicts the kernels' code as well as the KV cache, so every
+SM fetches its instructions from DRAM again. Per tree ("cur" = the checkout, plus each --tree) and shape, two CUDA
+graphs are captured on separate inputs of the same shape (the timed call's, and a warm-up call's with another
+seed), then, interleaved over REPS rounds of ITERS replays each:
+  cold : L2 flush; [start event] timed replay [end event]             (the bench's own number)
+  warm : L2 flush; warm-up replay; [start event] timed replay [end event]
+The warm-up replay runs the same kernels and code paths on other buffers, so the timed call finds its code in L2
+(and whatever instruction caches kept it) and its own KV, Q and indices still cold. cold - warm is the cold-code
+cost (plus whatever launch state the warm-up leaves behind), in µs, median of each mode, min over rounds. A tree
+whose kernel holds more code than it runs (session 22 call 4's combined kernel) shows whether its constant loss is
+that cost. Writes JSON with --out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+REPS = 3
+ITERS = 30
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="cold_code.py", description=__doc__.splitlines()[0])
+    ap.add_argument("shapes", help="B:L:n:H,... (the bench's syntax)")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=CSRC_DIR", help="another csrc/ copy")
+    ap.add_argument("--out", default=None, help="write the JSON document here")
+    a = ap.parse_args(argv)
+
+    import dataclasses
+
+    import torch
+
+    from mla_verify import mla_verify_fwd
+    from mla_verify.api import device_arch
+    from mla_verify.inputs import kernel_args, kernel_kwargs, make_inputs
+    from verify_tools.bench import Timer, _TreeModule, ab_case, load_tree, parse_shapes
+
+    arch = device_arch(torch.device("cuda"))
+    trees = {"cur": None}
+    for spec in a.tree:
+        name, _, path = spec.partition("=")
+        trees[name] = load_tree(arch, path)
+    props = torch.cuda.get_device_properties(0)
+    timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
+    doc: dict = {"trees": a.tree, "reps": REPS, "iters": ITERS, "rows": []}
+
+    def timed(main_run, warm_run) -> float:
+        times = []
+        for _ in range(ITERS):
+            timer.flush()
+            if warm_run is not None:
+                warm_run()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            main_run()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1e3)
+        return statistics.median(times)
+
+    for B, L, n, H in parse_shapes(a.shapes):
+        spec = ab_case(B, L, n, H)
+        main_inp = make_inputs(spec, "cuda")
+        warm_inp = make_inputs(dataclasses.replace(spec, seed=spec.seed + 7919), "cuda")
+        graphs = {}
+        for name, mod in trees.items():
+            with _TreeModule(mod):
+                graphs[name] = tuple(
+                    timer.graph(
+                        lambda i=inp: mla_verify_fwd(*kernel_args(i), **kernel_kwargs(i), tile_config="sm90wg")
+                    ).replay
+                    for inp in (main_inp, warm_inp)
+                )
+        res: dict = {k: {"cold": [], "warm": []} for k in trees}
+        for _ in range(REPS):
+            for name, (main_run, warm_run) in graphs.items():
+                main_run()
+                warm_run()
+                res[name]["cold"].append(timed(main_run, None))
+                res[name]["warm"].append(timed(main_run, warm_run))
+        row = {"B": B, "L": L, "n": n, "H": H, "trees": {}}
+        for name, r in res.items():
+            cold, warm = min(r["cold"]), min(r["warm"])
+            row["trees"][name] = {
+                "cold_us": round(cold, 3),
+                "warm_code_us": round(warm, 3),
+                "cold_minus_warm_us": round(cold - warm, 3),
+                "runs": r,
+            }
+        doc["rows"].append(row)
+        print(
+            f"[cold] B={B} L={L} n={n} H={H}: "
+            + "; ".join(
+                f"{k} cold {v['cold_us']:.2f} warm-code {v['warm_code_us']:.2f} (diff {v['cold_minus_warm_us']:.2f})"
+                for k, v in row["trees"].items()
+            ),
+            flush=True,
+        )
+        if a.out:
+            with open(a.out, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
