@@ -1,6 +1,7 @@
-"""Device diagnostic (not shipped, not a test): what a cold instruction stream costs the dense kernels. E.g.
+"""Device diagnostic (not shipped, not a test): what a cold instruction stream costs the verify kernels. E.g.
 
     python3 tests/device/cold_code.py 1:4096:8:16,1:32768:8:16 [--tree NAME=CSRC_DIR ...] [--out F]
+    python3 tests/device/cold_code.py 1:32768:4:8,1:32768:4:64 --dsa [--dsa-kv bf16,fp8] [--out F]
 
 The bench flushes L2 before every timed replay, which evicts the kernels' code as well as the KV cache, so every
 SM fetches its instructions from DRAM again. Per tree ("cur" = the checkout, plus each --tree) and shape, two CUDA
@@ -12,7 +13,8 @@ The warm-up replay runs the same kernels and code paths on other buffers, so the
 (and whatever instruction caches kept it) and its own KV, Q and indices still cold. cold - warm is the cold-code
 cost (plus whatever launch state the warm-up leaves behind), in µs, median of each mode, min over rounds. A tree
 whose kernel holds more code than it runs (session 22 call 4's combined kernel) shows whether its constant loss is
-that cost. Writes JSON with --out."""
+that cost. --dsa times the sparse kernel (dsa_verify_fwd, auto plan, the checkout's build) instead, per KV dtype
+(shape B:L:n:H as dsa_bench's: B requests of prefix L, n draft rows each, H heads). Writes JSON with --out."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="cold_code.py", description=__doc__.splitlines()[0])
     ap.add_argument("shapes", help="B:L:n:H,... (the bench's syntax)")
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=CSRC_DIR", help="another csrc/ copy")
+    ap.add_argument("--dsa", action="store_true", help="the sparse kernel (dsa_verify) instead of the dense one")
+    ap.add_argument("--dsa-kv", default="bf16,fp8", help="--dsa: KV dtypes to time (bf16, fp8)")
     ap.add_argument("--out", default=None, help="write the JSON document here")
     a = ap.parse_args(argv)
 
@@ -36,19 +40,11 @@ def main(argv=None) -> int:
 
     import torch
 
-    from mla_verify import mla_verify_fwd
-    from mla_verify.api import device_arch
-    from mla_verify.inputs import kernel_args, kernel_kwargs, make_inputs
-    from verify_tools.bench import Timer, _TreeModule, ab_case, load_tree, parse_shapes
+    from verify_tools.bench import Timer, parse_shapes
 
-    arch = device_arch(torch.device("cuda"))
-    trees = {"cur": None}
-    for spec in a.tree:
-        name, _, path = spec.partition("=")
-        trees[name] = load_tree(arch, path)
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
-    doc: dict = {"trees": a.tree, "reps": REPS, "iters": ITERS, "rows": []}
+    doc: dict = {"trees": a.tree, "dsa": a.dsa, "reps": REPS, "iters": ITERS, "rows": []}
 
     def timed(main_run, warm_run) -> float:
         times = []
@@ -64,20 +60,57 @@ def main(argv=None) -> int:
             times.append(s.elapsed_time(e) * 1e3)
         return statistics.median(times)
 
+    if a.dsa:
+        from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
+        from dsa_verify.inputs import DsaCase
+        from dsa_verify.inputs import make_inputs as dsa_inputs
+        from dsa_verify.layout import quantize_rows
+
+        def dsa_call(d, kv):
+            cache = d["kv_cache"] if kv == "bf16" else quantize_rows(d["kv_cache"].reshape(-1, 576)).reshape(-1, 1, 656)
+            q, pt, sl = d["q_all"], d["page_table_1"], d["seq_lens"]
+            out = torch.empty(q.shape[0], q.shape[1], 512, dtype=torch.bfloat16, device="cuda")
+            ws = torch.empty(max(1, workspace_numel_for(q, cache, pt, "auto", None, "auto")), device="cuda")
+            return lambda: dsa_verify_fwd(q, cache, pt, sl, d["sm_scale"], out=out, workspace=ws)
+
+        def graphs_of(B, L, n, H) -> dict:
+            spec = DsaCase("cold", (L,) * B, n, H, seed=L + B, poison=False)
+            mains = dsa_inputs(spec, "cuda")
+            warms = dsa_inputs(dataclasses.replace(spec, seed=spec.seed + 7919), "cuda")
+            return {
+                kv: (timer.graph(dsa_call(mains, kv)).replay, timer.graph(dsa_call(warms, kv)).replay)
+                for kv in a.dsa_kv.split(",")
+            }
+
+    else:
+        from mla_verify import mla_verify_fwd
+        from mla_verify.api import device_arch
+        from mla_verify.inputs import kernel_args, kernel_kwargs, make_inputs
+        from verify_tools.bench import _TreeModule, ab_case, load_tree
+
+        arch = device_arch(torch.device("cuda"))
+        trees = {"cur": None}
+        for spec in a.tree:
+            name, _, path = spec.partition("=")
+            trees[name] = load_tree(arch, path)
+
+        def graphs_of(B, L, n, H) -> dict:
+            spec = ab_case(B, L, n, H)
+            pair = (make_inputs(spec, "cuda"), make_inputs(dataclasses.replace(spec, seed=spec.seed + 7919), "cuda"))
+            graphs = {}
+            for name, mod in trees.items():
+                with _TreeModule(mod):
+                    graphs[name] = tuple(
+                        timer.graph(
+                            lambda i=inp: mla_verify_fwd(*kernel_args(i), **kernel_kwargs(i), tile_config="sm90wg")
+                        ).replay
+                        for inp in pair
+                    )
+            return graphs
+
     for B, L, n, H in parse_shapes(a.shapes):
-        spec = ab_case(B, L, n, H)
-        main_inp = make_inputs(spec, "cuda")
-        warm_inp = make_inputs(dataclasses.replace(spec, seed=spec.seed + 7919), "cuda")
-        graphs = {}
-        for name, mod in trees.items():
-            with _TreeModule(mod):
-                graphs[name] = tuple(
-                    timer.graph(
-                        lambda i=inp: mla_verify_fwd(*kernel_args(i), **kernel_kwargs(i), tile_config="sm90wg")
-                    ).replay
-                    for inp in (main_inp, warm_inp)
-                )
-        res: dict = {k: {"cold": [], "warm": []} for k in trees}
+        graphs = graphs_of(B, L, n, H)
+        res: dict = {k: {"cold": [], "warm": []} for k in graphs}
         for _ in range(REPS):
             for name, (main_run, warm_run) in graphs.items():
                 main_run()
