@@ -16,9 +16,9 @@
 #include "mla_verify_wgmma_ws.cuh"
 #endif
 // The wgmma config's bf16 calls: 1 (shipped) launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh) with its
-// token-split consumers; 2 (experimental) with its ASYM consumers (S and V warpgroups); 0 (an A/B tree's baseline)
-// mla_verify_wgmma.cuh's bf16 instantiation, which loads its own tiles. The fp8 calls launch mla_verify_wgmma.cuh's
-// kernels either way.
+// token-split consumers (MODE 0); 2 (experimental) with its ASYM consumers (S and V warpgroups, MODE 1); 3
+// (experimental) with the choice per CTA (MODE 2); 0 (an A/B tree's baseline) mla_verify_wgmma.cuh's bf16
+// instantiation, which loads its own tiles. The fp8 calls launch mla_verify_wgmma.cuh's kernels either way.
 #ifndef MLAV_WS
 #define MLAV_WS 1
 #endif
@@ -64,7 +64,7 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
   if (!p.kv_fp8) {
 #if MLAV_WS
     static int attr_device = -1;
-    return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS == 2>, &attr_device, wg::WS_SMEM_BYTES,
+    return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS - 1>, &attr_device, wg::WS_SMEM_BYTES,
                         wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
 #else
     return launch_wgmma_t<false, false>(p, m_tiles, stream);

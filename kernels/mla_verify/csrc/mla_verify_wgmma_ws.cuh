@@ -2,9 +2,12 @@
 // the default for bf16 calls since session 22 (MLAV_WS=1 in mla_verify.cu): 0.973-0.984x the time of the kernel it
 // replaced on the batched and long shapes, 1.000 at B=1 L=32k, 1.015 at B=1 L=4k, outputs bitwise equal, parity and
 // the three sanitizers clean, graph-buffer rows 1.000-1.058x of the exact-length call (session 22 call 1).
-// ASYM = true (-DMLAV_WS=2, experimental, not shipped): the consumers split by role instead of by tokens (below);
-// session 22: 0.92-0.94x the shipped time at 64 tiles per CTA, 1.06-1.11x at 1-4, parity 53/53 + 52/52 replays,
-// but racecheck and synccheck report its named-barrier handoffs (docs/kernels/dense-verify-notes.md, "Session 22").
+// The template's MODE picks the consumers: 0 (shipped, MLAV_WS=1) the token-split consumers below; 1 (-DMLAV_WS=2,
+// experimental) the ASYM consumers, split by role instead of by tokens (below); 2 (-DMLAV_WS=3, experimental) ASYM
+// where a CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere. Measured (dense-verify-notes.md,
+// "Session 23"): ASYM 0.934-0.948x the shipped time on the batched and long shapes, 1.10x at B=1 L=4k; MODE 2
+// 0.974-0.981x batched and 1.00-1.02x elsewhere (its ASYM CTAs run every phase ~6% slower than the ASYM kernel's:
+// the trace points at instruction fetch in a kernel twice the size); parity, racecheck, synccheck and memcheck clean.
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
 // shapes and 0.93x at B=1 L=32k (session 20 call 3).
@@ -29,13 +32,13 @@
 // ASYM: warpgroup 0 (S) computes S for the whole tile at m64n64k16, which runs at the tensor peak where the shipped
 // m64n32k16 runs at ~2/3 of it, bound by its smem operand fetch (session 20's wgmma_rate); it runs the softmax of
 // all 64 rows and PV for dims 0..255. Warpgroup 1 (V) runs only PV for dims 256..511, handed P(j) and the rows'
-// rescale through named barrier 3 + (j & 1); P(j) lives in tile j's rope atom (dead once S(j) has read it), so S(j+1)
+// rescale through the mbarrier p_full[j & 1]; P(j) lives in tile j's rope atom (dead once S(j) has read it), so S(j+1)
 // may start while the V warpgroup's PV(j) runs. Registers: S 240, V 208, producer 56.
-// The consumers synchronize among themselves with named barrier 1 (256 threads); the producer never joins it and
-// leaves once its last tile's copies landed. The trace build (-DMLAV_TRACE=1) sums the consumers' phases into the
-// shipped kernel's slots (the first tile's wait for the producer counts in the wait slot, as there) and the
-// producer's into row 2: slot 0 its prologue (Q and the first slots), per tile slot 1 its wait for a free stage and
-// slot 2 its issue of the tile's copies, slot 7 its wait for its last copies.
+// The token-split consumers synchronize among themselves with named barrier 1 (256 threads); the producer never
+// joins it and leaves once its last tile's copies landed. The trace build (-DMLAV_TRACE=1) sums the consumers'
+// phases into the shipped kernel's slots (the first tile's wait for the producer counts in the wait slot, as there)
+// and the producer's into row 2: slot 0 its prologue (Q and the first slots), per tile slot 1 its wait for a free
+// stage and slot 2 its issue of the tile's copies, slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma.cuh"
 
@@ -82,10 +85,13 @@ __device__ __forceinline__ bool consumer_sync_or(bool v) {
   return r != 0;
 }
 
-// Named barrier ids (0 is __syncthreads): 1 = both consumers (consumer_sync); ASYM also 2 = the S warpgroup's
-// vote, 3 + (j & 1) = tile j's P and alpha handed to the V warpgroup, 5 + (j & 1) = the V warpgroup has read tile
-// j's alpha (the S warpgroup waits for it before writing tile j + 2's). Two ids each: the S warpgroup may run one
-// tile ahead. The ids are registers (one BAR instruction, not two predicated ones).
+// Named barrier ids (0 is __syncthreads): 1 = both token-split consumers (consumer_sync); ASYM 2 = the S warpgroup's
+// vote. ASYM's handoffs are mbarriers in the P atom, which it leaves unused: p_full[2] (the S warpgroup's P(j) and
+// alpha(j)), a_free[2] (the V warpgroup has read alpha(j)) and fin (the row sums and the final m_run), so racecheck
+// follows them as it follows the producer's full / empty. Session 22's named-barrier handoffs (bar.arrive in one
+// warpgroup, bar.sync in the other) drew synccheck and racecheck reports, and a consumer_sync reached from both
+// warpgroups after their loops still drew racecheck's (session 23 call 1); with fin all three tools are clean
+// (call 2).
 __device__ __forceinline__ bool s_group_sync_or(bool v) {
   uint32_t r;
   asm volatile(
@@ -95,13 +101,47 @@ __device__ __forceinline__ bool s_group_sync_or(bool v) {
       : "memory");
   return r != 0;
 }
-__device__ __forceinline__ void bar_arrive_id(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void bar_sync_id(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 
-// ASYM = false (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
-// mla_verify_wgmma.cuh); true (-DMLAV_WS=2, experimental): the S and V warpgroups.
-template <bool ASYM>
+// The producer's rows: 8 lanes per row (copy_row8), rows l8 + 16 i (i < 4) of a tile; the four rows share l8 % 8.
+struct WsRows {
+  int l8, sub8;
+  uint32_t off0;
+  __device__ __forceinline__ explicit WsRows(int pt) : l8(pt >> 3), sub8(pt & 7), off0(tile_off(pt >> 3, pt & 7)) {}
+};
+// Q's rows into sQ; slot receives tile 0's slot ids.
+__device__ __forceinline__ void ws_issue_q(const Params& p, const Work& w, const WsRows& r, uint32_t sQ,
+                                           int64_t (&slot)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    bool ok;
+    const __nv_bfloat16* src = q_src(p, w, r.l8 + 16 * i, ok);
+    copy_row8(sQ, r.off0 + i * 16 * 128, src, r.sub8, ok);
+    slot[i] = tile_slot(p, w, 0, BN, r.l8 + 16 * i);
+  }
+}
+// Tile j's rows (slot holds their ids) into stage j % 2; slot receives tile j + 1's.
+__device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, const WsRows& r, uint32_t sKV, int j,
+                                              int64_t (&slot)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    bool ok;
+    const __nv_bfloat16* src = kv_src(p, w, j, BN, r.l8 + 16 * i, slot[i], ok);
+    slot[i] = tile_slot(p, w, j + 1, BN, r.l8 + 16 * i);
+    copy_row8(sKV + (j & 1) * TILE, r.off0 + i * 16 * 128, src, r.sub8, ok);
+  }
+}
+
+// A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2.
+constexpr int WS_ASYM_MIN_TILES = 32;
+
+// MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
+// mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,
+// experimental): ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere.
+// MODE 1 and 2 issue Q and tile 0 before the init barrier (EARLY, below).
+template <int MODE>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
+  constexpr bool ASYM = MODE != 0;  // the kernel holds the ASYM consumers
+  constexpr bool EARLY = MODE != 0;
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
   // empty[1]) right after it (WS_SMEM_BYTES has room for both at any base). With the barriers in front instead, the
@@ -135,41 +175,42 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     mbar_init(full(1), 128);
     mbar_init(empty(0), WS_CONSUMERS);
     mbar_init(empty(1), WS_CONSUMERS);
+    if constexpr (ASYM) {  // in the P atom, which ASYM leaves unused (m_fin takes its first 256 B)
+      for (int st = 0; st < 2; ++st) {
+        mbar_init(sP + 512u + 8u * st, 128);  // p_full[st]: the S warpgroup's P(j), alpha(j); tile j: completion j/2
+        mbar_init(sP + 528u + 8u * st, 128);  // a_free[st]: the V warpgroup has read alpha(j)
+      }
+      mbar_init(sP + 544u, 128);  // fin: the S warpgroup's row sums and final m_run
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Producer (warpgroup 2). EARLY: Q and tile 0 are issued before the barrier that publishes the mbarriers' init (the
+  // copies do not touch them), so their code sits near the kernel's entry, where a cold instruction fetch reaches it
+  // first (session 23 call 2: the ASYM kernel's producer code lay 68 KB from the entry, and its first issue came ~2,400
+  // cycles after the shipped kernel's); their arrival on full[0] is registered after the barrier.
+  int64_t slot[4];  // the producer's next slot ids (ws_issue_q / ws_issue_tile)
+  if constexpr (EARLY) {
+    if (grp == 2) {
+      const WsRows r(tid - WS_CONSUMERS);
+      ws_issue_q(p, w, r, sQ, slot);
+      ws_issue_tile(p, w, r, sKV, 0, slot);
+    }
   }
   __syncthreads();
 
-  if (grp == 2) {  // ---- producer: Q with tile 0, then tile j+1 as soon as its stage is free ----
+  if (grp == 2) {  // ---- producer: tile t as soon as its stage is free ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-    // 8 lanes per row (copy_row8), rows l8 + 16 i (i < 4): the four rows share l8 % 8.
-    const int pt = tid - WS_CONSUMERS, l8 = pt >> 3, sub8 = pt & 7;
-    const uint32_t off0 = tile_off(l8, sub8);
-    auto copy_row = [&](uint32_t tile, int i, const __nv_bfloat16* src, bool ok) {  // row l8 + 16 i
-      copy_row8(tile, off0 + i * 16 * 128, src, sub8, ok);
-    };
-    int64_t slot[4];
-    auto load_tile = [&](int j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        bool ok;
-        const __nv_bfloat16* src = kv_src(p, w, j, BN, l8 + 16 * i, slot[i], ok);
-        slot[i] = tile_slot(p, w, j + 1, BN, l8 + 16 * i);
-        copy_row(sKV + (j & 1) * TILE, i, src, ok);
-      }
-      mbar_arrive_on_copies(full(j & 1));
-    };
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      bool ok;
-      const __nv_bfloat16* src = q_src(p, w, l8 + 16 * i, ok);
-      copy_row(sQ, i, src, ok);
-      slot[i] = tile_slot(p, w, 0, BN, l8 + 16 * i);
-    }
+    const WsRows r(tid - WS_CONSUMERS);
+    if constexpr (EARLY)
+      mbar_arrive_on_copies(full(0));  // Q and tile 0
+    else
+      ws_issue_q(p, w, r, sQ, slot);
     tr.mark(0);
-    for (int t = 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
+    for (int t = EARLY ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
       tr.mark(1);
-      load_tile(t);
+      ws_issue_tile(p, w, r, sKV, t, slot);
+      mbar_arrive_on_copies(full(t & 1));
       tr.mark(2);
     }
     cp_async_wait<0>();  // no copy outlives its thread
@@ -178,21 +219,22 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     return;
   }
 
-  if constexpr (ASYM) {
+  if (MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES)) {
     // ---- ASYM: warpgroup 0 (the S warpgroup) runs S for the whole tile at m64n64, the softmax of its 64 rows and PV
     // for output dims 0..255; warpgroup 1 (the V warpgroup) only PV for dims 256..511, handed P(j) and the rows'
-    // rescale alpha(j) through named barrier 3 + (j & 1). P(j) lives in tile j's rope atom (only S(j) reads it), so
+    // rescale alpha(j) through the mbarrier p_full[j & 1]. P(j) lives in tile j's rope atom (only S(j) reads it), so
     // the S warpgroup may start S(j+1) while the V warpgroup still runs PV(j). The arithmetic is the shipped
     // kernel's: the same lazy reference and CTA-wide exact step (voted over the S warpgroup's 128 threads), P and the
     // row sums per 32-token half in the same order, the same PV instructions; only S's wgmma shape differs.
     // Registers after setmaxnreg: S warpgroup 240 (O, S[64 x 64] and the softmax), V warpgroup 208 (O), producer 56.
-    // Each branch holds its own setmaxnreg and shares no code with the other (a join would cap both at the lower).
+    // Each branch holds its own setmaxnreg (code both run before it would cap both at the lower; the shared tail after
+    // the loops, the fin handoff and write_rows, does not).
     float* alpha_buf = red_max;                   // [2][BM]: tile j's row rescale at (j & 1) BM (red_max unused)
     float* m_fin = reinterpret_cast<float*>(pP);  // [BM]: the final m_run (the P atom is unused here)
     const int r0 = wq * 16 + (lane >> 2);         // tile rows of this thread: r0 and r0 + 8
+    float o[128];  // O[:, 256 grp .. +256]; initialized in each branch after its setmaxnreg
     if (grp == 0) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-      float o[128];
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       float m_run[2] = {-INFINITY, -INFINITY};
@@ -253,14 +295,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
           for (int h = 0; h < 2; ++h)
             l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
         }
-        if (j >= 2) bar_sync_id(5 + (j & 1));  // the V warpgroup has read tile j - 2's alpha
+        if (j >= 2) mbar_wait(sP + 528u + 8u * (j & 1), ((j >> 1) + 1) & 1);  // the V warpgroup read alpha(j - 2)
         if ((lane & 3) == 0) {
           alpha_buf[(j & 1) * BM + r0] = alpha[0];
           alpha_buf[(j & 1) * BM + r0 + 8] = alpha[1];
         }
         if (draft && !p.v_alias) cp_async_wait<0>();
         fence_proxy_async();
-        bar_arrive_id(3 + (j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
+        mbar_arrive(sP + 512u + 8u * (j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
         if (exact_step) rescale_o(o, alpha);
         tr.mark(5);
         fence_regs<128>(o);
@@ -278,24 +320,19 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         m_fin[r0] = m_run[0];
         m_fin[r0 + 8] = m_run[1];
       }
-      consumer_sync();  // the row sums and m_fin to the V warpgroup
-      write_rows(p, w, s, o, m_run, red_sum, 0, r0, lane);
-      tr.mark(7);
-      tr.flush(tid, grp, w.ntiles);
     } else {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
-      float o[128];
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       tr.mark(0);
       for (int j = 0; j < w.ntiles; ++j) {
-        bar_sync_id(3 + (j & 1));  // P(j) and alpha(j)
+        mbar_wait(sP + 512u + 8u * (j & 1), (j >> 1) & 1);  // P(j) and alpha(j)
         mbar_wait(full(j & 1), (j >> 1) & 1);  // complete already (the S warpgroup waited): this warpgroup's acquire
         fence_proxy_async();
         tr.mark(1);
         const uint32_t sK = sKV + (j & 1) * TILE;
         const float alpha[2] = {alpha_buf[(j & 1) * BM + r0], alpha_buf[(j & 1) * BM + r0 + 8]};
-        if (j + 2 < w.ntiles) bar_arrive_id(5 + (j & 1));  // alpha(j) read: its buffer is free for tile j + 2
+        mbar_arrive(sP + 528u + 8u * (j & 1));  // alpha(j) read: its buffer is free for tile j + 2
         rescale_o(o, alpha);  // skipped unless a row of the warp moved
         fence_regs<128>(o);
         wgmma_fence();
@@ -306,12 +343,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         mbar_arrive(empty(j & 1));
         tr.mark(6);
       }
-      consumer_sync();
-      const float m_run[2] = {m_fin[r0], m_fin[r0 + 8]};
-      write_rows(p, w, s, o, m_run, red_sum, 1, r0, lane);
-      tr.mark(7);
-      tr.flush(tid, grp, w.ntiles);
     }
+    if (grp == 0) mbar_arrive(sP + 544u);  // the row sums and m_fin, to the V warpgroup and to itself
+    mbar_wait(sP + 544u, 0);
+    const float m_run[2] = {m_fin[r0], m_fin[r0 + 8]};
+    write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+    tr.mark(7);
+    tr.flush(tid, grp, w.ntiles);
   } else {  // ---- consumers: the shipped bf16 kernel's tile loop without its loads ----
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     float o[128];
