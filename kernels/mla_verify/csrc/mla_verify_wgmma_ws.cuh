@@ -131,8 +131,12 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
   }
 }
 
-// A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2.
-constexpr int WS_ASYM_MIN_TILES = 32;
+// A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (-DMLAV_ASYM_MIN_TILES=N overrides it,
+// e.g. 2 for a sanitizer run in which short parity cases mix both consumer bodies in one launch).
+#ifndef MLAV_ASYM_MIN_TILES
+#define MLAV_ASYM_MIN_TILES 32
+#endif
+constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 
 // MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
 // mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,

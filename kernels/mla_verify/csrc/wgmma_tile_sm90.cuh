@@ -22,6 +22,15 @@ namespace sm90wg {
 constexpr int kTileRows = 64;    // BM = BN
 constexpr int kAtomBytes = 8192;  // one 64-dim column atom of a 64-row tile
 
+// desc + off for an address offset off (16-byte units) that cannot carry out of the descriptor's low word (its
+// start address field, bits 0-13, plus at most a few thousand): the add on the low 32 bits only, the high word
+// (stride offset, swizzle mode) kept as is, the same bits as the 64-bit add.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t off) {
+  uint64_t r;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"((uint32_t)desc + off), "r"((uint32_t)(desc >> 32)));
+  return r;
+}
+
 // S[64 x 32] = Q K^T for warpgroup grp (tile tokens 32 grp .. 32 grp + 31) over dims [16 K0, 16 (K0 +
 // NK)): NK x m64n32k16 (A = Q, B = K, both K-major; F16: f16 operands, else bf16). The first step
 // overwrites sc (scale-d = 0) unless ACC (a later part of one chain). Issues only: the caller fences, commits
@@ -51,8 +60,8 @@ __device__ __forceinline__ void issue_qk64(float* sc, uint32_t sQ, uint32_t sK) 
   const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 576 / 16; ++kk) {
-    const uint64_t koff = ((kk >> 2) * kAtomBytes + (kk & 3) * 32) >> 4;
-    wgmma_m64n64k16_ss(sc, dq + koff, dk + koff, kk > 0);
+    const uint32_t koff = ((kk >> 2) * kAtomBytes + (kk & 3) * 32) >> 4;
+    wgmma_m64n64k16_ss(sc, desc_add(dq, koff), desc_add(dk, koff), kk > 0);
   }
 }
 
