@@ -6,8 +6,9 @@
 // experimental) the ASYM consumers, split by role instead of by tokens (below); 2 (-DMLAV_WS=3, experimental) ASYM
 // where a CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere. Measured (dense-verify-notes.md,
 // "Session 23"): ASYM 0.934-0.948x the shipped time on the batched and long shapes, 1.10x at B=1 L=4k; MODE 2
-// 0.974-0.981x batched and 1.00-1.02x elsewhere (its ASYM CTAs run every phase ~6% slower than the ASYM kernel's:
-// the trace points at instruction fetch in a kernel twice the size); parity, racecheck, synccheck and memcheck clean.
+// 0.974-0.981x batched and 1.00-1.02x elsewhere (its ASYM CTAs executed 6.3% more instructions than the ASYM
+// kernel's: ptxas split the S chain's descriptor adds; desc_add since, not yet measured); parity, racecheck, synccheck
+// and memcheck clean.
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
 // shapes and 0.93x at B=1 L=32k (session 20 call 3).
