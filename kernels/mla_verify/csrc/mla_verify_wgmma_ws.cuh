@@ -145,7 +145,6 @@ constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 // MODE 1 and 2 issue Q and tile 0 before the init barrier (EARLY, below).
 template <int MODE>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
-  constexpr bool ASYM = MODE != 0;  // the kernel holds the ASYM consumers
   constexpr bool EARLY = MODE != 0;
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
@@ -175,12 +174,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   static_assert(Smem::used % 8 == 0, "mbarriers are 8-byte aligned");
   auto full = [&](int st) { return bar0 + 8u * st; };
   auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
+  const bool asym_cta = MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES);  // this CTA's consumers
   if (tid == 0) {
     mbar_init(full(0), 128);
     mbar_init(full(1), 128);
     mbar_init(empty(0), WS_CONSUMERS);
     mbar_init(empty(1), WS_CONSUMERS);
-    if constexpr (ASYM) {  // in the P atom, which ASYM leaves unused (m_fin takes its first 256 B)
+    if (asym_cta) {  // in the P atom, which ASYM leaves unused (m_fin takes its first 256 B); a token-split CTA
+      // writes P there, so it gets none (an mbarrier's memory is not to be reused without mbarrier.inval)
       for (int st = 0; st < 2; ++st) {
         mbar_init(sP + 512u + 8u * st, 128);  // p_full[st]: the S warpgroup's P(j), alpha(j); tile j: completion j/2
         mbar_init(sP + 528u + 8u * st, 128);  // a_free[st]: the V warpgroup has read alpha(j)
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     return;
   }
 
-  if (MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES)) {
+  if (asym_cta) {
     // ---- ASYM: warpgroup 0 (the S warpgroup) runs S for the whole tile at m64n64, the softmax of its 64 rows and PV
     // for output dims 0..255; warpgroup 1 (the V warpgroup) only PV for dims 256..511, handed P(j) and the rows'
     // rescale alpha(j) through the mbarrier p_full[j & 1]. P(j) lives in tile j's rope atom (only S(j) reads it), so
