@@ -184,13 +184,17 @@ class Timer:
             t.cuda.synchronize()
         return {e.key[:60]: round(e.device_time_total / iters, 3) for e in prof.key_averages() if "mla_verify" in e.key}
 
-    def median_us(self, fn, warmup=WARMUP, iters=ITERS):
+    def median_us(self, fn, warmup=WARMUP, iters=ITERS, pre=None):
+        """Median µs of fn over `iters` calls, each after the L2 flush (and after pre(), untimed, when given:
+        tests/device/cold_code.py's warm-up replay)."""
         t = self.torch
         for _ in range(warmup):
             fn()
         times = []
         for _ in range(iters):
             self.flush()
+            if pre is not None:
+                pre()
             s, e = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
             s.record()
             fn()

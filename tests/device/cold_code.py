@@ -11,7 +11,8 @@ seed), then, interleaved over REPS rounds of ITERS replays each:
   warm : L2 flush; warm-up replay; [start event] timed replay [end event]
 The warm-up replay runs the same kernels and code paths on other buffers, so the timed call finds its code in L2
 (and whatever instruction caches kept it) and its own KV, Q and indices still cold. cold - warm is the cold-code
-cost (plus whatever launch state the warm-up leaves behind), in µs, median of each mode, min over rounds. A tree
+cost (plus whatever launch state the warm-up leaves behind), in µs, median of each mode (bench.Timer.median_us,
+the warm-up as its `pre`), min over rounds. A tree
 whose kernel holds more code than it runs (session 22 call 4's combined kernel) shows whether its constant loss is
 that cost. --dsa times the sparse kernel (dsa_verify_fwd, auto plan, the checkout's build) instead, per KV dtype
 (shape B:L:n:H as dsa_bench's: B requests of prefix L, n draft rows each, H heads). Writes JSON with --out."""
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 REPS = 3
@@ -45,20 +45,6 @@ def main(argv=None) -> int:
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
     doc: dict = {"trees": a.tree, "dsa": a.dsa, "reps": REPS, "iters": ITERS, "rows": []}
-
-    def timed(main_run, warm_run) -> float:
-        times = []
-        for _ in range(ITERS):
-            timer.flush()
-            if warm_run is not None:
-                warm_run()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            main_run()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        return statistics.median(times)
 
     if a.dsa:
         from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
@@ -115,8 +101,8 @@ def main(argv=None) -> int:
             for name, (main_run, warm_run) in graphs.items():
                 main_run()
                 warm_run()
-                res[name]["cold"].append(timed(main_run, None))
-                res[name]["warm"].append(timed(main_run, warm_run))
+                res[name]["cold"].append(timer.median_us(main_run, 0, ITERS))
+                res[name]["warm"].append(timer.median_us(main_run, 0, ITERS, pre=warm_run))
         row = {"B": B, "L": L, "n": n, "H": H, "trees": {}}
         for name, r in res.items():
             cold, warm = min(r["cold"]), min(r["warm"])
