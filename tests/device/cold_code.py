@@ -12,9 +12,8 @@ seed), then, interleaved over REPS rounds of ITERS replays each:
 The warm-up replay runs the same kernels and code paths on other buffers, so the timed call finds its code in L2
 (and whatever instruction caches kept it) and its own KV, Q and indices still cold. cold - warm is the cold-code
 cost (plus whatever launch state the warm-up leaves behind), in µs, median of each mode (bench.Timer.median_us,
-the warm-up as its `pre`), min over rounds. A tree
-whose kernel holds more code than it runs (session 22 call 4's combined kernel) shows whether its constant loss is
-that cost. --dsa times the sparse kernel (dsa_verify_fwd, auto plan, the checkout's build) instead, per KV dtype
+the warm-up as its `pre`), min over rounds. A tree whose kernel holds more code than it runs (session 22 call 4's
+combined kernel) shows whether its constant loss is that cost. --dsa times the sparse kernel (dsa_verify_fwd, auto plan, the checkout's build) instead, per KV dtype
 (shape B:L:n:H as dsa_bench's: B requests of prefix L, n draft rows each, H heads). Writes JSON with --out."""
 
 from __future__ import annotations
