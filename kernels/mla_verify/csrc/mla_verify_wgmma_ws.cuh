@@ -138,6 +138,11 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
 #define MLAV_ASYM_MIN_TILES 32
 #endif
 constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
+// EARLY's pre-barrier issue: 1 = Q and tile 0 (measured, session 23); 0 = Q and tile 0's slot loads only, tile 0
+// issued after the barrier (experimental: the consumers' setup then overlaps the slot round trip).
+#ifndef MLAV_EARLY_TILE0
+#define MLAV_EARLY_TILE0 1
+#endif
 
 // MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
 // mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,
@@ -146,6 +151,7 @@ constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 template <int MODE>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
   constexpr bool EARLY = MODE != 0;
+  constexpr bool EARLY_T0 = EARLY && MLAV_EARLY_TILE0;  // tile 0 issued before the init barrier too
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
   // empty[1]) right after it (WS_SMEM_BYTES has room for both at any base). With the barriers in front instead, the
@@ -199,7 +205,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     if (grp == 2) {
       const WsRows r(tid - WS_CONSUMERS);
       ws_issue_q(p, w, r, sQ, slot);
-      ws_issue_tile(p, w, r, sKV, 0, slot);
+      if constexpr (EARLY_T0) ws_issue_tile(p, w, r, sKV, 0, slot);
     }
   }
   __syncthreads();
@@ -207,12 +213,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   if (grp == 2) {  // ---- producer: tile t as soon as its stage is free ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     const WsRows r(tid - WS_CONSUMERS);
-    if constexpr (EARLY)
+    if constexpr (EARLY_T0)
       mbar_arrive_on_copies(full(0));  // Q and tile 0
-    else
+    else if constexpr (!EARLY)
       ws_issue_q(p, w, r, sQ, slot);
     tr.mark(0);
-    for (int t = EARLY ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
+    for (int t = EARLY_T0 ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
       tr.mark(1);
       ws_issue_tile(p, w, r, sKV, t, slot);
