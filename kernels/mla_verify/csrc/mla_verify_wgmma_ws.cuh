@@ -180,19 +180,25 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   static_assert(Smem::used % 8 == 0, "mbarriers are 8-byte aligned");
   auto full = [&](int st) { return bar0 + 8u * st; };
   auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
+  // ASYM's mbarriers, in the P atom (which ASYM leaves unused; m_fin takes its first 256 B): p_full[st] = the S
+  // warpgroup's P(j) and alpha(j) (tile j: completion j/2), a_free[st] = the V warpgroup has read alpha(j), fin = the
+  // S warpgroup's row sums and final m_run.
+  auto p_full = [&](int st) { return sP + 512u + 8u * st; };
+  auto a_free = [&](int st) { return sP + 528u + 8u * st; };
+  const uint32_t fin = sP + 544u;
   const bool asym_cta = MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES);  // this CTA's consumers
   if (tid == 0) {
     mbar_init(full(0), 128);
     mbar_init(full(1), 128);
     mbar_init(empty(0), WS_CONSUMERS);
     mbar_init(empty(1), WS_CONSUMERS);
-    if (asym_cta) {  // in the P atom, which ASYM leaves unused (m_fin takes its first 256 B); a token-split CTA
-      // writes P there, so it gets none (an mbarrier's memory is not to be reused without mbarrier.inval)
+    if (asym_cta) {  // a token-split CTA writes P over the P atom, so it gets none (an mbarrier's memory is not to
+      // be reused without mbarrier.inval)
       for (int st = 0; st < 2; ++st) {
-        mbar_init(sP + 512u + 8u * st, 128);  // p_full[st]: the S warpgroup's P(j), alpha(j); tile j: completion j/2
-        mbar_init(sP + 528u + 8u * st, 128);  // a_free[st]: the V warpgroup has read alpha(j)
+        mbar_init(p_full(st), 128);
+        mbar_init(a_free(st), 128);
       }
-      mbar_init(sP + 544u, 128);  // fin: the S warpgroup's row sums and final m_run
+      mbar_init(fin, 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -307,14 +313,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
           for (int h = 0; h < 2; ++h)
             l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
         }
-        if (j >= 2) mbar_wait(sP + 528u + 8u * (j & 1), ((j >> 1) + 1) & 1);  // the V warpgroup read alpha(j - 2)
+        if (j >= 2) mbar_wait(a_free(j & 1), ((j >> 1) + 1) & 1);  // the V warpgroup read alpha(j - 2)
         if ((lane & 3) == 0) {
           alpha_buf[(j & 1) * BM + r0] = alpha[0];
           alpha_buf[(j & 1) * BM + r0 + 8] = alpha[1];
         }
         if (draft && !p.v_alias) cp_async_wait<0>();
         fence_proxy_async();
-        mbar_arrive(sP + 512u + 8u * (j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
+        mbar_arrive(p_full(j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
         if (exact_step) rescale_o(o, alpha);
         tr.mark(5);
         fence_regs<128>(o);
@@ -338,13 +344,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       tr.mark(0);
       for (int j = 0; j < w.ntiles; ++j) {
-        mbar_wait(sP + 512u + 8u * (j & 1), (j >> 1) & 1);  // P(j) and alpha(j)
+        mbar_wait(p_full(j & 1), (j >> 1) & 1);  // P(j) and alpha(j)
         mbar_wait(full(j & 1), (j >> 1) & 1);  // complete already (the S warpgroup waited): this warpgroup's acquire
         fence_proxy_async();
         tr.mark(1);
         const uint32_t sK = sKV + (j & 1) * TILE;
         const float alpha[2] = {alpha_buf[(j & 1) * BM + r0], alpha_buf[(j & 1) * BM + r0 + 8]};
-        mbar_arrive(sP + 528u + 8u * (j & 1));  // alpha(j) read: its buffer is free for tile j + 2
+        mbar_arrive(a_free(j & 1));  // alpha(j) read: its buffer is free for tile j + 2
         rescale_o(o, alpha);  // skipped unless a row of the warp moved
         fence_regs<128>(o);
         wgmma_fence();
@@ -356,8 +362,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         tr.mark(6);
       }
     }
-    if (grp == 0) mbar_arrive(sP + 544u);  // the row sums and m_fin, to the V warpgroup and to itself
-    mbar_wait(sP + 544u, 0);
+    if (grp == 0) mbar_arrive(fin);  // the row sums and m_fin, to the V warpgroup and to itself
+    mbar_wait(fin, 0);
     const float m_run[2] = {m_fin[r0], m_fin[r0 + 8]};
     write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
     tr.mark(7);
