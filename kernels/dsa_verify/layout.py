@@ -80,6 +80,12 @@ def quantize_rows(kv, scale_mult=None):
     return pack_rows(q8, scale.float().contiguous(), kv[:, D_NOPE:].to(torch.bfloat16))
 
 
+def quantize_cache(kv_cache):
+    """A bf16 KV cache [slots, 1, 576] -> SGLang's fp8 cache [slots, 1, 656] uint8, each slot's row through
+    quantize_rows (what the tools time and compare as the fp8 form of the same inputs)."""
+    return quantize_rows(cache_rows(kv_cache)).reshape(kv_cache.shape[0], 1, FP8_ROW_BYTES)
+
+
 def cache_rows(kv_cache):
     """The [slots, row] 2-D view of a [slots, 1, row] or [slots, row] cache (bf16 or fp8 bytes)."""
     return kv_cache.reshape(kv_cache.shape[0], kv_cache.shape[-1]) if kv_cache.dim() == 3 else kv_cache

@@ -395,7 +395,7 @@ def diag(device, reps: int) -> dict:
     import torch
 
     from dsa_verify.api import dsa_verify_fwd, resolve_full, workspace_numel_for
-    from dsa_verify.layout import quantize_rows
+    from dsa_verify.layout import quantize_cache
 
     spec = DsaCase("diag", (32768,), 4, 8, seed=3, poison=False)
     d = make_inputs(spec, device)
@@ -405,7 +405,7 @@ def diag(device, reps: int) -> dict:
     x = torch.zeros(1, device=device)
     res["empty_graph_replay_s"] = timer.time(lambda: x.add_(1), reps)
     out = torch.empty(4, 8, 512, dtype=torch.bfloat16, device=device)
-    caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
+    caches = {"bf16": kv, "fp8": quantize_cache(kv)}
     variants = [("auto", None, "auto"), ("m16", 32, "kernel"), ("m16", 16, "cluster")]
     variants += [("m16w", 32, "kernel"), ("n8", 32, "kernel"), ("n8", 16, "kernel"), ("n8s", 64, "kernel")]
     variants += [("n8s", 32, "kernel"), ("m16", 64, "kernel")]
@@ -473,14 +473,14 @@ def trace(device, reps: int) -> dict:
     import torch
 
     from dsa_verify.api import combine_wide, dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
-    from dsa_verify.layout import quantize_rows
+    from dsa_verify.layout import quantize_cache
 
     spec = DsaCase("trace", (32768,), 4, 8, seed=3, poison=False)
     d = make_inputs(spec, device)
     q, kv, pt, sl = d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"]
     timer = Timer(device)
     out = torch.empty(4, 8, 512, dtype=torch.bfloat16, device=device)
-    caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
+    caches = {"bf16": kv, "fp8": quantize_cache(kv)}
     res = {}
     for kvname, cache in caches.items():
         for cfg, S in (("auto", None), ("m16", 32), ("n8", 32), ("n8s", 64)):
@@ -599,7 +599,7 @@ def trace_phases(device, reps: int, shapes, splits, configs=("w64",), kvs=("bf16
     import torch
 
     from dsa_verify.api import combine_wide, dsa_verify_fwd, resolve_full, trace_numel, workspace_numel_for
-    from dsa_verify.layout import quantize_rows
+    from dsa_verify.layout import quantize_cache
 
     timer = Timer(device)
     res: dict = {}
@@ -609,7 +609,7 @@ def trace_phases(device, reps: int, shapes, splits, configs=("w64",), kvs=("bf16
         q, kv, pt, sl = d["q_all"], d["kv_cache"], d["page_table_1"], d["seq_lens"]
         T = q.shape[0]
         out = torch.empty(T, H, 512, dtype=torch.bfloat16, device=device)
-        caches = {"bf16": kv, "fp8": quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)}
+        caches = {"bf16": kv, "fp8": quantize_cache(kv)}
         for kvname, cfg, S in itertools.product([k for k in caches if k in kvs], configs, splits):
             lab = f"B{B}_L{L}_n{n}_H{H}_{kvname}_{cfg}_S{S or 'auto'}"
             cache = caches[kvname]
@@ -703,7 +703,7 @@ def main(argv=None) -> int:
         resolve_full,
         workspace_numel_for,
     )
-    from dsa_verify.layout import quantize_rows
+    from dsa_verify.layout import quantize_cache
     from verify_tools.dsa_parity import sglang_triton
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -750,7 +750,7 @@ def main(argv=None) -> int:
         ov = topk_overlap(d["page_table_1"].cpu(), d["seq_lens"].cpu(), n)
         q, pt, sl = d["q_all"], d["page_table_1"], d["seq_lens"]
         caches = {"bf16": d["kv_cache"]}
-        caches["fp8"] = quantize_rows(d["kv_cache"].reshape(-1, 576)).reshape(-1, 1, 656)
+        caches["fp8"] = quantize_cache(d["kv_cache"])
         T = q.shape[0]
         per_kv, graphs, fns, keep = {}, {}, {}, []
         for kvname, kv in caches.items():

@@ -82,7 +82,7 @@ def run(device, mods: dict, shapes, configs, kvs, reps: int, rounds: int) -> dic
 
     from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
     from dsa_verify.inputs import DsaCase, make_inputs
-    from dsa_verify.layout import quantize_rows
+    from dsa_verify.layout import quantize_cache
 
     timer = Timer(device)
     doc: dict = {"trees": list(mods), "configs": list(configs), "kvs": list(kvs), "reps": reps, "rows": []}
@@ -92,7 +92,7 @@ def run(device, mods: dict, shapes, configs, kvs, reps: int, rounds: int) -> dic
         q, pt, sl = d["q_all"], d["page_table_1"], d["seq_lens"]
         caches = {"bf16": d["kv_cache"]}
         if "fp8" in kvs:  # quantized once per shape, only when asked for
-            caches["fp8"] = quantize_rows(d["kv_cache"].reshape(-1, 576)).reshape(-1, 1, 656)
+            caches["fp8"] = quantize_cache(d["kv_cache"])
         for kv in kvs:
             for cfg in configs:
                 row: dict = {"B": B, "L": L, "n": n, "H": H, "T": q.shape[0], "kv": kv, "config": cfg, "topk": TOPK}

@@ -49,10 +49,10 @@ def main(argv=None) -> int:
         from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
         from dsa_verify.inputs import DsaCase
         from dsa_verify.inputs import make_inputs as dsa_inputs
-        from dsa_verify.layout import quantize_rows
+        from dsa_verify.layout import quantize_cache
 
         def dsa_call(d, kv):
-            cache = d["kv_cache"] if kv == "bf16" else quantize_rows(d["kv_cache"].reshape(-1, 576)).reshape(-1, 1, 656)
+            cache = d["kv_cache"] if kv == "bf16" else quantize_cache(d["kv_cache"])
             q, pt, sl = d["q_all"], d["page_table_1"], d["seq_lens"]
             out = torch.empty(q.shape[0], q.shape[1], 512, dtype=torch.bfloat16, device="cuda")
             ws = torch.empty(max(1, workspace_numel_for(q, cache, pt, "auto", None, "auto")), device="cuda")

@@ -18,7 +18,7 @@ def main() -> int:
 
     from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
     from dsa_verify.inputs import DsaCase, make_inputs
-    from dsa_verify.layout import quantize_rows
+    from dsa_verify.layout import quantize_cache
     from verify_tools.bench import parse_shapes
     from verify_tools.dsa_bench import SM_SCALE
 
@@ -27,7 +27,7 @@ def main() -> int:
     d = make_inputs(DsaCase("ncu", (L,) * B, n, H, seed=B * 7 + n, poison=False), device)
     q, pt, sl, kv = d["q_all"], d["page_table_1"], d["seq_lens"], d["kv_cache"]
     if kvname == "fp8":
-        kv = quantize_rows(kv.reshape(-1, 576)).reshape(-1, 1, 656)
+        kv = quantize_cache(kv)
     out = torch.empty(q.shape[0], H, 512, dtype=torch.bfloat16, device=device)
     ws = torch.empty(max(1, workspace_numel_for(q, kv, pt, cfg)), dtype=torch.float32, device=device)
     for _ in range(3):

@@ -60,7 +60,7 @@ print("device", torch.cuda.get_device_name(0), torch.cuda.get_device_capability(
 from verify_tools.bench import paged_copy
 from verify_tools.dsa_bench import flashmla_args, flashmla_fn, flashmla_out
 from dsa_verify.inputs import DsaCase, make_inputs
-from dsa_verify.layout import quantize_rows
+from dsa_verify.layout import quantize_cache
 from dsa_verify.reference import dsa_verify_ref
 
 
@@ -93,7 +93,7 @@ def dense():  # B=2, 300 + 4 tokens, H=16, causal among the 4 drafts, vs a torch
 
 def sparse(kv):
     d = make_inputs(DsaCase("smoke", (3000,), 4, 8, kv="bf16", seed=1, poison=False), "cuda")
-    cache = d["kv_cache"] if kv == "bf16" else quantize_rows(d["kv_cache"].reshape(-1, 576)).reshape(-1, 1, 656)
+    cache = d["kv_cache"] if kv == "bf16" else quantize_cache(d["kv_cache"])
     args = flashmla_args(d["q_all"], cache, d["page_table_1"], d["seq_lens"], kv)
     o = flashmla_out(flashmla_fn(flash_mla, args, 0.0625)(), 8).float()
     ref = dsa_verify_ref(d["q_all"], cache, d["page_table_1"], d["seq_lens"], 0.0625)

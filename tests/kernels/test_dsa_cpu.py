@@ -62,6 +62,15 @@ def test_quantize_matches_sglang_rule():
     assert torch.equal(rope.view(torch.int16), kv[:, 512:].contiguous().view(torch.int16))
 
 
+def test_quantize_cache_is_quantize_rows_per_slot():
+    """The tools' fp8 form of a bf16 cache [slots, 1, 576]: SGLang's [slots, 1, 656] rows, slot by slot."""
+    g = torch.Generator().manual_seed(3)
+    kv = torch.randn(7, 1, 576, generator=g).to(torch.bfloat16)
+    cache = layout.quantize_cache(kv)
+    assert cache.shape == (7, 1, 656) and cache.dtype == torch.uint8
+    assert torch.equal(cache[:, 0], layout.quantize_rows(kv[:, 0]))
+
+
 def test_layout_rejects_bad_shapes():
     with pytest.raises(ValueError, match="rows"):
         layout.unpack_rows(torch.zeros(2, 655, dtype=torch.uint8))
