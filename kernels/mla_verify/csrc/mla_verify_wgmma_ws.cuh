@@ -143,6 +143,11 @@ constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 #ifndef MLAV_EARLY_TILE0
 #define MLAV_EARLY_TILE0 1
 #endif
+// MODE 2's early issue: 0 = in every CTA (measured, session 24 call 1); 1 = only in its ASYM CTAs, the token-split
+// CTAs then issue in MODE 0's order (experimental: the early issue costs a token-split CTA ~0.5 us at B=1 L=4k).
+#ifndef MLAV_EARLY_ASYM_ONLY
+#define MLAV_EARLY_ASYM_ONLY 0
+#endif
 
 // MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
 // mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,
@@ -207,24 +212,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   // first (session 23 call 2: the ASYM kernel's producer code lay 68 KB from the entry, and its first issue came ~2,400
   // cycles after the shipped kernel's); their arrival on full[0] is registered after the barrier.
   int64_t slot[4];  // the producer's next slot ids (ws_issue_q / ws_issue_tile)
-  if constexpr (EARLY) {
-    if (grp == 2) {
-      const WsRows r(tid - WS_CONSUMERS);
-      ws_issue_q(p, w, r, sQ, slot);
-      if constexpr (EARLY_T0) ws_issue_tile(p, w, r, sKV, 0, slot);
-    }
+  const bool early = EARLY && (MODE == 1 || !MLAV_EARLY_ASYM_ONLY || asym_cta);  // this CTA issues early
+  const bool early_t0 = early && EARLY_T0;
+  if (early && grp == 2) {
+    const WsRows r(tid - WS_CONSUMERS);
+    ws_issue_q(p, w, r, sQ, slot);
+    if (early_t0) ws_issue_tile(p, w, r, sKV, 0, slot);
   }
   __syncthreads();
 
   if (grp == 2) {  // ---- producer: tile t as soon as its stage is free ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     const WsRows r(tid - WS_CONSUMERS);
-    if constexpr (EARLY_T0)
+    if (early_t0)
       mbar_arrive_on_copies(full(0));  // Q and tile 0
-    else if constexpr (!EARLY)
+    else if (!early)
       ws_issue_q(p, w, r, sQ, slot);
     tr.mark(0);
-    for (int t = EARLY_T0 ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
+    for (int t = early_t0 ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
       tr.mark(1);
       ws_issue_tile(p, w, r, sKV, t, slot);
