@@ -5,10 +5,10 @@
 // The template's MODE picks the consumers: 0 (shipped, MLAV_WS=1) the token-split consumers below; 1 (-DMLAV_WS=2,
 // experimental) the ASYM consumers, split by role instead of by tokens (below); 2 (-DMLAV_WS=3, experimental) ASYM
 // where a CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere. Measured (dense-verify-notes.md,
-// "Session 23"): ASYM 0.934-0.948x the shipped time on the batched and long shapes, 1.10x at B=1 L=4k; MODE 2
-// 0.974-0.981x batched and 1.00-1.02x elsewhere (its ASYM CTAs executed 6.3% more instructions than the ASYM
-// kernel's: ptxas split the S chain's descriptor adds; desc_add since, not yet measured); parity, racecheck, synccheck
-// and memcheck clean.
+// "Session 23", "Session 24"): ASYM 0.938-0.945x the shipped time on the batched shapes, 1.08x at B=1 L=4k; MODE 2
+// 0.967-0.976x batched and 1.00-1.02x elsewhere. With desc_add both builds' S loops are 2,050 instructions and MODE 2
+// executes fewer in all, yet its ASYM CTAs stay ~4% slower than the ASYM kernel's (ptxas schedules the same loop
+// differently; session 24 call 3). Parity, racecheck, synccheck and memcheck clean in both.
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
 // shapes and 0.93x at B=1 L=32k (session 20 call 3).
@@ -143,11 +143,6 @@ constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 #ifndef MLAV_EARLY_TILE0
 #define MLAV_EARLY_TILE0 1
 #endif
-// MODE 2's early issue: 0 = in every CTA (measured, session 24 call 1); 1 = only in its ASYM CTAs, the token-split
-// CTAs then issue in MODE 0's order (experimental: the early issue costs a token-split CTA ~0.5 us at B=1 L=4k).
-#ifndef MLAV_EARLY_ASYM_ONLY
-#define MLAV_EARLY_ASYM_ONLY 0
-#endif
 
 // MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
 // mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,
@@ -212,24 +207,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   // first (session 23 call 2: the ASYM kernel's producer code lay 68 KB from the entry, and its first issue came ~2,400
   // cycles after the shipped kernel's); their arrival on full[0] is registered after the barrier.
   int64_t slot[4];  // the producer's next slot ids (ws_issue_q / ws_issue_tile)
-  const bool early = EARLY && (MODE == 1 || !MLAV_EARLY_ASYM_ONLY || asym_cta);  // this CTA issues early
-  const bool early_t0 = early && EARLY_T0;
-  if (early && grp == 2) {
-    const WsRows r(tid - WS_CONSUMERS);
-    ws_issue_q(p, w, r, sQ, slot);
-    if (early_t0) ws_issue_tile(p, w, r, sKV, 0, slot);
+  if constexpr (EARLY) {
+    if (grp == 2) {
+      const WsRows r(tid - WS_CONSUMERS);
+      ws_issue_q(p, w, r, sQ, slot);
+      if constexpr (EARLY_T0) ws_issue_tile(p, w, r, sKV, 0, slot);
+    }
   }
   __syncthreads();
 
   if (grp == 2) {  // ---- producer: tile t as soon as its stage is free ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     const WsRows r(tid - WS_CONSUMERS);
-    if (early_t0)
+    if constexpr (EARLY_T0)
       mbar_arrive_on_copies(full(0));  // Q and tile 0
-    else if (!early)
+    else if constexpr (!EARLY)
       ws_issue_q(p, w, r, sQ, slot);
     tr.mark(0);
-    for (int t = early_t0 ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
+    for (int t = EARLY_T0 ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
       tr.mark(1);
       ws_issue_tile(p, w, r, sKV, t, slot);
