@@ -138,11 +138,6 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
 #define MLAV_ASYM_MIN_TILES 32
 #endif
 constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
-// EARLY's pre-barrier issue: 1 = Q and tile 0 (measured, session 23); 0 = Q and tile 0's slot loads only, tile 0
-// issued after the barrier (experimental: the consumers' setup then overlaps the slot round trip).
-#ifndef MLAV_EARLY_TILE0
-#define MLAV_EARLY_TILE0 1
-#endif
 
 // MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
 // mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,
@@ -151,7 +146,6 @@ constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 template <int MODE>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
   constexpr bool EARLY = MODE != 0;
-  constexpr bool EARLY_T0 = EARLY && MLAV_EARLY_TILE0;  // tile 0 issued before the init barrier too
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
   // empty[1]) right after it (WS_SMEM_BYTES has room for both at any base). With the barriers in front instead, the
@@ -205,13 +199,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   // Producer (warpgroup 2). EARLY: Q and tile 0 are issued before the barrier that publishes the mbarriers' init (the
   // copies do not touch them), so their code sits near the kernel's entry, where a cold instruction fetch reaches it
   // first (session 23 call 2: the ASYM kernel's producer code lay 68 KB from the entry, and its first issue came ~2,400
-  // cycles after the shipped kernel's); their arrival on full[0] is registered after the barrier.
+  // cycles after the shipped kernel's); their arrival on full[0] is registered after the barrier. Session 24 call 4
+  // (MODE 2, over the shipped kernel at B=1 L=4k): this form 1.021; only Q early 1.048; late in the token-split CTAs
+  // 1.119 (their late producer code lies ~115 KB in: 2.9 us of cold fetch).
   int64_t slot[4];  // the producer's next slot ids (ws_issue_q / ws_issue_tile)
   if constexpr (EARLY) {
     if (grp == 2) {
       const WsRows r(tid - WS_CONSUMERS);
       ws_issue_q(p, w, r, sQ, slot);
-      if constexpr (EARLY_T0) ws_issue_tile(p, w, r, sKV, 0, slot);
+      ws_issue_tile(p, w, r, sKV, 0, slot);
     }
   }
   __syncthreads();
@@ -219,12 +215,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   if (grp == 2) {  // ---- producer: tile t as soon as its stage is free ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     const WsRows r(tid - WS_CONSUMERS);
-    if constexpr (EARLY_T0)
+    if constexpr (EARLY)
       mbar_arrive_on_copies(full(0));  // Q and tile 0
-    else if constexpr (!EARLY)
+    else
       ws_issue_q(p, w, r, sQ, slot);
     tr.mark(0);
-    for (int t = EARLY_T0 ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
+    for (int t = EARLY ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
       tr.mark(1);
       ws_issue_tile(p, w, r, sKV, t, slot);
