@@ -1,12 +1,13 @@
 """Device diagnostic (not shipped, not a test): what a cold instruction stream costs the verify kernels. E.g.
 
-    python3 tests/device/cold_code.py 1:4096:8:16,1:32768:8:16 [--tree NAME=CSRC_DIR ...] [--out F]
+    python3 tests/device/cold_code.py 1:4096:8:16,1:32768:8:16 [--tree NAME=CSRC_DIR ...] [--kv fp8] [--out F]
     python3 tests/device/cold_code.py 1:32768:4:8,1:32768:4:64 --dsa [--dsa-kv bf16,fp8] [--out F]
 
 The bench flushes L2 before every timed replay, which evicts the kernels' code as well as the KV cache, so every
 SM fetches its instructions from DRAM again. Per tree ("cur" = the checkout, plus each --tree) and shape, two CUDA
 graphs are captured on separate inputs of the same shape (the timed call's, and a warm-up call's with another
-seed), then, interleaved over REPS rounds of ITERS replays each:
+seed; --kv fp8: the dense cache as the bench's fp8 rows, so the graph path's fp8 kernel), then, interleaved over
+REPS rounds of ITERS replays each:
   cold : L2 flush; [start event] timed replay [end event]             (the bench's own number)
   warm : L2 flush; warm-up replay; [start event] timed replay [end event]
 The warm-up replay runs the same kernels and code paths on other buffers, so the timed call finds its code in L2
@@ -32,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=CSRC_DIR", help="another csrc/ copy")
     ap.add_argument("--dsa", action="store_true", help="the sparse kernel (dsa_verify) instead of the dense one")
     ap.add_argument("--dsa-kv", default="bf16,fp8", help="--dsa: KV dtypes to time (bf16, fp8)")
+    ap.add_argument("--kv", default="bf16", choices=("bf16", "fp8"), help="dense: the KV cache dtype")
     ap.add_argument("--out", default=None, help="write the JSON document here")
     a = ap.parse_args(argv)
 
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
 
     props = torch.cuda.get_device_properties(0)
     timer = Timer(torch, getattr(props, "L2_cache_size", 64 * 2**20))
-    doc: dict = {"trees": a.tree, "dsa": a.dsa, "reps": REPS, "iters": ITERS, "rows": []}
+    doc: dict = {"trees": a.tree, "dsa": a.dsa, "kv": None if a.dsa else a.kv, "reps": REPS, "iters": ITERS, "rows": []}
 
     if a.dsa:
         from dsa_verify.api import dsa_verify_fwd, workspace_numel_for
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
             trees[name] = load_tree(arch, path)
 
         def graphs_of(B, L, n, H) -> dict:
-            spec = ab_case(B, L, n, H)
+            spec = ab_case(B, L, n, H, a.kv)
             pair = (make_inputs(spec, "cuda"), make_inputs(dataclasses.replace(spec, seed=spec.seed + 7919), "cuda"))
             graphs = {}
             for name, mod in trees.items():
