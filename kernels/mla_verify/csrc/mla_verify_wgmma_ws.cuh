@@ -8,7 +8,8 @@
 // "Session 23", "Session 24"): ASYM 0.938-0.945x the shipped time on the batched shapes, 1.08x at B=1 L=4k; MODE 2
 // 0.967-0.976x batched and 1.00-1.02x elsewhere. With desc_add both builds' S loops are 2,050 instructions and MODE 2
 // executes fewer in all, yet its ASYM CTAs stay ~4% slower than the ASYM kernel's (ptxas schedules the same loop
-// differently; session 24 call 3). Parity, racecheck, synccheck and memcheck clean in both.
+// differently; session 24 call 3); the warp-uniform choice (asym_cta, below) is the fix built after that call, not yet
+// run. Parity, racecheck, synccheck and memcheck clean in both (measured forms).
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
 // shapes and 0.93x at B=1 L=32k (session 20 call 3).
@@ -180,7 +181,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   auto p_full = [&](int st) { return sP + 512u + 8u * st; };
   auto a_free = [&](int st) { return sP + 528u + 8u * st; };
   const uint32_t fin = sP + 544u;
-  const bool asym_cta = MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES);  // this CTA's consumers
+  // This CTA's consumers. MODE 2 takes the choice from lane 0 through a shuffle, which tells ptxas it is warp-uniform
+  // (w.ntiles comes from memory): without it ptxas treats the branch around the wgmma bodies as possibly divergent
+  // (BSSY around the S chain) and schedules the ASYM S loop differently from MODE 1's (1,332 of 2,050 instructions in
+  // the same order; 1,785 with the shuffle). Session 24 call 3 measured the unshuffled form ~4% slower per ASYM CTA;
+  // the shuffled one is compiled only (0 spills), its A/B prepared as docs/results/session24_calls/next_call1.sh.
+  const bool asym_cta =
+      MODE == 1 || (MODE == 2 && __shfl_sync(0xffffffffu, static_cast<int>(w.ntiles >= WS_ASYM_MIN_TILES), 0) != 0);
   if (tid == 0) {
     mbar_init(full(0), 128);
     mbar_init(full(1), 128);
