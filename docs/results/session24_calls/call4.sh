@@ -7,6 +7,7 @@
 # MLAV_EARLY_TILE0=0 (only Q early, in every CTA); base = MLAV_WS=1 (shipped). A/B (graph-buffer rows of cur),
 # cold-code cost at B=1 4k/8k, full parity of cur, then cur rebuilt with MLAV_ASYM_MIN_TILES=2 (early and late CTAs
 # and both bodies mixed in one launch) for racecheck, synccheck and parity. Run from the repository root, ~6 min.
+# Ran on b92ec91's sources; both knobs it flips were removed after (5f36841, 1314816), so it does not run on later trees.
 set -o pipefail
 export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
 R=$PWD; L=$OUT/log.txt; say() { echo "== $* ($(date +%T), ${SECONDS}s)" | tee -a "$L"; }
