@@ -190,11 +190,11 @@ def _stats(b):
 
 def _fp8_cache(bf16):
     """SGLang's fp8 DSA row layout as get_key_buffer returns it (uint8 store viewed as e4m3,
-    memory_pool.py:4897): quantized by dsa_verify.layout.quantize_rows (stand-in for SGLang's
+    memory_pool.py:4897): quantized by dsa_verify.layout.quantize_cache (stand-in for SGLang's
     CUDA quantizer, dsa_quant_k_cache.py)."""
-    from dsa_verify.layout import quantize_rows
+    from dsa_verify.layout import quantize_cache
 
-    return quantize_rows(bf16.reshape(-1, 576)).view(torch.float8_e4m3fn).reshape(-1, 1, 656)
+    return quantize_cache(bf16).view(torch.float8_e4m3fn)
 
 
 @pytest.mark.parametrize("impl, kv", [("fa3", "bf16"), ("flashinfer_sparse_mla", "fp8"), ("flashmla_kv", "fp8")])
