@@ -7,9 +7,11 @@
 // where a CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere. Measured (dense-verify-notes.md,
 // "Session 23", "Session 24"): ASYM 0.938-0.945x the shipped time on the batched shapes, 1.08x at B=1 L=4k; MODE 2
 // 0.967-0.976x batched and 1.00-1.02x elsewhere. With desc_add both builds' S loops are 2,050 instructions and MODE 2
-// executes fewer in all, yet its ASYM CTAs stay ~4% slower than the ASYM kernel's (ptxas schedules the same loop
-// differently; session 24 call 3); the warp-uniform choice (asym_cta, below) is the fix built after that call, not yet
-// run. Parity, racecheck, synccheck and memcheck clean in both (measured forms).
+// executes fewer in all, yet its ASYM CTAs stayed ~4% slower than the ASYM kernel's (ptxas scheduled the same loop
+// differently; session 24 call 3). Every Work field taken from lane 0 (warp_uniform, below; session 25 call 1, over
+// the kernel without it, same process): MODE 0 0.977-0.990x on every shape measured, outputs bitwise equal (shipped);
+// ASYM 0.894-0.906x batched, 1.077 at B=1 L=4k; MODE 2 0.945-0.953x batched, 1.003-1.013 at B=1 and (4, 32k, 4, 16),
+// still ~6% behind ASYM on the batched shapes. Parity, racecheck, synccheck and memcheck clean (measured forms).
 // Why: the trace build put ~430 of the S phase's 2,276 cycles per tile on the next tile's gather, issued by the
 // warps that also issue the wgmmas; with no loads at all the kernel ran 0.85-0.88x the time at the batched
 // shapes and 0.93x at B=1 L=32k (session 20 call 3).
@@ -104,6 +106,26 @@ __device__ __forceinline__ bool s_group_sync_or(bool v) {
   return r != 0;
 }
 
+// Every field of w from lane 0: the values are CTA-uniform, and the shuffles tell ptxas so (work_of loads them from
+// memory). Uniform loop bounds and tile choices let ptxas drop convergence handling in the tile loops: MODE 0's loop
+// 1,552 -> 1,527 SASS instructions, the ASYM S loop 2,051 -> 1,948 (nvcc 13).
+__device__ __forceinline__ Work warp_uniform(Work w) {
+  auto u = [](auto v) { return __shfl_sync(0xffffffffu, v, 0); };
+  w.qo0 = u(w.qo0);
+  w.kv0 = u(w.kv0);
+  w.grow0 = u(w.grow0);
+  w.n_b = u(w.n_b);
+  w.L = u(w.L);
+  w.R = u(w.R);
+  w.row0 = u(w.row0);
+  w.pb = u(w.pb);
+  w.pe = u(w.pe);
+  w.n_pre = u(w.n_pre);
+  w.ntiles = u(w.ntiles);
+  w.S = u(w.S);
+  return w;
+}
+
 // The producer's rows: 8 lanes per row (copy_row8), rows l8 + 16 i (i < 4) of a tile; the four rows share l8 % 8.
 struct WsRows {
   int l8, sub8;
@@ -161,7 +183,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   const int s = blockIdx.y;
   PhaseTrace tr;  // the shipped kernel's phase slots (mla_verify_wgmma.cuh)
   pdl_signal(p);
-  const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
+  const Work w = warp_uniform(work_of(p, blockIdx.x, s, blockIdx.z, BM, BN));
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
@@ -181,13 +203,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   auto p_full = [&](int st) { return sP + 512u + 8u * st; };
   auto a_free = [&](int st) { return sP + 528u + 8u * st; };
   const uint32_t fin = sP + 544u;
-  // This CTA's consumers. MODE 2 takes the choice from lane 0 through a shuffle, which tells ptxas it is warp-uniform
-  // (w.ntiles comes from memory): without it ptxas treats the branch around the wgmma bodies as possibly divergent
-  // (BSSY around the S chain) and schedules the ASYM S loop differently from MODE 1's (1,332 of 2,050 instructions in
-  // the same order; 1,785 with the shuffle). Session 24 call 3 measured the unshuffled form ~4% slower per ASYM CTA;
-  // the shuffled one is compiled only (0 spills), its A/B prepared as docs/results/session24_calls/next_call1.sh.
-  const bool asym_cta =
-      MODE == 1 || (MODE == 2 && __shfl_sync(0xffffffffu, static_cast<int>(w.ntiles >= WS_ASYM_MIN_TILES), 0) != 0);
+  const bool asym_cta = MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES);  // this CTA's consumers (w: uniform)
   if (tid == 0) {
     mbar_init(full(0), 128);
     mbar_init(full(1), 128);
