@@ -8,6 +8,9 @@
 #include "mla_verify_launch.h"
 #include "pdl_launch.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #ifndef MLAV_BUILD_CFG90
 #define MLAV_BUILD_CFG90 1
 #endif
@@ -95,12 +98,15 @@ static cudaError_t launch_ws_cluster(Params& p, int m_tiles, cudaStream_t stream
     }
     max_clusters = n;
     attr_device = dev;
+    if (std::getenv("MLAV_CLUSTER_DEBUG")) std::fprintf(stderr, "[mlav] cluster %d: %d clusters resident\n", C, n);
   }
   const long long groups = (long long)m_tiles * p.B;  // row tiles x requests: each holds S / C clusters
   const long long bound = groups > 0 ? (long long)(max_clusters / groups) * C : 0;
   long long s1 = cluster_splits(p.S, C);
   if (s1 > bound) s1 = bound;
   if (s1 < 2) return cudaErrorNotReady;
+  if (std::getenv("MLAV_CLUSTER_DEBUG"))
+    std::fprintf(stderr, "[mlav] cluster %d: m_tiles %d B %d S %d -> %lld (bound %lld)\n", C, m_tiles, p.B, p.S, s1, bound);
   p.S = (int)s1;
   p.cluster = C;
   lc.gridDim = dim3(m_tiles, (unsigned)((s1 + C - 1) / C * C), p.B);

@@ -252,8 +252,12 @@ __device__ __forceinline__ void pdl_signal(const Params& p) {
 __host__ __device__ __forceinline__ int cluster_splits(int S, int C) {
   return MLAV_CLUSTER > 1 && C > 1 && S >= 2 * C ? S / C * C : S;
 }
+// -DMLAV_CLUSTER_NOMERGE=1 (timing diagnostic): the cluster launch without the merge (every split writes its partial).
+#ifndef MLAV_CLUSTER_NOMERGE
+#define MLAV_CLUSTER_NOMERGE 0
+#endif
 __host__ __device__ __forceinline__ int cluster_parts(int S, int C) {
-  return MLAV_CLUSTER > 1 && C > 1 ? (S + C - 1) / C : S;
+  return MLAV_CLUSTER > 1 && !MLAV_CLUSTER_NOMERGE && C > 1 ? (S + C - 1) / C : S;
 }
 
 // Work of CTA (m, s, b): rows [row0, row0+BM) of request b, prefix split s (device-side only).

@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   // Cluster merge in this run (CTA-uniform and cluster-uniform: w.S depends on the batch's totals only): the launch
   // formed clusters and more than one split runs. Its splits s0 .. s0 + C - 1 are the cluster's (rank s % C).
   constexpr bool CLU = WS_CLUSTER > 1 && MODE == 0;
-  const bool merge = CLU && p.cluster > 1 && w.S > 1;
+  const bool merge = CLU && !MLAV_CLUSTER_NOMERGE && p.cluster > 1 && w.S > 1;
   const int s0 = s - s % WS_CLUSTER, parts = cluster_parts(w.S, WS_CLUSTER);
   if constexpr (CLU) {
     // A merge's empty member (past the split count or no KV tile) takes part in both cluster barriers; a cluster
