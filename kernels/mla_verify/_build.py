@@ -36,7 +36,6 @@ HEADERS = (
     "mla_verify_kernel.cuh",
     "mla_verify_wgmma.cuh",
     "mla_verify_wgmma_ws.cuh",
-    "cluster_merge_sm90.cuh",
     "wgmma_sm90.cuh",
     "wgmma_tile_sm90.cuh",
     "fp8_e4m3.cuh",

@@ -8,9 +8,6 @@
 #include "mla_verify_launch.h"
 #include "pdl_launch.h"
 
-#include <cstdio>
-#include <cstdlib>
-
 #ifndef MLAV_BUILD_CFG90
 #define MLAV_BUILD_CFG90 1
 #endif
@@ -63,65 +60,8 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
   return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16>, &attr_device, wg::Smem::bytes, wg::THREADS,
                       dim3(m_tiles, p.S, p.B), p, stream);
 }
-#if MLAV_WS == 1 && MLAV_CLUSTER > 1
-// The warp-specialized bf16 kernel in clusters of (1, C, 1) (cluster_merge_sm90.cuh), when they fit one resident wave:
-// p.S becomes cluster_splits(S) capped at the clusters the device holds at once (cudaOccupancyMaxActiveClusters, cached
-// per device), the grid's y extent that rounded up to a multiple of C, and p.cluster = C. Returns cudaErrorNotReady
-// (nothing launched, p unchanged) where no cluster launch applies: one split, or no room for two splits.
-static cudaError_t launch_ws_cluster(Params& p, int m_tiles, cudaStream_t stream) {
-  constexpr int C = MLAV_CLUSTER;
-  auto kern = wg::mla_verify_split_wgmma_ws_kernel<0>;
-  if (p.S <= 1) return cudaErrorNotReady;
-  static int attr_device = -1, max_clusters = 0;
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t lc = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = C;
-  attr[0].val.clusterDim.z = 1;
-  lc.blockDim = dim3(wg::WS_THREADS);
-  lc.dynamicSmemBytes = wg::WS_SMEM_BYTES;
-  lc.stream = stream;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  if (attr_device != dev) {
-    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::WS_SMEM_BYTES);
-    if (e != cudaSuccess) return e;
-    lc.gridDim = dim3(1, C, 1);
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &lc) != cudaSuccess) {
-      (void)cudaGetLastError();
-      n = 0;
-    }
-    max_clusters = n;
-    attr_device = dev;
-    if (std::getenv("MLAV_CLUSTER_DEBUG")) std::fprintf(stderr, "[mlav] cluster %d: %d clusters resident\n", C, n);
-  }
-  const long long groups = (long long)m_tiles * p.B;  // row tiles x requests: each holds S / C clusters
-  const long long bound = groups > 0 ? (long long)(max_clusters / groups) * C : 0;
-  long long s1 = cluster_splits(p.S, C);
-  if (s1 > bound) s1 = bound;
-  if (s1 < 2) return cudaErrorNotReady;
-  if (std::getenv("MLAV_CLUSTER_DEBUG"))
-    std::fprintf(stderr, "[mlav] cluster %d: m_tiles %d B %d S %d -> %lld (bound %lld)\n", C, m_tiles, p.B, p.S, s1, bound);
-  p.S = (int)s1;
-  p.cluster = C;
-  lc.gridDim = dim3(m_tiles, (unsigned)((s1 + C - 1) / C * C), p.B);
-  e = cudaLaunchKernelEx(&lc, kern, (const Params)p);
-  return e != cudaSuccess ? e : cudaGetLastError();
-}
-#endif
-
-// p: the split launch's parameters; a cluster launch rewrites S and cluster (the combine's launch reads them).
-static cudaError_t launch_wgmma(Params& p, int m_tiles, cudaStream_t stream) {
+static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
   if (!p.kv_fp8) {
-#if MLAV_WS == 1 && MLAV_CLUSTER > 1
-    const cudaError_t ec = launch_ws_cluster(p, m_tiles, stream);
-    if (ec != cudaErrorNotReady) return ec;
-#endif
 #if MLAV_WS
     static int attr_device = -1;
     return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS - 1>, &attr_device, wg::WS_SMEM_BYTES,
@@ -176,7 +116,7 @@ static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
 }
 
 static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
-  switch (combine_warps_per_unit(cluster_parts(p.S, p.cluster))) {
+  switch (combine_warps_per_unit(p.S)) {
     case 1: return launch_combine_wpu<1>(p, stream);
     case 2: return launch_combine_wpu<2>(p, stream);
     case 4: return launch_combine_wpu<4>(p, stream);
@@ -212,9 +152,8 @@ bool config_has_fp8_f16(int cfg) { return cfg == 2; }
 
 bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2) && MLAV_BUILD_CFG90); }
 
-cudaError_t launch(const Params& p_in, int cfg, int max_len_extend, cudaStream_t stream) {
-  if (p_in.B <= 0 || p_in.T <= 0 || max_len_extend <= 0) return cudaSuccess;
-  Params p = p_in;  // launch_wgmma's cluster launch may rewrite S and cluster
+cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t stream) {
+  if (p.B <= 0 || p.T <= 0 || max_len_extend <= 0) return cudaSuccess;
   const int bm = config_block_m(cfg);
   const long long rows = (long long)max_len_extend * p.H;
   const int m_tiles = (int)((rows + bm - 1) / bm);
@@ -224,7 +163,7 @@ cudaError_t launch(const Params& p_in, int cfg, int max_len_extend, cudaStream_t
   if (cfg == 0) e = launch_cfg<64, 64, 2>(p, m_tiles, stream);
   if (cfg == 2) e = launch_wgmma(p, m_tiles, stream);
 #endif
-  if (e != cudaSuccess || cluster_parts(p.S, p.cluster) == 1) return e;
+  if (e != cudaSuccess || p.S == 1) return e;
   if (p.S > COMBINE_MAX_SPLITS) return cudaErrorInvalidValue;
   return launch_combine(p, stream);
 }

@@ -242,24 +242,6 @@ __device__ __forceinline__ void pdl_signal(const Params& p) {
   if (p.pdl_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
-// Cluster launches (cluster_merge_sm90.cuh, p.cluster = C > 1): the split count run is rounded down to a multiple
-// of C where it holds >= 2 clusters (no cluster part-empty), the same on the host (eager calls) and on the device
-// (the graph rule), so both run the same splits; the combine then merges cluster_parts = ceil(S / C) partials.
-// Builds without -DMLAV_CLUSTER (the shipped one) fold both to S.
-#ifndef MLAV_CLUSTER
-#define MLAV_CLUSTER 1
-#endif
-__host__ __device__ __forceinline__ int cluster_splits(int S, int C) {
-  return MLAV_CLUSTER > 1 && C > 1 && S >= 2 * C ? S / C * C : S;
-}
-// -DMLAV_CLUSTER_NOMERGE=1 (timing diagnostic): the cluster launch without the merge (every split writes its partial).
-#ifndef MLAV_CLUSTER_NOMERGE
-#define MLAV_CLUSTER_NOMERGE 0
-#endif
-__host__ __device__ __forceinline__ int cluster_parts(int S, int C) {
-  return MLAV_CLUSTER > 1 && !MLAV_CLUSTER_NOMERGE && C > 1 ? (S + C - 1) / C : S;
-}
-
 // Work of CTA (m, s, b): rows [row0, row0+BM) of request b, prefix split s (device-side only).
 struct Work {
   int64_t qo0, kv0, grow0;  // first draft token, first kv_indices position, packed row of row0
@@ -274,7 +256,7 @@ __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, in
   int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
   int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
   const int64_t kv_first = ld_idx(p.kv_indptr, p.kv_is64, 0), kv_last = ld_idx(p.kv_indptr, p.kv_is64, p.B);
-  w.S = cluster_splits(effective_splits(p, kv_first, kv_last), p.cluster);
+  w.S = effective_splits(p, kv_first, kv_last);
   qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
   qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
   w.qo0 = qo0;
@@ -824,9 +806,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
   // reads kv_indptr only (the split kernel does not write it): overlaps the split kernel's tail
-  const int S = cluster_parts(
-      cluster_splits(effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B)), p.cluster),
-      p.cluster);  // partials to merge
+  const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
   const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
   if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here
@@ -858,9 +838,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_gs_k
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
   // reads kv_indptr / qo_indptr only (the split kernel writes neither): overlaps the split kernel's tail
-  const int S = cluster_parts(
-      cluster_splits(effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B)), p.cluster),
-      p.cluster);  // partials to merge
+  const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
   const long long units = (long long)p.T * p.H * 4, per_block = COMBINE_WARPS / W;
   if (S <= 1 || (long long)blockIdx.x * per_block >= units) {  // block-uniform: nothing to merge here

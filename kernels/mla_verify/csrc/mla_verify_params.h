@@ -34,8 +34,6 @@ struct Params {
   int rule_bn;            // KV tile tokens of the config the host rule was evaluated for
   int64_t rule_part_div;  // B * max_len_extend * H * 513 * 4 * 2: fp32 partial bytes per split
   int pdl_early;          // 1: split CTAs execute griddepcontrol.launch_dependents at their start
-  int cluster;            // > 1: the split grid runs in clusters of (1, cluster, 1) that merge their partials
-                          // (cluster_merge_sm90.cuh; -DMLAV_CLUSTER builds only); 0 or 1: no cluster
   float scale_log2;
   float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)

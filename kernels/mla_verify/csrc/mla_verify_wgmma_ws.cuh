@@ -45,7 +45,6 @@
 // stage and slot 2 its issue of the tile's copies, slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma.cuh"
-#include "cluster_merge_sm90.cuh"
 
 namespace mlav {
 namespace wg {
@@ -162,10 +161,6 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
 #define MLAV_ASYM_MIN_TILES 32
 #endif
 constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
-// Cluster size of the partial merge (cluster_merge_sm90.cuh), MODE 0 only: 1 (shipped) none; -DMLAV_CLUSTER=2/4/8
-// (experimental) clusters of that many splits where the launcher forms them (p.cluster).
-constexpr int WS_CLUSTER = MLAV_CLUSTER;
-static_assert(WS_CLUSTER == 1 || WS_CLUSTER == 2 || WS_CLUSTER == 4 || WS_CLUSTER == 8, "cluster size 1, 2, 4 or 8");
 
 // MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
 // mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,
@@ -189,26 +184,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   PhaseTrace tr;  // the shipped kernel's phase slots (mla_verify_wgmma.cuh)
   pdl_signal(p);
   const Work w = warp_uniform(work_of(p, blockIdx.x, s, blockIdx.z, BM, BN));
-  // Cluster merge in this run (CTA-uniform and cluster-uniform: w.S depends on the batch's totals only): the launch
-  // formed clusters and more than one split runs. Its splits s0 .. s0 + C - 1 are the cluster's (rank s % C).
-  constexpr bool CLU = WS_CLUSTER > 1 && MODE == 0;
-  const bool merge = CLU && !MLAV_CLUSTER_NOMERGE && p.cluster > 1 && w.S > 1;
-  const int s0 = s - s % WS_CLUSTER, parts = cluster_parts(w.S, WS_CLUSTER);
-  if constexpr (CLU) {
-    // A merge's empty member (past the split count or no KV tile) takes part in both cluster barriers; a cluster
-    // whose row tile is padded or whose splits all lie past the count exits whole (below).
-    if (merge && (w.row0 >= w.R || w.ntiles == 0) && (int)blockIdx.x * BM < w.R && s0 < w.S) {
-      stage_empty(reinterpret_cast<float*>(smem + Smem::off_red), tid, WS_THREADS);
-      cluster_sync();
-      if (tid < WS_CONSUMERS)
-        cluster_reduce<WS_CLUSTER>(p, w, blockIdx.x * BM, s0, parts, base + Smem::off_kv, base + Smem::off_red,
-                                   cluster_rank(), tid);
-      cluster_sync();
-      return;
-    }
-  }
   if (w.row0 >= w.R) return;
-  float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]; a merge's row lse in [0][BM]
+  float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
   if (w.ntiles == 0) {
     write_empty_split(p, w, s, tid, WS_THREADS);
@@ -276,10 +253,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     cp_async_wait<0>();  // no copy outlives its thread
     tr.mark(7);
     tr.flush(tid, grp, w.ntiles);
-    if (merge) {  // the consumers' two cluster barriers (every thread of the cluster takes part)
-      cluster_sync();
-      cluster_sync();
-    }
     return;
   }
 
@@ -474,21 +447,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       tr.mark(6);
     }
 
-    // ---- finalize: row sums of both halves, normalized output or split partial (or the cluster's merge) ----
+    // ---- finalize: row sums of both halves, normalized output or split partial ----
     publish_row_sums(l_run, red_sum, grp, r0, lane);
     consumer_sync();
-    if constexpr (CLU) {
-      if (merge) {  // the staging lies over the KV stages: every PV read of them is done (the barrier above)
-        stage_rows(smem + Smem::off_kv, red_max, w, o, m_run, red_sum, grp, r0, lane);
-        cluster_sync();
-        cluster_reduce<WS_CLUSTER>(p, w, blockIdx.x * BM, s0, parts, sKV, base + Smem::off_red, cluster_rank(), tid);
-        cluster_sync();
-      } else {
-        write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-      }
-    } else {
-      write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-    }
+    write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
     tr.mark(7);
     tr.flush(tid, grp, w.ntiles);
   }
