@@ -93,21 +93,21 @@ static long long combine_wave(const void* kernel, int dev, int* cached_dev, long
 // Combine launch: programmatic dependent launch (its griddepcontrol.wait orders it after the split
 // kernel), so its launch latency overlaps the split kernel's tail; plain launch if refused.
 // The grid-stride kernel (32-bit row indices) only for units < 2^31.
-template <int WPU>
+template <int WPU, bool BF16>
 static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
   const long long units = (long long)p.T * p.H * 4;
   long long need = (units + COMBINE_WARPS / WPU - 1) / (COMBINE_WARPS / WPU);
-  void (*kernel)(const Params) = mla_verify_combine_kernel<WPU>;
+  void (*kernel)(const Params) = mla_verify_combine_kernel<WPU, BF16>;
   int dev = 0;
   if (MLAV_COMBINE_GRID_STRIDE && units < (1LL << 31) && cudaGetDevice(&dev) == cudaSuccess) {
     // more blocks than one resident wave: the grid-stride kernel, capped at one wave of its own
     static int dev1 = -1, dev_gs = -1;
     static long long wave1 = 0, wave_gs = 0;
-    const long long w1 = combine_wave((const void*)mla_verify_combine_kernel<WPU>, dev, &dev1, &wave1);
+    const long long w1 = combine_wave((const void*)mla_verify_combine_kernel<WPU, BF16>, dev, &dev1, &wave1);
     if (w1 > 0 && need > w1) {
-      const long long wg = combine_wave((const void*)mla_verify_combine_gs_kernel<WPU>, dev, &dev_gs, &wave_gs);
+      const long long wg = combine_wave((const void*)mla_verify_combine_gs_kernel<WPU, BF16>, dev, &dev_gs, &wave_gs);
       if (wg > 0) {
-        kernel = mla_verify_combine_gs_kernel<WPU>;
+        kernel = mla_verify_combine_gs_kernel<WPU, BF16>;
         if (need > wg) need = wg;
       }
     }
@@ -116,11 +116,19 @@ static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
 }
 
 static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
+  if (MLAV_PART_BF16 && p.part_bf16) {
+    switch (combine_warps_per_unit(p.S)) {
+      case 1: return launch_combine_wpu<1, true>(p, stream);
+      case 2: return launch_combine_wpu<2, true>(p, stream);
+      case 4: return launch_combine_wpu<4, true>(p, stream);
+      default: return launch_combine_wpu<8, true>(p, stream);
+    }
+  }
   switch (combine_warps_per_unit(p.S)) {
-    case 1: return launch_combine_wpu<1>(p, stream);
-    case 2: return launch_combine_wpu<2>(p, stream);
-    case 4: return launch_combine_wpu<4>(p, stream);
-    default: return launch_combine_wpu<8>(p, stream);
+    case 1: return launch_combine_wpu<1, false>(p, stream);
+    case 2: return launch_combine_wpu<2, false>(p, stream);
+    case 4: return launch_combine_wpu<4, false>(p, stream);
+    default: return launch_combine_wpu<8, false>(p, stream);
   }
 }
 
@@ -152,8 +160,14 @@ bool config_has_fp8_f16(int cfg) { return cfg == 2; }
 
 bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2) && MLAV_BUILD_CFG90); }
 
-cudaError_t launch(const Params& p, int cfg, int max_len_extend, cudaStream_t stream) {
-  if (p.B <= 0 || p.T <= 0 || max_len_extend <= 0) return cudaSuccess;
+cudaError_t launch(const Params& p_in, int cfg, int max_len_extend, cudaStream_t stream) {
+  if (p_in.B <= 0 || p_in.T <= 0 || max_len_extend <= 0) return cudaSuccess;
+  Params p = p_in;
+#if MLAV_BUILD_CFG90
+  // the split kernel and the combine agree on the partials' type; only the bf16 warp-specialized kernel stages
+  p.part_bf16 = MLAV_PART_BF16 && MLAV_WS == 1 && cfg == 2 && !p.kv_fp8;
+  p.o_vec16 = (reinterpret_cast<uintptr_t>(p.o) & 15) == 0 && p.o_st % 8 == 0 && p.o_sh % 8 == 0;
+#endif
   const int bm = config_block_m(cfg);
   const long long rows = (long long)max_len_extend * p.H;
   const int m_tiles = (int)((rows + bm - 1) / bm);

@@ -728,6 +728,12 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 // GS = true: the launcher uses it only for units < 2^31, the same integers) under
 // __launch_bounds__(256, 4): <= 64 registers, 0 spills, 4 blocks per SM (528 on 132 SMs).
 constexpr int COMBINE_MAX_SPLITS = 128;
+// 1: the warp-specialized kernel's token-split consumers (MLAV_WS=1, mla_verify_wgmma_ws.cuh) stage their rows through
+// shared memory and store them in 16-byte chunks, split partials as bf16 (p.part_bf16, the combine reads them so);
+// 0: fp32 partials and bf16 output pairs straight from the fragments (write_rows).
+#ifndef MLAV_PART_BF16
+#define MLAV_PART_BF16 0
+#endif
 #ifndef MLAV_COMBINE_GRID_STRIDE
 #define MLAV_COMBINE_GRID_STRIDE 1
 #endif
@@ -736,7 +742,7 @@ __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 
 
 // GS (the grid-stride kernel): row indices in 32 bits (units < 2^31, checked by the launcher) and
 // t_end = qo_indptr[B] passed in (loaded once per block); otherwise 64-bit, loaded here.
-template <int W, bool GS = false>
+template <int W, bool GS = false, bool BF16 = false>
 __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
                                              unsigned vblock, int64_t t_end) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -766,10 +772,19 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (valid) {
     const float4* src = reinterpret_cast<const float4*>(p.ws_o + (int64_t)grow * D_V + quarter * 128) + lane;
+    const uint2* src16 =
+        reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(p.ws_o) + (int64_t)grow * D_V + quarter * 128) + lane;
     const int64_t split_stride4 = (int64_t)rows * (D_V / 4);
 #pragma unroll 4
     for (int s = k; s < S; s += W) {
-      const float4 v = src[s * split_stride4];
+      float4 v;
+      if constexpr (BF16) {  // 4 bf16 partial values per lane
+        const uint2 u = src16[s * split_stride4];
+        v = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                        __uint_as_float(u.y & 0xffff0000u));
+      } else {
+        v = src[s * split_stride4];
+      }
       const float lse = p.ws_lse[(int64_t)s * rows + grow];
       const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
       acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, v.x) : 0.f);
@@ -801,7 +816,7 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   *reinterpret_cast<uint2*>(dst) = pk;
 }
 
-template <int LW>
+template <int LW, bool BF16 = false>
 __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
@@ -814,26 +829,26 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
     return;
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (W == 1) combine_unit<1>(p, S, part, red, blockIdx.x, 0);
-  else if (LW >= 2 && W == 2) combine_unit<2>(p, S, part, red, blockIdx.x, 0);
-  else if (LW >= 4 && W == 4) combine_unit<4>(p, S, part, red, blockIdx.x, 0);
-  else if (LW >= 8) combine_unit<8>(p, S, part, red, blockIdx.x, 0);
+  if (W == 1) combine_unit<1, false, BF16>(p, S, part, red, blockIdx.x, 0);
+  else if (LW >= 2 && W == 2) combine_unit<2, false, BF16>(p, S, part, red, blockIdx.x, 0);
+  else if (LW >= 4 && W == 4) combine_unit<4, false, BF16>(p, S, part, red, blockIdx.x, 0);
+  else if (LW >= 8) combine_unit<8, false, BF16>(p, S, part, red, blockIdx.x, 0);
 }
 
 // The units-blocks vblock = blockIdx.x, blockIdx.x + gridDim.x, ... of W (a block-uniform bound);
 // part / red are reused by the next units-block after the barrier.
-template <int W>
+template <int W, bool BF16>
 __device__ __forceinline__ void combine_blocks(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
                                                unsigned units, int64_t t_end) {
   constexpr unsigned per_block = COMBINE_WARPS / W;
 #pragma unroll 1
   for (unsigned vb = blockIdx.x; vb * per_block < units; vb += gridDim.x) {
-    combine_unit<W, true>(p, S, part, red, vb, t_end);
+    combine_unit<W, true, BF16>(p, S, part, red, vb, t_end);
     __syncthreads();
   }
 }
 
-template <int LW>
+template <int LW, bool BF16 = false>
 __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_gs_kernel(const Params p) {
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
@@ -850,10 +865,10 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_gs_k
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // one loop per W: a W dispatch inside one loop keeps every variant's hoisted invariants live
   // together (ptxas: combine<8> 127 registers)
-  if (W == 1) combine_blocks<1>(p, S, part, red, u32, t_end);
-  else if (LW >= 2 && W == 2) combine_blocks<2>(p, S, part, red, u32, t_end);
-  else if (LW >= 4 && W == 4) combine_blocks<4>(p, S, part, red, u32, t_end);
-  else if (LW >= 8) combine_blocks<8>(p, S, part, red, u32, t_end);
+  if (W == 1) combine_blocks<1, BF16>(p, S, part, red, u32, t_end);
+  else if (LW >= 2 && W == 2) combine_blocks<2, BF16>(p, S, part, red, u32, t_end);
+  else if (LW >= 4 && W == 4) combine_blocks<4, BF16>(p, S, part, red, u32, t_end);
+  else if (LW >= 8) combine_blocks<8, BF16>(p, S, part, red, u32, t_end);
 }
 
 }  // namespace mlav

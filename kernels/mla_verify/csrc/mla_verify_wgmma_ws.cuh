@@ -155,6 +155,54 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
   }
 }
 
+// Staged epilogue of the token-split consumers (MLAV_PART_BF16=1, mla_verify_kernel.cuh; experimental): the rows go
+// as bf16 through the Q tile's space (dead after the loop) and out in 16-byte chunks, 1 KiB per row; split partials
+// are bf16 (the combine reads them so, p.part_bf16). Why: the trace build puts 9.9k cycles per CTA on write_rows' fp32
+// partial stores at B=1 L=4k (128 KiB per CTA, 16.6 MB in all; session 25 call 3), a quarter of the kernel's time.
+// Session 5 measured the same staging in the kernel before warp specialization at 0.924x (B=1 L=4k) and 0.971x (32k)
+// with a 1.3-2.6% loss on the loop-bound shapes from its registers (dense-verify-notes.md, v6); here the consumers
+// have 224 registers after setmaxnreg.
+constexpr bool WS_PART_BF16 = MLAV_PART_BF16 != 0;
+
+// Staging tile: row r at r * 1024 B, 16-byte chunk c (8 bf16) at ((c ^ (r & 7)) << 4): the fragment stores (4 bytes
+// per lane, 8 rows per warp) and the chunk reads (8 consecutive chunks of a row per quarter-warp) hit distinct banks.
+__device__ __forceinline__ uint32_t stage16_off(int r, int c) { return (uint32_t)(r * 1024 + ((c ^ (r & 7)) << 4)); }
+
+// This consumer thread's rows r0 and r0 + 8 (O of warpgroup grp over both warpgroups' row sum, as write_rows) into the
+// staging tile st, and their log2-sum-exp where S > 1. After the consumer barrier that follows publish_row_sums.
+__device__ __forceinline__ void stage_rows_bf16(uint8_t* st, const Params& p, const Work& w, int s, const float* o,
+                                                const float (&m_run)[2], const float* red_sum, int grp, int r0,
+                                                int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    if (w.row0 + r >= w.R) continue;
+    const float l = red_sum[r] + red_sum[BM + r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      *reinterpret_cast<__nv_bfloat162*>(st + stage16_off(r, grp * 32 + i) + 4 * (lane & 3)) =
+          __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
+      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+  }
+}
+
+// The staged rows out in 16-byte chunks, by consumer thread t (< 256): chunk t & 63 of rows (t >> 6) + 4 j, to the
+// bf16 output rows (S = 1; p.o_vec16) or split s's bf16 partial rows. After a consumer barrier.
+__device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params& p, const Work& w, int s, int t) {
+  const int c = t & 63;
+#pragma unroll 4
+  for (int j = 0; j < BM / 4; ++j) {
+    const int r = (t >> 6) + 4 * j, gr = w.row0 + r;
+    if (gr >= w.R) break;  // rows ascend with j
+    const uint4 v = *reinterpret_cast<const uint4*>(st + stage16_off(r, c));
+    __nv_bfloat16* dst = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh
+                                  : reinterpret_cast<__nv_bfloat16*>(p.ws_o) + (((int64_t)s * p.T + w.qo0) * p.H + gr) * D_V;
+    *reinterpret_cast<uint4*>(dst + c * 8) = v;
+  }
+}
+
 // A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (-DMLAV_ASYM_MIN_TILES=N overrides it,
 // e.g. 2 for a sanitizer run in which short parity cases mix both consumer bodies in one launch).
 #ifndef MLAV_ASYM_MIN_TILES
@@ -450,7 +498,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     // ---- finalize: row sums of both halves, normalized output or split partial ----
     publish_row_sums(l_run, red_sum, grp, r0, lane);
     consumer_sync();
-    write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+    if constexpr (WS_PART_BF16) {
+      if (w.S > 1 || p.o_vec16) {  // every S read of Q is done (the barrier above): the staging lies over it
+        stage_rows_bf16(smem + Smem::off_q, p, w, s, o, m_run, red_sum, grp, r0, lane);
+        consumer_sync();
+        store_rows_bf16(smem + Smem::off_q, p, w, s, tid);
+      } else {
+        write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+      }
+    } else {
+      write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+    }
     tr.mark(7);
     tr.flush(tid, grp, w.ntiles);
   }
