@@ -189,17 +189,29 @@ __device__ __forceinline__ void stage_rows_bf16(uint8_t* st, const Params& p, co
 }
 
 // The staged rows out in 16-byte chunks, by consumer thread t (< 256): chunk t & 63 of rows (t >> 6) + 4 j, to the
-// bf16 output rows (S = 1; p.o_vec16) or split s's bf16 partial rows. After a consumer barrier.
+// bf16 output rows (S = 1) or split s's bf16 partial rows; an output o whose rows are not 16-byte aligned
+// (!p.o_vec16) gets each chunk as 8 two-byte stores. Rolled loops (the code's size counts: a cold instruction fetch
+// reaches the producer's code later the longer the kernel, session 25 call 4). After a consumer barrier.
 __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params& p, const Work& w, int s, int t) {
   const int c = t & 63;
-#pragma unroll 4
-  for (int j = 0; j < BM / 4; ++j) {
-    const int r = (t >> 6) + 4 * j, gr = w.row0 + r;
-    if (gr >= w.R) break;  // rows ascend with j
+#pragma unroll 1
+  for (int r = t >> 6; r < BM; r += 4) {
+    const int gr = w.row0 + r;
+    if (gr >= w.R) break;  // rows ascend
     const uint4 v = *reinterpret_cast<const uint4*>(st + stage16_off(r, c));
-    __nv_bfloat16* dst = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh
-                                  : reinterpret_cast<__nv_bfloat16*>(p.ws_o) + (((int64_t)s * p.T + w.qo0) * p.H + gr) * D_V;
-    *reinterpret_cast<uint4*>(dst + c * 8) = v;
+    const int tok = gr / p.H, hd = gr - tok * p.H;
+    __nv_bfloat16* dst = (w.S == 1 ? p.o + (w.qo0 + tok) * p.o_st + (int64_t)hd * p.o_sh
+                                   : reinterpret_cast<__nv_bfloat16*>(p.ws_o) + (((int64_t)s * p.T + w.qo0) * p.H + gr) * D_V) +
+                         c * 8;
+    if (w.S > 1 || p.o_vec16) {
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+#pragma unroll 1
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t word = k < 2 ? v.x : k < 4 ? v.y : k < 6 ? v.z : v.w;
+        dst[k] = __ushort_as_bfloat16((unsigned short)(word >> (16 * (k & 1))));
+      }
+    }
   }
 }
 
@@ -498,14 +510,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     // ---- finalize: row sums of both halves, normalized output or split partial ----
     publish_row_sums(l_run, red_sum, grp, r0, lane);
     consumer_sync();
-    if constexpr (WS_PART_BF16) {
-      if (w.S > 1 || p.o_vec16) {  // every S read of Q is done (the barrier above): the staging lies over it
-        stage_rows_bf16(smem + Smem::off_q, p, w, s, o, m_run, red_sum, grp, r0, lane);
-        consumer_sync();
-        store_rows_bf16(smem + Smem::off_q, p, w, s, tid);
-      } else {
-        write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-      }
+    if constexpr (WS_PART_BF16) {  // every S read of Q is done (the barrier above): the staging lies over it
+      stage_rows_bf16(smem + Smem::off_q, p, w, s, o, m_run, red_sum, grp, r0, lane);
+      consumer_sync();
+      store_rows_bf16(smem + Smem::off_q, p, w, s, tid);
     } else {
       write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
     }
