@@ -161,7 +161,12 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
 // partial stores at B=1 L=4k (128 KiB per CTA, 16.6 MB in all; session 25 call 3), a quarter of the kernel's time.
 // Session 5 measured the same staging in the kernel before warp specialization at 0.924x (B=1 L=4k) and 0.971x (32k)
 // with a 1.3-2.6% loss on the loop-bound shapes from its registers (dense-verify-notes.md, v6); here the consumers
-// have 224 registers after setmaxnreg.
+// have 224 registers after setmaxnreg. Measured (session 25 calls 4-6, over the shipped kernel, same process): a first
+// form (unrolled stores, write_rows kept as the unaligned-output fallback: +13.6 KB of code, the producer's start
+// later) 1.018-1.077x at B=1; this compact one (+2.8 KB) exact calls 0.947x at B=1 L=4k, 0.962 at 32k, 0.973 at
+// (4, 32k, 4, 16), 0.993-1.006 elsewhere; graph replays 0.951-0.966 at B=4/8 L=4k, 0.964 at (4, 32k), 0.980 at B=1 32k,
+// 0.997 at B=1 4k, 1.034 at B=1 L=512, graph-buffer ratios up to 1.101; parity 100%, bitwise graph replays, memcheck
+// and synccheck clean, racecheck not completed (timed out): not the default until it is.
 constexpr bool WS_PART_BF16 = MLAV_PART_BF16 != 0;
 
 // Staging tile: row r at r * 1024 B, 16-byte chunk c (8 bf16) at ((c ^ (r & 7)) << 4): the fragment stores (4 bytes
