@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at 7441995; the cluster sources were removed after call 3 (637fb63), so this script needs that commit's tree.
 # Session 25, device call 2: (1) parity and the GPU pytest of the shipped build with warp_uniform (6d837ff; call 1
 # timed it as wu0 but ran parity on its MLAV_WS=3 form); (2) the cluster (DSMEM) merge of a row tile's splits
 # (cluster_merge_sm90.cuh, -DMLAV_CLUSTER=C), first run: A/B of base (= cur, the checkout as shipped: a noise

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at ed08bb4; the cluster sources were removed after call 3 (637fb63), so this script needs that commit's tree.
 # Session 25, device call 3: why call 2's cluster merge was slower (its split kernel 17.7-19.1 us vs 12.8 at B=1 L=4k,
 # CUPTI). Trees: base (the checkout, MLAV_CLUSTER=1), cl4 (the merge, C = 4), cl4nm / cl2nm (the cluster launch with
 # C = 4 / 2 and no merge: every split writes its partial, -DMLAV_CLUSTER_NOMERGE=1), so the launch's cost and the

@@ -115,21 +115,22 @@ static cudaError_t launch_combine_wpu(const Params& p, cudaStream_t stream) {
   return launch_pdl(kernel, (unsigned)need, COMBINE_WARPS * 32, p, stream);
 }
 
-static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
-  if (MLAV_PART_BF16 && p.part_bf16) {
-    switch (combine_warps_per_unit(p.S)) {
-      case 1: return launch_combine_wpu<1, true>(p, stream);
-      case 2: return launch_combine_wpu<2, true>(p, stream);
-      case 4: return launch_combine_wpu<4, true>(p, stream);
-      default: return launch_combine_wpu<8, true>(p, stream);
-    }
-  }
+template <bool BF16>
+static cudaError_t launch_combine_t(const Params& p, cudaStream_t stream) {
   switch (combine_warps_per_unit(p.S)) {
-    case 1: return launch_combine_wpu<1, false>(p, stream);
-    case 2: return launch_combine_wpu<2, false>(p, stream);
-    case 4: return launch_combine_wpu<4, false>(p, stream);
-    default: return launch_combine_wpu<8, false>(p, stream);
+    case 1: return launch_combine_wpu<1, BF16>(p, stream);
+    case 2: return launch_combine_wpu<2, BF16>(p, stream);
+    case 4: return launch_combine_wpu<4, BF16>(p, stream);
+    default: return launch_combine_wpu<8, BF16>(p, stream);
   }
+}
+
+// bf16-partial combines exist only in -DMLAV_PART_BF16=1 builds (p.part_bf16 is 0 in every other).
+static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
+  if constexpr (MLAV_PART_BF16 != 0) {
+    if (p.part_bf16) return launch_combine_t<true>(p, stream);
+  }
+  return launch_combine_t<false>(p, stream);
 }
 
 #if MLAV_TRACE && MLAV_BUILD_CFG90
@@ -165,8 +166,10 @@ cudaError_t launch(const Params& p_in, int cfg, int max_len_extend, cudaStream_t
   Params p = p_in;
 #if MLAV_BUILD_CFG90
   // the split kernel and the combine agree on the partials' type; only the bf16 warp-specialized kernel stages
-  p.part_bf16 = MLAV_PART_BF16 && MLAV_WS == 1 && cfg == 2 && !p.kv_fp8;
-  p.o_vec16 = (reinterpret_cast<uintptr_t>(p.o) & 15) == 0 && p.o_st % 8 == 0 && p.o_sh % 8 == 0;
+  if constexpr (MLAV_PART_BF16 != 0) {
+    p.part_bf16 = MLAV_WS == 1 && cfg == 2 && !p.kv_fp8;
+    p.o_vec16 = (reinterpret_cast<uintptr_t>(p.o) & 15) == 0 && p.o_st % 8 == 0 && p.o_sh % 8 == 0;
+  }
 #endif
   const int bm = config_block_m(cfg);
   const long long rows = (long long)max_len_extend * p.H;
