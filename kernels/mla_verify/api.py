@@ -291,7 +291,8 @@ def choose_num_splits(
 
     At most about one wave (num_sms * CTAs/SM) of CTAs, and the fp32 partial traffic (S * rows *
     513 * 4 B, written then read back) capped to the KV bytes or 48 MiB (L2-resident), whichever is
-    larger. Within that, S minimizes the tiles on the critical CTA, computed with the device's own
+    larger (the sm90wg bf16 kernel's token-split launches write bf16 partials, half that: the cap,
+    kept as measured, is conservative there). Within that, S minimizes the tiles on the critical CTA, computed with the device's own
     split rule (chunk = ceil(L / S) rounded up to whole tiles; the last split also runs the draft
     tiles), the smallest such S on ties. So the draft tile gets a split of its own when that is
     free: B=1 L=4k..32k n=8 H=16 gives S=65 (64 prefix splits + the draft's). Measured on the H200

@@ -16,11 +16,23 @@
 #include "mla_verify_wgmma_ws.cuh"
 #endif
 // The wgmma config's bf16 calls: 1 (shipped) launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh) with its
-// token-split consumers (MODE 0); 2 (experimental) with its ASYM consumers (S and V warpgroups, MODE 1); 3
+// token-split consumers (MODE 0) or, by grid size, its ASYM ones (MODE 1; below); 2 (experimental) ASYM always; 3
 // (experimental) with the choice per CTA (MODE 2); 0 (an A/B tree's baseline) mla_verify_wgmma.cuh's bf16
 // instantiation, which loads its own tiles. The fp8 calls launch mla_verify_wgmma.cuh's kernels either way.
 #ifndef MLAV_WS
 #define MLAV_WS 1
+#endif
+// MLAV_WS=1: the ASYM consumers (MODE 1) where one split's grid holds at least MLAV_ASYM_MIN_CTAS CTAs (B x m_tiles:
+// host sizes only, so a CUDA graph's replays run their capture's choice, the same as an eager call at the replayed
+// length), the token-split ones (MODE 0) elsewhere; 0: MODE 0 always. Why 16 (session 26 call 2, over MODE 0, one
+// process, graph replays with L2 flushed): ASYM ran 0.911-0.919 at B=8 L=32k, B=32 L=8k and B=2 L=16k H=128, 0.939 at
+// B=32 L=2k, 0.965-0.976 at B=8 L=8k, B=16 n=4 L=32k and B=32 L=512, but 1.018-1.063 at B=8 L=512 / 2k and B=16 n=4
+// L=4k (a 1-4 tile split runs its softmax in one warpgroup), 1.036 at 8 CTAs (B=4 L=8k) and 1.14 at 2 (B=1 L=4k).
+// The rule cannot see the length (a graph's buffers are max-sized), so 16 takes the long-context gains at B=8 and
+// pays ~1.5 µs at its short lengths; graph-buffer ratios 1.002-1.096, bitwise; parity 53/53 + 52/52 bitwise,
+// memcheck / racecheck clean on the cases ASYM serves.
+#ifndef MLAV_ASYM_MIN_CTAS
+#define MLAV_ASYM_MIN_CTAS 16
 #endif
 
 namespace mlav {
@@ -60,9 +72,20 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
   return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16>, &attr_device, wg::Smem::bytes, wg::THREADS,
                       dim3(m_tiles, p.S, p.B), p, stream);
 }
+// The bf16 call runs the ASYM consumers (MLAV_ASYM_MIN_CTAS, above); only then are its partials fp32.
+static bool ws_asym(const Params& p, int m_tiles) {
+  return MLAV_WS == 1 && MLAV_ASYM_MIN_CTAS > 0 && !p.kv_fp8 && (long long)m_tiles * p.B >= MLAV_ASYM_MIN_CTAS;
+}
+
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
   if (!p.kv_fp8) {
 #if MLAV_WS
+#if MLAV_WS == 1 && MLAV_ASYM_MIN_CTAS > 0
+    static int attr_asym = -1;
+    if (ws_asym(p, m_tiles))
+      return launch_split(wg::mla_verify_split_wgmma_ws_kernel<1>, &attr_asym, wg::WS_SMEM_BYTES, wg::WS_THREADS,
+                          dim3(m_tiles, p.S, p.B), p, stream);
+#endif
     static int attr_device = -1;
     return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS - 1>, &attr_device, wg::WS_SMEM_BYTES,
                         wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
@@ -125,7 +148,7 @@ static cudaError_t launch_combine_t(const Params& p, cudaStream_t stream) {
   }
 }
 
-// bf16-partial combines exist only in -DMLAV_PART_BF16=1 builds (p.part_bf16 is 0 in every other).
+// bf16-partial combines exist only in MLAV_PART_BF16 builds (p.part_bf16 is 0 in every other).
 static cudaError_t launch_combine(const Params& p, cudaStream_t stream) {
   if constexpr (MLAV_PART_BF16 != 0) {
     if (p.part_bf16) return launch_combine_t<true>(p, stream);
@@ -164,16 +187,20 @@ bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2) && ML
 cudaError_t launch(const Params& p_in, int cfg, int max_len_extend, cudaStream_t stream) {
   if (p_in.B <= 0 || p_in.T <= 0 || max_len_extend <= 0) return cudaSuccess;
   Params p = p_in;
-#if MLAV_BUILD_CFG90
-  // the split kernel and the combine agree on the partials' type; only the bf16 warp-specialized kernel stages
-  if constexpr (MLAV_PART_BF16 != 0) {
-    p.part_bf16 = MLAV_WS == 1 && cfg == 2 && !p.kv_fp8;
-    p.o_vec16 = (reinterpret_cast<uintptr_t>(p.o) & 15) == 0 && p.o_st % 8 == 0 && p.o_sh % 8 == 0;
-  }
-#endif
   const int bm = config_block_m(cfg);
   const long long rows = (long long)max_len_extend * p.H;
   const int m_tiles = (int)((rows + bm - 1) / bm);
+#if MLAV_BUILD_CFG90
+  // the split kernel and the combine agree on the partials' type; only the bf16 warp-specialized kernel's MODE 0
+  // stages, and it writes o in 16-byte chunks: rows 16-byte aligned (api.py checks the same; a stride of a size-1
+  // dimension is never applied)
+  if constexpr (MLAV_PART_BF16 != 0) {
+    p.part_bf16 = MLAV_WS == 1 && cfg == 2 && !p.kv_fp8 && !ws_asym(p, m_tiles);
+    if (p.part_bf16 && ((reinterpret_cast<uintptr_t>(p.o) & 15) != 0 || (p.T > 1 && p.o_st % 8 != 0) ||
+                        (p.H > 1 && p.o_sh % 8 != 0)))
+      return cudaErrorInvalidValue;
+  }
+#endif
   cudaError_t e = cudaErrorInvalidValue;
   if (cfg == 1) e = launch_cfg<32, 16, 3>(p, m_tiles, stream);
 #if MLAV_BUILD_CFG90

@@ -36,9 +36,7 @@ struct Params {
   int pdl_early;          // 1: split CTAs execute griddepcontrol.launch_dependents at their start
   float scale_log2;
   int part_bf16;        // 1: ws_o holds bf16 partials [S, T*H, 512] (the warp-specialized kernel's staged epilogue,
-                        // -DMLAV_PART_BF16=1 builds), read by the combine as such; 0: fp32
-  int o_vec16;          // 1: o's rows start 16-byte aligned (pointer, o_st and o_sh): the staged epilogue may write
-                        // them in 16-byte chunks
+                        // MLAV_PART_BF16 builds; set by launch()), read by the combine as such; 0: fp32
   float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only; bf16 where part_bf16)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
 };

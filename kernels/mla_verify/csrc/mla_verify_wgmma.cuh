@@ -196,19 +196,30 @@ __device__ __forceinline__ void scale_mask(float (&sc)[16], float (&tmax)[2], co
 // The split's rows out, after the barrier that follows publish_row_sums: O [64 x 256] of warpgroup grp (its
 // output columns 256 grp ..) over l = both warpgroups' row sums, normalized (S = 1) or as the split's partial
 // with its log2-sum-exp m_run + log2(l) (S > 1); padded rows write nothing.
+// Tile row r's sum over both warpgroups' halves (red_sum [2][BM], publish_row_sums) and the output's factor 1 / l (0
+// for an empty row).
+__device__ __forceinline__ float row_sum(const float* red_sum, int r) { return red_sum[r] + red_sum[BM + r]; }
+__device__ __forceinline__ float row_inv(float l) { return l > 0.f ? 1.f / l : 0.f; }
+
+// Split s's log2-sum-exp of tile row r, m + log2(l) (-inf: empty), where S > 1; by one thread per row (warpgroup 0's
+// lanes 4k).
+__device__ __forceinline__ void put_split_lse(const Params& p, const Work& w, int s, int r, float m, float l, int grp,
+                                              int lane) {
+  if (w.S > 1 && grp == 0 && (lane & 3) == 0)
+    p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m + log2f(l) : -INFINITY;
+}
+
 __device__ __forceinline__ void write_rows(const Params& p, const Work& w, int s, const float* o,
                                            const float (&m_run)[2], const float* red_sum, int grp, int r0, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
     if (w.row0 + r >= w.R) continue;
-    const float l = red_sum[r] + red_sum[BM + r];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float l = row_sum(red_sum, r), inv = row_inv(l);
     const RowOut ro = row_out(p, w, s, r);
 #pragma unroll
     for (int i = 0; i < 32; ++i) ro.put(grp * 256 + i * 8 + 2 * (lane & 3), o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
-      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+    put_split_lse(p, w, s, r, m_run[h], l, grp, lane);
   }
 }
 

@@ -2,8 +2,10 @@
 // the default for bf16 calls since session 22 (MLAV_WS=1 in mla_verify.cu): 0.973-0.984x the time of the kernel it
 // replaced on the batched and long shapes, 1.000 at B=1 L=32k, 1.015 at B=1 L=4k, outputs bitwise equal, parity and
 // the three sanitizers clean, graph-buffer rows 1.000-1.058x of the exact-length call (session 22 call 1).
-// The template's MODE picks the consumers: 0 (shipped, MLAV_WS=1) the token-split consumers below; 1 (-DMLAV_WS=2,
-// experimental) the ASYM consumers, split by role instead of by tokens (below); 2 (-DMLAV_WS=3, experimental) ASYM
+// The template's MODE picks the consumers: 0 the token-split consumers below; 1 the ASYM consumers, split by role
+// instead of by tokens (below). The shipped build (MLAV_WS=1) launches MODE 1 where one split's grid holds >= 16 CTAs
+// and MODE 0 elsewhere (MLAV_ASYM_MIN_CTAS in mla_verify.cu, since session 26); -DMLAV_WS=2 forces MODE 1 (A/B
+// trees); 2 (-DMLAV_WS=3, experimental) ASYM
 // where a CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere. Measured (dense-verify-notes.md,
 // "Session 23", "Session 24"): ASYM 0.938-0.945x the shipped time on the batched shapes, 1.08x at B=1 L=4k; MODE 2
 // 0.967-0.976x batched and 1.00-1.02x elsewhere. With desc_add both builds' S loops are 2,050 instructions and MODE 2
@@ -155,18 +157,19 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
   }
 }
 
-// Staged epilogue of the token-split consumers (MLAV_PART_BF16=1, mla_verify_kernel.cuh; experimental): the rows go
-// as bf16 through the Q tile's space (dead after the loop) and out in 16-byte chunks, 1 KiB per row; split partials
-// are bf16 (the combine reads them so, p.part_bf16). Why: the trace build puts 9.9k cycles per CTA on write_rows' fp32
-// partial stores at B=1 L=4k (128 KiB per CTA, 16.6 MB in all; session 25 call 3), a quarter of the kernel's time.
-// Session 5 measured the same staging in the kernel before warp specialization at 0.924x (B=1 L=4k) and 0.971x (32k)
-// with a 1.3-2.6% loss on the loop-bound shapes from its registers (dense-verify-notes.md, v6); here the consumers
-// have 224 registers after setmaxnreg. Measured (session 25 calls 4-6, over the shipped kernel, same process): a first
-// form (unrolled stores, write_rows kept as the unaligned-output fallback: +13.6 KB of code, the producer's start
-// later) 1.018-1.077x at B=1; this compact one (+2.8 KB) exact calls 0.947x at B=1 L=4k, 0.962 at 32k, 0.973 at
-// (4, 32k, 4, 16), 0.993-1.006 elsewhere; graph replays 0.951-0.966 at B=4/8 L=4k, 0.964 at (4, 32k), 0.980 at B=1 32k,
-// 0.997 at B=1 4k, 1.034 at B=1 L=512, graph-buffer ratios up to 1.101; parity 100%, bitwise graph replays, memcheck
-// and synccheck clean, racecheck not completed (timed out): not the default until it is.
+// Staged epilogue of the token-split consumers (MODE 0; MLAV_PART_BF16, mla_verify_kernel.cuh: 1 by default since
+// session 26): the rows go as bf16 through the Q tile's space (dead after the loop) and out in 16-byte chunks, 1 KiB
+// per row; split partials are bf16 (the combine reads them so, p.part_bf16). Why: the trace build puts 9.9k cycles per
+// CTA on write_rows' fp32 partial stores at B=1 L=4k (128 KiB per CTA, 16.6 MB in all; session 25 call 3), a quarter
+// of the kernel's time. Session 5 measured the same staging in the kernel before warp specialization at 0.924x (B=1
+// L=4k) and 0.971x (32k) with a 1.3-2.6% loss on the loop-bound shapes from its registers (dense-verify-notes.md, v6);
+// here the consumers have 224 registers after setmaxnreg. A first form (unrolled stores, write_rows kept as an
+// unaligned-output fallback: +13.6 KB of code, the producer's start later) ran 1.018-1.077x at B=1 (session 25 call
+// 4). This compact one (+2.8 KB), over the fp32-partial kernel in one process (session 26 call 1; CUDA-graph replays,
+// L2 flushed): 0.954 at B=1 L=4k, 0.961 at 32k, 0.973 at (4, 32k, 4, 16), 0.988 at B=1 L=512, 0.995-1.007 at the
+// loop-bound shapes; graph-buffer ratios 1.000-1.090, bitwise; parity 53/53 + 52/52 bitwise (max rel err 2.67e-3
+// against 2.12e-3 with fp32 partials: one more bf16 rounding per split), racecheck / memcheck / synccheck clean.
+// MODE 1 and 2 keep write_rows (fp32 partials): p.part_bf16 is set for MODE 0 launches only.
 constexpr bool WS_PART_BF16 = MLAV_PART_BF16 != 0;
 
 // Staging tile: row r at r * 1024 B, 16-byte chunk c (8 bf16) at ((c ^ (r & 7)) << 4): the fragment stores (4 bytes
@@ -182,21 +185,19 @@ __device__ __forceinline__ void stage_rows_bf16(uint8_t* st, const Params& p, co
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
     if (w.row0 + r >= w.R) continue;
-    const float l = red_sum[r] + red_sum[BM + r];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float l = row_sum(red_sum, r), inv = row_inv(l);
 #pragma unroll
     for (int i = 0; i < 32; ++i)
       *reinterpret_cast<__nv_bfloat162*>(st + stage16_off(r, grp * 32 + i) + 4 * (lane & 3)) =
           __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-    if (w.S > 1 && grp == 0 && (lane & 3) == 0)
-      p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+    put_split_lse(p, w, s, r, m_run[h], l, grp, lane);
   }
 }
 
 // The staged rows out in 16-byte chunks, by consumer thread t (< 256): chunk t & 63 of rows (t >> 6) + 4 j, to the
-// bf16 output rows (S = 1) or split s's bf16 partial rows; an output o whose rows are not 16-byte aligned
-// (!p.o_vec16) gets each chunk as 8 two-byte stores. Rolled loops (the code's size counts: a cold instruction fetch
-// reaches the producer's code later the longer the kernel, session 25 call 4). After a consumer barrier.
+// bf16 output rows (S = 1; 16-byte aligned: the API checks o's pointer and strides, launch() again) or split s's bf16
+// partial rows. A rolled loop (the code's size counts: a cold instruction fetch reaches the producer's code later the
+// longer the kernel, session 25 call 4). After a consumer barrier.
 __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params& p, const Work& w, int s, int t) {
   const int c = t & 63;
 #pragma unroll 1
@@ -208,15 +209,7 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
     __nv_bfloat16* dst = (w.S == 1 ? p.o + (w.qo0 + tok) * p.o_st + (int64_t)hd * p.o_sh
                                    : reinterpret_cast<__nv_bfloat16*>(p.ws_o) + (((int64_t)s * p.T + w.qo0) * p.H + gr) * D_V) +
                          c * 8;
-    if (w.S > 1 || p.o_vec16) {
-      *reinterpret_cast<uint4*>(dst) = v;
-    } else {
-#pragma unroll 1
-      for (int k = 0; k < 8; ++k) {
-        const uint32_t word = k < 2 ? v.x : k < 4 ? v.y : k < 6 ? v.z : v.w;
-        dst[k] = __ushort_as_bfloat16((unsigned short)(word >> (16 * (k & 1))));
-      }
-    }
+    *reinterpret_cast<uint4*>(dst) = v;
   }
 }
 
@@ -227,9 +220,9 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
 #endif
 constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 
-// MODE 0 (shipped): the token-split consumers (both warpgroups run S for half the tile's tokens, as
-// mla_verify_wgmma.cuh); 1 (-DMLAV_WS=2, experimental): the S and V warpgroups (ASYM); 2 (-DMLAV_WS=3,
-// experimental): ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere.
+// MODE 0: the token-split consumers (both warpgroups run S for half the tile's tokens, as mla_verify_wgmma.cuh);
+// 1: the S and V warpgroups (ASYM); both shipped, chosen per launch by grid size (mla_verify.cu, MLAV_ASYM_MIN_CTAS).
+// 2 (-DMLAV_WS=3, experimental): ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split ones elsewhere.
 // MODE 1 and 2 issue Q and tile 0 before the init barrier (EARLY, below).
 template <int MODE>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
@@ -515,7 +508,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     // ---- finalize: row sums of both halves, normalized output or split partial ----
     publish_row_sums(l_run, red_sum, grp, r0, lane);
     consumer_sync();
-    if constexpr (WS_PART_BF16) {  // every S read of Q is done (the barrier above): the staging lies over it
+    if constexpr (WS_PART_BF16 && MODE == 0) {  // every S read of Q is done (the barrier above): the staging lies over it
       stage_rows_bf16(smem + Smem::off_q, p, w, s, o, m_run, red_sum, grp, r0, lane);
       consumer_sync();
       store_rows_bf16(smem + Smem::off_q, p, w, s, tid);
