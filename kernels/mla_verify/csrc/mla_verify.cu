@@ -34,6 +34,16 @@
 #ifndef MLAV_ASYM_MIN_CTAS
 #define MLAV_ASYM_MIN_CTAS 16
 #endif
+// MLAV_WS=1 and MLAV_PART_BF16 builds: MODE 0 launches with the staged bf16 epilogue (STAGE, mla_verify_wgmma_ws.cuh)
+// where one split's grid holds at least MLAV_STAGE_MIN_CTAS CTAs, with write_rows' fp32 partials below that. 1 (the
+// default, measured): staged always, and the unstaged MODE 0 kernel is not built. 4 (experimental, compiled, never run:
+// docs/results/session26_calls/next_call1.sh): in graphs captured on max-sized buffers, what SGLang replays, staging
+// ran 0.914 at B=4 n=4 L=4k and 0.968 at 32k (4 CTAs per split) but 1.006 at B=1 L=4k and 1.024 at 512 (2 CTAs), and
+// with it the B=1 L=4k graph-buffer row read 1.090-1.103 of its exact-length call (fp32 partials: 1.025), at the 1.1
+// gate (session 26 calls 1, 2 and 4).
+#ifndef MLAV_STAGE_MIN_CTAS
+#define MLAV_STAGE_MIN_CTAS 1
+#endif
 
 namespace mlav {
 
@@ -72,9 +82,14 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
   return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16>, &attr_device, wg::Smem::bytes, wg::THREADS,
                       dim3(m_tiles, p.S, p.B), p, stream);
 }
-// The bf16 call runs the ASYM consumers (MLAV_ASYM_MIN_CTAS, above); only then are its partials fp32.
+// The bf16 call of the warp-specialized kernel runs the ASYM consumers (MLAV_ASYM_MIN_CTAS, above).
 static bool ws_asym(const Params& p, int m_tiles) {
   return MLAV_WS == 1 && MLAV_ASYM_MIN_CTAS > 0 && !p.kv_fp8 && (long long)m_tiles * p.B >= MLAV_ASYM_MIN_CTAS;
+}
+// Its token-split consumers stage their rows and write bf16 partials (MLAV_STAGE_MIN_CTAS, above).
+static bool ws_stage(const Params& p, int m_tiles) {
+  return MLAV_WS == 1 && MLAV_PART_BF16 != 0 && !p.kv_fp8 && !ws_asym(p, m_tiles) &&
+         (long long)m_tiles * p.B >= MLAV_STAGE_MIN_CTAS;
 }
 
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
@@ -86,9 +101,19 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
       return launch_split(wg::mla_verify_split_wgmma_ws_kernel<1>, &attr_asym, wg::WS_SMEM_BYTES, wg::WS_THREADS,
                           dim3(m_tiles, p.S, p.B), p, stream);
 #endif
+#if MLAV_WS == 1 && MLAV_PART_BF16
+    static int attr_stage = -1;
+    if (p.part_bf16)  // launch(): ws_stage
+      return launch_split(wg::mla_verify_split_wgmma_ws_kernel<0, true>, &attr_stage, wg::WS_SMEM_BYTES,
+                          wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+#endif
+#if MLAV_WS == 1 && MLAV_PART_BF16 && MLAV_STAGE_MIN_CTAS <= 1
+    return cudaErrorInvalidValue;  // not reached: every launch that is not ASYM stages (ws_stage)
+#else
     static int attr_device = -1;
     return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS - 1>, &attr_device, wg::WS_SMEM_BYTES,
                         wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+#endif
 #else
     return launch_wgmma_t<false, false>(p, m_tiles, stream);
 #endif
@@ -191,11 +216,11 @@ cudaError_t launch(const Params& p_in, int cfg, int max_len_extend, cudaStream_t
   const long long rows = (long long)max_len_extend * p.H;
   const int m_tiles = (int)((rows + bm - 1) / bm);
 #if MLAV_BUILD_CFG90
-  // the split kernel and the combine agree on the partials' type; only the bf16 warp-specialized kernel's MODE 0
-  // stages, and it writes o in 16-byte chunks: rows 16-byte aligned (api.py checks the same; a stride of a size-1
-  // dimension is never applied)
+  // the split kernel and the combine agree on the partials' type; only the bf16 warp-specialized kernel's staged
+  // MODE 0 writes bf16 ones, and it writes o in 16-byte chunks: rows 16-byte aligned (api.py checks the same; a stride
+  // of a size-1 dimension is never applied)
   if constexpr (MLAV_PART_BF16 != 0) {
-    p.part_bf16 = MLAV_WS == 1 && cfg == 2 && !p.kv_fp8 && !ws_asym(p, m_tiles);
+    p.part_bf16 = cfg == 2 && ws_stage(p, m_tiles);
     if (p.part_bf16 && ((reinterpret_cast<uintptr_t>(p.o) & 15) != 0 || (p.T > 1 && p.o_st % 8 != 0) ||
                         (p.H > 1 && p.o_sh % 8 != 0)))
       return cudaErrorInvalidValue;

@@ -729,9 +729,9 @@ __global__ void __launch_bounds__(Cfg<BM, BN, STAGES>::THREADS, 1) mla_verify_sp
 // __launch_bounds__(256, 4): <= 64 registers, 0 spills, 4 blocks per SM (528 on 132 SMs).
 constexpr int COMBINE_MAX_SPLITS = 128;
 // 1 (default since session 26): the warp-specialized kernel's token-split consumers (MODE 0, mla_verify_wgmma_ws.cuh)
-// stage their rows through shared memory and store them in 16-byte chunks, split partials as bf16 (p.part_bf16, the
-// combine reads them so); 0 (an A/B tree's baseline): fp32 partials and bf16 output pairs straight from the fragments
-// (write_rows), as every other kernel writes them.
+// may stage their rows through shared memory and store them in 16-byte chunks, split partials as bf16 (p.part_bf16,
+// the combine reads them so; which launches do: MLAV_STAGE_MIN_CTAS in mla_verify.cu); 0 (an A/B tree's baseline):
+// never, fp32 partials and bf16 output pairs straight from the fragments (write_rows), as every other kernel writes.
 #ifndef MLAV_PART_BF16
 #define MLAV_PART_BF16 1
 #endif

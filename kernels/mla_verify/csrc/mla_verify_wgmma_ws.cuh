@@ -157,20 +157,21 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
   }
 }
 
-// Staged epilogue of the token-split consumers (MODE 0; MLAV_PART_BF16, mla_verify_kernel.cuh: 1 by default since
-// session 26): the rows go as bf16 through the Q tile's space (dead after the loop) and out in 16-byte chunks, 1 KiB
-// per row; split partials are bf16 (the combine reads them so, p.part_bf16). Why: the trace build puts 9.9k cycles per
-// CTA on write_rows' fp32 partial stores at B=1 L=4k (128 KiB per CTA, 16.6 MB in all; session 25 call 3), a quarter
-// of the kernel's time. Session 5 measured the same staging in the kernel before warp specialization at 0.924x (B=1
-// L=4k) and 0.971x (32k) with a 1.3-2.6% loss on the loop-bound shapes from its registers (dense-verify-notes.md, v6);
-// here the consumers have 224 registers after setmaxnreg. A first form (unrolled stores, write_rows kept as an
-// unaligned-output fallback: +13.6 KB of code, the producer's start later) ran 1.018-1.077x at B=1 (session 25 call
-// 4). This compact one (+2.8 KB), over the fp32-partial kernel in one process (session 26 call 1; CUDA-graph replays,
-// L2 flushed): 0.954 at B=1 L=4k, 0.961 at 32k, 0.973 at (4, 32k, 4, 16), 0.988 at B=1 L=512, 0.995-1.007 at the
-// loop-bound shapes; graph-buffer ratios 1.000-1.090, bitwise; parity 53/53 + 52/52 bitwise (max rel err 2.67e-3
-// against 2.12e-3 with fp32 partials: one more bf16 rounding per split), racecheck / memcheck / synccheck clean.
-// MODE 1 and 2 keep write_rows (fp32 partials): p.part_bf16 is set for MODE 0 launches only.
-constexpr bool WS_PART_BF16 = MLAV_PART_BF16 != 0;
+// Staged epilogue of the token-split consumers (the kernel's STAGE = true, MODE 0 only; built where MLAV_PART_BF16,
+// mla_verify_kernel.cuh, and launched by grid size: MLAV_STAGE_MIN_CTAS in mla_verify.cu): the rows go as bf16
+// through the Q tile's space (dead after the loop) and out in 16-byte chunks, 1 KiB per row; split partials are bf16
+// (the combine reads them so, p.part_bf16). Why: the trace build puts 9.9k cycles per CTA on write_rows' fp32 partial
+// stores at B=1 L=4k (128 KiB per CTA, 16.6 MB in all; session 25 call 3), a quarter of the kernel's time. Session 5
+// measured the same staging in the kernel before warp specialization at 0.924x (B=1 L=4k) and 0.971x (32k) with a
+// 1.3-2.6% loss on the loop-bound shapes from its registers (dense-verify-notes.md, v6); here the consumers have 224
+// registers after setmaxnreg. A first form (unrolled stores, write_rows kept as an unaligned-output fallback: +13.6 KB
+// of code, the producer's start later) ran 1.018-1.077x at B=1 (session 25 call 4). This compact one (+2.8 KB), over
+// write_rows in one process (session 26 call 1; CUDA-graph replays, L2 flushed): exact-length graphs 0.954 at B=1
+// L=4k, 0.961 at 32k, 0.973 at (4, 32k, 4, 16), 0.988-1.007 elsewhere; but graphs captured on max-sized buffers (what
+// SGLang replays) 1.006 at B=1 L=4k and 1.024 at L=512 (the bf16 combine's tail after the split kernel grew by as
+// much as the split kernel saved), 0.914 at B=4 n=4 L=4k, 0.968 at 32k, 0.974 at B=8 L=4k (MLAV_STAGE_MIN_CTAS
+// in mla_verify.cu: staged always by default, from 4 CTAs per split prepared). Parity 53/53 + 52/52 bitwise (max rel err 2.67e-3 against 2.12e-3 with fp32 partials: one more bf16
+// rounding per split), racecheck / memcheck / synccheck clean.
 
 // Staging tile: row r at r * 1024 B, 16-byte chunk c (8 bf16) at ((c ^ (r & 7)) << 4): the fragment stores (4 bytes
 // per lane, 8 rows per warp) and the chunk reads (8 consecutive chunks of a row per quarter-warp) hit distinct banks.
@@ -223,9 +224,11 @@ constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 // MODE 0: the token-split consumers (both warpgroups run S for half the tile's tokens, as mla_verify_wgmma.cuh);
 // 1: the S and V warpgroups (ASYM); both shipped, chosen per launch by grid size (mla_verify.cu, MLAV_ASYM_MIN_CTAS).
 // 2 (-DMLAV_WS=3, experimental): ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split ones elsewhere.
-// MODE 1 and 2 issue Q and tile 0 before the init barrier (EARLY, below).
-template <int MODE>
+// MODE 1 and 2 issue Q and tile 0 before the init barrier (EARLY, below). STAGE (MODE 0 only): the staged bf16
+// epilogue (above) instead of write_rows.
+template <int MODE, bool STAGE = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
+  static_assert(!STAGE || MODE == 0, "only the token-split consumers stage their rows");
   constexpr bool EARLY = MODE != 0;
   // Dynamic smem only (a static array would be padded to 1 KiB: the TU's other extern is 1024-aligned): the
   // shipped kernel's layout from the same 1024-aligned base, then the four mbarriers (full[0], full[1], empty[0],
@@ -508,7 +511,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     // ---- finalize: row sums of both halves, normalized output or split partial ----
     publish_row_sums(l_run, red_sum, grp, r0, lane);
     consumer_sync();
-    if constexpr (WS_PART_BF16 && MODE == 0) {  // every S read of Q is done (the barrier above): the staging lies over it
+    if constexpr (STAGE) {  // every S read of Q is done (the barrier above): the staging lies over it
       stage_rows_bf16(smem + Smem::off_q, p, w, s, o, m_run, red_sum, grp, r0, lane);
       consumer_sync();
       store_rows_bf16(smem + Smem::off_q, p, w, s, tid);
