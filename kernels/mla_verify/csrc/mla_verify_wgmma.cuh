@@ -193,9 +193,6 @@ __device__ __forceinline__ void scale_mask(float (&sc)[16], float (&tmax)[2], co
   }
 }
 
-// The split's rows out, after the barrier that follows publish_row_sums: O [64 x 256] of warpgroup grp (its
-// output columns 256 grp ..) over l = both warpgroups' row sums, normalized (S = 1) or as the split's partial
-// with its log2-sum-exp m_run + log2(l) (S > 1); padded rows write nothing.
 // Tile row r's sum over both warpgroups' halves (red_sum [2][BM], publish_row_sums) and the output's factor 1 / l (0
 // for an empty row).
 __device__ __forceinline__ float row_sum(const float* red_sum, int r) { return red_sum[r] + red_sum[BM + r]; }
@@ -209,6 +206,9 @@ __device__ __forceinline__ void put_split_lse(const Params& p, const Work& w, in
     p.ws_lse[(int64_t)s * p.T * p.H + w.grow0 + r] = l > 0.f ? m + log2f(l) : -INFINITY;
 }
 
+// The split's rows out, after the barrier that follows publish_row_sums: O [64 x 256] of warpgroup grp (its
+// output columns 256 grp ..) over l = both warpgroups' row sums, normalized (S = 1) or as the split's partial
+// with its log2-sum-exp m_run + log2(l) (S > 1); padded rows write nothing.
 __device__ __forceinline__ void write_rows(const Params& p, const Work& w, int s, const float* o,
                                            const float (&m_run)[2], const float* red_sum, int grp, int r0, int lane) {
 #pragma unroll

@@ -5,8 +5,8 @@
 // The template's MODE picks the consumers: 0 the token-split consumers below; 1 the ASYM consumers, split by role
 // instead of by tokens (below). The shipped build (MLAV_WS=1) launches MODE 1 where one split's grid holds >= 16 CTAs
 // and MODE 0 elsewhere (MLAV_ASYM_MIN_CTAS in mla_verify.cu, since session 26); -DMLAV_WS=2 forces MODE 1 (A/B
-// trees); 2 (-DMLAV_WS=3, experimental) ASYM
-// where a CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers elsewhere. Measured (dense-verify-notes.md,
+// trees); 2 (-DMLAV_WS=3, experimental) ASYM where a CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split consumers
+// elsewhere. Measured (dense-verify-notes.md,
 // "Session 23", "Session 24"): ASYM 0.938-0.945x the shipped time on the batched shapes, 1.08x at B=1 L=4k; MODE 2
 // 0.967-0.976x batched and 1.00-1.02x elsewhere. With desc_add both builds' S loops are 2,050 instructions and MODE 2
 // executes fewer in all, yet its ASYM CTAs stayed ~4% slower than the ASYM kernel's (ptxas scheduled the same loop
@@ -169,9 +169,10 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
 // write_rows in one process (session 26 call 1; CUDA-graph replays, L2 flushed): exact-length graphs 0.954 at B=1
 // L=4k, 0.961 at 32k, 0.973 at (4, 32k, 4, 16), 0.988-1.007 elsewhere; but graphs captured on max-sized buffers (what
 // SGLang replays) 1.006 at B=1 L=4k and 1.024 at L=512 (the bf16 combine's tail after the split kernel grew by as
-// much as the split kernel saved), 0.914 at B=4 n=4 L=4k, 0.968 at 32k, 0.974 at B=8 L=4k (MLAV_STAGE_MIN_CTAS
-// in mla_verify.cu: staged always by default, from 4 CTAs per split prepared). Parity 53/53 + 52/52 bitwise (max rel err 2.67e-3 against 2.12e-3 with fp32 partials: one more bf16
-// rounding per split), racecheck / memcheck / synccheck clean.
+// much as the split kernel saved), 0.914 at B=4 n=4 L=4k, 0.968 at 32k, 0.974 at B=8 L=4k (MLAV_STAGE_MIN_CTAS in
+// mla_verify.cu: staged always by default, from 4 CTAs per split prepared). Parity 53/53 + 52/52 bitwise (max rel err
+// 2.67e-3 against 2.12e-3 with fp32 partials: one more bf16 rounding per split), racecheck / memcheck / synccheck
+// clean.
 
 // Staging tile: row r at r * 1024 B, 16-byte chunk c (8 bf16) at ((c ^ (r & 7)) << 4): the fragment stores (4 bytes
 // per lane, 8 rows per warp) and the chunk reads (8 consecutive chunks of a row per quarter-warp) hit distinct banks.
