@@ -92,27 +92,28 @@ static bool ws_stage(const Params& p, int m_tiles) {
          (long long)m_tiles * p.B >= MLAV_STAGE_MIN_CTAS;
 }
 
+#if MLAV_WS
+template <int MODE, bool STAGE = false>
+static cudaError_t launch_ws(const Params& p, int m_tiles, cudaStream_t stream) {
+  static int attr_device = -1;
+  return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MODE, STAGE>, &attr_device, wg::WS_SMEM_BYTES,
+                      wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+}
+#endif
+
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
   if (!p.kv_fp8) {
 #if MLAV_WS
 #if MLAV_WS == 1 && MLAV_ASYM_MIN_CTAS > 0
-    static int attr_asym = -1;
-    if (ws_asym(p, m_tiles))
-      return launch_split(wg::mla_verify_split_wgmma_ws_kernel<1>, &attr_asym, wg::WS_SMEM_BYTES, wg::WS_THREADS,
-                          dim3(m_tiles, p.S, p.B), p, stream);
+    if (ws_asym(p, m_tiles)) return launch_ws<1>(p, m_tiles, stream);
 #endif
 #if MLAV_WS == 1 && MLAV_PART_BF16
-    static int attr_stage = -1;
-    if (p.part_bf16)  // launch(): ws_stage
-      return launch_split(wg::mla_verify_split_wgmma_ws_kernel<0, true>, &attr_stage, wg::WS_SMEM_BYTES,
-                          wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+    if (p.part_bf16) return launch_ws<0, true>(p, m_tiles, stream);  // launch(): ws_stage
 #endif
 #if MLAV_WS == 1 && MLAV_PART_BF16 && MLAV_STAGE_MIN_CTAS <= 1
     return cudaErrorInvalidValue;  // not reached: every launch that is not ASYM stages (ws_stage)
 #else
-    static int attr_device = -1;
-    return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MLAV_WS - 1>, &attr_device, wg::WS_SMEM_BYTES,
-                        wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+    return launch_ws<MLAV_WS - 1>(p, m_tiles, stream);
 #endif
 #else
     return launch_wgmma_t<false, false>(p, m_tiles, stream);

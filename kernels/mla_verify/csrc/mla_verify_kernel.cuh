@@ -335,10 +335,15 @@ struct RowOut {
   }
 };
 
+// The output row in o of request w's packed row gr (token gr / H, head gr % H).
+__device__ __forceinline__ __nv_bfloat16* out_row(const Params& p, const Work& w, int gr) {
+  return p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh;
+}
+
 __device__ __forceinline__ RowOut row_out(const Params& p, const Work& w, int s, int r) {
   const int gr = w.row0 + r;
   RowOut ro;
-  ro.o = w.S == 1 ? p.o + (w.qo0 + gr / p.H) * p.o_st + (int64_t)(gr % p.H) * p.o_sh : nullptr;
+  ro.o = w.S == 1 ? out_row(p, w, gr) : nullptr;
   ro.part = w.S == 1 ? nullptr : p.ws_o + (((int64_t)s * p.T + w.qo0) * p.H + w.row0 + r) * D_V;
   return ro;
 }

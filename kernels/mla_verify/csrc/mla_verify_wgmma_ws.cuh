@@ -207,8 +207,7 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
     const int gr = w.row0 + r;
     if (gr >= w.R) break;  // rows ascend
     const uint4 v = *reinterpret_cast<const uint4*>(st + stage16_off(r, c));
-    const int tok = gr / p.H, hd = gr - tok * p.H;
-    __nv_bfloat16* dst = (w.S == 1 ? p.o + (w.qo0 + tok) * p.o_st + (int64_t)hd * p.o_sh
+    __nv_bfloat16* dst = (w.S == 1 ? out_row(p, w, gr)
                                    : reinterpret_cast<__nv_bfloat16*>(p.ws_o) + (((int64_t)s * p.T + w.qo0) * p.H + gr) * D_V) +
                          c * 8;
     *reinterpret_cast<uint4*>(dst) = v;
