@@ -82,9 +82,10 @@ def _check_rows(t, name: str, shape_tail: tuple, dtype) -> None:
     strides = t.stride()
     if strides[-1] != 1:
         _fail(name, "last dim must be contiguous (stride 1)")
+    es = t.element_size()  # 16-byte rows in bytes: 8 bf16 elements, 16 fp8 ones (the fp8 loads are 16-byte too)
     for d in range(len(shape) - 1):
-        if strides[d] % 8 and shape[d] != 1:
-            _fail(name, f"stride({d})={strides[d]} must be a multiple of 8 elements (16-byte rows)")
+        if (strides[d] * es) % 16 and shape[d] != 1:
+            _fail(name, f"stride({d})={strides[d]} must be a multiple of {16 // es} elements (16-byte rows)")
     if t.data_ptr() % 16 and t.numel():
         _fail(name, "data pointer must be 16-byte aligned")
 

@@ -255,6 +255,21 @@ def test_fp8_cache_v_buffer_must_share_its_dtype(fp8_args):
         call_fp8(fp8_args)
 
 
+def test_fp8_cache_rows_must_be_16_bytes_apart(fp8_args):
+    """The fp8 loaders read 16-byte pieces of a row: a row stride that is a multiple of 8 elements but not of 16
+    (bytes, one per fp8 value) would fault on the device, so it is named instead."""
+    kb = fp8_args["k_buffer"]
+    n = kb.shape[0]
+    wide = torch.zeros(n * 592, dtype=kb.dtype)
+    fp8_args["k_buffer"] = torch.as_strided(wide, (n, 1, 576), (584, 576, 1))
+    fp8_args["v_buffer"] = fp8_args["k_buffer"][..., :512]
+    with pytest.raises(ValueError, match=r"^k_buffer: stride\(0\)=584 must be a multiple of 16 elements"):
+        call_fp8(fp8_args)
+    fp8_args["k_buffer"] = torch.as_strided(wide, (n, 1, 576), (592, 576, 1))  # 592 = 37 x 16 bytes
+    fp8_args["v_buffer"] = fp8_args["k_buffer"][..., :512]
+    assert call_fp8(fp8_args)["kv_fp8"] is True
+
+
 def test_fp8_drafts_must_stay_bf16(fp8_args):
     fp8_args["k_extend"] = fp8_args["k_extend"].to(torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="^k_extend:"):
