@@ -168,18 +168,16 @@ def ptxas_report(nvcc: str, arch: str, flags: list[str], csrc: Path, source: str
     }
 
 
-def build(arch: str, nvcc: str, defines: tuple[str, ...] = ()) -> dict:
+def build(arch: str, nvcc: str) -> dict:
     """The dense kernel's check: ``mla_verify/csrc/mla_verify.cu`` for ``arch`` (:func:`ptxas_report`;
-    a kernel's dynamic smem from the tile config in its mangled name). ``defines`` (tests and development only,
-    never phase 0): extra ``-D`` flags selecting an experimental build, e.g. ``("MLAV_WS_FP8=1",)``."""
+    a kernel's dynamic smem from the tile config in its mangled name)."""
 
     def smem_of(k: dict) -> int:
         dyn, cfg = dynamic_smem(k["name"])
         k["tile_config"] = cfg
         return dyn
 
-    flags = nvcc_flags(arch) + [f"-D{d}" for d in defines]
-    rep = ptxas_report(nvcc, arch, flags, CSRC, "mla_verify.cu", tiles.SMEM_LIMIT[arch], smem_of)
+    rep = ptxas_report(nvcc, arch, nvcc_flags(arch), CSRC, "mla_verify.cu", tiles.SMEM_LIMIT[arch], smem_of)
     kernels = rep["kernels"]
     return {
         "ok": rep["ok"],

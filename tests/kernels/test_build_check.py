@@ -11,7 +11,7 @@ import pytest
 from mla_verify import tiles
 from tests.support.paths import KERNELS
 from tests.support.tools import run_tool
-from verify_tools.build_check import build, dynamic_smem, parse_ptxas
+from verify_tools.build_check import dynamic_smem, parse_ptxas
 
 SAMPLE = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_ZN4mlav23mla_verify_split_kernelILi64ELi64ELi2EEEvNS_6ParamsE' for 'sm_90a'
@@ -90,21 +90,6 @@ def test_real_nvcc_build_has_no_spills_and_fits_smem(nvcc_path, arch, configs):
     unlabeled = [k["name"] for k in doc["kernels"] if k["tile_config"] is None]
     assert all("combine" in n for n in unlabeled), f"split kernels read as combine kernels (0 B of smem): {unlabeled}"
     assert all(k["stack_bytes"] == 0 for k in doc["kernels"]), "no stack frame on the hot paths"
-
-
-def test_experimental_fp8_warp_specialized_build_compiles_without_spills(nvcc_path):
-    """-DMLAV_WS_FP8=1 (mla_verify.cu; prepared for a device A/B, not shipped) adds the warp-specialized kernel's fp8
-    instances, whose producer decodes fp8 rows in shared memory within its 56 registers: they must compile, spill
-    nothing and fit the smem limit, so the build the next device call measures is the one checked here."""
-    doc = build("sm_90a", nvcc_path, defines=("MLAV_WS_FP8=1",))
-    assert doc["ok"], doc["errors"]
-    ws_fp8 = [
-        k
-        for k in doc["kernels"]
-        if "mla_verify_split_wgmma_ws_kernel" in k["name"] and k["name"].endswith("ELb1EEEvNS_6ParamsE")
-    ]
-    assert len(ws_fp8) == 2, [k["name"] for k in doc["kernels"]]  # ASYM and the staged token-split consumers
-    assert all(k["spill_bytes"] == 0 and k["stack_bytes"] == 0 and k["smem_ok"] for k in ws_fp8)
 
 
 def test_missing_nvcc_is_blocked_with_exit_75(tmp_path):

@@ -18,8 +18,7 @@
 // The wgmma config's bf16 calls: 1 (shipped) launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh) with its
 // token-split consumers (MODE 0) or, by grid size, its ASYM ones (MODE 1; below); 2 (experimental) ASYM always; 3
 // (experimental) with the choice per CTA (MODE 2); 0 (an A/B tree's baseline) mla_verify_wgmma.cuh's bf16
-// instantiation, which loads its own tiles. The fp8 calls launch mla_verify_wgmma.cuh's kernels either way
-// (MLAV_WS_FP8, below: experimental, the warp-specialized kernel for them too).
+// instantiation, which loads its own tiles. The fp8 calls launch mla_verify_wgmma.cuh's kernels either way.
 #ifndef MLAV_WS
 #define MLAV_WS 1
 #endif
@@ -37,21 +36,16 @@
 #endif
 // MLAV_WS=1 and MLAV_PART_BF16 builds: MODE 0 launches with the staged bf16 epilogue (STAGE, mla_verify_wgmma_ws.cuh)
 // where one split's grid holds at least MLAV_STAGE_MIN_CTAS CTAs, with write_rows' fp32 partials below that. 1 (the
-// default, measured): staged always, and the unstaged MODE 0 kernel is not built. 4 (experimental, compiled, never run:
-// docs/results/session26_calls/next_call1.sh): in graphs captured on max-sized buffers, what SGLang replays, staging
-// ran 0.914 at B=4 n=4 L=4k and 0.968 at 32k (4 CTAs per split) but 1.006 at B=1 L=4k and 1.024 at 512 (2 CTAs), and
-// with it the B=1 L=4k graph-buffer row read 1.090-1.103 of its exact-length call (fp32 partials: 1.025), at the 1.1
-// gate (session 26 calls 1, 2 and 4).
+// default, measured): staged always, and the unstaged MODE 0 kernel is not built. 4 (experimental): in graphs captured
+// on max-sized buffers, what SGLang replays, staging ran 0.914 at B=4 n=4 L=4k and 0.968 at 32k (4 CTAs per split) but
+// 1.006 at B=1 L=4k and 1.024 at 512 (2 CTAs), and with it the B=1 L=4k graph-buffer row read 1.090-1.103 of its
+// exact-length call (fp32 partials: 1.025), at the 1.1 gate (H200, session 26 calls 1, 2 and 4). Measured in session 28
+// call 1 (H100, one process, docs/results/ab_stage4_session28_call1.json): 4 keeps B=1 on fp32 partials and so loses
+// the staged B=1 gains, 0.996 vs 0.879 of fp32 at B=1 L=4k and 0.994 vs 0.933 at 32k, for graph-buffer rows of
+// 1.002-1.059 against staged's 1.004-1.087; its max-sized-buffer replays at B=1 are fp32's (1.001 at 4k vs staged's
+// 0.948): not adopted.
 #ifndef MLAV_STAGE_MIN_CTAS
 #define MLAV_STAGE_MIN_CTAS 1
-#endif
-// MLAV_WS=1 builds: 1 (experimental, compiled, never run: docs/results/session27_calls/) sends the fp8 calls that take
-// the bf16 decode (p.fp8_f16 = 0: every graph capture, and eager calls api.fp8_f16 leaves there) through the
-// warp-specialized kernel as well, its producer decoding the fp8 rows in shared memory (FP8 = true,
-// mla_verify_wgmma_ws.cuh), with the bf16 calls' ASYM / staged choice by grid size; 0 (the default): they launch
-// mla_verify_wgmma.cuh's fp8 kernel. The F16 fp8 kernel serves p.fp8_f16 = 1 either way.
-#ifndef MLAV_WS_FP8
-#define MLAV_WS_FP8 0
 #endif
 
 namespace mlav {
@@ -91,57 +85,44 @@ static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t str
   return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16>, &attr_device, wg::Smem::bytes, wg::THREADS,
                       dim3(m_tiles, p.S, p.B), p, stream);
 }
-// The calls the warp-specialized kernel serves in MLAV_WS=1 builds: bf16, and with MLAV_WS_FP8 the fp8 bf16-decode ones.
-static bool ws_serves(const Params& p) { return !p.kv_fp8 || (MLAV_WS_FP8 != 0 && !p.fp8_f16); }
-// Such a call runs the ASYM consumers (MLAV_ASYM_MIN_CTAS, above).
+// The bf16 call of the warp-specialized kernel runs the ASYM consumers (MLAV_ASYM_MIN_CTAS, above).
 static bool ws_asym(const Params& p, int m_tiles) {
-  return MLAV_WS == 1 && MLAV_ASYM_MIN_CTAS > 0 && ws_serves(p) && (long long)m_tiles * p.B >= MLAV_ASYM_MIN_CTAS;
+  return MLAV_WS == 1 && MLAV_ASYM_MIN_CTAS > 0 && !p.kv_fp8 && (long long)m_tiles * p.B >= MLAV_ASYM_MIN_CTAS;
 }
 // Its token-split consumers stage their rows and write bf16 partials (MLAV_STAGE_MIN_CTAS, above).
 static bool ws_stage(const Params& p, int m_tiles) {
-  return MLAV_WS == 1 && MLAV_PART_BF16 != 0 && ws_serves(p) && !ws_asym(p, m_tiles) &&
+  return MLAV_WS == 1 && MLAV_PART_BF16 != 0 && !p.kv_fp8 && !ws_asym(p, m_tiles) &&
          (long long)m_tiles * p.B >= MLAV_STAGE_MIN_CTAS;
 }
 
 #if MLAV_WS
-template <int MODE, bool STAGE = false, bool FP8 = false>
+template <int MODE, bool STAGE = false>
 static cudaError_t launch_ws(const Params& p, int m_tiles, cudaStream_t stream) {
   static int attr_device = -1;
-  return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MODE, STAGE, FP8>, &attr_device, wg::WS_SMEM_BYTES,
+  return launch_split(wg::mla_verify_split_wgmma_ws_kernel<MODE, STAGE>, &attr_device, wg::WS_SMEM_BYTES,
                       wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
-}
-// A call ws_serves takes in an MLAV_WS=1 build: ASYM or MODE 0, staged or not, by grid size (ws_asym, ws_stage).
-template <bool FP8>
-static cudaError_t launch_ws_by_grid(const Params& p, int m_tiles, cudaStream_t stream) {
-#if MLAV_ASYM_MIN_CTAS > 0
-  if (ws_asym(p, m_tiles)) return launch_ws<1, false, FP8>(p, m_tiles, stream);
-#endif
-#if MLAV_PART_BF16
-  if (p.part_bf16) return launch_ws<0, true, FP8>(p, m_tiles, stream);  // launch(): ws_stage
-#endif
-#if MLAV_PART_BF16 && MLAV_STAGE_MIN_CTAS <= 1
-  return cudaErrorInvalidValue;  // not reached: every launch that is not ASYM stages (ws_stage)
-#else
-  return launch_ws<0, false, FP8>(p, m_tiles, stream);
-#endif
 }
 #endif
 
 static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t stream) {
   if (!p.kv_fp8) {
-#if MLAV_WS == 1
-    return launch_ws_by_grid<false>(p, m_tiles, stream);
-#elif MLAV_WS
+#if MLAV_WS
+#if MLAV_WS == 1 && MLAV_ASYM_MIN_CTAS > 0
+    if (ws_asym(p, m_tiles)) return launch_ws<1>(p, m_tiles, stream);
+#endif
+#if MLAV_WS == 1 && MLAV_PART_BF16
+    if (p.part_bf16) return launch_ws<0, true>(p, m_tiles, stream);  // launch(): ws_stage
+#endif
+#if MLAV_WS == 1 && MLAV_PART_BF16 && MLAV_STAGE_MIN_CTAS <= 1
+    return cudaErrorInvalidValue;  // not reached: every launch that is not ASYM stages (ws_stage)
+#else
     return launch_ws<MLAV_WS - 1>(p, m_tiles, stream);
+#endif
 #else
     return launch_wgmma_t<false, false>(p, m_tiles, stream);
 #endif
   }
-#if MLAV_WS == 1 && MLAV_WS_FP8
-  return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_ws_by_grid<true>(p, m_tiles, stream);
-#else
   return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
-#endif
 }
 #endif
 

@@ -45,12 +45,6 @@
 // phases into the shipped kernel's slots (the first tile's wait for the producer counts in the wait slot, as there)
 // and the producer's into row 2: slot 0 its prologue (Q and the first slots), per tile slot 1 its wait for a free
 // stage and slot 2 its issue of the tile's copies, slot 7 its wait for its last copies.
-// FP8 = true (experimental, -DMLAV_WS_FP8=1 in mla_verify.cu; compiled, not yet run on a GPU): an fp8 e4m3 cache. The
-// producer lands each prefix row's 576 bytes in its bf16 row's back half and decodes it in place (ws_decode_fp8,
-// below), then arrives on full[st] itself; unlike session 21's waiting producer it waits for tile t before it issues
-// anything later, so a tile's hand-over costs its decode, not the next tile's issue. The consumers are the bf16 ones
-// with prefix logits scaled by k_scale and prefix P by v_scale, as mla_verify_wgmma.cuh's fp8 kernel does (the same
-// decoded bf16 values and products), so the fp8 calls get the producer, ASYM and the staged epilogue of the bf16 ones.
 #pragma once
 #include "mla_verify_wgmma.cuh"
 
@@ -163,75 +157,6 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
   }
 }
 
-// 16-byte shared load (the fp8 producer's in-place decode).
-__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
-               : "memory");
-  return v;
-}
-
-// The fp8 producer (the kernel's FP8 = true; experimental, MLAV_WS_FP8 in mla_verify.cu). A prefix row is 576 e4m3
-// bytes, 36 raw 16-byte pieces; piece q decodes to the row's bf16 chunks 2q and 2q + 1 (dims 16q .. 16q + 15). The
-// raw row lands by cp.async in the back half of its own bf16 row, piece q at chunk position 36 + q (tile_off), and is
-// decoded in place by the 8 lanes that copied it: lane sub8 holds pieces q = sub8 + 8k (k < 5, q < 36), reads all of
-// them, __syncwarp, then writes chunks 2q and 2q + 1. In place is safe with one warp barrier per row: a row's raw
-// pieces lie in that row's own smem lines, which only the warp holding the row touches, and that warp reads all of
-// them before it writes any. Each lane waits for its own copies (cp.async.wait_group), which are the pieces it reads.
-// tests/kernels/test_dense_fp8_producer.py emulates this on the CPU. No extra shared memory, no registers held across
-// the tile: the producer keeps its 56.
-// Offsets of this thread's pieces in its row l8 (rows l8 + 16 i add i x 2 KiB; piece k adds k atoms, its chunks 2k).
-struct WsFp8Rows {
-  uint32_t raw0, dec_even, dec_odd;
-  __device__ __forceinline__ explicit WsFp8Rows(int pt)
-      : raw0(tile_off(pt >> 3, 36 + (pt & 7))),
-        dec_even(tile_off(pt >> 3, 2 * (pt & 7))),
-        dec_odd(tile_off(pt >> 3, 2 * (pt & 7) + 1)) {}
-};
-// fp8 prefix tile j's raw rows (slot holds their ids) into the back halves of stage j % 2, each of the thread's four
-// rows its own cp.async group (so the decode of row i waits for row i only); slot receives tile j + 1's ids. An
-// unreadable slot copies 0 bytes: the raw row is zero-filled and decodes to +0 (the bf16 kernel zero-fills too).
-__device__ __forceinline__ void ws_issue_tile_fp8(const Params& p, const Work& w, const WsRows& r, const WsFp8Rows& f,
-                                                  uint32_t sKV, int j, int64_t (&slot)[4]) {
-  const uint32_t st = sKV + (j & 1) * TILE + f.raw0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const bool ok = slot[i] >= 0 && slot[i] < p.num_slots;
-    const uint8_t* src = p.kbuf8 + (ok ? slot[i] : 0) * p.kb_st + 16 * r.sub8;  // slot 0 exists: a valid base
-    slot[i] = tile_slot(p, w, j + 1, BN, r.l8 + 16 * i);
-    const uint32_t dst = st + i * 16 * 128;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) cp_async16(dst + k * ATOM, src + 128 * k, ok ? 16 : 0);
-    if (r.sub8 < 4) cp_async16(dst + 4 * ATOM, src + 512, ok ? 16 : 0);  // pieces 32..35
-    cp_async_commit();
-  }
-}
-// Stage st's fp8 rows decoded in place to bf16 (the layout above), row by row as they land; AFTER = commit groups
-// this thread issued after the tile's four (the next tile's, when it was issued first).
-template <int AFTER>
-__device__ __forceinline__ void ws_decode_fp8(const WsRows& r, const WsFp8Rows& f, uint32_t st) {
-  const bool has4 = r.sub8 < 4;  // piece 32 + sub8 exists
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (i == 0) cp_async_wait<AFTER + 3>();
-    if (i == 1) cp_async_wait<AFTER + 2>();
-    if (i == 2) cp_async_wait<AFTER + 1>();
-    if (i == 3) cp_async_wait<AFTER>();
-    const uint32_t row = st + i * 16 * 128;
-    uint4 v[5];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = ld_shared_v4(row + f.raw0 + k * ATOM);
-    v[4] = has4 ? ld_shared_v4(row + f.raw0 + 4 * ATOM) : make_uint4(0u, 0u, 0u, 0u);
-    __syncwarp();  // every lane has read its raw pieces of this row
-#pragma unroll
-    for (int k = 0; k < 5; ++k) {
-      if (k == 4 && !has4) break;
-      st_shared_v4(row + f.dec_even + 2 * k * ATOM, fp8x8_to_bf16x8(v[k].x, v[k].y));
-      st_shared_v4(row + f.dec_odd + 2 * k * ATOM, fp8x8_to_bf16x8(v[k].z, v[k].w));
-    }
-  }
-}
-
 // Staged epilogue of the token-split consumers (the kernel's STAGE = true, MODE 0 only; built where MLAV_PART_BF16,
 // mla_verify_kernel.cuh, and launched by grid size: MLAV_STAGE_MIN_CTAS in mla_verify.cu): the rows go as bf16
 // through the Q tile's space (dead after the loop) and out in 16-byte chunks, 1 KiB per row; split partials are bf16
@@ -245,7 +170,7 @@ __device__ __forceinline__ void ws_decode_fp8(const WsRows& r, const WsFp8Rows& 
 // L=4k, 0.961 at 32k, 0.973 at (4, 32k, 4, 16), 0.988-1.007 elsewhere; but graphs captured on max-sized buffers (what
 // SGLang replays) 1.006 at B=1 L=4k and 1.024 at L=512 (the bf16 combine's tail after the split kernel grew by as
 // much as the split kernel saved), 0.914 at B=4 n=4 L=4k, 0.968 at 32k, 0.974 at B=8 L=4k (MLAV_STAGE_MIN_CTAS in
-// mla_verify.cu: staged always by default, from 4 CTAs per split prepared). Parity 53/53 + 52/52 bitwise (max rel err
+// mla_verify.cu: staged always by default; from 4 CTAs per split measured and not adopted, session 28). Parity 53/53 + 52/52 bitwise (max rel err
 // 2.67e-3 against 2.12e-3 with fp32 partials: one more bf16 rounding per split), racecheck / memcheck / synccheck
 // clean.
 
@@ -289,13 +214,6 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
   }
 }
 
-// Log2-domain scale of prefix logits: an fp8 cache's k_scale folded in, as in mla_verify_wgmma.cuh (draft logits take
-// p.scale_log2: scale_mask); FP8's consumers also fold v_scale into prefix P (write_p).
-template <bool FP8>
-__device__ __forceinline__ float prefix_scale_log2(const Params& p) {
-  return FP8 ? p.scale_log2 * p.k_scale : p.scale_log2;
-}
-
 // A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (-DMLAV_ASYM_MIN_TILES=N overrides it,
 // e.g. 2 for a sanitizer run in which short parity cases mix both consumer bodies in one launch).
 #ifndef MLAV_ASYM_MIN_TILES
@@ -308,7 +226,7 @@ constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 // 2 (-DMLAV_WS=3, experimental): ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split ones elsewhere.
 // MODE 1 and 2 issue Q and tile 0 before the init barrier (EARLY, below). STAGE (MODE 0 only): the staged bf16
 // epilogue (above) instead of write_rows.
-template <int MODE, bool STAGE = false, bool FP8 = false>
+template <int MODE, bool STAGE = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kernel(const Params p) {
   static_assert(!STAGE || MODE == 0, "only the token-split consumers stage their rows");
   constexpr bool EARLY = MODE != 0;
@@ -369,21 +287,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   // (MODE 2, over the shipped kernel at B=1 L=4k): this form 1.021; only Q early 1.048; late in the token-split CTAs
   // 1.119 (their late producer code lies ~115 KB in: 2.9 us of cold fetch).
   int64_t slot[4];  // the producer's next slot ids (ws_issue_q / ws_issue_tile)
-  // FP8: tile t's copies, fp8 rows (ws_issue_tile_fp8) for a prefix tile, else the bf16 draft rows
-  auto copies = [&](const WsRows& r, const WsFp8Rows& f, int t) {
-    if (FP8 && t < w.n_pre)
-      ws_issue_tile_fp8(p, w, r, f, sKV, t, slot);
-    else
-      ws_issue_tile(p, w, r, sKV, t, slot);
-  };
   if constexpr (EARLY) {
     if (grp == 2) {
       const WsRows r(tid - WS_CONSUMERS);
       ws_issue_q(p, w, r, sQ, slot);
-      if constexpr (FP8)
-        copies(r, WsFp8Rows(tid - WS_CONSUMERS), 0);
-      else
-        ws_issue_tile(p, w, r, sKV, 0, slot);
+      ws_issue_tile(p, w, r, sKV, 0, slot);
     }
   }
   __syncthreads();
@@ -391,52 +299,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   if (grp == 2) {  // ---- producer: tile t as soon as its stage is free ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     const WsRows r(tid - WS_CONSUMERS);
-    if constexpr (FP8) {
-      // Tiles 0 and 1 are both issued before tile 0's decode (both stages are free at the start); from tile 2 on,
-      // tile t is issued once its stage is free and decoded as it lands, while the consumers run tile t - 1. A
-      // draft tile's bf16 rows are handed over as in the bf16 kernel, by the copies' own arrival.
-      const WsFp8Rows f(tid - WS_CONSUMERS);
-      auto ready = [&](int t, auto after) {  // tile t to the consumers: full[t & 1]
-        if (t < w.n_pre) {
-          ws_decode_fp8<decltype(after)::value>(r, f, sKV + (t & 1) * TILE);
-          fence_proxy_async();  // the decoded rows (generic-proxy stores) before wgmma reads them
-          mbar_arrive(full(t & 1));
-        } else {
-          mbar_arrive_on_copies(full(t & 1));
-        }
-      };
-      using none = std::integral_constant<int, 0>;
-      if constexpr (!EARLY) {
-        ws_issue_q(p, w, r, sQ, slot);  // Q's copies join tile 0's first group
-        copies(r, f, 0);
-      }
-      tr.mark(0);
-      if (w.ntiles > 1) copies(r, f, 1);
-      if (w.ntiles > 1 && w.n_pre > 1)
-        ready(0, std::integral_constant<int, 4>{});  // tile 1's four groups were committed after tile 0's
-      else
-        ready(0, none{});
-      if (w.ntiles > 1) ready(1, none{});
-      for (int t = 2; t < w.ntiles; ++t) {
-        mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
-        tr.mark(1);
-        copies(r, f, t);
-        ready(t, none{});
-        tr.mark(2);
-      }
-    } else {
-      if constexpr (EARLY)
-        mbar_arrive_on_copies(full(0));  // Q and tile 0
-      else
-        ws_issue_q(p, w, r, sQ, slot);
-      tr.mark(0);
-      for (int t = EARLY ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
-        if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
-        tr.mark(1);
-        ws_issue_tile(p, w, r, sKV, t, slot);
-        mbar_arrive_on_copies(full(t & 1));
-        tr.mark(2);
-      }
+    if constexpr (EARLY)
+      mbar_arrive_on_copies(full(0));  // Q and tile 0
+    else
+      ws_issue_q(p, w, r, sQ, slot);
+    tr.mark(0);
+    for (int t = EARLY ? 1 : 0; t < w.ntiles; ++t) {  // tile 0's arrival also covers Q
+      if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);  // completion t/2 - 1: tile t-2's PV done
+      tr.mark(1);
+      ws_issue_tile(p, w, r, sKV, t, slot);
+      mbar_arrive_on_copies(full(t & 1));
+      tr.mark(2);
     }
     cp_async_wait<0>();  // no copy outlives its thread
     tr.mark(7);
@@ -467,7 +340,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       int tok_row[2];
       draft_token_rows(p, w, r0, tok_row);
       const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
-      const float sl_row[2] = {prefix_scale_log2<FP8>(p), prefix_scale_log2<FP8>(p)};
+      const float sl_row[2] = {p.scale_log2, p.scale_log2};
       tr.mark(0);
       for (int j = 0; j < w.ntiles; ++j) {
         mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
@@ -515,7 +388,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           float psum[2];
-          write_p(pPj, sh[half], m_run, psum, half, r0, lane, FP8 && !draft ? p.v_scale : 1.f);
+          write_p(pPj, sh[half], m_run, psum, half, r0, lane, 1.f);
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
@@ -585,7 +458,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
     int tok_row[2];
     draft_token_rows(p, w, r0, tok_row);
     const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
-    const float sl_row[2] = {prefix_scale_log2<FP8>(p), prefix_scale_log2<FP8>(p)};
+    const float sl_row[2] = {p.scale_log2, p.scale_log2};  // bf16 cache: every logit's log2-domain scale
     tr.mark(0);
     for (int j = 0; j < w.ntiles; ++j) {
       mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
@@ -610,14 +483,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       // ---- lazy softmax (mla_verify_wgmma.cuh), the block barriers as consumer barriers ----
       const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
       float psum[2];
-      const float vs = FP8 && !draft ? p.v_scale : 1.f;
-      if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, vs);
+      if (!over) write_p(pP, sc, m_run, psum, grp, r0, lane, 1.f);
       fence_proxy_async();
       tr.mark(3);
       const bool exact_step = consumer_sync_or(over);
       tr.mark(4);
       if (draft && !p.v_alias) load_draft_v(p, w, j, sK, tid >> 2, tid & 3);  // draft V rows from v_extend
-      settle_softmax<false>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, vs);
+      settle_softmax<false>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, 1.f);
       if (draft && !p.v_alias) cp_async_wait<0>();
       if (exact_step || (draft && !p.v_alias)) {
         fence_proxy_async();
