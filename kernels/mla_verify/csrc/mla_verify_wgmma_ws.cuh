@@ -170,9 +170,9 @@ __device__ __forceinline__ void ws_issue_tile(const Params& p, const Work& w, co
 // L=4k, 0.961 at 32k, 0.973 at (4, 32k, 4, 16), 0.988-1.007 elsewhere; but graphs captured on max-sized buffers (what
 // SGLang replays) 1.006 at B=1 L=4k and 1.024 at L=512 (the bf16 combine's tail after the split kernel grew by as
 // much as the split kernel saved), 0.914 at B=4 n=4 L=4k, 0.968 at 32k, 0.974 at B=8 L=4k (MLAV_STAGE_MIN_CTAS in
-// mla_verify.cu: staged always by default; from 4 CTAs per split measured and not adopted, session 28). Parity 53/53 + 52/52 bitwise (max rel err
-// 2.67e-3 against 2.12e-3 with fp32 partials: one more bf16 rounding per split), racecheck / memcheck / synccheck
-// clean.
+// mla_verify.cu: staged always by default; staging only from 4 CTAs per split was measured and not adopted, session
+// 28). Parity 53/53 + 52/52 bitwise (max rel err 2.67e-3 against 2.12e-3 with fp32 partials: one more bf16 rounding
+// per split), racecheck / memcheck / synccheck clean.
 
 // Staging tile: row r at r * 1024 B, 16-byte chunk c (8 bf16) at ((c ^ (r & 7)) << 4): the fragment stores (4 bytes
 // per lane, 8 rows per warp) and the chunk reads (8 consecutive chunks of a row per quarter-warp) hit distinct banks.
