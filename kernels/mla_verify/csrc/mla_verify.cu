@@ -42,7 +42,7 @@
 // exact-length call (fp32 partials: 1.025), at the 1.1 gate (H200, session 26 calls 1, 2 and 4). Measured in session 28
 // call 1 (H100, one process, docs/results/ab_stage4_session28_call1.json): 4 keeps B=1 on fp32 partials and so loses
 // the staged B=1 gains, 0.996 vs 0.879 of fp32 at B=1 L=4k and 0.994 vs 0.933 at 32k, for graph-buffer rows of
-// 1.002-1.059 against staged's 1.004-1.087; its max-sized-buffer replays at B=1 are fp32's (1.001 at 4k vs staged's
+// 1.000-1.059 against staged's 1.004-1.087; its max-sized-buffer replays at B=1 are fp32's (1.001 at 4k vs staged's
 // 0.948): not adopted.
 #ifndef MLAV_STAGE_MIN_CTAS
 #define MLAV_STAGE_MIN_CTAS 1
