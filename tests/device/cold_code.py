@@ -15,7 +15,11 @@ The warm-up replay runs the same kernels and code paths on other buffers, so the
 cost (plus whatever launch state the warm-up leaves behind), in µs, median of each mode (bench.Timer.median_us,
 the warm-up as its `pre`), min over rounds. A tree whose kernel holds more code than it runs (session 22 call 4's
 combined kernel) shows whether its constant loss is that cost. --dsa times the sparse kernel (dsa_verify_fwd, auto plan, the checkout's build) instead, per KV dtype
-(shape B:L:n:H as dsa_bench's: B requests of prefix L, n draft rows each, H heads). Writes JSON with --out."""
+(shape B:L:n:H as dsa_bench's: B requests of prefix L, n draft rows each, H heads). --graph-buffer (dense): per tree two
+more sides, "NAME/gb" (the bench's graph-buffer mode: one capture on max-sized index/mask buffers for a context of
+GB_CTX tokens per request, rewritten in place to prefix L, so the device split rule runs) and "NAME/exact" (exact-length
+buffers, eager-equivalent launch), each with its own warm-up graph on other inputs: whether the graph-buffer row's
+gap (session 29: the device rule) is the first fetch of the rule's code after the flush. Writes JSON with --out."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import sys
 
 REPS = 3
 ITERS = 30
+GB_CTX = 131072  # --graph-buffer: the capture's context per request (the bench's max(GRAPH_BUFFER_LENS))
 
 
 def main(argv=None) -> int:
@@ -34,6 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dsa", action="store_true", help="the sparse kernel (dsa_verify) instead of the dense one")
     ap.add_argument("--dsa-kv", default="bf16,fp8", help="--dsa: KV dtypes to time (bf16, fp8)")
     ap.add_argument("--kv", default="bf16", choices=("bf16", "fp8"), help="dense: the KV cache dtype")
+    ap.add_argument("--graph-buffer", action="store_true", help="dense: max-sized-buffer replays beside exact ones")
     ap.add_argument("--out", default=None, help="write the JSON document here")
     a = ap.parse_args(argv)
 
@@ -93,7 +99,46 @@ def main(argv=None) -> int:
                         ).replay
                         for inp in pair
                     )
+            if a.graph_buffer:
+                for name, mod in trees.items():
+                    with _TreeModule(mod):
+                        sides = [gb_pair(B, L, n, H, seed) for seed in (7 + B, 7 + B + 7919)]
+                    graphs[name + "/gb"] = (sides[0][0], sides[1][0])
+                    graphs[name + "/exact"] = (sides[0][1], sides[1][1])
             return graphs
+
+        def gb_pair(B, L, n, H, seed):
+            """(replay of a capture on max-sized buffers rewritten to prefix L, replay of the exact-length call),
+            both on one input set (bench_graph_buffer's layout: chain drafts, mask rows of L + n)."""
+            from mla_verify.inputs import CaseSpec
+
+            inp = make_inputs(
+                CaseSpec("gbc", (GB_CTX,) * B, (n,) * B, H, tree="chain", poison=False, seed=seed), "cuda"
+            )
+            dev = inp["q_extend"].device
+            blk = torch.ones(n, L + n, dtype=torch.uint8, device=dev)
+            blk[:, L:] = torch.tril(torch.ones(n, n, dtype=torch.uint8, device=dev))
+            ex = (
+                torch.arange(0, B + 1, dtype=torch.int32, device=dev) * L,
+                inp["kv_indices"].view(B, GB_CTX)[:, :L].reshape(-1).contiguous(),
+                blk.flatten().repeat(B),
+                torch.arange(0, B + 1, dtype=torch.int64, device=dev) * (n * (L + n)),
+            )
+            gb = (
+                ex[0].clone(),
+                torch.zeros(B * n * GB_CTX, dtype=torch.int64, device=dev),
+                torch.zeros(B * n * (GB_CTX + n), dtype=torch.uint8, device=dev),
+                ex[3].clone(),
+            )
+            gb[1][: ex[1].numel()].copy_(ex[1])
+            gb[2][: ex[2].numel()].copy_(ex[2])
+
+            def call(bufs):
+                args = list(kernel_args(inp))
+                args[3], args[7], args[8], args[9], args[11] = torch.empty_like(inp["o_extend"]), *bufs
+                return lambda: mla_verify_fwd(*args, sm_scale=inp["sm_scale"])
+
+            return timer.graph(call(gb)).replay, timer.graph(call(ex)).replay
 
     for B, L, n, H in parse_shapes(a.shapes):
         graphs = graphs_of(B, L, n, H)
