@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from mla_verify.api import device_info, named_config
+from mla_verify.api import cached_workspace, device_info, named_config
 
 from . import tiles
 from .layout import BF16_ROW, FP8_ROW_BYTES
@@ -166,7 +166,6 @@ def workspace_numel(num_splits: int, T: int, H: int) -> int:
 
 
 _OCC: dict = {}
-_WS_CACHE: dict = {}
 
 
 _SM120_OCCUPANCY = False  # emulate_sm120_occupancy() was called in this process
@@ -414,7 +413,8 @@ def dsa_verify_fwd(
     """Sparse MLA verify attention (see the module docstring); returns out [T, H, 512] bf16.
 
     `workspace`: fp32 CUDA tensor with >= workspace_numel_for(...) elements (required under CUDA
-    graph capture when the plan splits; otherwise a cached buffer is grown on first use).
+    graph capture when the plan splits; otherwise mla_verify.api.cached_workspace's buffer, grown on
+    first use without freeing the smaller one).
     `num_splits` / `tile_config` ("auto" or a tiles.CONFIGS name) / `combine` ("auto",
     "kernel", "sliced", "wide", "cluster": see resolve_full) override the heuristics (tests, bench).
     `trace` (diagnostics only): a contiguous int64 CUDA tensor of >= trace_numel(...) words; the
@@ -434,11 +434,7 @@ def dsa_verify_fwd(
     wide = combine_wide(T, H, combine)
     if need:
         if workspace is None:
-            key = str(q_all.device)
-            workspace = _WS_CACHE.get(key)
-            if workspace is None or workspace.numel() < need:
-                workspace = torch.empty(need, dtype=torch.float32, device=q_all.device)
-                _WS_CACHE[key] = workspace
+            workspace = cached_workspace(q_all.device, need, owner="dsa_verify")
         else:
             if not (
                 _is_tensor(workspace)

@@ -350,15 +350,25 @@ def workspace_numel(num_splits: int, T: int, H: int) -> int:
 
 
 _WS_CACHE: dict = {}
+_WS_OUTGROWN: list = []  # cached workspaces replaced by larger ones, never freed: see cached_workspace
 
 
-def _workspace(device, numel: int):
-    """Cached workspace grown to the largest size seen (allocate before graph capture)."""
+def cached_workspace(device, numel: int, owner: str = "mla_verify"):
+    """fp32 workspace of >= numel elements from a per-(owner, device) cache grown to the largest size seen.
+
+    A CUDA graph captured on a cached workspace writes to its address on every replay, so growing the
+    cache keeps the smaller tensor alive (in _WS_OUTGROWN) instead of freeing it: otherwise a replay after
+    a larger eager call writes freed memory (session 30: an illegal address in the split kernel's lse
+    store). The cost is the memory of every size outgrown; callers that capture should pass their own
+    persistent workspace (the SGLang plugin does).
+    """
     import torch
 
-    key = str(device)
+    key = (owner, str(device))
     ws = _WS_CACHE.get(key)
     if ws is None or ws.numel() < numel:
+        if ws is not None:
+            _WS_OUTGROWN.append(ws)
         ws = torch.empty(numel, dtype=torch.float32, device=device)
         _WS_CACHE[key] = ws
     return ws
@@ -414,7 +424,8 @@ def mla_verify_fwd(
     """MLA verify attention; writes o_extend [T, H, 512] in place and returns it.
 
     sm_scale defaults to 576**-0.5 (SGLang's default for Lq = 576). `workspace`: optional fp32
-    CUDA tensor with >= workspace_numel(S, T, H) elements (pass one under CUDA-graph capture).
+    CUDA tensor with >= workspace_numel(S, T, H) elements (pass one under CUDA-graph capture; without
+    one, cached_workspace's buffer, which a larger call replaces without freeing it).
     `num_splits` / `tile_config` ("auto", "sm90wg", "sm90", "sm120") override the heuristics (testing);
     with num_splits=None the launch (grid, workspace) is sized by choose_num_splits on
     kv_indices.numel() and the kernel runs the split count of the real prefix total read from
@@ -465,7 +476,7 @@ def mla_verify_fwd(
     need = workspace_numel(num_splits, T, H)
     if need:
         if workspace is None:
-            workspace = _workspace(q_extend.device, need)
+            workspace = cached_workspace(q_extend.device, need)
         else:
             if not (
                 _is_tensor(workspace)

@@ -76,6 +76,27 @@ def test_cuda_graph_replay_equals_the_eager_call(cuda_device):
     assert torch.equal(inp["o_extend"], eager)
 
 
+def test_replay_on_the_implicit_workspace_survives_a_larger_eager_call(cuda_device):
+    """A graph captured without a workspace runs on the cached one; a later call that grows the cache
+    must not free it under the graph (session 30: cold_code.py's replays faulted on freed memory)."""
+    inp = make_inputs(SPEC, cuda_device)
+    args = kernel_args(inp)
+    mla_verify_fwd(*args, sm_scale=inp["sm_scale"], num_splits=2)
+    eager = inp["o_extend"].clone()
+    inp["o_extend"].zero_()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        mla_verify_fwd(*args, sm_scale=inp["sm_scale"], num_splits=2)
+    big = make_inputs(CaseSpec("grow", (3000,), (8,), 64, seed=5), cuda_device)
+    mla_verify_fwd(*kernel_args(big), sm_scale=big["sm_scale"], num_splits=api.MAX_SPLITS)
+    # had the small workspace been freed, the allocator would hand its block to a same-sized tensor
+    others = [torch.full((api.workspace_numel(2, 28, 16),), 7.0, device=cuda_device) for _ in range(4)]
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(inp["o_extend"], eager)
+    assert all(bool((t == 7.0).all()) for t in others), "the replay wrote memory another tensor owns"
+
+
 def zero_row_oracle(inp: dict, bad) -> torch.Tensor:
     """The oracle under api.py's contract for bad slot ids: each prefix position flagged in ``bad``
     reads an all-zero K/V row (its key still counts in the softmax, with q.k = 0) instead of faulting."""

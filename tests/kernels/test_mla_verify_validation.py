@@ -137,6 +137,20 @@ def test_workspace_size_counts_outputs_and_lse():
     assert api.workspace_numel(4, 10, 16) == 4 * 10 * 16 * 513
 
 
+def test_outgrown_cached_workspace_stays_allocated_for_graphs_captured_on_it():
+    import gc
+    import weakref
+
+    small = api.cached_workspace("cpu", 8, owner="test-outgrown")
+    assert api.cached_workspace("cpu", 4, owner="test-outgrown") is small, "a smaller need reuses the cache"
+    ref = weakref.ref(small)
+    del small
+    grown = api.cached_workspace("cpu", 16, owner="test-outgrown")
+    gc.collect()
+    assert grown.numel() == 16 and ref() is not None, "a graph may still write the outgrown buffer"
+    assert api.cached_workspace("cpu", 16, owner="other-owner") is not grown, "each owner has its own cache"
+
+
 def test_tile_configs_fit_their_arch_limits():
     for arch, cfgs in tiles.ARCH_CONFIGS.items():
         for c in cfgs:
@@ -172,7 +186,7 @@ def fake_launch(monkeypatch):
     monkeypatch.setattr(api, "validate", lambda *a, **k: real_validate(*a, require_cuda=False, **k))
     monkeypatch.setattr(api, "device_info", lambda dev: ("sm_90a", 132))
     monkeypatch.setattr(build, "load", lambda arch: ext)
-    monkeypatch.setattr(api, "_workspace", lambda dev, n: torch.empty(n, dtype=torch.float32))
+    monkeypatch.setattr(api, "cached_workspace", lambda dev, n: torch.empty(n, dtype=torch.float32))
     return ext
 
 

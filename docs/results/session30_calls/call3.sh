@@ -3,7 +3,7 @@
 # prefetch): bitwise everywhere, B=1 L=4k 0.952x, but B=4 L=4k n=4 1.032x and fp8 B=4 L=128k 1.020x against the
 # ship rule (no shape > 1.01x); cold_code.py printed nothing (its error was filtered) and racecheck ran past 120 s.
 # Here: the two slow rows again with 7 reps (B=1 L=4k as the control) -> noise or real; cold_code unfiltered;
-# racecheck on one case with room.
+# racecheck (sm90wg, the combine<8> case and a varlen one) with room.
 set -o pipefail
 export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
 R=$PWD; L=$OUT/log.txt; say() { echo "== $* ($(date +%T), ${SECONDS}s)" | tee -a "$L"; }
@@ -37,6 +37,6 @@ say ab
 timeout 120 python3 ../tests/device/cold_code.py 1:4096:8:16,1:512:8:16 --tree base=/tmp/base --graph-buffer --out "$OUT/cold_gb.json" 2>&1 | tail -25 | tee -a "$L"
 say cold
 timeout 240 compute-sanitizer --tool racecheck --print-limit 8 --log-file "$OUT/san_racecheck.log" python3 -m verify_tools.parity --json \
-  --cases b1_full_nomask_h16 > /tmp/r.json 2>/dev/null
+  --configs sm90wg --cases b1_full_nomask_h16,b4_varlen_tree_h16 > /tmp/r.json 2>/dev/null
 echo "racecheck rc=$? | $(grep -v '^=========     ' "$OUT/san_racecheck.log" | head -6 | tr '\n' ' ' | cut -c1-600)" | tee -a "$L"
 say done
