@@ -748,9 +748,22 @@ __host__ __device__ constexpr int combine_warps_per_unit(int S) { return S > 16 
 
 // GS (the grid-stride kernel): row indices in 32 bits (units < 2^31, checked by the launcher) and
 // t_end = qo_indptr[B] passed in (loaded once per block); otherwise 64-bit, loaded here.
+// Loads: the unit's lse values (unit thread i owns split i; S <= 32 * W) and this warp's first
+// combine_prefetch<W, BF16, GS>() partials s = k, k + W, ... are issued together, before the max
+// reduction needs the lse values, so S <= W * that count (B=1 n=8 H=16: S = 65, W = 8) merges after
+// one L2 round trip; later partials are loaded in the accumulation loop. The lse values reach the
+// accumulation through shared memory (lse_s), not a second global load per split. Same splits, same
+// order, same arithmetic as before: bitwise the same sums (session 29; 25e9c12 had the same change for
+// fp32 partials, lost with that tree's revert: combine 5.2 -> 3.7 µs by its trace).
+// W < 8 (S <= 16): 4 is every split of the warp. W = 8: as many as fit the register bounds without a spill (the
+// combine kernel's 64 registers keep the B=1 grid, 512 blocks, one wave at 4 blocks per SM; ptxas -v, sm_90a).
+template <int W, bool BF16, bool GS>
+__host__ __device__ constexpr int combine_prefetch() { return W < 8 ? 4 : BF16 ? (GS ? 4 : 9) : (GS ? 2 : 4); }
+
 template <int W, bool GS = false, bool BF16 = false>
 __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
-                                             unsigned vblock, int64_t t_end) {
+                                             float (*lse_s)[32], unsigned vblock, int64_t t_end) {
+  constexpr int MAXJ = combine_prefetch<W, BF16, GS>();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int k = warp % W, first = warp - k;  // this warp's index in its unit, the unit's first warp
   using I = typename std::conditional<GS, uint32_t, int64_t>::type;
@@ -760,9 +773,30 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   const int quarter = (int)(unit & 3);
   const I t = grow < rows ? grow / (I)p.H : 0;
   const bool valid = grow < rows && (int64_t)t < (GS ? t_end : ld_idx(p.qo_indptr, p.qo_is64, p.B));  // uniform per unit
-  // unit max and weight sum over the splits (unit thread i owns split i; S <= 32 * W)
   const int ti = k * 32 + lane;
   const float lse_mine = valid && ti < S ? p.ws_lse[(int64_t)ti * rows + grow] : -INFINITY;
+  const float4* src = reinterpret_cast<const float4*>(p.ws_o + (int64_t)grow * D_V + quarter * 128) + lane;
+  const uint2* src16 =
+      reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(p.ws_o) + (int64_t)grow * D_V + quarter * 128) + lane;
+  const int64_t split_stride4 = (int64_t)rows * (D_V / 4);
+  // one split's 4 columns of this lane: raw (bf16 pairs or fp32), then as fp32 (bf16 -> fp32 is exact)
+  using Raw = typename std::conditional<BF16, uint2, float4>::type;
+  auto load = [&](int s) -> Raw {
+    if constexpr (BF16) return src16[s * split_stride4];
+    else return src[s * split_stride4];
+  };
+  auto as_f32 = [](const Raw& r) -> float4 {
+    if constexpr (BF16)
+      return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xffff0000u), __uint_as_float(r.y << 16),
+                         __uint_as_float(r.y & 0xffff0000u));
+    else return r;
+  };
+  Raw v[MAXJ];
+#pragma unroll
+  for (int j = 0; j < MAXJ; ++j)
+    if (valid && k + j * W < S) v[j] = load(k + j * W);
+  lse_s[warp][lane] = lse_mine;  // split s's lse, for the accumulation: lse_s[first + s / 32][s % 32]
+  // unit max and weight sum over the splits
   float mx = lse_mine;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -777,27 +811,19 @@ __device__ __forceinline__ void combine_unit(const Params& p, int S, float4 (*pa
   if (lane == 0) red[1][warp] = wsum;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (valid) {
-    const float4* src = reinterpret_cast<const float4*>(p.ws_o + (int64_t)grow * D_V + quarter * 128) + lane;
-    const uint2* src16 =
-        reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(p.ws_o) + (int64_t)grow * D_V + quarter * 128) + lane;
-    const int64_t split_stride4 = (int64_t)rows * (D_V / 4);
-#pragma unroll 4
-    for (int s = k; s < S; s += W) {
-      float4 v;
-      if constexpr (BF16) {  // 4 bf16 partial values per lane
-        const uint2 u = src16[s * split_stride4];
-        v = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                        __uint_as_float(u.y & 0xffff0000u));
-      } else {
-        v = src[s * split_stride4];
-      }
-      const float lse = p.ws_lse[(int64_t)s * rows + grow];
+    auto add = [&](const float4& x, int s) {
+      const float lse = lse_s[first + (s >> 5)][s & 31];
       const float w = lse == -INFINITY ? 0.f : exp2f(__fadd_rn(lse, -mx));
-      acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, v.x) : 0.f);
-      acc.y = __fadd_rn(acc.y, w > 0.f ? __fmul_rn(w, v.y) : 0.f);
-      acc.z = __fadd_rn(acc.z, w > 0.f ? __fmul_rn(w, v.z) : 0.f);
-      acc.w = __fadd_rn(acc.w, w > 0.f ? __fmul_rn(w, v.w) : 0.f);
-    }
+      acc.x = __fadd_rn(acc.x, w > 0.f ? __fmul_rn(w, x.x) : 0.f);
+      acc.y = __fadd_rn(acc.y, w > 0.f ? __fmul_rn(w, x.y) : 0.f);
+      acc.z = __fadd_rn(acc.z, w > 0.f ? __fmul_rn(w, x.z) : 0.f);
+      acc.w = __fadd_rn(acc.w, w > 0.f ? __fmul_rn(w, x.w) : 0.f);
+    };
+#pragma unroll
+    for (int j = 0; j < MAXJ; ++j)
+      if (k + j * W < S) add(as_f32(v[j]), k + j * W);
+#pragma unroll 4
+    for (int s = k + MAXJ * W; s < S; s += W) add(as_f32(load(s)), s);
   }
   part[warp][lane] = acc;
   __syncthreads();
@@ -826,6 +852,7 @@ template <int LW, bool BF16 = false>
 __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(const Params p) {
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
+  __shared__ float lse_s[COMBINE_WARPS][32];
   // reads kv_indptr only (the split kernel does not write it): overlaps the split kernel's tail
   const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
@@ -835,21 +862,21 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) mla_verify_combine_kernel(
     return;
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (W == 1) combine_unit<1, false, BF16>(p, S, part, red, blockIdx.x, 0);
-  else if (LW >= 2 && W == 2) combine_unit<2, false, BF16>(p, S, part, red, blockIdx.x, 0);
-  else if (LW >= 4 && W == 4) combine_unit<4, false, BF16>(p, S, part, red, blockIdx.x, 0);
-  else if (LW >= 8) combine_unit<8, false, BF16>(p, S, part, red, blockIdx.x, 0);
+  if (W == 1) combine_unit<1, false, BF16>(p, S, part, red, lse_s, blockIdx.x, 0);
+  else if (LW >= 2 && W == 2) combine_unit<2, false, BF16>(p, S, part, red, lse_s, blockIdx.x, 0);
+  else if (LW >= 4 && W == 4) combine_unit<4, false, BF16>(p, S, part, red, lse_s, blockIdx.x, 0);
+  else if (LW >= 8) combine_unit<8, false, BF16>(p, S, part, red, lse_s, blockIdx.x, 0);
 }
 
 // The units-blocks vblock = blockIdx.x, blockIdx.x + gridDim.x, ... of W (a block-uniform bound);
 // part / red are reused by the next units-block after the barrier.
 template <int W, bool BF16>
 __device__ __forceinline__ void combine_blocks(const Params& p, int S, float4 (*part)[32], float (*red)[COMBINE_WARPS],
-                                               unsigned units, int64_t t_end) {
+                                               float (*lse_s)[32], unsigned units, int64_t t_end) {
   constexpr unsigned per_block = COMBINE_WARPS / W;
 #pragma unroll 1
   for (unsigned vb = blockIdx.x; vb * per_block < units; vb += gridDim.x) {
-    combine_unit<W, true, BF16>(p, S, part, red, vb, t_end);
+    combine_unit<W, true, BF16>(p, S, part, red, lse_s, vb, t_end);
     __syncthreads();
   }
 }
@@ -858,6 +885,7 @@ template <int LW, bool BF16 = false>
 __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_gs_kernel(const Params p) {
   __shared__ float4 part[COMBINE_WARPS][32];
   __shared__ float red[2][COMBINE_WARPS];
+  __shared__ float lse_s[COMBINE_WARPS][32];
   // reads kv_indptr / qo_indptr only (the split kernel writes neither): overlaps the split kernel's tail
   const int S = effective_splits(p, ld_idx(p.kv_indptr, p.kv_is64, 0), ld_idx(p.kv_indptr, p.kv_is64, p.B));
   const int W = combine_warps_per_unit(S);  // <= LW: S <= p.S
@@ -871,10 +899,10 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32, 4) mla_verify_combine_gs_k
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // one loop per W: a W dispatch inside one loop keeps every variant's hoisted invariants live
   // together (ptxas: combine<8> 127 registers)
-  if (W == 1) combine_blocks<1, BF16>(p, S, part, red, u32, t_end);
-  else if (LW >= 2 && W == 2) combine_blocks<2, BF16>(p, S, part, red, u32, t_end);
-  else if (LW >= 4 && W == 4) combine_blocks<4, BF16>(p, S, part, red, u32, t_end);
-  else if (LW >= 8) combine_blocks<8, BF16>(p, S, part, red, u32, t_end);
+  if (W == 1) combine_blocks<1, BF16>(p, S, part, red, lse_s, u32, t_end);
+  else if (LW >= 2 && W == 2) combine_blocks<2, BF16>(p, S, part, red, lse_s, u32, t_end);
+  else if (LW >= 4 && W == 4) combine_blocks<4, BF16>(p, S, part, red, lse_s, u32, t_end);
+  else if (LW >= 8) combine_blocks<8, BF16>(p, S, part, red, lse_s, u32, t_end);
 }
 
 }  // namespace mlav
