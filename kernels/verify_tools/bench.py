@@ -2,6 +2,7 @@
 the roofline floor, all measured in one run.
 
 Usage: python -m verify_tools.bench [--json] [--plot FILE.png] [--quick] [--shapes B:L:n:H,...]
+       python -m verify_tools.bench --ab-summary AB.json   (the lines of a --tree-ab document; no device)
 
 Timing: every kernel (ours, the oracle, SGLang's) is captured into a CUDA graph and the replay
 is timed with CUDA events (host launch overhead excluded for all alike; a kernel whose capture
@@ -987,6 +988,26 @@ def tree_ab(
     return doc
 
 
+def ab_summary(doc: dict) -> list[str]:
+    """One line per timed row and per CUPTI record of a --tree-ab JSON document (what device scripts print
+    at the end of an A/B call): shape, µs per variant, time over base and bitwise equality with it where the
+    document has a base tree, then the graph-buffer ratios."""
+    lines = []
+    for r in doc.get("ab", []):
+        line = f"B={r['B']} L={r['L']} n={r['n']} H={r['H']}: us {r['us']}"
+        if "ratio_over_base" in r:
+            line += f" over base {r['ratio_over_base']} bitwise {r['bitwise_equal_base']}"
+        lines.append(line)
+    for g in doc.get("graph_buffer", []):
+        lines.append(
+            f"graph-buffer {g['tree']} B={g['max_bs']} n={g['n']} L={g['L']}: "
+            f"ratio {g['ratio']:.3f} bitwise {g['replay_equal_exact_bitwise']}"
+        )
+    for c in doc.get("cupti", []):
+        lines.append(f"cupti {c['tree']} {c.get('config', 'auto')} B={c['B']} L={c['L']}: {c['kernels_us']}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verify_tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -1007,6 +1028,12 @@ def main(argv=None) -> int:
     ap.add_argument("--ab-gb-trees", default=None, help="--tree-ab: graph-buffer rows only for these trees (cur,base)")
     ap.add_argument("--ab-reps", type=int, default=3, help="--tree-ab: interleaved medians per tree and shape")
     ap.add_argument(
+        "--ab-summary",
+        default=None,
+        metavar="FILE",
+        help="print one line per row of a --tree-ab JSON FILE (no device needed) and exit",
+    )
+    ap.add_argument(
         "--ab-configs",
         default="auto",
         help="--tree-ab: tile configs each tree runs (auto,sm90); an empty or unknown name exits 2",
@@ -1023,6 +1050,14 @@ def main(argv=None) -> int:
         help="--tree-ab: fp8 arithmetics each tree runs (auto,bf16,f16: mla_verify_fwd's fp8_path); an unknown one exits 2",
     )
     a = ap.parse_args(argv)
+    if a.ab_summary is not None:
+        try:
+            with open(a.ab_summary, encoding="utf-8") as fh:
+                lines = ab_summary(json.load(fh))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            ap.error(f"--ab-summary {a.ab_summary}: {type(exc).__name__}: {exc}")
+        print("\n".join(lines))
+        return 0
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
     except ValueError as exc:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.support.paths import KERNELS  # noqa: E402
+from tests.support.paths import KERNELS, REPO  # noqa: E402
 from verify_tools import parity
 from verify_tools.bench import ANCHORS, EXTRA, SWEEP, shape_bytes_flops
 
@@ -320,3 +320,21 @@ def test_bench_summary_gives_the_fp8_ratio_of_a_graph_replay_and_of_an_eager_cal
     s = bench.summarize([other, {**row, "fp8_eager_path": None}], (4e12, 7e14))
     assert s["fp8_eager_over_bf16_mem_shape"] is None
     assert bench.summarize([other], (4e12, 7e14))["fp8_over_bf16_mem_shape"] is None
+
+
+def test_ab_summary_prints_a_recorded_tree_ab_document_without_a_device(tmp_path):
+    """bench --ab-summary FILE: the per-row lines device scripts print after an A/B call, from a document
+    recorded on the H200 (session 30, call 6), on a machine with no GPU."""
+    recorded = REPO / "docs/results/ab_combine_prefetch_bf16_h200_session30_call6.json"
+    doc = json.loads(recorded.read_text(encoding="utf-8"))
+    code, out, err = run_tool("verify_tools.bench", "--ab-summary", str(recorded))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == len(doc["ab"]) + len(doc["graph_buffer"]) + len(doc["cupti"])
+    first = doc["ab"][0]
+    assert lines[0].startswith(f"B={first['B']} L={first['L']} n={first['n']} H={first['H']}: us ")
+    assert "over base" in lines[0] and "bitwise" in lines[0]
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"ab": [{"B": 1}]}', encoding="utf-8")
+    code, out, err = run_tool("verify_tools.bench", "--ab-summary", str(broken))
+    assert code == 2 and "broken.json" in err and out == ""
