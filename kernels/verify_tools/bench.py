@@ -989,9 +989,9 @@ def tree_ab(
 
 
 def ab_summary(doc: dict) -> list[str]:
-    """One line per timed row and per CUPTI record of a --tree-ab JSON document (what device scripts print
-    at the end of an A/B call): shape, µs per variant, time over base and bitwise equality with it where the
-    document has a base tree, then the graph-buffer ratios."""
+    """The lines device scripts print at the end of an A/B call, from a --tree-ab JSON document: one per timed
+    row (shape, µs per variant, time over base and bitwise equality with it where the document has a base tree),
+    then one per graph-buffer row (ratio, bitwise), then one per CUPTI record."""
     lines = []
     for r in doc.get("ab", []):
         line = f"B={r['B']} L={r['L']} n={r['n']} H={r['H']}: us {r['us']}"

@@ -71,7 +71,7 @@ def sweep_shape(torch, api, mla_verify_fwd, timer, shape, counts, kv, doc) -> No
     best = min_interleaved({k: (lambda r=r: timer.median_us(r)) for k, r in runs.items()}, ROUNDS)
     arch, sms = api.device_info(inp["q_extend"].device)
     cfg = api.tiles.DEFAULT_CONFIG[arch]
-    auto_s = api.splits_for_total(api.split_rule(B, n, H, sms, cfg, api.tiles.ctas_per_sm(cfg, arch)), B, B * L)
+    auto_s = api.choose_num_splits(B, n, H, B * L, sms, cfg, api.tiles.ctas_per_sm(cfg, arch))
     ref = outs["auto"]
     row = {
         "B": B,
