@@ -28,6 +28,10 @@ class TileConfig:
     # fp8 cache: the F16 kernel instance (prefix tiles as f16 MMAs, one conversion per two fp8 values) runs where a
     # split's prefix chunk holds at least this many tokens (api.fp8_f16); 0 = the config has no F16 instance.
     fp8_f16_min_tokens: int = 0
+    # Split rule (api.splits_for_total): > 0 weighs a split count s as this many times the critical CTA's KV tiles plus
+    # s * (CTAs per split), i.e. one KV tile on the critical path costs as much as this many extra CTAs (their Q loads,
+    # partial writes and the combine's reads); 0 = the critical tiles alone.
+    split_tile_weight: int = 0
 
     @property
     def threads(self) -> int:
@@ -60,7 +64,7 @@ def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
 # slower on the H200 (session 18 call 4), sm90's spilled 248 bytes.
 SM90 = TileConfig("sm90", 0, 64, 64, 2)
 SM120 = TileConfig("sm120", 1, 32, 16, 3)
-SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=256)
+SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=256, split_tile_weight=24)
 # sm90wg's warp-specialized bf16 kernel (csrc/mla_verify_wgmma_ws.cuh, WS_SMEM_BYTES): the same layout plus its four
 # 8-byte mbarriers.
 SM90WG_WS_SMEM_BYTES = SM90WG.smem_bytes + 4 * 8
