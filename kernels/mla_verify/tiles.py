@@ -64,7 +64,7 @@ def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
 # slower on the H200 (session 18 call 4), sm90's spilled 248 bytes.
 SM90 = TileConfig("sm90", 0, 64, 64, 2)
 SM120 = TileConfig("sm120", 1, 32, 16, 3)
-SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=256, split_tile_weight=24)
+SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=256, split_tile_weight=54)
 # sm90wg's warp-specialized bf16 kernel (csrc/mla_verify_wgmma_ws.cuh, WS_SMEM_BYTES): the same layout plus its four
 # 8-byte mbarriers.
 SM90WG_WS_SMEM_BYTES = SM90WG.smem_bytes + 4 * 8

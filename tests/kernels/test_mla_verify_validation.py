@@ -132,8 +132,10 @@ def test_sm90wg_weighs_each_split_against_the_critical_tiles():
     cfg = tiles.SM90WG
     assert cfg.split_tile_weight > 0
     assert api.choose_num_splits(1, 8, 16, 4096, 132, cfg) == 33, "32 splits of 2 tiles + the draft's, not 64 of 1"
-    for L in (32768, 131072):
-        assert api.choose_num_splits(1, 8, 16, L, 132, cfg) == 65, "long contexts keep every split"
+    assert api.choose_num_splits(4, 4, 16, 4 * 2048, 132, cfg) == 17, "16 splits of 2 tiles, not 32 of 1"
+    assert api.choose_num_splits(1, 8, 16, 2048, 132, cfg) == 33, "32 splits of one tile: fewer would lengthen the CTA"
+    for L in (8192, 32768, 131072):
+        assert api.choose_num_splits(1, 8, 16, L, 132, cfg) == 65, "from 8k on, every split the wave holds"
     assert api.choose_num_splits(4, 4, 16, 4 * 131072, 132, cfg) == 33
     assert api.choose_num_splits(8, 8, 16, 8 * 32768, 132, cfg) == 8
     assert api.choose_num_splits(1, 8, 16, 100, 132, cfg) == 3, "the draft tile still gets its own split"
