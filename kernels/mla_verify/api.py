@@ -303,11 +303,12 @@ def choose_num_splits(
     (the smallest such S on ties), T(S) = the KV tiles on the critical CTA, computed with the
     device's own split rule (chunk = ceil(L / S) rounded up to whole tiles; the last split also
     runs the draft tiles), so the draft tile gets a split of its own when that is free. split_w =
-    CTAs per split and tile_w = cfg.split_tile_weight where the config sets one (sm90wg): each split
-    costs its CTAs' Q loads, partial writes and the combine's reads, about 1/tile_w of a critical
-    tile per CTA (session 32, H100: at B=1 L=4k n=8 H=16, S=33 with 2 tiles ran 0.947x S=65 with
-    one; at (4, 4096, 4, 16) S=17 with 4 tiles 0.975x S=33 with 2). Otherwise tile_w = 1, split_w = 0:
-    the critical tiles alone (v4, H200: 7.2 / 6.1 / 7.5% faster than the v3 rule at B=1 L=4k..32k).
+    CTAs per split and tile_w = cfg.split_tile_weight where a config sets one: each split costs its
+    CTAs' Q loads, partial writes and the combine's reads, about 1/tile_w of a critical tile per
+    CTA (session 32, H100, exact-length calls at tiles.WEIGHTED_SPLIT_CANDIDATE: B=1 L=4k n=8 H=16
+    S=33 with 2 tiles 0.95-0.99x S=65 with one; (4, 2048, 4, 16) S=17 0.94x S=33; no shipped config
+    sets it until graph replays are measured). Otherwise tile_w = 1, split_w = 0: the critical
+    tiles alone (v4, H200: 7.2 / 6.1 / 7.5% faster than the v3 rule at B=1 L=4k..32k).
     `prefix_tokens_total` may overestimate (CUDA-graph
     buffers): the launch is then sized (grid, workspace) for that total, and the kernel runs the
     count of the real total (kv_indptr on the device), capped at this one.

@@ -14,6 +14,7 @@ bit for bit) is verify_tools.parity's graph cases.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -267,6 +268,7 @@ def test_rcp_ru_is_the_smallest_fp32_at_or_above_the_reciprocal():
         assert 2**23 <= m <= 2**24 and (m < 2**24 or d & (d - 1) == 0)  # an fp32 significand (or 2^k)
 
 
+WEIGHTED = dataclasses.replace(tiles.SM90WG, split_tile_weight=tiles.WEIGHTED_SPLIT_CANDIDATE)
 # (rule, B, index buffer) of the exhaustive sweep: api.split_rule for B = 1..32 on the sm90wg tiles
 # (BN = 64; draft tiles 1 or 2; s_cap from 2 to the maximum 128), SGLang's graph buffer
 # max_bs * num_draft * 131077 (the grid's count), plus rules whose partial-traffic cap binds.
@@ -282,6 +284,9 @@ SWEEP_RULES = [
     (api.SplitRule(128, 1, 64, 2**22), 1, 10**9),
     (api.SplitRule(128, 2, 64, 10**6), 3, 10**9),
     (api.SplitRule(128, 2, 64, 10**6, 24, 6), 3, 10**9),  # weighted, draft tiles 2
+    (api.split_rule(1, 8, 16, 132, WEIGHTED, 1), 1, 8 * 131077),  # the fitted weight (tiles.WEIGHTED_SPLIT_CANDIDATE)
+    (api.split_rule(4, 4, 16, 132, WEIGHTED, 1), 4, 4 * 4 * 131077),
+    (api.split_rule(8, 8, 16, 132, WEIGHTED, 1), 8, 8 * 8 * 131077),
 ]
 SWEEP_TOTAL = 300_000
 

@@ -344,10 +344,10 @@ def test_ab_summary_prints_a_recorded_tree_ab_document_without_a_device(tmp_path
 
 def test_split_sweep_fit_scores_the_rule_weights_on_recorded_sweeps():
     """split_sweep.py --fit: each split_tile_weight's picks scored against the recorded sweep (session 32 call 3, H100)
-    with no device; the shipped weight picks the fastest count or one within 2% on every shape, the plain rule (0)
-    does not."""
+    with no device; the fitted candidate weight picks the fastest count or one within 2% on every shape, the plain
+    rule (0) does not."""
     recorded = REPO / "docs/results/session32_calls/call3_sweep_bf16.json"
-    w = tiles.SM90WG.split_tile_weight
+    w = tiles.WEIGHTED_SPLIT_CANDIDATE
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests/device/split_sweep.py"), "--fit", str(recorded), "--weights", f"0,{w}"],
         cwd=str(KERNELS),

@@ -119,18 +119,20 @@ def test_split_count_fills_about_one_wave_and_caps_partials(B, L, n, H, cfg):
 
 
 def test_b1_splits_give_the_draft_tile_its_own_split():
-    # the critical tiles alone (v4, measured on the H200): 64 prefix splits and one more that runs only the draft tile
-    plain = dataclasses.replace(tiles.SM90WG, split_tile_weight=0)
+    # the shipped rule, the critical tiles alone (v4, measured on the H200): 64 prefix splits and one more that runs
+    # only the draft tile
+    assert tiles.SM90WG.split_tile_weight == 0
     for L in (4096, 8192, 16384, 32768, 131072):
-        assert api.choose_num_splits(1, 8, 16, L, 132, plain) == 65
-    assert api.choose_num_splits(4, 4, 16, 4 * 131072, 132, plain) == 33
-    assert api.choose_num_splits(1, 8, 16, 100, 132, plain) == 3, "two prefix tiles, one draft split"
+        assert api.choose_num_splits(1, 8, 16, L, 132, tiles.SM90WG) == 65
+    assert api.choose_num_splits(4, 4, 16, 4 * 131072, 132, tiles.SM90WG) == 33
+    assert api.choose_num_splits(8, 8, 16, 8 * 32768, 132, tiles.SM90WG) == 8
+    assert api.choose_num_splits(1, 8, 16, 100, 132, tiles.SM90WG) == 3, "two prefix tiles, one draft split"
+    assert api.choose_num_splits(1, 8, 16, 0, 132, tiles.SM90WG) == 1
 
 
-def test_sm90wg_weighs_each_split_against_the_critical_tiles():
-    # cost = split_tile_weight * critical tiles + S * CTAs per split (session 32's sweeps)
-    cfg = tiles.SM90WG
-    assert cfg.split_tile_weight > 0
+def test_a_split_weight_trades_splits_against_the_critical_tiles():
+    # cost = split_tile_weight * critical tiles + S * CTAs per split, at session 32's fitted candidate weight
+    cfg = dataclasses.replace(tiles.SM90WG, split_tile_weight=tiles.WEIGHTED_SPLIT_CANDIDATE)
     assert api.choose_num_splits(1, 8, 16, 4096, 132, cfg) == 33, "32 splits of 2 tiles + the draft's, not 64 of 1"
     assert api.choose_num_splits(4, 4, 16, 4 * 2048, 132, cfg) == 17, "16 splits of 2 tiles, not 32 of 1"
     assert api.choose_num_splits(1, 8, 16, 2048, 132, cfg) == 33, "32 splits of one tile: fewer would lengthen the CTA"
