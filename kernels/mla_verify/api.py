@@ -309,9 +309,9 @@ def choose_num_splits(
     S=33 with 2 tiles 0.95-0.99x S=65 with one; (4, 2048, 4, 16) S=17 0.94x S=33; no shipped config
     sets it until graph replays are measured). Otherwise tile_w = 1, split_w = 0: the critical
     tiles alone (v4, H200: 7.2 / 6.1 / 7.5% faster than the v3 rule at B=1 L=4k..32k).
-    `prefix_tokens_total` may overestimate (CUDA-graph
-    buffers): the launch is then sized (grid, workspace) for that total, and the kernel runs the
-    count of the real total (kv_indptr on the device), capped at this one.
+    `prefix_tokens_total` may overestimate (CUDA-graph buffers): the launch is then sized (grid,
+    workspace) for that total, and the kernel runs the count of the real total (kv_indptr on the
+    device), capped at this one.
     `ctas_per_sm` defaults to the config's residency on sm_90 (tiles.ctas_per_sm gives it per arch).
     """
     rule = split_rule(B, max_len_extend, H, num_sms, cfg, ctas_per_sm)
