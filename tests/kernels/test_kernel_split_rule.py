@@ -6,9 +6,10 @@ s = i + 1 + 32k, k < 4, computes every ceiling as floor((total - 1) * r) + 1 wit
 reciprocal of B * BN (* s) rounded up (floor_div_rcp: one fma rounded toward zero), and a
 redux.sync min over the 32-bit key cost * 256 + s, cost = tile_w * (critical CTA's KV tiles) +
 split_w * s (api.SplitRule). General path (huge totals or parameters): the previous procedure,
-32-bit divisions and shifts by log2(BN), a 64-bit shuffle min over (cost << 8 | s). `device_splits` emulates both step for step (vectorized over totals) and the
-tests check it against api.splits_for_total (which choose_num_splits uses), plus the properties
-the graph path relies on. The GPU side (a replayed graph equals an eager call with that count,
+32-bit divisions and shifts by log2(BN), a 64-bit shuffle min over (cost << 8 | s).
+`device_splits` emulates both step for step (vectorized over totals) and the tests check it
+against api.splits_for_total (which choose_num_splits uses), plus the properties the graph path
+relies on. The GPU side (a replayed graph equals an eager call with that count,
 bit for bit) is verify_tools.parity's graph cases.
 """
 
