@@ -57,12 +57,13 @@ def main(argv=None) -> int:
     doc = {
         "device": torch.cuda.get_device_name(0),
         "sms": props.multi_processor_count,
+        "arch": api.device_arch(torch.device("cuda")),
         "kv": a.kv,
         "csrc": a.csrc,
         "rounds": ROUNDS,
         "rows": [],
     }
-    tree = load_tree(api.device_arch(torch.device("cuda")), a.csrc) if a.csrc else None
+    tree = load_tree(doc["arch"], a.csrc) if a.csrc else None
     with _TreeModule(tree):
         for shape in parse_shapes(a.shapes):
             sweep_shape(torch, api, mla_verify_fwd, timer, shape, counts, a.kv, doc)
@@ -118,20 +119,22 @@ def fit(paths, weights) -> int:
     for path in paths:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
-        rows += [(doc.get("sms", 132), r) for r in doc["rows"]]
+        # sweeps recorded before "sms" / "arch" were written ran on H100 / H200 cards: 132 SMs, sm_90a
+        rows += [(doc.get("sms", 132), doc.get("arch", "sm_90a"), r) for r in doc["rows"]]
     for w in weights:
         cfg = dataclasses.replace(tiles.SM90WG, split_tile_weight=w)
         ratios, missing = [], []
-        for sms, r in rows:
+        for sms, arch, r in rows:
             B, L, n, H = r["B"], r["L"], r["n"], r["H"]
-            s = api.choose_num_splits(B, n, H, B * L, sms, cfg, 1)
+            s = api.choose_num_splits(B, n, H, B * L, sms, cfg, tiles.ctas_per_sm(cfg, arch))
             timed = {k: v for k, v in r["us"].items() if k != "auto"}
             if str(s) in timed:
                 ratios.append((timed[str(s)] / min(timed.values()), (B, L, n, H), s))
             else:
                 missing.append(((B, L, n, H), s))
         geo = math.exp(sum(math.log(x[0]) for x in ratios) / len(ratios)) if ratios else float("nan")
-        worst = f"{max(ratios)[0]:.3f} at {max(ratios)[1]} S={max(ratios)[2]}" if ratios else "-"
+        top = max(ratios) if ratios else None
+        worst = f"{top[0]:.3f} at {top[1]} S={top[2]}" if top else "-"
         print(f"weight {w}: geomean over the best {geo:.4f}, worst {worst}, missing {missing}")
     return 0
 

@@ -315,8 +315,8 @@ def test_launcher_gets_the_fp8_scales(fp8_args, fake_launch):
 
 def test_fp8_path_picks_the_fp8_arithmetic(fp8_args, fake_launch):
     """fp8_path picks the fp8 arithmetic, passed as the launch argument before the rule's two weights (api.fp8_f16:
-    1 runs the config's F16 kernel): "f16" 1, "bf16" 0, "auto" 1 only where a split's prefix chunk holds the config's fp8_f16_min_tokens.
-    Past api.FP8_MAX_V_SCALE (the range of f16 P) "auto" passes 0 and an explicit "f16" is refused before any
+    1 runs the config's F16 kernel): "f16" 1, "bf16" 0, "auto" 1 only where a split's prefix chunk holds the
+    config's fp8_f16_min_tokens. Past api.FP8_MAX_V_SCALE (the range of f16 P) "auto" passes 0 and an explicit "f16" is refused before any
     launch, as is "f16" on a config without an F16 kernel (the mma.sync ones) or an unknown path; sm90 gets 0."""
     argv = [fp8_args[k] for k in KERNEL_ARGS]
     kw = {"k_scale": 0.5, "num_splits": 1}
