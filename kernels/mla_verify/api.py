@@ -213,25 +213,22 @@ def validate(
 
 
 class SplitRule(tuple):
-    """Host-known half of the split rule: (s_cap, draft_tiles, bn, part_div, tile_w, split_w); see
-    choose_num_splits. tile_w = 1, split_w = 0 (the defaults) is the plain critical-tile rule.
+    """Host-known half of the split rule: (s_cap, draft_tiles, bn, part_div); see choose_num_splits.
 
-    The kernel receives these integers and evaluates `splits_for_total` itself on the real
+    The kernel receives these four integers and evaluates `splits_for_total` itself on the real
     prefix total (kv_indptr[B] - kv_indptr[0]) when the split count is automatic, so a CUDA graph
     captured on max-size buffers runs, at each replay, the split count of an eager call at the
     replayed length (mla_verify_kernel.cuh, effective_splits: the same integer result)."""
 
     __slots__ = ()
 
-    def __new__(cls, s_cap: int, draft_tiles: int, bn: int, part_div: int, tile_w: int = 1, split_w: int = 0):
-        return super().__new__(cls, (s_cap, draft_tiles, bn, part_div, tile_w, split_w))
+    def __new__(cls, s_cap: int, draft_tiles: int, bn: int, part_div: int):
+        return super().__new__(cls, (s_cap, draft_tiles, bn, part_div))
 
     s_cap = property(lambda self: self[0])
     draft_tiles = property(lambda self: self[1])
     bn = property(lambda self: self[2])
     part_div = property(lambda self: self[3])
-    tile_w = property(lambda self: self[4])
-    split_w = property(lambda self: self[5])
 
 
 def split_rule(
@@ -247,9 +244,7 @@ def split_rule(
     ctas = B * m_tiles
     slots = num_sms * (ctas_per_sm or cfg.ctas_per_sm_hint)
     s_cap = 1 if ctas >= 0.8 * slots else max(1, min(slots // ctas, MAX_SPLITS))
-    tile_w, split_w = (cfg.split_tile_weight, ctas) if cfg.split_tile_weight > 0 else (1, 0)
-    part_div = B * max_len_extend * H * 513 * 4 * 2
-    return SplitRule(s_cap, -(-max_len_extend // cfg.block_n), cfg.block_n, part_div, tile_w, split_w)
+    return SplitRule(s_cap, -(-max_len_extend // cfg.block_n), cfg.block_n, B * max_len_extend * H * 513 * 4 * 2)
 
 
 def request_length(B: int, prefix_tokens_total: int) -> int:
@@ -278,8 +273,7 @@ def splits_for_total(rule: SplitRule, B: int, prefix_tokens_total: int, grid_spl
     for s in range(1, s_max + 1):
         chunk = split_chunk(length, s, bn)
         last = max(0, length - (s - 1) * chunk)
-        tiles_crit = max(chunk // bn if s > 1 else 0, -(-last // bn) + rule.draft_tiles)
-        cost = rule.tile_w * tiles_crit + rule.split_w * s
+        cost = max(chunk // bn if s > 1 else 0, -(-last // bn) + rule.draft_tiles)
         if best_cost is None or cost < best_cost:
             best, best_cost = s, cost
     return best
@@ -299,19 +293,16 @@ def choose_num_splits(
     At most about one wave (num_sms * CTAs/SM) of CTAs, and the fp32 partial traffic (S * rows *
     513 * 4 B, written then read back) capped to the KV bytes or 48 MiB (L2-resident), whichever is
     larger (the sm90wg bf16 kernel's token-split launches write bf16 partials, half that: the cap,
-    kept as measured, is conservative there). Within that, S minimizes tile_w * T(S) + split_w * S
-    (the smallest such S on ties), T(S) = the KV tiles on the critical CTA, computed with the
-    device's own split rule (chunk = ceil(L / S) rounded up to whole tiles; the last split also
-    runs the draft tiles), so the draft tile gets a split of its own when that is free. split_w =
-    CTAs per split and tile_w = cfg.split_tile_weight where a config sets one: each split costs its
-    CTAs' Q loads, partial writes and the combine's reads, about 1/tile_w of a critical tile per
-    CTA (session 32, H100, exact-length calls at tiles.WEIGHTED_SPLIT_CANDIDATE: B=1 L=4k n=8 H=16
-    S=33 with 2 tiles 0.95-0.99x S=65 with one; (4, 2048, 4, 16) S=17 0.94x S=33; no shipped config
-    sets it until graph replays are measured). Otherwise tile_w = 1, split_w = 0: the critical
-    tiles alone (v4, H200: 7.2 / 6.1 / 7.5% faster than the v3 rule at B=1 L=4k..32k).
-    `prefix_tokens_total` may overestimate (CUDA-graph buffers): the launch is then sized (grid,
-    workspace) for that total, and the kernel runs the count of the real total (kv_indptr on the
-    device), capped at this one.
+    kept as measured, is conservative there). Within that, S minimizes the tiles on the critical CTA, computed with the device's own
+    split rule (chunk = ceil(L / S) rounded up to whole tiles; the last split also runs the draft
+    tiles), the smallest such S on ties. So the draft tile gets a split of its own when that is
+    free: B=1 L=4k..32k n=8 H=16 gives S=65 (64 prefix splits + the draft's). Measured on the H200
+    (v4): the v3 rule (>= 2 tiles per split, 32 MiB cap) chose 32 / 63 / 63 / 66 there, whose last
+    split ran a prefix tile and the draft tile (except at 32k); S=66 (64 prefix splits, an empty
+    one, the draft's) ran 7.2 / 6.1 / 7.5 / 0% faster than the v3 choice and 64 prefix splits with
+    the draft on the last one 2-4% slower. `prefix_tokens_total` may overestimate (CUDA-graph
+    buffers): the launch is then sized (grid, workspace) for that total, and the kernel runs the
+    count of the real total (kv_indptr on the device), capped at this one.
     `ctas_per_sm` defaults to the config's residency on sm_90 (tiles.ctas_per_sm gives it per arch).
     """
     rule = split_rule(B, max_len_extend, H, num_sms, cfg, ctas_per_sm)
@@ -528,10 +519,8 @@ def mla_verify_fwd(
         float(v_scale) if sizes["kv_fp8"] else 1.0,
         int(fp8_schedule),
         int(split_auto),
-        *rule[:4],
-        f16,  # verify_tools.bench's tree A/B drops the trailing arguments a tree built before them lacks
-        rule.tile_w,
-        rule.split_w,
+        *rule,
+        f16,  # last: verify_tools.bench's tree A/B drops it for a tree built before it existed
     )
     return o_extend
 

@@ -28,12 +28,6 @@ class TileConfig:
     # fp8 cache: the F16 kernel instance (prefix tiles as f16 MMAs, one conversion per two fp8 values) runs where a
     # split's prefix chunk holds at least this many tokens (api.fp8_f16); 0 = the config has no F16 instance.
     fp8_f16_min_tokens: int = 0
-    # Split rule (api.splits_for_total): > 0 weighs a split count s as this many times the critical CTA's KV tiles plus
-    # s * (CTAs per split), i.e. one KV tile on the critical path costs as much as this many extra CTAs (their Q loads,
-    # partial writes and the combine's reads); 0 = the critical tiles alone (every shipped config, for now: sm90wg at
-    # WEIGHTED_SPLIT_CANDIDATE ran 0.95-0.99x at B=1 L=4k in exact-length calls, session 32, but a graph replay on
-    # SGLang's max-sized buffers keeps the capture's grid, and that path is not yet measured against the plain rule).
-    split_tile_weight: int = 0
 
     @property
     def threads(self) -> int:
@@ -70,9 +64,6 @@ SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=2
 # sm90wg's warp-specialized bf16 kernel (csrc/mla_verify_wgmma_ws.cuh, WS_SMEM_BYTES): the same layout plus its four
 # 8-byte mbarriers.
 SM90WG_WS_SMEM_BYTES = SM90WG.smem_bytes + 4 * 8
-# sm90wg's split_tile_weight fitted on session 32's sweeps (H100, exact-length calls: 48-64 pick the fastest swept
-# count or one within 2% on every shape); the default once tests/device/rule_ab.py shows graph replays no slower.
-WEIGHTED_SPLIT_CANDIDATE = 54
 CONFIGS = {c.name: c for c in (SM90WG, SM90, SM120)}
 
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.

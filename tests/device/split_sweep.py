@@ -7,20 +7,12 @@ partials) still pick the fastest count now that B=1 writes bf16 partials through
 Per shape: the bench's inputs (verify_tools.bench.ab_case), CUDA-graph replays after an L2 flush (the bench's Timer),
 each count's time as the minimum of ROUNDS medians taken in alternation with the rule's own count; `over_auto` =
 time / the rule's time; `rel_diff_vs_auto` = |o - o_auto| / |o_auto| (a different split count changes the fp32
-summation order, not the result beyond rounding). Writes JSON with --out.
-
-    python3 tests/device/split_sweep.py --fit A.json [B.json ...] [--weights 0,24,48,54]
-
-needs no device: for each split_tile_weight, the count the weighted rule (api.splits_for_total) picks on every recorded
-shape and that count's measured time over the shape's fastest swept count (geomean and worst; a pick the sweep did not
-time is listed as missing)."""
+summation order, not the result beyond rounding). Writes JSON with --out."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import sys
 
 ROUNDS = 3
@@ -30,18 +22,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="split_sweep.py", description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="?", help="B:L:n:H,... (the bench's syntax)")
     ap.add_argument("--splits", help="split counts to time beside the rule's, e.g. 17,33,66")
-    ap.add_argument(
-        "--fit", nargs="+", metavar="JSON", help="recorded sweeps: score split_tile_weight values (no device)"
-    )
-    ap.add_argument("--weights", default="0,16,24,32,40,44,48,54,64,80", help="with --fit: the weights to score")
     ap.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
     ap.add_argument("--csrc", default=None, help="another copy of mla_verify's csrc/ to run (default: the checkout's)")
     ap.add_argument("--out", default=None, help="write the JSON document here")
     a = ap.parse_args(argv)
-    if a.fit:
-        return fit(a.fit, [int(w) for w in a.weights.split(",") if w])
     if not a.shapes or not a.splits:
-        ap.error("give shapes and --splits (or --fit JSON...)")
+        ap.error("give shapes and --splits")
     try:
         counts = sorted({int(x) for x in a.splits.split(",") if x})
     except ValueError:
@@ -109,34 +95,6 @@ def sweep_shape(torch, api, mla_verify_fwd, timer, shape, counts, kv, doc) -> No
     }
     doc["rows"].append(row)
     print(f"[sweep] B={B} L={L} n={n} H={H} auto S={auto_s}: {row['over_auto']} ({row['us']})", file=sys.stderr)
-
-
-def fit(paths, weights) -> int:
-    """Score each split_tile_weight on recorded sweeps (module docstring); prints one line per weight."""
-    from mla_verify import api, tiles
-
-    rows = []
-    for path in paths:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-        # sweeps recorded before "sms" / "arch" were written ran on H100 / H200 cards: 132 SMs, sm_90a
-        rows += [(doc.get("sms", 132), doc.get("arch", "sm_90a"), r) for r in doc["rows"]]
-    for w in weights:
-        cfg = dataclasses.replace(tiles.SM90WG, split_tile_weight=w)
-        ratios, missing = [], []
-        for sms, arch, r in rows:
-            B, L, n, H = r["B"], r["L"], r["n"], r["H"]
-            s = api.choose_num_splits(B, n, H, B * L, sms, cfg, tiles.ctas_per_sm(cfg, arch))
-            timed = {k: v for k, v in r["us"].items() if k != "auto"}
-            if str(s) in timed:
-                ratios.append((timed[str(s)] / min(timed.values()), (B, L, n, H), s))
-            else:
-                missing.append(((B, L, n, H), s))
-        geo = math.exp(sum(math.log(x[0]) for x in ratios) / len(ratios)) if ratios else float("nan")
-        top = max(ratios) if ratios else None
-        worst = f"{top[0]:.3f} at {top[1]} S={top[2]}" if top else "-"
-        print(f"weight {w}: geomean over the best {geo:.4f}, worst {worst}, missing {missing}")
-    return 0
 
 
 if __name__ == "__main__":

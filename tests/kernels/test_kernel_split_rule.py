@@ -4,18 +4,16 @@ The kernel evaluates the host's exact-length split rule itself when the count is
 (mla_verify_kernel.cuh, effective_splits). Fast path (session 14): lane i of a warp takes
 s = i + 1 + 32k, k < 4, computes every ceiling as floor((total - 1) * r) + 1 with r = the fp32
 reciprocal of B * BN (* s) rounded up (floor_div_rcp: one fma rounded toward zero), and a
-redux.sync min over the 32-bit key cost * 256 + s, cost = tile_w * (critical CTA's KV tiles) +
-split_w * s (api.SplitRule). General path (huge totals or parameters): the previous procedure,
-32-bit divisions and shifts by log2(BN), a 64-bit shuffle min over (cost << 8 | s).
-`device_splits` emulates both step for step (vectorized over totals) and the tests check it
-against api.splits_for_total (which choose_num_splits uses), plus the properties the graph path
-relies on. The GPU side (a replayed graph equals an eager call with that count,
+redux.sync min over the 32-bit key cost * 256 + s. General path (huge totals or parameters): the
+previous procedure, 32-bit divisions and shifts by log2(BN), a 64-bit shuffle min over
+(cost << 8 | s). `device_splits` emulates both step for step (vectorized over totals) and the
+tests check it against api.splits_for_total (which choose_num_splits uses), plus the properties
+the graph path relies on. The GPU side (a replayed graph equals an eager call with that count,
 bit for bit) is verify_tools.parity's graph cases.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import numpy as np
@@ -26,6 +24,7 @@ from mla_verify import api, tiles
 U32 = 2**32
 M32 = U32 - 1  # UINT_MAX
 FAST_TOTAL_MAX = M32 // 1152  # the fast path's total bound (and the general path's 32-bit branch)
+NOT_ADMITTED = 2**24 - 1  # cost floor of an s past s_max: above every admitted cost (< 2^22 + 2^23)
 
 
 def rcp_ru(d: int) -> tuple[int, int]:
@@ -44,7 +43,7 @@ def floor_div_rcp(x, rcp: tuple[int, int]):
 
 
 def _host_fast_guard(rule: api.SplitRule, B: int, grid: int) -> bool:
-    bn, dt, pd, tw, sw = rule.bn, rule.draft_tiles, rule.part_div, rule.tile_w, rule.split_w
+    bn, dt, pd = rule.bn, rule.draft_tiles, rule.part_div
     return (
         grid <= 128
         and B >= 1
@@ -53,9 +52,6 @@ def _host_fast_guard(rule: api.SplitRule, B: int, grid: int) -> bool:
         and B * bn <= 2**17
         and 0 <= dt < 2**23
         and 1 <= pd <= M32
-        and tw >= 1
-        and sw >= 0
-        and tw * ((2**22 >> (bn.bit_length() - 1)) + 1 + dt) + sw * 128 < 2**24
     )
 
 
@@ -85,15 +81,15 @@ def _fast_path(rule: api.SplitRule, B: int, t: np.ndarray, grid: int) -> np.ndar
         lt_dt = floor_div_rcp(x, rcp_lt) + 1 + dt  # Lt + dt
         x3, cap3, lt_dt3 = x[:, None, None], cap[:, None, None], lt_dt[:, None, None]
         q = floor_div_rcp(x3, (m, e)) + 1
+        floor_c = np.where(cap3 >= lim_s, dt, NOT_ADMITTED)
         cost = lt_dt3 + (1 - s) * q  # int32 on the device
         assert (np.abs(cost) < 2**31).all()
-        cost = np.maximum(np.maximum(cost, q), rule.draft_tiles)  # the critical CTA's tiles
-        weighted = rule.tile_w * cost + rule.split_w * s  # int32 on the device
-        assert (weighted >= 0).all() and (weighted < 2**24).all()  # the key cannot wrap
-        key = np.where(cap3 >= lim_s, weighted * 256 + s, M32)  # not admitted: UINT_MAX
+        cost = np.maximum(np.maximum(cost, q), floor_c)
+        key = cost * 256 + s  # unsigned 32-bit on the device: must not wrap
+        assert (cost >= 0).all() and (key <= M32).all()
         best = key.min(axis=1)  # each lane's min over its 4 candidates
         warp = best.min(axis=1)  # __reduce_min_sync over the 32 lanes
-        assert (warp != M32).all()  # s = 1 (lane 0) is always admitted
+        assert (warp >> 8 < NOT_ADMITTED).all()  # s = 1 (lane 0) is always admitted
         out[i : i + 8192] = warp & 255
     return out
 
@@ -144,9 +140,7 @@ def _general_path(rule: api.SplitRule, B: int, total: np.ndarray, grid: int) -> 
     last = np.where(before >= n3, 0, n3 - before)
     a = np.where(s > 1, chunk >> sh, 0)
     c = (((last + bn_1) >> sh) + dt) & M32
-    cost = np.maximum(a, c) * rule.tile_w + rule.split_w * s
-    assert (cost < 2**55).all()
-    key = (cost << 8) | s  # 64-bit key
+    key = (np.maximum(a, c) << 8) | s  # 64-bit key
     key = np.where(s <= sm3, key, np.iinfo(np.int64).max)  # the lane's loop stops at s_max
     best = key.min(axis=1)  # each lane's loop
     warp = best.min(axis=1)  # five xor-shuffle rounds
@@ -174,8 +168,7 @@ def host_splits_array(rule: api.SplitRule, B: int, total: np.ndarray, grid: int)
         per = -(-length // s)
         chunk = -(-per // bn) * bn
         last = np.maximum(0, length - (s - 1) * chunk)
-        tiles_crit = np.maximum(chunk // bn if s > 1 else 0, -(-last // bn) + rule.draft_tiles)
-        cost = rule.tile_w * tiles_crit + rule.split_w * s
+        cost = np.maximum(chunk // bn if s > 1 else 0, -(-last // bn) + rule.draft_tiles)
         upd = (s <= s_max) & (cost < best_cost)
         out[upd] = s
         best_cost[upd] = cost[upd]
@@ -269,7 +262,6 @@ def test_rcp_ru_is_the_smallest_fp32_at_or_above_the_reciprocal():
         assert 2**23 <= m <= 2**24 and (m < 2**24 or d & (d - 1) == 0)  # an fp32 significand (or 2^k)
 
 
-WEIGHTED = dataclasses.replace(tiles.SM90WG, split_tile_weight=tiles.WEIGHTED_SPLIT_CANDIDATE)
 # (rule, B, index buffer) of the exhaustive sweep: api.split_rule for B = 1..32 on the sm90wg tiles
 # (BN = 64; draft tiles 1 or 2; s_cap from 2 to the maximum 128), SGLang's graph buffer
 # max_bs * num_draft * 131077 (the grid's count), plus rules whose partial-traffic cap binds.
@@ -284,10 +276,6 @@ SWEEP_RULES = [
     (api.split_rule(32, 2, 16, 132, tiles.SM90WG, 2), 32, 32 * 2 * 131077),
     (api.SplitRule(128, 1, 64, 2**22), 1, 10**9),
     (api.SplitRule(128, 2, 64, 10**6), 3, 10**9),
-    (api.SplitRule(128, 2, 64, 10**6, 24, 6), 3, 10**9),  # weighted, draft tiles 2
-    (api.split_rule(1, 8, 16, 132, WEIGHTED, 1), 1, 8 * 131077),  # the fitted weight (tiles.WEIGHTED_SPLIT_CANDIDATE)
-    (api.split_rule(4, 4, 16, 132, WEIGHTED, 1), 4, 4 * 4 * 131077),
-    (api.split_rule(8, 8, 16, 132, WEIGHTED, 1), 8, 8 * 8 * 131077),
 ]
 SWEEP_TOTAL = 300_000
 
@@ -319,8 +307,6 @@ def test_fast_path_guards_fall_back_to_the_general_path():
         (api.SplitRule(128, 2**23, 64, 10**6), 128),  # draft tiles >= 2^23
         (api.SplitRule(128, 1, 2**18, 10**6), 128),  # B * BN > 2^17
         (api.SplitRule(128, 1, 64, 2**32), 128),  # part_div >= 2^32
-        (api.SplitRule(128, 1, 64, 10**6, 256, 0), 128),  # tile_w (Lt_max + dt) >= 2^24
-        (api.SplitRule(128, 1, 64, 10**6, 128, 2**16), 128),  # tile_w (Lt_max + dt) + split_w * 128 >= 2^24
     ]
     totals = np.array([1, 2, 63, 64, 65, 4095, 4096, 70_000, FAST_TOTAL_MAX, FAST_TOTAL_MAX + 1, 5_000_000])
     for rule, grid in cases:
@@ -328,11 +314,7 @@ def test_fast_path_guards_fall_back_to_the_general_path():
         got = device_splits_array(rule, B, totals, buf, grid)
         want = [api.splits_for_total(rule, B, int(T), grid) for T in totals]
         assert got.tolist() == want, rule
-    edges = [
-        api.SplitRule(128, 2**23 - 1, 64, 10**6),  # the largest draft-tile count the fast path takes
-        api.SplitRule(128, 1, 64, 10**6, 127, 2**16),  # weights just inside the key's 32 bits
-    ]
-    for edge in edges:
-        assert _host_fast_guard(edge, B, 128), edge
-        got = device_splits_array(edge, B, totals, buf, 128)
-        assert got.tolist() == [api.splits_for_total(edge, B, int(T), 128) for T in totals], edge
+    edge = api.SplitRule(128, 2**23 - 1, 64, 10**6)  # the largest draft-tile count the fast path takes
+    assert _host_fast_guard(edge, B, 128)
+    got = device_splits_array(edge, B, totals, buf, 128)
+    assert got.tolist() == [api.splits_for_total(edge, B, int(T), 128) for T in totals]

@@ -4,7 +4,6 @@ sizes only."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 
@@ -119,29 +118,13 @@ def test_split_count_fills_about_one_wave_and_caps_partials(B, L, n, H, cfg):
 
 
 def test_b1_splits_give_the_draft_tile_its_own_split():
-    # the shipped rule, the critical tiles alone (v4, measured on the H200): 64 prefix splits and one more that runs
-    # only the draft tile
-    assert tiles.SM90WG.split_tile_weight == 0
+    # v4 (measured on the H200): 64 prefix splits and one more that runs only the draft tile
     for L in (4096, 8192, 16384, 32768, 131072):
         assert api.choose_num_splits(1, 8, 16, L, 132, tiles.SM90WG) == 65
     assert api.choose_num_splits(4, 4, 16, 4 * 131072, 132, tiles.SM90WG) == 33
     assert api.choose_num_splits(8, 8, 16, 8 * 32768, 132, tiles.SM90WG) == 8
     assert api.choose_num_splits(1, 8, 16, 100, 132, tiles.SM90WG) == 3, "two prefix tiles, one draft split"
     assert api.choose_num_splits(1, 8, 16, 0, 132, tiles.SM90WG) == 1
-
-
-def test_a_split_weight_trades_splits_against_the_critical_tiles():
-    # cost = split_tile_weight * critical tiles + S * CTAs per split, at session 32's fitted candidate weight
-    cfg = dataclasses.replace(tiles.SM90WG, split_tile_weight=tiles.WEIGHTED_SPLIT_CANDIDATE)
-    assert api.choose_num_splits(1, 8, 16, 4096, 132, cfg) == 33, "32 splits of 2 tiles + the draft's, not 64 of 1"
-    assert api.choose_num_splits(4, 4, 16, 4 * 2048, 132, cfg) == 17, "16 splits of 2 tiles, not 32 of 1"
-    assert api.choose_num_splits(1, 8, 16, 2048, 132, cfg) == 33, "32 splits of one tile: fewer would lengthen the CTA"
-    for L in (8192, 32768, 131072):
-        assert api.choose_num_splits(1, 8, 16, L, 132, cfg) == 65, "from 8k on, every split the wave holds"
-    assert api.choose_num_splits(4, 4, 16, 4 * 131072, 132, cfg) == 33
-    assert api.choose_num_splits(8, 8, 16, 8 * 32768, 132, cfg) == 8
-    assert api.choose_num_splits(1, 8, 16, 100, 132, cfg) == 3, "the draft tile still gets its own split"
-    assert api.choose_num_splits(1, 8, 16, 0, 132, cfg) == 1
 
 
 def test_long_single_request_gets_many_splits_and_big_batches_one():
@@ -314,9 +297,9 @@ def test_launcher_gets_the_fp8_scales(fp8_args, fake_launch):
 
 
 def test_fp8_path_picks_the_fp8_arithmetic(fp8_args, fake_launch):
-    """fp8_path picks the fp8 arithmetic, passed as the launch argument before the rule's two weights (api.fp8_f16:
-    1 runs the config's F16 kernel): "f16" 1, "bf16" 0, "auto" 1 only where a split's prefix chunk holds the
-    config's fp8_f16_min_tokens. Past api.FP8_MAX_V_SCALE (the range of f16 P) "auto" passes 0 and an explicit "f16" is refused before any
+    """fp8_path picks the fp8 arithmetic, passed as the last launch argument (api.fp8_f16: 1 runs the config's F16
+    kernel): "f16" 1, "bf16" 0, "auto" 1 only where a split's prefix chunk holds the config's fp8_f16_min_tokens.
+    Past api.FP8_MAX_V_SCALE (the range of f16 P) "auto" passes 0 and an explicit "f16" is refused before any
     launch, as is "f16" on a config without an F16 kernel (the mma.sync ones) or an unknown path; sm90 gets 0."""
     argv = [fp8_args[k] for k in KERNEL_ARGS]
     kw = {"k_scale": 0.5, "num_splits": 1}
@@ -326,7 +309,7 @@ def test_fp8_path_picks_the_fp8_arithmetic(fp8_args, fake_launch):
     mla_verify_fwd(*argv, **kw, v_scale=1.0, tile_config="sm90")
     per_request = -(-fp8_args["kv_indices"].numel() // (len(fp8_args["kv_indptr"]) - 1))
     auto = int(per_request >= tiles.SM90WG.fp8_f16_min_tokens)  # one split: the chunk is the whole prefix
-    assert [c[-3] for c in fake_launch.calls] == [auto, 1, 0, 0, 0]
+    assert [c[-1] for c in fake_launch.calls] == [auto, 1, 0, 0, 0]
     assert [c[13] for c in fake_launch.calls] == [tiles.SM90WG.index] * 4 + [tiles.SM90.index]
     with pytest.raises(ValueError, match="^v_scale:"):
         mla_verify_fwd(*argv, **kw, v_scale=api.FP8_MAX_V_SCALE * 2, tile_config="sm90wg", fp8_path="f16")

@@ -23,7 +23,7 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
          int64_t num_splits, int64_t cfg, int64_t max_len_extend, double scale_log2,
          const std::optional<at::Tensor>& workspace, double k_scale, double v_scale, int64_t fp8_sched,
          int64_t split_auto, int64_t rule_s_cap, int64_t rule_draft_tiles, int64_t rule_bn, int64_t rule_part_div,
-         int64_t fp8_f16, int64_t rule_tile_w, int64_t rule_split_w) {
+         int64_t fp8_f16) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q_extend must be a CUDA bf16 tensor");
   TORCH_CHECK(mlav::config_compiled((int)cfg), "tile config not compiled into this module");
   TORCH_CHECK(!fp8_f16 || mlav::config_has_fp8_f16((int)cfg), "fp8_f16: this tile config has no f16 fp8 kernel");
@@ -65,15 +65,12 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
   p.rule_draft_tiles = (int)rule_draft_tiles;
   p.rule_bn = (int)rule_bn;
   p.rule_part_div = rule_part_div;
-  p.rule_tile_w = (int)rule_tile_w;
-  p.rule_split_w = (int)rule_split_w;
   // MLAV_PDL_EARLY=0 turns the split kernels' early launch_dependents signal off (A/B timing in
   // the bench; read per call, so a CUDA graph keeps the value of its capture).
   const char* pdl = std::getenv("MLAV_PDL_EARLY");
   p.pdl_early = (pdl && pdl[0] == '0') ? 0 : 1;
   TORCH_CHECK(!p.split_auto || (p.rule_bn > 0 && (p.rule_bn & (p.rule_bn - 1)) == 0 && p.rule_part_div > 0 &&
-                                 p.rule_s_cap >= 1 && rule_tile_w >= 1 && rule_tile_w <= (1 << 16) &&
-                                 rule_split_w >= 0 && rule_split_w <= (1 << 16)),
+                                 p.rule_s_cap >= 1),
               "split rule parameters out of range");
   p.scale_log2 = (float)scale_log2;
   if (p.S > 1) {

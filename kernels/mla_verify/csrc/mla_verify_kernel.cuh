@@ -128,9 +128,9 @@ __device__ __forceinline__ int floor_div_rcp(float x, float r) {
 // on the real prefix total of the batch, total = kv_indptr[B] - kv_indptr[0] clamped to
 // [0, n_kv_indices], and capped at the grid's p.S:
 //   length = ceil(total / B); s_max = clamp(min(rule_s_cap, max(total * 1152, 48 MiB) /
-//   rule_part_div), 1, p.S); S = the s in [1, s_max] minimizing rule_tile_w * tiles + rule_split_w * s,
-//   tiles = the critical CTA's KV tiles max(s > 1 ? chunk / BN : 0, ceil(last / BN) + draft_tiles),
-//   chunk = ceil(ceil(length / s) / BN) * BN, last = max(0, length - (s - 1) * chunk); the smallest s on ties.
+//   rule_part_div), 1, p.S); S = the s in [1, s_max] minimizing the critical CTA's KV tiles
+//   max(s > 1 ? chunk / BN : 0, ceil(last / BN) + draft_tiles), chunk = ceil(ceil(length / s) / BN)
+//   * BN, last = max(0, length - (s - 1) * chunk); the smallest s on ties.
 // The eager host passes p.S = that rule on kv_indices.numel() (= total for exact-size buffers), so
 // the device's S equals p.S there; under a CUDA graph captured on max-size buffers, p.S is the
 // capture's maximum and the device follows the replayed length. Lane i of each warp evaluates
@@ -151,13 +151,11 @@ __device__ __forceinline__ int effective_splits(const Params& p, int64_t kv_firs
   // and the cost is max(q, dt, Lt + dt - (s-1) q) (for s = 1, q = Lt <= Lt + dt: the host's 0 there
   // changes nothing). Each ceiling is floor_div_rcp(total - 1, d) + 1. Guards (else the general
   // path below, the same rule with divisions): p.S <= 128 (4 candidates per lane), B BN <= 2^17
-  // (d <= 2^24), 0 <= dt < 2^23, 1 <= part_div < 2^32, tile_w (Lt_max + dt) + split_w * 128 < 2^24 with
-  // Lt_max = 2^22 / BN + 1 and, once loaded, total <= UINT_MAX / 1152 (< 2^22, so Lt <= Lt_max). Then the
-  // weighted cost is < 2^24 and the key cost * 256 + s fits 32 bits (one redux).
-  const int lane = threadIdx.x & 31, bn = p.rule_bn, dt = p.rule_draft_tiles, tw = p.rule_tile_w, sw = p.rule_split_w;
+  // (d <= 2^24), 0 <= dt < 2^23, 1 <= part_div < 2^32 and, once loaded, total <= UINT_MAX / 1152
+  // (< 2^22). Then cost <= Lt + dt < 2^24 - 1 and the key cost * 256 + s fits 32 bits (one redux).
+  const int lane = threadIdx.x & 31, bn = p.rule_bn, dt = p.rule_draft_tiles;
   const bool fast = p.S <= 128 && p.B >= 1 && bn > 0 && (bn & (bn - 1)) == 0 && (int64_t)p.B * bn <= (1 << 17) &&
-             dt >= 0 && dt < (1 << 23) && p.rule_part_div >= 1 && p.rule_part_div <= (int64_t)UINT_MAX && tw >= 1 &&
-             sw >= 0 && (int64_t)tw * (((1 << 22) >> (__ffs(bn) - 1)) + 1 + dt) + (int64_t)sw * 128 < (1 << 24);
+             dt >= 0 && dt < (1 << 23) && p.rule_part_div >= 1 && p.rule_part_div <= (int64_t)UINT_MAX;
   const unsigned D = (unsigned)p.B * (unsigned)bn;  // <= 2^17 where used
   const int s_hi = p.rule_s_cap < p.S ? p.rule_s_cap : p.S;
   const float rcp_lt = __frcp_ru(__uint2float_rn(D));
@@ -191,10 +189,11 @@ __device__ __forceinline__ int effective_splits(const Params& p, int64_t kv_firs
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int s = lane + 1 + 32 * k, q = floor_div_rcp(x, rcp_s[k]) + 1;
-      int cost = lt_dt + (1 - s) * q;  // critical tiles: max(q, dt, Lt + dt - (s - 1) q)
+      const int floor_c = cap >= lim_s[k] ? dt : (1 << 24) - 1;  // not admitted: above every admitted cost
+      int cost = lt_dt + (1 - s) * q;
       cost = cost > q ? cost : q;
-      cost = cost > dt ? cost : dt;
-      const unsigned key = cap >= lim_s[k] ? (unsigned)(tw * cost + sw * s) * 256u + (unsigned)s : UINT_MAX;
+      cost = cost > floor_c ? cost : floor_c;
+      const unsigned key = (unsigned)cost * 256u + (unsigned)s;
       best = key < best ? key : best;
     }
     return (int)(__reduce_min_sync(0xffffffffu, best) & 255u);  // s = 1 (lane 0) is always admitted
@@ -222,9 +221,7 @@ __device__ __forceinline__ int effective_splits(const Params& p, int64_t kv_firs
     const unsigned long long before = (unsigned long long)(s - 1) * chunk;
     const unsigned last = before >= length ? 0u : length - (unsigned)before;
     const unsigned a = s > 1 ? chunk >> sh : 0u, c = ((last + bn_1) >> sh) + (unsigned)p.rule_draft_tiles;
-    const unsigned long long cost = (unsigned long long)(a > c ? a : c) * (unsigned)p.rule_tile_w +
-                                    (unsigned long long)p.rule_split_w * (unsigned)s;  // < 2^49 (binding's bounds)
-    const unsigned long long key = (cost << 8) | (unsigned)s;
+    const unsigned long long key = ((unsigned long long)(a > c ? a : c) << 8) | (unsigned)s;
     best = key < best ? key : best;
   }
 #pragma unroll

@@ -33,8 +33,6 @@ struct Params {
   int rule_draft_tiles;   // ceil(max_len_extend / rule_bn): draft tiles of the last split
   int rule_bn;            // KV tile tokens of the config the host rule was evaluated for
   int64_t rule_part_div;  // B * max_len_extend * H * 513 * 4 * 2: fp32 partial bytes per split
-  int rule_tile_w;        // cost = rule_tile_w * (critical CTA's KV tiles) + rule_split_w * s; 1 and 0: tiles only
-  int rule_split_w;       // CTAs per split where the config weighs splits (api.split_rule), else 0
   int pdl_early;          // 1: split CTAs execute griddepcontrol.launch_dependents at their start
   float scale_log2;
   int part_bf16;        // 1: ws_o holds bf16 partials [S, T*H, 512] (the warp-specialized kernel's staged epilogue,
