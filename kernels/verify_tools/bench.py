@@ -19,6 +19,9 @@ SOL% = floor / time. Speedups are time ratios from the same run. `new_us` is the
 tile config; `configs_us` times every other config built for the arch on the same inputs. Shapes use chain drafts
 (topk = 1) so SGLang's verify_shared_kv_fwd (chain only) applies; the mask is the FULL layout.
 
+Draft trees (TREE_SHAPES): the same shape with a random topk > 1 tree instead of the chain, both timed in
+alternation in the same run: `tree_us`, `tree_over_chain` (summary: `max_tree_over_chain`).
+
 fp8 cache (FP8_SHAPES, or every shape with --fp8): the same shape with the cache stored as
 SGLang's fp8_e4m3 MLA pool (float8_e4m3fn rows, per-tensor k_scale / v_scale, bf16 drafts), timed
 in the same run: `fp8_us`, `fp8_over_bf16` = fp8_us / new_us, its own floor (KV rows of 576 + 8
@@ -79,6 +82,9 @@ GRAPH_BUFFER_LENS = (512, 4096, 32768, 131072)
 GB_ROUNDS = 3  # graph-buffer mode: medians per side, taken in alternation; each side's minimum counts
 GRAPH_BUFFER_SHAPES = [(1, 8, 16), (4, 4, 16), (8, 8, 16)]  # (max_bs, num_draft, H)
 FP8_K_SCALE = 0.5  # per-tensor scale of the fp8 bench cache (k / k_scale is stored)
+# Shapes also timed with a random draft tree (topk > 1) in place of the chain (bench_tree); issue 13: within 5%.
+TREE_SHAPES = [(1, 4096, 8, 16), (1, 32768, 8, 16), (8, 32768, 8, 16), (32, 8192, 8, 16)]
+TREE_ROUNDS = 3  # chain and tree medians taken in alternation; each side's minimum counts
 
 
 def fp8_case(spec):
@@ -688,11 +694,34 @@ def bench_shape(torch, timer, shape, ceilings, sgl, want_oracle=True, fp8=False,
     best, speedup = fastest_peer(row)
     if best:  # the fastest peer that ran, and our speedup over it (> 1: we are faster)
         row["fastest_peer"], row["speedup_vs_fastest_peer"] = best, speedup
+    if shape in TREE_SHAPES:
+        row.update(bench_tree(torch, timer, spec, args, scale))
     inp = args = None  # free this shape's inputs before the next one
     torch.cuda.empty_cache()
     if fp8:
         row.update(bench_fp8(torch, timer, spec, shape, ceilings, row["new_us"], sgl))
     return row
+
+
+def bench_tree(torch, timer, spec, chain_args, scale):
+    """The shape of `spec` with a random draft tree (topk > 1: siblings branch, each token sees its ancestors)
+    in place of the chain, same lengths and seed: both graph replays timed in alternation (min of TREE_ROUNDS
+    medians, L2 flushed). tree_over_chain > 1: the tree is slower. The trees' correctness is the parity suite's."""
+    from mla_verify import mla_verify_fwd
+
+    t_inp = make_inputs(dataclasses.replace(spec, tree="tree"), "cuda")
+    t_args = kernel_args(t_inp)
+    runs, modes = {}, {}
+    for key, a in (("chain", chain_args), ("tree", t_args)):
+        runs[key], modes[key] = timer.replay_or_eager(lambda a=a: mla_verify_fwd(*a, sm_scale=scale))
+    best = min_interleaved({k: (lambda r=r: timer.median_us(r)) for k, r in runs.items()}, TREE_ROUNDS)
+    print(f"[bench] tree B={spec.batch} n={spec.draft_lens[0]}: {best} ({modes['tree']})", file=sys.stderr)
+    return {
+        "tree_us": best["tree"],
+        "tree_chain_us": best["chain"],
+        "tree_over_chain": best["tree"] / best["chain"],
+        "tree_timing": modes["tree"],
+    }
 
 
 def summarize(rows, ceilings, gb_rows=()):
@@ -711,6 +740,7 @@ def summarize(rows, ceilings, gb_rows=()):
         "fp8_eager_over_bf16_mem_shape": eager[0] if eager else None,
         "max_fp8_over_bf16": max(vals("fp8_over_bf16"), default=None),
         "max_fp8_rel_err_vs_oracle": max(vals("fp8_rel_err_vs_oracle"), default=None),
+        "max_tree_over_chain": max(vals("tree_over_chain"), default=None),
         "max_graph_buffer_ratio": max((r["ratio"] for r in gb_rows), default=None),
         "max_graph_buffer_rel_err": max((r["rel_err_graph_vs_exact"] for r in gb_rows), default=None),
         "graph_buffer_bitwise_equal": sum(1 for r in gb_rows if r["replay_equal_exact_bitwise"]),

@@ -322,6 +322,22 @@ def test_bench_summary_gives_the_fp8_ratio_of_a_graph_replay_and_of_an_eager_cal
     assert bench.summarize([other], (4e12, 7e14))["fp8_over_bf16_mem_shape"] is None
 
 
+def test_bench_summary_gives_the_slowest_draft_tree_against_its_chain():
+    """max_tree_over_chain is the worst tree / chain time ratio of the rows that timed a tree (TREE_SHAPES, each a
+    shape the bench's grid runs), None when no row did."""
+    from verify_tools import bench
+
+    grid = set(bench.SWEEP) | set(bench.ANCHORS) | set(bench.EXTRA)
+    assert bench.TREE_SHAPES and set(bench.TREE_SHAPES) <= grid
+    rows = [
+        {"B": 1, "L": 4096, "n": 8, "H": 16, "new_us": 20.0, "tree_over_chain": 1.01},
+        {"B": 8, "L": 32768, "n": 8, "H": 16, "new_us": 160.0, "tree_over_chain": 1.04},
+        {"B": 4, "L": 65536, "n": 4, "H": 64, "new_us": 280.0},
+    ]
+    assert bench.summarize(rows, (4e12, 7e14))["max_tree_over_chain"] == 1.04
+    assert bench.summarize(rows[2:], (4e12, 7e14))["max_tree_over_chain"] is None
+
+
 def test_ab_summary_prints_a_recorded_tree_ab_document_without_a_device(tmp_path):
     """bench --ab-summary FILE: the per-row lines device scripts print after an A/B call, from a document
     recorded on the H200 (session 30, call 6), on a machine with no GPU."""
