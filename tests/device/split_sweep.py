@@ -20,14 +20,12 @@ ROUNDS = 3
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="split_sweep.py", description=__doc__.splitlines()[0])
-    ap.add_argument("shapes", nargs="?", help="B:L:n:H,... (the bench's syntax)")
-    ap.add_argument("--splits", help="split counts to time beside the rule's, e.g. 17,33,66")
+    ap.add_argument("shapes", help="B:L:n:H,... (the bench's syntax)")
+    ap.add_argument("--splits", required=True, help="split counts to time beside the rule's, e.g. 17,33,66")
     ap.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
     ap.add_argument("--csrc", default=None, help="another copy of mla_verify's csrc/ to run (default: the checkout's)")
     ap.add_argument("--out", default=None, help="write the JSON document here")
     a = ap.parse_args(argv)
-    if not a.shapes or not a.splits:
-        ap.error("give shapes and --splits")
     try:
         counts = sorted({int(x) for x in a.splits.split(",") if x})
     except ValueError:
