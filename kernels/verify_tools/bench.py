@@ -816,6 +816,7 @@ def blocked_doc(reason):
             "fp8_eager_over_bf16_mem_shape": None,
             "max_graph_buffer_ratio": None,
             "graph_buffer_bitwise_equal": None,
+            "max_tree_over_chain": None,
             "copy_bw_gbs": None,
             "matmul_tflops": None,
         },
