@@ -715,7 +715,8 @@ def bench_tree(torch, timer, spec, chain_args, scale):
     for key, a in (("chain", chain_args), ("tree", t_args)):
         runs[key], modes[key] = timer.replay_or_eager(lambda a=a: mla_verify_fwd(*a, sm_scale=scale))
     best = min_interleaved({k: (lambda r=r: timer.median_us(r)) for k, r in runs.items()}, TREE_ROUNDS)
-    print(f"[bench] tree B={spec.batch} n={spec.draft_lens[0]}: {best} ({modes['tree']})", file=sys.stderr)
+    B, L, n = spec.batch, spec.prefix_lens[0], spec.draft_lens[0]
+    print(f"[bench] tree B={B} L={L} n={n} H={spec.heads}: {best} ({modes['tree']})", file=sys.stderr)
     return {
         "tree_us": best["tree"],
         "tree_chain_us": best["chain"],
