@@ -216,6 +216,10 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
 
 // A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (-DMLAV_ASYM_MIN_TILES=N overrides it,
 // e.g. 2 for a sanitizer run in which short parity cases mix both consumer bodies in one launch).
+// ASYM's S warpgroup issues S(j + 1) right behind PV(j) instead of after PV(j)'s wait (session 34; A/B trees).
+#ifndef MLAV_ASYM_PIPE
+#define MLAV_ASYM_PIPE 1
+#endif
 #ifndef MLAV_ASYM_MIN_TILES
 #define MLAV_ASYM_MIN_TILES 32
 #endif
@@ -342,19 +346,38 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
       const float sl_row[2] = {p.scale_log2, p.scale_log2};
       tr.mark(0);
+#if MLAV_ASYM_PIPE
+      // S(j + 1) is issued right behind PV(j) (its tile waited for there), so the tensor pipe goes from one to the
+      // other without draining. S(0) is issued inside the loop: issued before it, ptxas spilled (36 B stores).
+      float sc[32];
+#endif
       for (int j = 0; j < w.ntiles; ++j) {
+#if MLAV_ASYM_PIPE
+        if (j == 0) {
+          mbar_wait(full(0), 0);  // tile 0 (and Q) landed
+          fence_proxy_async();
+          wgmma_fence();
+          issue_qk64(sc, sQ, sKV);
+          wgmma_commit();
+          wgmma_wait0();
+          fence_regs<32>(sc);
+        }
+#else
         mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
         fence_proxy_async();
+#endif
         tr.mark(1);
         const uint32_t sK = sKV + (j & 1) * TILE, sPj = sK + 8 * ATOM;
         uint8_t* pPj = smem + Smem::off_kv + (j & 1) * TILE + 8 * ATOM;
         const bool draft = j >= w.n_pre;
+#if !MLAV_ASYM_PIPE
         float sc[32];
         wgmma_fence();
         issue_qk64(sc, sQ, sK);
         wgmma_commit();
         wgmma_wait0();
         fence_regs<32>(sc);
+#endif
         tr.mark(2);
         float sh[2][16];  // the two 32-token halves (elements 16 half ..: issue_qk's layout for grp = half)
 #pragma unroll
@@ -407,9 +430,28 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         wgmma_fence();
         issue_pv(o, sPj, sK, 0);
         wgmma_commit();
+#if MLAV_ASYM_PIPE
+        if (j + 1 < w.ntiles) {
+          mbar_wait(full((j + 1) & 1), ((j + 1) >> 1) & 1);  // tile j + 1 landed
+          fence_proxy_async();
+          wgmma_fence();
+          issue_qk64(sc, sQ, sKV + ((j + 1) & 1) * TILE);
+          wgmma_commit();
+          wgmma_wait<1>();  // PV(j) done: the stage goes back to the producer while S(j + 1) runs
+          fence_regs<128>(o);
+          mbar_arrive(empty(j & 1));
+          wgmma_wait0();
+          fence_regs<32>(sc);
+        } else {
+          wgmma_wait0();
+          fence_regs<128>(o);
+          mbar_arrive(empty(j & 1));
+        }
+#else
         wgmma_wait0();
         fence_regs<128>(o);
         mbar_arrive(empty(j & 1));
+#endif
         tr.mark(6);
       }
       publish_row_sums(l_run[0], red_sum, 0, r0, lane);
