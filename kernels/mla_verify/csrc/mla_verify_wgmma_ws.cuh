@@ -216,9 +216,12 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
 
 // A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (-DMLAV_ASYM_MIN_TILES=N overrides it,
 // e.g. 2 for a sanitizer run in which short parity cases mix both consumer bodies in one launch).
-// ASYM's S warpgroup issues S(j + 1) right behind PV(j) instead of after PV(j)'s wait (session 34; A/B trees).
+// ASYM's S warpgroup issues S(j + 1) right behind PV(j) instead of after PV(j)'s wait (session 34; A/B trees): 1 at
+// once (E1: 1.05-1.17x the time on the ASYM rows, session 35 call 1), 2 once the V warpgroup has issued PV_hi(j) too
+// (E2: keeps the tensor pipe's order PV_lo(j), PV_hi(j), S(j + 1); E1 put S(j + 1) ahead of PV_hi(j), which delays
+// the stage's release and so tile j + 2's refill).
 #ifndef MLAV_ASYM_PIPE
-#define MLAV_ASYM_PIPE 1
+#define MLAV_ASYM_PIPE 2
 #endif
 #ifndef MLAV_ASYM_MIN_TILES
 #define MLAV_ASYM_MIN_TILES 32
@@ -268,6 +271,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   auto p_full = [&](int st) { return sP + 512u + 8u * st; };
   auto a_free = [&](int st) { return sP + 528u + 8u * st; };
   const uint32_t fin = sP + 544u;
+  auto pv_issued = [&](int st) { return sP + 560u + 8u * st; };  // MLAV_ASYM_PIPE == 2: the V warpgroup issued PV(j)
   const bool asym_cta = MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES);  // this CTA's consumers (w: uniform)
   if (tid == 0) {
     mbar_init(full(0), 128);
@@ -281,6 +285,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         mbar_init(a_free(st), 128);
       }
       mbar_init(fin, 128);
+#if MLAV_ASYM_PIPE == 2
+      mbar_init(pv_issued(0), 128);
+      mbar_init(pv_issued(1), 128);
+#endif
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -432,6 +440,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         wgmma_commit();
 #if MLAV_ASYM_PIPE
         if (j + 1 < w.ntiles) {
+#if MLAV_ASYM_PIPE == 2
+          mbar_wait(pv_issued(j & 1), (j >> 1) & 1);  // PV_hi(j) is in the tensor pipe ahead of S(j + 1)
+#endif
           mbar_wait(full((j + 1) & 1), ((j + 1) >> 1) & 1);  // tile j + 1 landed
           fence_proxy_async();
           wgmma_fence();
@@ -478,6 +489,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         wgmma_fence();
         issue_pv(o, sK + 8 * ATOM, sK, 1);
         wgmma_commit();
+#if MLAV_ASYM_PIPE == 2
+        mbar_arrive(pv_issued(j & 1));
+#endif
         wgmma_wait0();
         fence_regs<128>(o);
         mbar_arrive(empty(j & 1));
