@@ -79,6 +79,16 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
+// Whether the phase of the given parity has completed, without waiting (acquire, CTA scope).
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
 // Named barrier 1 over the consumer threads; the OR form returns whether any of them passed true.
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 __device__ __forceinline__ bool consumer_sync_or(bool v) {
@@ -216,12 +226,12 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
 
 // A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (-DMLAV_ASYM_MIN_TILES=N overrides it,
 // e.g. 2 for a sanitizer run in which short parity cases mix both consumer bodies in one launch).
-// ASYM's S warpgroup issues S(j + 1) right behind PV(j) instead of after PV(j)'s wait (session 34; A/B trees): 1 at
-// once (E1: 1.05-1.17x the time on the ASYM rows, session 35 call 1), 2 once the V warpgroup has issued PV_hi(j) too
-// (E2: keeps the tensor pipe's order PV_lo(j), PV_hi(j), S(j + 1); E1 put S(j + 1) ahead of PV_hi(j), which delays
-// the stage's release and so tile j + 2's refill).
+// ASYM's S warpgroup issues S(j + 1) right behind PV(j) when tile j + 1 has already landed (all 128 threads saw it:
+// voted), and otherwise waits for PV(j) and frees the stage first, as before (session 36's E3, A/B'd against 0).
+// Sessions 34-35's E1/E2 waited for tile j + 1 before freeing stage j: 1.05-1.18x the time on the ASYM rows (the
+// refill of stage j then starts only once tile j + 1 has landed, so one tile load is in flight at a time).
 #ifndef MLAV_ASYM_PIPE
-#define MLAV_ASYM_PIPE 2
+#define MLAV_ASYM_PIPE 1
 #endif
 #ifndef MLAV_ASYM_MIN_TILES
 #define MLAV_ASYM_MIN_TILES 32
@@ -271,7 +281,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
   auto p_full = [&](int st) { return sP + 512u + 8u * st; };
   auto a_free = [&](int st) { return sP + 528u + 8u * st; };
   const uint32_t fin = sP + 544u;
-  auto pv_issued = [&](int st) { return sP + 560u + 8u * st; };  // MLAV_ASYM_PIPE == 2: the V warpgroup issued PV(j)
   const bool asym_cta = MODE == 1 || (MODE == 2 && w.ntiles >= WS_ASYM_MIN_TILES);  // this CTA's consumers (w: uniform)
   if (tid == 0) {
     mbar_init(full(0), 128);
@@ -285,10 +294,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         mbar_init(a_free(st), 128);
       }
       mbar_init(fin, 128);
-#if MLAV_ASYM_PIPE == 2
-      mbar_init(pv_issued(0), 128);
-      mbar_init(pv_issued(1), 128);
-#endif
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -355,37 +360,29 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       const float sl_row[2] = {p.scale_log2, p.scale_log2};
       tr.mark(0);
 #if MLAV_ASYM_PIPE
-      // S(j + 1) is issued right behind PV(j) (its tile waited for there), so the tensor pipe goes from one to the
-      // other without draining. S(0) is issued inside the loop: issued before it, ptxas spilled (36 B stores).
       float sc[32];
+      bool s_ready = false;  // sc holds S(j) already (issued behind PV(j - 1)); uniform over the S warpgroup
 #endif
       for (int j = 0; j < w.ntiles; ++j) {
+        const uint32_t sK = sKV + (j & 1) * TILE, sPj = sK + 8 * ATOM;
 #if MLAV_ASYM_PIPE
-        if (j == 0) {
-          mbar_wait(full(0), 0);  // tile 0 (and Q) landed
+        if (!s_ready) {
+#else
+        float sc[32];
+#endif
+          mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
           fence_proxy_async();
+          tr.mark(1);
           wgmma_fence();
-          issue_qk64(sc, sQ, sKV);
+          issue_qk64(sc, sQ, sK);
           wgmma_commit();
           wgmma_wait0();
           fence_regs<32>(sc);
+#if MLAV_ASYM_PIPE
         }
-#else
-        mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
-        fence_proxy_async();
 #endif
-        tr.mark(1);
-        const uint32_t sK = sKV + (j & 1) * TILE, sPj = sK + 8 * ATOM;
         uint8_t* pPj = smem + Smem::off_kv + (j & 1) * TILE + 8 * ATOM;
         const bool draft = j >= w.n_pre;
-#if !MLAV_ASYM_PIPE
-        float sc[32];
-        wgmma_fence();
-        issue_qk64(sc, sQ, sK);
-        wgmma_commit();
-        wgmma_wait0();
-        fence_regs<32>(sc);
-#endif
         tr.mark(2);
         float sh[2][16];  // the two 32-token halves (elements 16 half ..: issue_qk's layout for grp = half)
 #pragma unroll
@@ -439,16 +436,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         issue_pv(o, sPj, sK, 0);
         wgmma_commit();
 #if MLAV_ASYM_PIPE
-        if (j + 1 < w.ntiles) {
-#if MLAV_ASYM_PIPE == 2
-          mbar_wait(pv_issued(j & 1), (j >> 1) & 1);  // PV_hi(j) is in the tensor pipe ahead of S(j + 1)
-#endif
-          mbar_wait(full((j + 1) & 1), ((j + 1) >> 1) & 1);  // tile j + 1 landed
+        // Tile j + 1 landed (seen by every thread): S(j + 1) goes into the tensor pipe behind PV(j), and stage j is
+        // freed as soon as PV(j) is done. Otherwise stage j is freed first (never held for a load in flight).
+        s_ready = j + 1 < w.ntiles && !s_group_sync_or(!mbar_test(full((j + 1) & 1), ((j + 1) >> 1) & 1));
+        if (s_ready) {
           fence_proxy_async();
           wgmma_fence();
           issue_qk64(sc, sQ, sKV + ((j + 1) & 1) * TILE);
           wgmma_commit();
-          wgmma_wait<1>();  // PV(j) done: the stage goes back to the producer while S(j + 1) runs
+          wgmma_wait<1>();  // PV(j) done
           fence_regs<128>(o);
           mbar_arrive(empty(j & 1));
           wgmma_wait0();
@@ -489,9 +485,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         wgmma_fence();
         issue_pv(o, sK + 8 * ATOM, sK, 1);
         wgmma_commit();
-#if MLAV_ASYM_PIPE == 2
-        mbar_arrive(pv_issued(j & 1));
-#endif
         wgmma_wait0();
         fence_regs<128>(o);
         mbar_arrive(empty(j & 1));
