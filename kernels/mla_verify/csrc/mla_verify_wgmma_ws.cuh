@@ -79,16 +79,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// Whether the phase of the given parity has completed, without waiting (acquire, CTA scope).
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // Named barrier 1 over the consumer threads; the OR form returns whether any of them passed true.
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 __device__ __forceinline__ bool consumer_sync_or(bool v) {
@@ -226,13 +216,6 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
 
 // A CTA with at least this many KV tiles runs the ASYM consumers in MODE 2 (-DMLAV_ASYM_MIN_TILES=N overrides it,
 // e.g. 2 for a sanitizer run in which short parity cases mix both consumer bodies in one launch).
-// ASYM's S warpgroup issues S(j + 1) right behind PV(j) when tile j + 1 has already landed (all 128 threads saw it:
-// voted), and otherwise waits for PV(j) and frees the stage first, as before (session 36's E3, A/B'd against 0).
-// Sessions 34-35's E1/E2 waited for tile j + 1 before freeing stage j: 1.05-1.18x the time on the ASYM rows (the
-// refill of stage j then starts only once tile j + 1 has landed, so one tile load is in flight at a time).
-#ifndef MLAV_ASYM_PIPE
-#define MLAV_ASYM_PIPE 1
-#endif
 #ifndef MLAV_ASYM_MIN_TILES
 #define MLAV_ASYM_MIN_TILES 32
 #endif
@@ -359,30 +342,19 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
       const float sl_row[2] = {p.scale_log2, p.scale_log2};
       tr.mark(0);
-#if MLAV_ASYM_PIPE
-      float sc[32];
-      bool s_ready = false;  // sc holds S(j) already (issued behind PV(j - 1)); uniform over the S warpgroup
-#endif
       for (int j = 0; j < w.ntiles; ++j) {
+        mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
+        fence_proxy_async();
+        tr.mark(1);
         const uint32_t sK = sKV + (j & 1) * TILE, sPj = sK + 8 * ATOM;
-#if MLAV_ASYM_PIPE
-        if (!s_ready) {
-#else
-        float sc[32];
-#endif
-          mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q) landed
-          fence_proxy_async();
-          tr.mark(1);
-          wgmma_fence();
-          issue_qk64(sc, sQ, sK);
-          wgmma_commit();
-          wgmma_wait0();
-          fence_regs<32>(sc);
-#if MLAV_ASYM_PIPE
-        }
-#endif
         uint8_t* pPj = smem + Smem::off_kv + (j & 1) * TILE + 8 * ATOM;
         const bool draft = j >= w.n_pre;
+        float sc[32];
+        wgmma_fence();
+        issue_qk64(sc, sQ, sK);
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs<32>(sc);
         tr.mark(2);
         float sh[2][16];  // the two 32-token halves (elements 16 half ..: issue_qk's layout for grp = half)
 #pragma unroll
@@ -435,30 +407,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         wgmma_fence();
         issue_pv(o, sPj, sK, 0);
         wgmma_commit();
-#if MLAV_ASYM_PIPE
-        // Tile j + 1 landed (seen by every thread): S(j + 1) goes into the tensor pipe behind PV(j), and stage j is
-        // freed as soon as PV(j) is done. Otherwise stage j is freed first (never held for a load in flight).
-        s_ready = j + 1 < w.ntiles && !s_group_sync_or(!mbar_test(full((j + 1) & 1), ((j + 1) >> 1) & 1));
-        if (s_ready) {
-          fence_proxy_async();
-          wgmma_fence();
-          issue_qk64(sc, sQ, sKV + ((j + 1) & 1) * TILE);
-          wgmma_commit();
-          wgmma_wait<1>();  // PV(j) done
-          fence_regs<128>(o);
-          mbar_arrive(empty(j & 1));
-          wgmma_wait0();
-          fence_regs<32>(sc);
-        } else {
-          wgmma_wait0();
-          fence_regs<128>(o);
-          mbar_arrive(empty(j & 1));
-        }
-#else
         wgmma_wait0();
         fence_regs<128>(o);
         mbar_arrive(empty(j & 1));
-#endif
         tr.mark(6);
       }
       publish_row_sums(l_run[0], red_sum, 0, r0, lane);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Session 36, call 1 (carry .abbase; <= 400 s). E3 (MLAV_ASYM_PIPE=1): the ASYM S warpgroup issues S(j+1) right
-# behind PV(j) only when tile j+1 has already landed (mbarrier test_wait, voted over its 128 threads); otherwise it
-# waits for PV(j) and frees stage j first, as base does. Session 35's E1/E2 waited for tile j+1 before freeing stage
-# j (1.05-1.18x base's time on the ASYM rows: the refill of stage j then starts only once tile j+1 has landed).
-# Trees: base = f6777e7's csrc (shipped), cur = E3. Keep E3 if its ASYM rows read <= 0.99 of base, B=1 rows (MODE 0,
-# same code) unchanged, all bitwise, parity + replays pass, racecheck/synccheck clean; else the code goes.
+# Prepared in session 36, not run (no device came: six refused starts spent the budget). No carry; <= 400 s.
+# The checkout's csrc is base (f6777e7's, the shipped kernel); the script applies e3.patch to the device's copy.
+# E3 (MLAV_ASYM_PIPE=1): the ASYM S warpgroup issues S(j+1) right behind PV(j) only when tile j+1 has already landed
+# (mbarrier test_wait, voted over its 128 threads); otherwise it waits for PV(j) and frees stage j first, as base
+# does. Session 35's E1/E2 waited for tile j+1 before freeing stage j (1.05-1.18x base's time on the ASYM rows: the
+# refill of stage j then starts only once tile j+1 has landed). Trees: base = the checkout's csrc, cur = base +
+# e3.patch. Keep E3 (commit the patch) if its ASYM rows read <= 0.99 of base, the B=1 rows (MODE 0, same code)
+# unchanged, all bitwise, parity + replays pass, racecheck/synccheck clean; else drop the patch.
 set -o pipefail
 export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
 R=$PWD; L=$OUT/log.txt; START=$(date +%s); DEADLINE=$((START + ${CALL_BUDGET_S:-400}))
@@ -13,7 +15,10 @@ say() { echo "== $* ($(date +%T), ${SECONDS}s, left $(left)s)" | tee -a "$L"; }
 lim() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 export PYTHONPATH=$R/kernels:$R
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
-rm -rf /tmp/base && cp -r .abbase/kernels/mla_verify/csrc /tmp/base
+rm -rf /tmp/base && cp -r kernels/mla_verify/csrc /tmp/base
+P=docs/results/session36_calls/e3.patch
+git apply "$P" 2>>"$L" || patch -p1 <"$P" >>"$L" 2>&1 || { echo "e3.patch did not apply" | tee -a "$L"; exit 4; }
+grep -q "define MLAV_ASYM_PIPE 1" kernels/mla_verify/csrc/mla_verify_wgmma_ws.cuh || { echo "E3 not in the tree" | tee -a "$L"; exit 4; }
 python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" /tmp/base >>"$L" 2>&1 &
 python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
 wait; say built
