@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 36, not run (no device came: six refused starts spent the budget). No carry; <= 400 s.
+# Prepared in session 36, not run (after its one call, refused starts spent the device budget). No carry; <= 400 s.
 # The checkout's csrc is base (f6777e7's, the shipped kernel); the script applies e3.patch to the device's copy.
 # E3 (MLAV_ASYM_PIPE=1): the ASYM S warpgroup issues S(j+1) right behind PV(j) only when tile j+1 has already landed
 # (mbarrier test_wait, voted over its 128 threads); otherwise it waits for PV(j) and frees stage j first, as base
