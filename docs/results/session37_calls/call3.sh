@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Session 37, call 3 (no carry; <= 330 s). A test of the notes' "Session 37" model of the ASYM loop: with two KV
+# stages the tile period is (C + L) / 2, C = a stage's hold from its tile's landing to both PVs' end, L = its refill
+# (the page-size-1 gather). E1-E3 (S(j+1) behind PV(j)) lost because they lengthen C. Trees, one process, graph
+# replays, L2 flushed: base = the checkout's csrc; nlb = base with -DMLAV_DIAG_NOLOAD=1 (no KV copies from tile 2 on:
+# timing only, wrong output); cur = base + session36_calls/e3.patch; nle3 = cur with the same define. The model
+# predicts: nlb / base well below 1 on the ASYM rows (about C / period, ~0.9 from session 23's trace), and nle3 / nlb
+# < 1 (without the gather, S(j+1) behind PV(j) hides the tensor pipe's drain). If nle3 / nlb >= 1, the overlap buys
+# nothing even unloaded and the model's account of E1-E3 is wrong. Then the phase-2 bench rows of the shipped kernel
+# on this card (call2.sh's second half). Nothing shipped changes.
+set -o pipefail
+export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
+R=$PWD; L=$OUT/log.txt; START=$(date +%s); DEADLINE=$((START + ${CALL_BUDGET_S:-330}))
+left() { echo $((DEADLINE - $(date +%s))); }
+say() { echo "== $* ($(date +%T), ${SECONDS}s, left $(left)s)" | tee -a "$L"; }
+lim() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
+export PYTHONPATH=$R/kernels:$R
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
+C=kernels/mla_verify/csrc; H=mla_verify_wgmma_ws.cuh
+nolo() { rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$H"; } > "$2/$H"; }
+rm -rf /tmp/base && cp -r $C /tmp/base && nolo /tmp/base /tmp/nlb
+P=docs/results/session36_calls/e3.patch
+git apply "$P" 2>>"$L" || patch -p1 <"$P" >>"$L" 2>&1 || { echo "e3.patch did not apply" | tee -a "$L"; exit 4; }
+grep -q "define MLAV_ASYM_PIPE 1" $C/$H || { echo "E3 not in the tree" | tee -a "$L"; exit 4; }
+nolo $C /tmp/nle3
+for t in base nlb nle3; do
+  python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" /tmp/$t >>"$L" 2>&1 &
+done
+python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
+wait; say built
+cd kernels || exit 2
+timeout "$(lim 150)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,nlb=/tmp/nlb,nle3=/tmp/nle3 --ab-kv bf16 \
+  --ab-reps 3 --ab-gb-trees none --shapes 8:32768:8:16,32:8192:8:16,4:65536:4:64,2:16384:8:128,1:32768:8:16 \
+  --ab-out "$OUT/ab_model.json" >/dev/null 2>>"$OUT/ab_err.txt"
+echo "ab rc=$?" | tee -a "$L"
+python3 - "$OUT/ab_model.json" <<'PY' 2>&1 | tee -a "$L"
+import json, sys
+for r in json.load(open(sys.argv[1]))["ab"]:
+    u = r["us"]
+    print(f"B={r['B']} L={r['L']} n={r['n']} H={r['H']} us {u} nlb/base {u['nlb'] / u['base']:.3f} "
+          f"cur(e3)/base {u['cur'] / u['base']:.3f} nle3/nlb {u['nle3'] / u['nlb']:.3f}")
+PY
+say "ab done"
+cd "$R" && rm -rf $C && cp -r /tmp/base $C && cd kernels || exit 2  # the shipped csrc again
+timeout "$(lim 120)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" 2>>"$OUT/bench_err.txt"
+echo "bench rc=$?" | tee -a "$L"
+python3 - "$OUT/bench.json" <<'PY' 2>&1 | tee -a "$L"
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("bench", d.get("ok"), d.get("summary"))
+for r in d.get("rows", []):
+    print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} {r['new_us']:.1f}us SOL {r['sol_pct']:.1f}% S={r.get('num_splits')} fp8 x{r.get('fp8_over_bf16', 0):.3f}")
+PY
+say done
