@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Session 37, call 3 (no carry; <= 330 s). A test of the notes' "Session 37" model of the ASYM loop: with two KV
+# Prepared in session 37, not run (after its one call, refused starts spent the device budget). First command of the
+# next session, no carry: bash docs/results/session37_calls/next_call1.sh (<= 330 s; CALL_BUDGET_S=120 keeps the A/B
+# and cuts the bench). A test of the notes' "Session 37" model of the ASYM loop: with two KV
 # stages the tile period is (C + L) / 2, C = a stage's hold from its tile's landing to both PVs' end, L = its refill
 # (the page-size-1 gather). E1-E3 (S(j+1) behind PV(j)) lost because they lengthen C. Trees, one process, graph
 # replays, L2 flushed: base = the checkout's csrc; nlb = base with -DMLAV_DIAG_NOLOAD=1 (no KV copies from tile 2 on:
 # timing only, wrong output); cur = base + session36_calls/e3.patch; nle3 = cur with the same define. The model
 # predicts: nlb / base well below 1 on the ASYM rows (about C / period, ~0.9 from session 23's trace), and nle3 / nlb
-# < 1 (without the gather, S(j+1) behind PV(j) hides the tensor pipe's drain). If nle3 / nlb >= 1, the overlap buys
-# nothing even unloaded and the model's account of E1-E3 is wrong. Then the phase-2 bench rows of the shipped kernel
-# on this card (call2.sh's second half). Nothing shipped changes.
+# < 1 (without the gather, S(j+1) behind PV(j) hides the tensor pipe's drain). If nle3 / nlb >= 1, that prediction
+# fails: the overlap buys nothing even without the gather, and the idea is dead whatever the loads do. Then the phase-2 bench rows of the shipped kernel
+# on this card (as session 33 call 2's bench step). Nothing shipped changes.
 set -o pipefail
 export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
 R=$PWD; L=$OUT/log.txt; START=$(date +%s); DEADLINE=$((START + ${CALL_BUDGET_S:-330}))
