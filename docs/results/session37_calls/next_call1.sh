@@ -11,12 +11,7 @@
 # fails: the overlap buys nothing even without the gather, and the idea is dead whatever the loads do. Then the phase-2 bench rows of the shipped kernel
 # on this card (as session 33 call 2's bench step). Nothing shipped changes.
 set -o pipefail
-export ORCHESTRATOR_KERNEL_CACHE=/tmp/kc MAX_JOBS=16 PYTHONUNBUFFERED=1
-R=$PWD; L=$OUT/log.txt; START=$(date +%s); DEADLINE=$((START + ${CALL_BUDGET_S:-330}))
-left() { echo $((DEADLINE - $(date +%s))); }
-say() { echo "== $* ($(date +%T), ${SECONDS}s, left $(left)s)" | tee -a "$L"; }
-lim() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-export PYTHONPATH=$R/kernels:$R
+. tests/device/call_budget.sh 330  # R, L, left, say, lim
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
 C=kernels/mla_verify/csrc; H=mla_verify_wgmma_ws.cuh
 nolo() { rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$H"; } > "$2/$H"; }
