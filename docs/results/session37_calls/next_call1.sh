@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Prepared in session 37, not run (after its one call, refused starts spent the device budget). First command of the
-# next session, no carry: bash docs/results/session37_calls/next_call1.sh (<= 330 s; CALL_BUDGET_S=120 keeps the A/B
-# and cuts the bench). A test of the notes' "Session 37" model of the ASYM loop: with two KV
-# stages the tile period is (C + L) / 2, C = a stage's hold from its tile's landing to both PVs' end, L = its refill
-# (the page-size-1 gather). E1-E3 (S(j+1) behind PV(j)) lost because they lengthen C. Trees, one process, graph
-# replays, L2 flushed: base = the checkout's csrc; nlb = base with -DMLAV_DIAG_NOLOAD=1 (no KV copies from tile 2 on:
-# timing only, wrong output); cur = base + session36_calls/e3.patch; nle3 = cur with the same define. The model
-# predicts: nlb / base well below 1 on the ASYM rows (about C / period, ~0.9 from session 23's trace), and nle3 / nlb
-# < 1 (without the gather, S(j+1) behind PV(j) hides the tensor pipe's drain). If nle3 / nlb >= 1, that prediction
-# fails: the overlap buys nothing even without the gather, and the idea is dead whatever the loads do. Then the phase-2 bench rows of the shipped kernel
-# on this card (as session 33 call 2's bench step). Nothing shipped changes.
+# next session, no carry: bash docs/results/session37_calls/next_call1.sh (<= 330 s; CALL_BUDGET_S=150 keeps steps 1-2
+# and cuts the bench). Nothing shipped changes.
+# 1. A test of the notes' "Session 37" model of the ASYM loop: with two KV stages the tile period is (C + L) / 2, C = a
+#    stage's hold from its tile's landing to both PVs' end, L = its refill (the page-size-1 gather); E1-E3 (S(j+1)
+#    behind PV(j)) lost because they lengthen C. Trees, one process, graph replays, L2 flushed: base = the checkout's
+#    csrc; nlb = base with -DMLAV_DIAG_NOLOAD=1 (no KV copies from tile 2 on: timing only, wrong output); cur = base +
+#    session36_calls/e3.patch; nle3 = cur with the same define. The model predicts nlb / base well below 1 on the ASYM
+#    rows (about C / period, ~0.9 from session 23's trace) and nle3 / nlb < 1 (without the gather, S(j+1) behind PV(j)
+#    hides the tensor pipe's drain). If nle3 / nlb >= 1, that prediction fails: the overlap buys nothing even without
+#    the gather, and the idea is dead whatever the loads do.
+# 2. tests/device/gather_rate.cu: the gather alone, with a consumer that holds each stage HOLD cycles (L measured
+#    directly: period = (HOLD + L) / 2 where L > HOLD); the shipped cp.async form against per-token 2D TMA loads (9
+#    boxes of 64 dims x 1 row, SWIZZLE_128B); and whether the two land the same bytes (if so, a TMA producer is
+#    possible for the page-size-1 cache).
+# 3. The phase-2 bench rows of the shipped kernel on this card (as session 33 call 2's bench step).
 set -o pipefail
 . tests/device/call_budget.sh 330  # R, L, left, say, lim
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
@@ -23,6 +28,7 @@ nolo $C /tmp/nle3
 for t in base nlb nle3; do
   python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" /tmp/$t >>"$L" 2>&1 &
 done
+nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/gather_rate tests/device/gather_rate.cu >>"$L" 2>&1 &
 python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
 wait; say built
 cd kernels || exit 2
@@ -38,6 +44,8 @@ for r in json.load(open(sys.argv[1]))["ab"]:
           f"cur(e3)/base {u['cur'] / u['base']:.3f} nle3/nlb {u['nle3'] / u['nlb']:.3f}")
 PY
 say "ab done"
+timeout "$(lim 60)" /tmp/gather_rate 2>&1 | tee "$OUT/gather_rate.txt" | tee -a "$L"
+echo "gather_rate rc=$?" | tee -a "$L"
 cd "$R" && rm -rf $C && cp -r /tmp/base $C && cd kernels || exit 2  # the shipped csrc again
 timeout "$(lim 120)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" 2>>"$OUT/bench_err.txt"
 echo "bench rc=$?" | tee -a "$L"

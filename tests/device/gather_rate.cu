@@ -1,0 +1,237 @@
+// The page-size-1 KV gather alone, as the dense ws kernel's producer runs it, against a TMA form (sm_90a; device
+// diagnostic, not shipped). It measures L, the refill time of a stage, in the notes' "Session 37" model of the ASYM
+// loop (tile period = (C + L) / 2 with two stages, C = a stage's hold by the consumers).
+//
+// One CTA per SM. A 2-stage ring of 64-token KV tiles (nine 8 KiB atoms of 64 rows x 128 B, 128B-swizzled: the
+// kernel's layout). Producer: 128 threads. A consumer warp waits for each tile, holds the stage for HOLD SM cycles
+// (spinning: the consumers' S + softmax + PV), then frees it. Tokens come from random slots of a 1.2 GB bf16 cache
+// [2^20, 576] (row stride 1,152 B), the same slot list for each pair of CTAs (the kernel's two row tiles of one
+// request read the same KV; SHARE=1 gives every CTA its own).
+//   cp   : the shipped producer's gather: 8 lanes per token row, nine cp.async.cg of 16 B per lane and row, into the
+//          swizzled atom rows; completion on the stage's mbarrier (cp.async.mbarrier.arrive.noinc, count 128).
+//   tma  : one warp issues nine 2D TMA loads per token (box 64 dims x 1 row, SWIZZLE_128B, into the row's 128 B of
+//          each atom; the swizzle follows the smem address, so the layout is cp's), mbarrier expect_tx.
+// Prints a line per mode, SHARE and hold: SM cycles per tile (the consumer's view: the period), the consumer's wait
+// per tile, the aggregate rate (GB/s of tile bytes over the kernel's time, cudaEvent; min of 4 runs after a warm-up);
+// then whether cp's and tma's last tile of CTA 0 are byte-equal (the swizzle claim; exit 1 if not). The model's L for a hold C is 2 x period - C where the period exceeds C.
+// Build and run (no -lcuda: the driver entry point comes through the runtime):
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/gather_rate tests/device/gather_rate.cu
+//   /tmp/gather_rate
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+constexpr int kDims = 576, kRowBytes = kDims * 2, kBN = 64, kAtom = 8192, kTile = 9 * kAtom;
+constexpr int kSlotsLog2 = 20, kSlots = 1 << kSlotsLog2;
+constexpr int kTilesPerCta = 64;  // B=8 L=32k: 64 tiles per CTA
+constexpr int kProducers = 128, kThreads = kProducers + 32;
+constexpr int kSmem = 2 * kTile + 1024 + 64;  // two stages, alignment slack, four mbarriers
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+__global__ void fill(__nv_bfloat16* kv) {  // element (slot, dim) = (slot + 7 dim) % 251
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)kSlots * kDims;
+       i += (size_t)gridDim.x * blockDim.x)
+    kv[i] = __float2bfloat16((float)((i / kDims + 7 * (i % kDims)) % 251));
+}
+
+// MODE 0: cp, 1: tma. cyc[cta] = {consumer's cycles over all tiles, its summed wait}; dump = CTA 0's last tile.
+template <int MODE>
+__global__ void __launch_bounds__(kThreads, 1)
+    gather(const __grid_constant__ CUtensorMap map, const __nv_bfloat16* kv, const int* slots, int share,
+           long long hold, long long* cyc, unsigned char* dump) {
+  extern __shared__ unsigned char raw[];
+  const uint32_t r = static_cast<uint32_t>(__cvta_generic_to_shared(raw)), base = (r + 1023u) & ~1023u;
+  const uint32_t bar0 = base + 2 * kTile;
+  auto full = [&](int st) { return bar0 + 8u * st; };
+  auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
+  const int tid = threadIdx.x;
+  const int* my = slots + (size_t)(blockIdx.x / share) * kTilesPerCta * kBN;
+  if (tid == 0) {
+    mbar_init(full(0), MODE == 0 ? kProducers : 1);
+    mbar_init(full(1), MODE == 0 ? kProducers : 1);
+    mbar_init(empty(0), 1);
+    mbar_init(empty(1), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (tid < kProducers) {
+    for (int t = 0; t < kTilesPerCta; ++t) {
+      if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);
+      const uint32_t st = base + (t & 1) * kTile;
+      if constexpr (MODE == 0) {
+        const int l8 = tid >> 3, sub8 = tid & 7;  // 16 rows per pass, 8 lanes per row
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = l8 + 16 * i;
+          const unsigned char* src = reinterpret_cast<const unsigned char*>(kv) +
+                                     (size_t)my[t * kBN + row] * kRowBytes + sub8 * 16;
+          const uint32_t dst = st + row * 128 + ((sub8 ^ (row & 7)) << 4);
+#pragma unroll
+          for (int a = 0; a < 9; ++a) cp_async16(dst + a * kAtom, src + a * 128);
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full(t & 1)) : "memory");
+      } else if (tid < 32) {
+        if (tid == 0) mbar_expect_tx(full(t & 1), kTile);
+        __syncwarp();
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = tid + 32 * h, y = my[t * kBN + row];
+#pragma unroll
+          for (int a = 0; a < 9; ++a) tma_row(st + a * kAtom + row * 128, &map, a * 64, y, full(t & 1));
+        }
+      }
+    }
+    if constexpr (MODE == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+  // consumer warp
+  long long t0 = clock64(), waited = 0;
+  for (int t = 0; t < kTilesPerCta; ++t) {
+    const long long w0 = clock64();
+    mbar_wait(full(t & 1), (t >> 1) & 1);
+    const long long w1 = clock64();
+    waited += w1 - w0;
+    if (t == kTilesPerCta - 1 && blockIdx.x == 0) {  // the layout, for the cp / tma comparison
+      const unsigned char* s = raw + (base - r) + (t & 1) * kTile;
+      for (int i = tid - kProducers; i < kTile / 16; i += 32)
+        reinterpret_cast<uint4*>(dump)[i] = reinterpret_cast<const uint4*>(s)[i];
+    }
+    while (clock64() - w1 < hold) {
+    }
+    __syncwarp();
+    if (tid == kProducers) mbar_arrive(empty(t & 1));
+  }
+  if (tid == kProducers) {
+    cyc[2 * blockIdx.x] = clock64() - t0;
+    cyc[2 * blockIdx.x + 1] = waited;
+  }
+}
+
+int main() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  __nv_bfloat16* kv = nullptr;
+  CK(cudaMalloc(&kv, (size_t)kSlots * kRowBytes));
+  fill<<<4096, 256>>>(kv);  // a pattern (slot, dim) -> value
+  CK(cudaGetLastError());
+  std::vector<int> hs((size_t)sms * kTilesPerCta * kBN);
+  std::mt19937 rng(1234);
+  for (auto& v : hs) v = (int)(rng() & (kSlots - 1));
+  int* slots = nullptr;
+  CK(cudaMalloc(&slots, hs.size() * sizeof(int)));
+  CK(cudaMemcpy(slots, hs.data(), hs.size() * sizeof(int), cudaMemcpyHostToDevice));
+  long long* cyc = nullptr;
+  unsigned char* dump = nullptr;
+  CK(cudaMalloc(&cyc, sizeof(long long) * 2 * sms));
+  CK(cudaMalloc(&dump, 2 * kTile));
+
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
+                                     cudaEnableDefault, &q));
+  if (!encode || q != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+    return 2;
+  }
+  CUtensorMap map;
+  const cuuint64_t gdim[2] = {(cuuint64_t)kDims, (cuuint64_t)kSlots};
+  const cuuint64_t gstride[1] = {(cuuint64_t)kRowBytes};
+  const cuuint32_t box[2] = {64, 1}, estride[2] = {1, 1};
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, kv, gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
+      CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
+    return 2;
+  }
+  CK(cudaFuncSetAttribute(gather<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CK(cudaFuncSetAttribute(gather<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<long long> hc(2 * sms);
+  std::printf("%d SMs, %d tiles per CTA of %d B\n", sms, kTilesPerCta, kTile);
+  const long long holds[] = {0, 2000, 3400};
+  for (int mode = 0; mode < 2; ++mode) {  // every cp row first: a TMA fault (e.g. alignment) ends the context
+    for (int share : {2, 1}) {
+      for (long long hold : holds) {
+        float best_ms = 1e30f;
+        double per_tile = 0, wait_tile = 0;
+        for (int rep = 0; rep < 5; ++rep) {
+          CK(cudaEventRecord(e0));
+          if (mode == 0)
+            gather<0><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump);
+          else
+            gather<1><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump + kTile);
+          CK(cudaEventRecord(e1));
+          CK(cudaEventSynchronize(e1));
+          CK(cudaGetLastError());
+          float ms = 0;
+          CK(cudaEventElapsedTime(&ms, e0, e1));
+          if (rep == 0) continue;  // warm-up
+          if (ms < best_ms) {
+            best_ms = ms;
+            CK(cudaMemcpy(hc.data(), cyc, sizeof(long long) * 2 * sms, cudaMemcpyDeviceToHost));
+            double c = 0, w = 0;
+            for (int i = 0; i < sms; ++i) c += hc[2 * i], w += hc[2 * i + 1];
+            per_tile = c / sms / kTilesPerCta;
+            wait_tile = w / sms / kTilesPerCta;
+          }
+        }
+        const double gbs = (double)sms * kTilesPerCta * kTile / (best_ms * 1e-3) / 1e9;
+        std::printf("%-4s share %d hold %5lld: %7.1f cycles/tile (wait %7.1f), %.4f ms, %.1f GB/s of tiles\n",
+                    mode == 0 ? "cp" : "tma", share, hold, per_tile, wait_tile, best_ms, gbs);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::vector<unsigned char> d(2 * kTile);
+  CK(cudaMemcpy(d.data(), dump, 2 * kTile, cudaMemcpyDeviceToHost));
+  const bool same = std::memcmp(d.data(), d.data() + kTile, kTile) == 0;
+  std::printf("cp and tma last tile of CTA 0 byte-equal: %s\n", same ? "yes" : "NO");
+  return same ? 0 : 1;
+}
