@@ -15,7 +15,8 @@
 // per tile, the aggregate rate (GB/s of tile bytes over the kernel's time, cudaEvent; min of 4 runs after a warm-up);
 // then whether cp's and tma's last tile of CTA 0 are byte-equal (the swizzle claim; exit 1 if not). The model's L for a hold C is 2 x period - C where the period exceeds C.
 // Build and run (no -lcuda: the driver entry point comes through the runtime):
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/gather_rate tests/device/gather_rate.cu
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -DMLAV_BUILD_CFG90=1 -I kernels/mla_verify/csrc \
+//     -o /tmp/gather_rate tests/device/gather_rate.cu
 //   /tmp/gather_rate
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -28,42 +29,28 @@
 #include <random>
 #include <vector>
 
+#include "mla_verify_wgmma_ws.cuh"  // the kernel's own mbarrier and cp.async helpers
+
+using namespace mlav;
+using namespace mlav::wg;
+
 constexpr int kDims = 576, kRowBytes = kDims * 2, kBN = 64, kAtom = 8192, kTile = 9 * kAtom;
 constexpr int kSlotsLog2 = 20, kSlots = 1 << kSlotsLog2;
 constexpr int kTilesPerCta = 64;  // B=8 L=32k: 64 tiles per CTA
 constexpr int kProducers = 128, kThreads = kProducers + 32;
 constexpr int kSmem = 2 * kTile + 1024 + 64;  // two stages, alignment slack, four mbarriers
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
+#define CK(x)                                                                                \
+  do {                                                                                       \
+    cudaError_t e_ = (x);                                                                    \
+    if (e_ != cudaSuccess) {                                                                 \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                   \
-    }                                                                                 \
+      std::exit(2);                                                                          \
+    }                                                                                        \
   } while (0)
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
   asm volatile(
@@ -112,9 +99,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                      (size_t)my[t * kBN + row] * kRowBytes + sub8 * 16;
           const uint32_t dst = st + row * 128 + ((sub8 ^ (row & 7)) << 4);
 #pragma unroll
-          for (int a = 0; a < 9; ++a) cp_async16(dst + a * kAtom, src + a * 128);
+          for (int a = 0; a < 9; ++a) cp_async16(dst + a * kAtom, src + a * 128, 16);
         }
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full(t & 1)) : "memory");
+        mbar_arrive_on_copies(full(t & 1));
       } else if (tid < 32) {
         if (tid == 0) mbar_expect_tx(full(t & 1), kTile);
         __syncwarp();

@@ -28,7 +28,8 @@ nolo $C /tmp/nle3
 for t in base nlb nle3; do
   python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" /tmp/$t >>"$L" 2>&1 &
 done
-nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/gather_rate tests/device/gather_rate.cu >>"$L" 2>&1 &
+nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -DMLAV_BUILD_CFG90=1 -I $C -o /tmp/gather_rate \
+  tests/device/gather_rate.cu >>"$L" 2>&1 &
 python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
 wait; say built
 cd kernels || exit 2
