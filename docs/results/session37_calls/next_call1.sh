@@ -3,8 +3,8 @@
 # next session, no carry: bash docs/results/session37_calls/next_call1.sh (<= 330 s; CALL_BUDGET_S=150 keeps steps 1-2
 # and cuts the bench). Nothing shipped changes.
 # 1. A test of the notes' "Session 37" model of the ASYM loop: with two KV stages the tile period is (C + L) / 2, C = a
-#    stage's hold from its tile's landing to both PVs' end, L = its refill (the page-size-1 gather); E1-E3 (S(j+1)
-#    behind PV(j)) lost because they lengthen C. Trees, one process, graph replays, L2 flushed: base = the checkout's
+#    stage's hold from its tile's landing to both PVs' end, L = its refill (the page-size-1 gather); by the model,
+#    E1-E3 (S(j+1) behind PV(j)) lost because they lengthen C. Trees, one process, graph replays, L2 flushed: base = the checkout's
 #    csrc; nlb = base with -DMLAV_DIAG_NOLOAD=1 (no KV copies from tile 2 on: timing only, wrong output); cur = base +
 #    session36_calls/e3.patch; nle3 = cur with the same define. The model predicts nlb / base well below 1 on the ASYM
 #    rows (about C / period, ~0.9 from session 23's trace) and nle3 / nlb < 1 (without the gather, S(j+1) behind PV(j)
