@@ -13,7 +13,8 @@
 //          each atom; the swizzle follows the smem address, so the layout is cp's), mbarrier expect_tx.
 // Prints a line per mode, SHARE and hold: SM cycles per tile (the consumer's view: the period), the consumer's wait
 // per tile, the aggregate rate (GB/s of tile bytes over the kernel's time, cudaEvent; min of 4 runs after a warm-up);
-// then whether cp's and tma's last tile of CTA 0 are byte-equal (the swizzle claim; exit 1 if not). The model's L for a hold C is 2 x period - C where the period exceeds C.
+// then whether cp's and tma's last tile of CTA 0 are byte-equal (the swizzle claim; exit 1 if not). The model's L for
+// a hold C is 2 x period - C where the period exceeds C.
 // Build and run (no -lcuda: the driver entry point comes through the runtime):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -DMLAV_BUILD_CFG90=1 -I kernels/mla_verify/csrc \
 //     -o /tmp/gather_rate tests/device/gather_rate.cu
@@ -29,16 +30,16 @@
 #include <random>
 #include <vector>
 
-#include "mla_verify_wgmma_ws.cuh"  // the kernel's own mbarrier and cp.async helpers
+#include "mla_verify_wgmma_ws.cuh"  // the kernel's tile layout, WsRows, copy_row8, mbarriers
 
 using namespace mlav;
 using namespace mlav::wg;
 
-constexpr int kDims = 576, kRowBytes = kDims * 2, kBN = 64, kAtom = 8192, kTile = 9 * kAtom;
+constexpr int kDims = 576;
 constexpr int kSlotsLog2 = 20, kSlots = 1 << kSlotsLog2;
 constexpr int kTilesPerCta = 64;  // B=8 L=32k: 64 tiles per CTA
 constexpr int kProducers = 128, kThreads = kProducers + 32;
-constexpr int kSmem = 2 * kTile + 1024 + 64;  // two stages, alignment slack, four mbarriers
+constexpr int kSmem = 2 * TILE + 1024 + 64;  // two stages, alignment slack, four mbarriers
 
 #define CK(x)                                                                                \
   do {                                                                                       \
@@ -73,11 +74,11 @@ __global__ void __launch_bounds__(kThreads, 1)
            long long hold, long long* cyc, unsigned char* dump) {
   extern __shared__ unsigned char raw[];
   const uint32_t r = static_cast<uint32_t>(__cvta_generic_to_shared(raw)), base = (r + 1023u) & ~1023u;
-  const uint32_t bar0 = base + 2 * kTile;
+  const uint32_t bar0 = base + 2 * TILE;
   auto full = [&](int st) { return bar0 + 8u * st; };
   auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
   const int tid = threadIdx.x;
-  const int* my = slots + (size_t)(blockIdx.x / share) * kTilesPerCta * kBN;
+  const int* my = slots + (size_t)(blockIdx.x / share) * kTilesPerCta * BN;
   if (tid == 0) {
     mbar_init(full(0), MODE == 0 ? kProducers : 1);
     mbar_init(full(1), MODE == 0 ? kProducers : 1);
@@ -89,27 +90,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid < kProducers) {
     for (int t = 0; t < kTilesPerCta; ++t) {
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);
-      const uint32_t st = base + (t & 1) * kTile;
+      const uint32_t st = base + (t & 1) * TILE;
       if constexpr (MODE == 0) {
-        const int l8 = tid >> 3, sub8 = tid & 7;  // 16 rows per pass, 8 lanes per row
+        const WsRows rw(tid);  // as ws_issue_tile: rows l8 + 16 i, 8 lanes per row
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int row = l8 + 16 * i;
-          const unsigned char* src = reinterpret_cast<const unsigned char*>(kv) +
-                                     (size_t)my[t * kBN + row] * kRowBytes + sub8 * 16;
-          const uint32_t dst = st + row * 128 + ((sub8 ^ (row & 7)) << 4);
-#pragma unroll
-          for (int a = 0; a < 9; ++a) cp_async16(dst + a * kAtom, src + a * 128, 16);
-        }
+        for (int i = 0; i < 4; ++i)
+          copy_row8(st, rw.off0 + i * 16 * 128, kv + (size_t)my[t * BN + rw.l8 + 16 * i] * kDims, rw.sub8, true);
         mbar_arrive_on_copies(full(t & 1));
       } else if (tid < 32) {
-        if (tid == 0) mbar_expect_tx(full(t & 1), kTile);
+        if (tid == 0) mbar_expect_tx(full(t & 1), TILE);
         __syncwarp();
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int row = tid + 32 * h, y = my[t * kBN + row];
+          const int row = tid + 32 * h, y = my[t * BN + row];
 #pragma unroll
-          for (int a = 0; a < 9; ++a) tma_row(st + a * kAtom + row * 128, &map, a * 64, y, full(t & 1));
+          for (int a = 0; a < 9; ++a) tma_row(st + a * ATOM + row * 128, &map, a * 64, y, full(t & 1));
         }
       }
     }
@@ -124,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const long long w1 = clock64();
     waited += w1 - w0;
     if (t == kTilesPerCta - 1 && blockIdx.x == 0) {  // the layout, for the cp / tma comparison
-      const unsigned char* s = raw + (base - r) + (t & 1) * kTile;
-      for (int i = tid - kProducers; i < kTile / 16; i += 32)
+      const unsigned char* s = raw + (base - r) + (t & 1) * TILE;
+      for (int i = tid - kProducers; i < TILE / 16; i += 32)
         reinterpret_cast<uint4*>(dump)[i] = reinterpret_cast<const uint4*>(s)[i];
     }
     while (clock64() - w1 < hold) {
@@ -143,10 +138,10 @@ int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   __nv_bfloat16* kv = nullptr;
-  CK(cudaMalloc(&kv, (size_t)kSlots * kRowBytes));
+  CK(cudaMalloc(&kv, (size_t)kSlots * kDims * 2));
   fill<<<4096, 256>>>(kv);  // a pattern (slot, dim) -> value
   CK(cudaGetLastError());
-  std::vector<int> hs((size_t)sms * kTilesPerCta * kBN);
+  std::vector<int> hs((size_t)sms * kTilesPerCta * BN);
   std::mt19937 rng(1234);
   for (auto& v : hs) v = (int)(rng() & (kSlots - 1));
   int* slots = nullptr;
@@ -155,7 +150,7 @@ int main() {
   long long* cyc = nullptr;
   unsigned char* dump = nullptr;
   CK(cudaMalloc(&cyc, sizeof(long long) * 2 * sms));
-  CK(cudaMalloc(&dump, 2 * kTile));
+  CK(cudaMalloc(&dump, 2 * TILE));
 
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   cudaDriverEntryPointQueryResult q;
@@ -167,7 +162,7 @@ int main() {
   }
   CUtensorMap map;
   const cuuint64_t gdim[2] = {(cuuint64_t)kDims, (cuuint64_t)kSlots};
-  const cuuint64_t gstride[1] = {(cuuint64_t)kRowBytes};
+  const cuuint64_t gstride[1] = {(cuuint64_t)kDims * 2};
   const cuuint32_t box[2] = {64, 1}, estride[2] = {1, 1};
   if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, kv, gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
@@ -181,7 +176,7 @@ int main() {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   std::vector<long long> hc(2 * sms);
-  std::printf("%d SMs, %d tiles per CTA of %d B\n", sms, kTilesPerCta, kTile);
+  std::printf("%d SMs, %d tiles per CTA of %d B\n", sms, kTilesPerCta, TILE);
   const long long holds[] = {0, 2000, 3400};
   for (int mode = 0; mode < 2; ++mode) {  // every cp row first: a TMA fault (e.g. alignment) ends the context
     for (int share : {2, 1}) {
@@ -193,7 +188,7 @@ int main() {
           if (mode == 0)
             gather<0><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump);
           else
-            gather<1><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump + kTile);
+            gather<1><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump + TILE);
           CK(cudaEventRecord(e1));
           CK(cudaEventSynchronize(e1));
           CK(cudaGetLastError());
@@ -209,16 +204,16 @@ int main() {
             wait_tile = w / sms / kTilesPerCta;
           }
         }
-        const double gbs = (double)sms * kTilesPerCta * kTile / (best_ms * 1e-3) / 1e9;
+        const double gbs = (double)sms * kTilesPerCta * TILE / (best_ms * 1e-3) / 1e9;
         std::printf("%-4s share %d hold %5lld: %7.1f cycles/tile (wait %7.1f), %.4f ms, %.1f GB/s of tiles\n",
                     mode == 0 ? "cp" : "tma", share, hold, per_tile, wait_tile, best_ms, gbs);
         std::fflush(stdout);
       }
     }
   }
-  std::vector<unsigned char> d(2 * kTile);
-  CK(cudaMemcpy(d.data(), dump, 2 * kTile, cudaMemcpyDeviceToHost));
-  const bool same = std::memcmp(d.data(), d.data() + kTile, kTile) == 0;
+  std::vector<unsigned char> d(2 * TILE);
+  CK(cudaMemcpy(d.data(), dump, 2 * TILE, cudaMemcpyDeviceToHost));
+  const bool same = std::memcmp(d.data(), d.data() + TILE, TILE) == 0;
   std::printf("cp and tma last tile of CTA 0 byte-equal: %s\n", same ? "yes" : "NO");
   return same ? 0 : 1;
 }

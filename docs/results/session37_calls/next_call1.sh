@@ -2,14 +2,14 @@
 # Prepared in session 37, not run (after its one call, refused starts spent the device budget). First command of the
 # next session, no carry: bash docs/results/session37_calls/next_call1.sh (<= 330 s; CALL_BUDGET_S=150 keeps steps 1-2
 # and cuts the bench). Nothing shipped changes.
-# 1. A test of the notes' "Session 37" model of the ASYM loop: with two KV stages the tile period is (C + L) / 2, C = a
-#    stage's hold from its tile's landing to both PVs' end, L = its refill (the page-size-1 gather); by the model,
-#    E1-E3 (S(j+1) behind PV(j)) lost because they lengthen C. Trees, one process, graph replays, L2 flushed: base = the checkout's
-#    csrc; nlb = base with -DMLAV_DIAG_NOLOAD=1 (no KV copies from tile 2 on: timing only, wrong output); cur = base +
-#    session36_calls/e3.patch; nle3 = cur with the same define. The model predicts nlb / base well below 1 on the ASYM
-#    rows (about C / period, ~0.9 from session 23's trace) and nle3 / nlb < 1 (without the gather, S(j+1) behind PV(j)
-#    hides the tensor pipe's drain). If nle3 / nlb >= 1, that prediction fails: the overlap buys nothing even without
-#    the gather, and the idea is dead whatever the loads do.
+# 1. A test of the notes' "Session 37" model of the ASYM loop: with two KV stages the tile period is (C + L) / 2, C =
+#    a stage's hold from its tile's landing to both PVs' end, L = its refill (the page-size-1 gather); by the model,
+#    E1-E3 (S(j+1) behind PV(j)) lost because they lengthen C. Trees, one process, graph replays, L2 flushed: base =
+#    the checkout's csrc; nlb = base with -DMLAV_DIAG_NOLOAD=1 (no KV copies from tile 2 on: timing only, wrong
+#    output); cur = base + session36_calls/e3.patch; nle3 = cur with the same define. The model predicts nlb / base
+#    well below 1 on the ASYM rows (about C / period, ~0.9 from session 23's trace) and nle3 / nlb < 1 (without the
+#    gather, S(j+1) behind PV(j) hides the tensor pipe's drain). If nle3 / nlb >= 1, that prediction fails: the
+#    overlap buys nothing even without the gather, and the idea is dead whatever the loads do.
 # 2. tests/device/gather_rate.cu: the gather alone, with a consumer that holds each stage HOLD cycles (L measured
 #    directly: period = (HOLD + L) / 2 where L > HOLD); the shipped cp.async form against per-token 2D TMA loads (9
 #    boxes of 64 dims x 1 row, SWIZZLE_128B); and whether the two land the same bytes (if so, a TMA producer is
@@ -37,24 +37,15 @@ timeout "$(lim 150)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,nlb=
   --ab-reps 3 --ab-gb-trees none --shapes 8:32768:8:16,32:8192:8:16,4:65536:4:64,2:16384:8:128,1:32768:8:16 \
   --ab-out "$OUT/ab_model.json" >/dev/null 2>>"$OUT/ab_err.txt"
 echo "ab rc=$?" | tee -a "$L"
-python3 - "$OUT/ab_model.json" <<'PY' 2>&1 | tee -a "$L"
-import json, sys
-for r in json.load(open(sys.argv[1]))["ab"]:
-    u = r["us"]
-    print(f"B={r['B']} L={r['L']} n={r['n']} H={r['H']} us {u} nlb/base {u['nlb'] / u['base']:.3f} "
-          f"cur(e3)/base {u['cur'] / u['base']:.3f} nle3/nlb {u['nle3'] / u['nlb']:.3f}")
-PY
+# nle3 / nlb: the quotient of their two ratios over base
+python3 -m verify_tools.bench --ab-summary "$OUT/ab_model.json" 2>&1 | tee -a "$L"
 say "ab done"
 timeout "$(lim 60)" /tmp/gather_rate 2>&1 | tee "$OUT/gather_rate.txt" | tee -a "$L"
 echo "gather_rate rc=$?" | tee -a "$L"
 cd "$R" && rm -rf $C && cp -r /tmp/base $C && cd kernels || exit 2  # the shipped csrc again
-timeout "$(lim 120)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" 2>>"$OUT/bench_err.txt"
+timeout "$(lim 120)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" \
+  2>>"$OUT/bench_err.txt"
 echo "bench rc=$?" | tee -a "$L"
-python3 - "$OUT/bench.json" <<'PY' 2>&1 | tee -a "$L"
-import json, sys
-d = json.load(open(sys.argv[1]))
-print("bench", d.get("ok"), d.get("summary"))
-for r in d.get("rows", []):
-    print(f"  B{r['B']} L{r['L']} n{r['n']} H{r['H']} {r['new_us']:.1f}us SOL {r['sol_pct']:.1f}% S={r.get('num_splits')} fp8 x{r.get('fp8_over_bf16', 0):.3f}")
-PY
+grep '^\[bench\]' "$OUT/bench_err.txt" | tee -a "$L"  # the bench's own line per row
+python3 -c "import json;d=json.load(open('$OUT/bench.json'));print('bench', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$L"
 say done
