@@ -9,12 +9,13 @@
 // request read the same KV; SHARE=1 gives every CTA its own).
 //   cp   : the shipped producer's gather: 8 lanes per token row, nine cp.async.cg of 16 B per lane and row, into the
 //          swizzled atom rows; completion on the stage's mbarrier (cp.async.mbarrier.arrive.noinc, count 128).
+//   cp256: cp with the .L2::256B prefetch hint on each copy (the L2 fetches a row's 256-byte pair of lines at once).
 //   tma  : one warp issues nine 2D TMA loads per token (box 64 dims x 1 row, SWIZZLE_128B, into the row's 128 B of
 //          each atom; the swizzle follows the smem address, so the layout is cp's), mbarrier expect_tx.
 // Prints a line per mode, SHARE and hold: SM cycles per tile (the consumer's view: the period), the consumer's wait
 // per tile, the aggregate rate (GB/s of tile bytes over the kernel's time, cudaEvent; min of 4 runs after a warm-up);
-// then whether cp's and tma's last tile of CTA 0 are byte-equal (the swizzle claim; exit 1 if not). The model's L for
-// a hold C is 2 x period - C where the period exceeds C.
+// then whether cp's, tma's and cp256's last tile of CTA 0 are byte-equal (tma: the swizzle claim; exit 1 if not).
+// The model's L for a hold C is 2 x period - C where the period exceeds C.
 // Build and run (no -lcuda: the driver entry point comes through the runtime):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -DMLAV_BUILD_CFG90=1 -I kernels/mla_verify/csrc \
 //     -o /tmp/gather_rate tests/device/gather_rate.cu
@@ -61,13 +62,21 @@ __device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 }
 
+// copy_row8 (the kernel's row gather) with the .L2::256B prefetch hint: lane sub8's nine 16 B chunks of one row.
+__device__ __forceinline__ void copy_row8_pf(uint32_t tile, uint32_t off, const __nv_bfloat16* src, int sub8) {
+  const __nv_bfloat16* g = src + sub8 * 8;
+#pragma unroll
+  for (int it = 0; it < 9; ++it)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(tile + it * ATOM + off), "l"(g + it * 64));
+}
+
 __global__ void fill(__nv_bfloat16* kv) {  // element (slot, dim) = (slot + 7 dim) % 251
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)kSlots * kDims;
        i += (size_t)gridDim.x * blockDim.x)
     kv[i] = __float2bfloat16((float)((i / kDims + 7 * (i % kDims)) % 251));
 }
 
-// MODE 0: cp, 1: tma. cyc[cta] = {consumer's cycles over all tiles, its summed wait}; dump = CTA 0's last tile.
+// MODE 0: cp, 1: tma, 2: cp256. cyc[cta] = {consumer's cycles over all tiles, its summed wait}; dump = CTA 0's last tile.
 template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     gather(const __grid_constant__ CUtensorMap map, const __nv_bfloat16* kv, const int* slots, int share,
@@ -80,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   const int* my = slots + (size_t)(blockIdx.x / share) * kTilesPerCta * BN;
   if (tid == 0) {
-    mbar_init(full(0), MODE == 0 ? kProducers : 1);
-    mbar_init(full(1), MODE == 0 ? kProducers : 1);
+    mbar_init(full(0), MODE != 1 ? kProducers : 1);
+    mbar_init(full(1), MODE != 1 ? kProducers : 1);
     mbar_init(empty(0), 1);
     mbar_init(empty(1), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -91,11 +100,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = 0; t < kTilesPerCta; ++t) {
       if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);
       const uint32_t st = base + (t & 1) * TILE;
-      if constexpr (MODE == 0) {
+      if constexpr (MODE != 1) {
         const WsRows rw(tid);  // as ws_issue_tile: rows l8 + 16 i, 8 lanes per row
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          copy_row8(st, rw.off0 + i * 16 * 128, kv + (size_t)my[t * BN + rw.l8 + 16 * i] * kDims, rw.sub8, true);
+        for (int i = 0; i < 4; ++i) {
+          const __nv_bfloat16* src = kv + (size_t)my[t * BN + rw.l8 + 16 * i] * kDims;
+          if constexpr (MODE == 0)
+            copy_row8(st, rw.off0 + i * 16 * 128, src, rw.sub8, true);
+          else
+            copy_row8_pf(st, rw.off0 + i * 16 * 128, src, rw.sub8);
+        }
         mbar_arrive_on_copies(full(t & 1));
       } else if (tid < 32) {
         if (tid == 0) mbar_expect_tx(full(t & 1), TILE);
@@ -108,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if constexpr (MODE == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");
+    if constexpr (MODE != 1) asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
   // consumer warp
@@ -150,7 +164,7 @@ int main() {
   long long* cyc = nullptr;
   unsigned char* dump = nullptr;
   CK(cudaMalloc(&cyc, sizeof(long long) * 2 * sms));
-  CK(cudaMalloc(&dump, 2 * TILE));
+  CK(cudaMalloc(&dump, 3 * TILE));
 
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   cudaDriverEntryPointQueryResult q;
@@ -172,13 +186,15 @@ int main() {
   }
   CK(cudaFuncSetAttribute(gather<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   CK(cudaFuncSetAttribute(gather<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CK(cudaFuncSetAttribute(gather<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   std::vector<long long> hc(2 * sms);
   std::printf("%d SMs, %d tiles per CTA of %d B\n", sms, kTilesPerCta, TILE);
   const long long holds[] = {0, 2000, 3400};
-  for (int mode = 0; mode < 2; ++mode) {  // every cp row first: a TMA fault (e.g. alignment) ends the context
+  const char* names[] = {"cp", "tma", "cp256"};
+  for (int mode : {0, 2, 1}) {  // every cp row first: a TMA fault (e.g. alignment) ends the context
     for (int share : {2, 1}) {
       for (long long hold : holds) {
         float best_ms = 1e30f;
@@ -187,8 +203,10 @@ int main() {
           CK(cudaEventRecord(e0));
           if (mode == 0)
             gather<0><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump);
-          else
+          else if (mode == 1)
             gather<1><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump + TILE);
+          else
+            gather<2><<<sms, kThreads, kSmem>>>(map, kv, slots, share, hold, cyc, dump + 2 * TILE);
           CK(cudaEventRecord(e1));
           CK(cudaEventSynchronize(e1));
           CK(cudaGetLastError());
@@ -205,15 +223,17 @@ int main() {
           }
         }
         const double gbs = (double)sms * kTilesPerCta * TILE / (best_ms * 1e-3) / 1e9;
-        std::printf("%-4s share %d hold %5lld: %7.1f cycles/tile (wait %7.1f), %.4f ms, %.1f GB/s of tiles\n",
-                    mode == 0 ? "cp" : "tma", share, hold, per_tile, wait_tile, best_ms, gbs);
+        std::printf("%-5s share %d hold %5lld: %7.1f cycles/tile (wait %7.1f), %.4f ms, %.1f GB/s of tiles\n",
+                    names[mode], share, hold, per_tile, wait_tile, best_ms, gbs);
         std::fflush(stdout);
       }
     }
   }
-  std::vector<unsigned char> d(2 * TILE);
-  CK(cudaMemcpy(d.data(), dump, 2 * TILE, cudaMemcpyDeviceToHost));
+  std::vector<unsigned char> d(3 * TILE);
+  CK(cudaMemcpy(d.data(), dump, 3 * TILE, cudaMemcpyDeviceToHost));
   const bool same = std::memcmp(d.data(), d.data() + TILE, TILE) == 0;
+  const bool same256 = std::memcmp(d.data(), d.data() + 2 * TILE, TILE) == 0;
   std::printf("cp and tma last tile of CTA 0 byte-equal: %s\n", same ? "yes" : "NO");
-  return same ? 0 : 1;
+  std::printf("cp and cp256 last tile of CTA 0 byte-equal: %s\n", same256 ? "yes" : "NO");
+  return same && same256 ? 0 : 1;
 }
