@@ -67,7 +67,8 @@ __device__ __forceinline__ void copy_row8_pf(uint32_t tile, uint32_t off, const 
   const __nv_bfloat16* g = src + sub8 * 8;
 #pragma unroll
   for (int it = 0; it < 9; ++it)
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(tile + it * ATOM + off), "l"(g + it * 64));
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(tile + it * ATOM + off),
+                 "l"(g + it * 64));
 }
 
 __global__ void fill(__nv_bfloat16* kv) {  // element (slot, dim) = (slot + 7 dim) % 251
@@ -76,7 +77,8 @@ __global__ void fill(__nv_bfloat16* kv) {  // element (slot, dim) = (slot + 7 di
     kv[i] = __float2bfloat16((float)((i / kDims + 7 * (i % kDims)) % 251));
 }
 
-// MODE 0: cp, 1: tma, 2: cp256. cyc[cta] = {consumer's cycles over all tiles, its summed wait}; dump = CTA 0's last tile.
+// MODE 0: cp, 1: tma, 2: cp256. cyc[cta] = {consumer's cycles over all tiles, its summed wait}; dump = CTA 0's last
+// tile.
 template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     gather(const __grid_constant__ CUtensorMap map, const __nv_bfloat16* kv, const int* slots, int share,
