@@ -12,8 +12,8 @@
 #    overlap buys nothing even without the gather, and the idea is dead whatever the loads do.
 # 2. tests/device/gather_rate.cu: the gather alone, with a consumer that holds each stage HOLD cycles (L measured
 #    directly: period = (HOLD + L) / 2 where L > HOLD); the shipped cp.async form against per-token 2D TMA loads (9
-#    boxes of 64 dims x 1 row, SWIZZLE_128B); and whether the two land the same bytes (if so, a TMA producer is
-#    possible for the page-size-1 cache).
+#    boxes of 64 dims x 1 row, SWIZZLE_128B) and against itself with the .L2::256B prefetch hint (cp256, added in
+#    session 38); and whether they land the same bytes (if so, a TMA producer is possible for the page-size-1 cache).
 # 3. The phase-2 bench rows of the shipped kernel on this card (as session 33 call 2's bench step).
 set -o pipefail
 . tests/device/call_budget.sh 330  # R, L, left, say, lim
