@@ -15,17 +15,23 @@
 #    boxes of 64 dims x 1 row, SWIZZLE_128B) and against itself with the .L2::256B prefetch hint (cp256, added in
 #    session 38); and whether they land the same bytes (if so, a TMA producer is possible for the page-size-1 cache).
 # 3. The phase-2 bench rows of the shipped kernel on this card (as session 33 call 2's bench step).
+# Tree pf (session 38) rides in step 1's A/B: base with the .L2::256B prefetch hint on every cp.async (the row gather
+# reads 1,152 contiguous bytes per token; the hint lets L2 fetch them in 256-byte pairs of lines). Bitwise equal by
+# construction; keep rule: pf / base <= 0.99 on every ASYM row and <= 1.005 on the B=1 rows.
 set -o pipefail
 . tests/device/call_budget.sh 330  # R, L, left, say, lim
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
 C=kernels/mla_verify/csrc; H=mla_verify_wgmma_ws.cuh
 nolo() { rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$H"; } > "$2/$H"; }
 rm -rf /tmp/base && cp -r $C /tmp/base && nolo /tmp/base /tmp/nlb
+# pf (session 38): base with the .L2::256B prefetch hint on every cp.async (cp_async16), gather_rate's cp256 form
+rm -rf /tmp/pf && cp -r $C /tmp/pf && sed -i 's/cp\.async\.cg\.shared\.global \[/cp.async.cg.shared.global.L2::256B [/' \
+  /tmp/pf/mla_verify_kernel.cuh && grep -q 'L2::256B' /tmp/pf/mla_verify_kernel.cuh || { echo "pf sed failed" | tee -a "$L"; exit 4; }
 P=docs/results/session36_calls/e3.patch
 git apply "$P" 2>>"$L" || patch -p1 <"$P" >>"$L" 2>&1 || { echo "e3.patch did not apply" | tee -a "$L"; exit 4; }
 grep -q "define MLAV_ASYM_PIPE 1" $C/$H || { echo "E3 not in the tree" | tee -a "$L"; exit 4; }
 nolo $C /tmp/nle3
-for t in base nlb nle3; do
+for t in base nlb nle3 pf; do
   python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" /tmp/$t >>"$L" 2>&1 &
 done
 nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -DMLAV_BUILD_CFG90=1 -I $C -o /tmp/gather_rate \
@@ -33,7 +39,7 @@ nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -DMLAV_BUILD_CFG90=1 -
 python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
 wait; say built
 cd kernels || exit 2
-timeout "$(lim 150)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,nlb=/tmp/nlb,nle3=/tmp/nle3 --ab-kv bf16 \
+timeout "$(lim 150)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,nlb=/tmp/nlb,nle3=/tmp/nle3,pf=/tmp/pf --ab-kv bf16 \
   --ab-reps 3 --ab-gb-trees none --shapes 8:32768:8:16,32:8192:8:16,4:65536:4:64,2:16384:8:128,1:32768:8:16 \
   --ab-out "$OUT/ab_model.json" >/dev/null 2>>"$OUT/ab_err.txt"
 echo "ab rc=$?" | tee -a "$L"
