@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Session 38 call 2, no carry, <= 420 s. The checkout's csrc is base (the shipped kernel); the script applies e4.patch
-# to the device's copy only.
+# Session 38 call 2, no carry, <= 420 s. The checkout's csrc is base (the shipped kernel); the script applies
+# e4_first.patch (named e4.patch when this ran) to the device's copy only.
 # E4 (MLAV_ASYM_PV_SPLIT=1): ASYM's S warpgroup issues PV(j)'s first two k-steps (tokens 0..31) right after P's
 # first half is written, so they run in the tensor pipe while it writes the second half (exp2, the P stores, the
 # handoff to the V warpgroup); the last two k-steps follow. Same wgmmas on the same accumulator in the same order:
 # bitwise equal by construction. Why: call 1 put the batched (ASYM) rows on the consumers' hold C, not the gather
 # (without the gather they run 0.877-0.935x base; the gather alone, gather_rate.cu, runs at 0.87x the kernel's
 # period), and the S warpgroup's chain S -> softmax -> P write -> PV leaves the tensor pipe idle during the P write.
-# Trees: base = the checkout's csrc; cur = base + e4.patch; nlb / nle4 = each with -DMLAV_DIAG_NOLOAD=1 (no KV
+# Trees: base = the checkout's csrc; cur = base + e4_first.patch; nlb / nle4 = each with -DMLAV_DIAG_NOLOAD=1 (no KV
 # copies from tile 2 on: timing only, wrong output): nle4 / nlb is E4's change to C alone. Then parity, racecheck
 # and synccheck on E4's build, and the trace build (dense_trace.py) of base and E4 at B=8 L=32k.
 # Keep rule: E4's ASYM rows <= 0.99 of base, the B=1 rows (MODE 0, same code) within the run's spread, all bitwise,
@@ -18,8 +18,8 @@ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | t
 C=kernels/mla_verify/csrc; H=mla_verify_wgmma_ws.cuh
 nolo() { rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$H"; } > "$2/$H"; }
 rm -rf /tmp/base && cp -r $C /tmp/base && nolo /tmp/base /tmp/nlb
-P=docs/results/session38_calls/e4.patch
-git apply "$P" 2>>"$L" || patch -p1 <"$P" >>"$L" 2>&1 || { echo "e4.patch did not apply" | tee -a "$L"; exit 4; }
+P=docs/results/session38_calls/e4_first.patch
+git apply "$P" 2>>"$L" || patch -p1 <"$P" >>"$L" 2>&1 || { echo "e4_first.patch did not apply" | tee -a "$L"; exit 4; }
 grep -q "define MLAV_ASYM_PV_SPLIT 1" $C/$H || { echo "E4 not in the tree" | tee -a "$L"; exit 4; }
 nolo $C /tmp/nle4
 for t in base nlb nle4; do
