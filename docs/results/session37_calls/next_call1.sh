@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 37, not run (after its one call, refused starts spent the device budget). First command of the
-# next session, no carry: bash docs/results/session37_calls/next_call1.sh (<= 330 s; CALL_BUDGET_S=150 keeps steps 1-2
-# and cuts the bench). Nothing shipped changes.
+# Prepared in session 37; ran as session 38 call 1 on an H100 (files docs/results/session38_calls/call1_*), no
+# carry: bash docs/results/session37_calls/next_call1.sh (<= 330 s; CALL_BUDGET_S=150 keeps steps 1-2 and cuts the
+# bench). Nothing shipped changes.
 # 1. A test of the notes' "Session 37" model of the ASYM loop: with two KV stages the tile period is (C + L) / 2, C =
 #    a stage's hold from its tile's landing to both PVs' end, L = its refill (the page-size-1 gather); by the model,
 #    E1-E3 (S(j+1) behind PV(j)) lost because they lengthen C. Trees, one process, graph replays, L2 flushed: base =
