@@ -9,7 +9,7 @@
 # alone not suffice. E5 (e5; MLAV_ASYM_V_SPLIT=1 on E4f): the V warpgroup's PV_hi(j) in the same two halves, the first
 # behind P's first half (mbarrier p_half), so both PVs of tile j end sooner and its stage frees earlier.
 # Steps: parity on E4f; the A/B base / e4b / e5 / cur on the ASYM rows and B=1 L=4k (bitwise column, cur's
-# graph-buffer rows); parity on e5; racecheck and synccheck on e5 if its parity passed, else on E4f if it passed,
+# graph-buffer rows; nlb and nle5, base and e5 without the gather, give E5's change to the consumers' loop alone); parity on e5; racecheck and synccheck on e5 if its parity passed, else on E4f if it passed,
 # else parity on e4b. Keep rule (per form): every ASYM row <= 0.99 of base, B=1 within the run's spread, bitwise on
 # every row, parity passing and deterministic, racecheck and synccheck clean. The fastest form that meets it is
 # shipped (e4e5.patch into csrc, its define on); else the patches stay as records and csrc is unchanged.
@@ -25,7 +25,9 @@ rm -rf /tmp/cur /tmp/e4b /tmp/e5 && cp -r $C /tmp/cur && cp -r $C /tmp/e4b && cp
 sed -i 's|^        wgmma_fence();  // a new batch|        asm volatile("bar.sync 2, 128;\\n" ::: "memory");\n        wgmma_fence();  // a new batch|' /tmp/e4b/$H
 sed -i 's|^#define MLAV_ASYM_V_SPLIT 0|#define MLAV_ASYM_V_SPLIT 1|' /tmp/e5/$H
 grep -q 'bar.sync 2, 128' /tmp/e4b/$H && grep -q 'define MLAV_ASYM_V_SPLIT 1' /tmp/e5/$H || { echo "tree edits failed" | tee -a "$L"; exit 4; }
-for t in base e4b e5; do
+nolo() { rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$H"; } > "$2/$H"; }
+nolo /tmp/base /tmp/nlb && nolo /tmp/e5 /tmp/nle5  # without the gather: nle5 / nlb is E5's change to C alone
+for t in base e4b e5 nlb nle5; do
   python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" /tmp/$t >>"$L" 2>&1 &
 done
 python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
@@ -49,7 +51,7 @@ san() {  # $1: tool, $2: name; one sanitizer on the checkout's build
 }
 check e4f; e4f_ok=$?
 say "e4f parity"
-timeout "$(lim 130)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,e4b=/tmp/e4b,e5=/tmp/e5 --ab-kv bf16 \
+timeout "$(lim 150)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,e4b=/tmp/e4b,e5=/tmp/e5,nlb=/tmp/nlb,nle5=/tmp/nle5 --ab-kv bf16 \
   --ab-reps 3 --ab-gb-trees cur \
   --shapes 8:32768:8:16,32:8192:8:16,4:65536:4:64,2:16384:8:128,16:32768:4:16,1:4096:8:16 \
   --ab-out "$OUT/ab.json" >/dev/null 2>>"$OUT/ab_err.txt"
