@@ -14,10 +14,12 @@ from orchestrator import __version__
 from orchestrator.invocation import Invocation, parse_argv, paste_command, remember_argv
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def cli(*args: str, env: dict[str, str] | None = None, under_bash: bool = False) -> subprocess.CompletedProcess:
+    """`python -m orchestrator ARGS`; under_bash: as the child of a bash that stays its parent, as at a prompt."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ORCHESTRATOR_", "_ORCHESTRATOR"))}
+    argv = [sys.executable, "-m", "orchestrator", *args]
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
+        ["bash", "-c", '"$@"; exit $?', "bash", *argv] if under_bash else argv,
         cwd=REPO,
         env={**base, **(env or {})},
         capture_output=True,
@@ -35,7 +37,9 @@ def test_version_alone_exits_0_and_prints_the_version():
 def test_help_offers_completion_and_show_completion_prints_a_script():
     r = cli("--help")
     assert r.returncode == 0 and "--install-completion" in r.stdout and "--show-completion" in r.stdout
-    r = cli("--show-completion", "bash")
+    # Typer finds the user's shell among the process's ancestors (shellingham); from a runner with no shell above it
+    # it prints "Shell  not supported.", so the command runs under bash, as at a prompt.
+    r = cli("--show-completion", under_bash=True)
     assert r.returncode == 0, r.stderr
     assert "_ORCHESTRATOR_COMPLETE" in r.stdout and "complete " in r.stdout
 
