@@ -9,14 +9,15 @@
 # alone not suffice. E5 (e5; MLAV_ASYM_V_SPLIT=1 on E4f): the V warpgroup's PV_hi(j) in the same two halves, the first
 # behind P's first half (mbarrier p_half), so both PVs of tile j end sooner and its stage frees earlier.
 # Steps: parity on E4f; the A/B base / e4b / e5 / cur on the ASYM rows and B=1 L=4k (bitwise column, cur's
-# graph-buffer rows; nlb and nle5, base and e5 without the gather, give E5's change to the consumers' loop alone); parity on e5; racecheck and synccheck on e5 if its parity passed, else on E4f if it passed,
-# else parity on e4b. Keep rule (per form): every ASYM row <= 0.99 of base, B=1 within the run's spread, bitwise on
+# graph-buffer rows; nlb and nle5, base and e5 without the gather, give E5's change to the consumers' loop alone);
+# parity on e5; racecheck and synccheck on e5 if its parity passed, else on E4f if it passed, else parity on e4b. Keep rule (per form): every ASYM row <= 0.99 of base, B=1 within the run's spread, bitwise on
 # every row, parity passing and deterministic, racecheck and synccheck clean. The fastest form that meets it is
 # shipped (e4e5.patch into csrc, its define on); else the patches stay as records and csrc is unchanged.
 set -o pipefail
 . tests/device/call_budget.sh 420  # R, L, left, say, lim
+. tests/device/call_steps.sh       # nolo, build_trees, use, check, san
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
-C=kernels/mla_verify/csrc; H=mla_verify_wgmma_ws.cuh
+C=$MLAV_CSRC; H=$MLAV_WS_H
 rm -rf /tmp/base && cp -r $C /tmp/base
 P=docs/results/session38_calls/e4e5.patch
 git apply "$P" 2>>"$L" || { echo "e4e5.patch did not apply" | tee -a "$L"; exit 4; }
@@ -25,30 +26,10 @@ rm -rf /tmp/cur /tmp/e4b /tmp/e5 && cp -r $C /tmp/cur && cp -r $C /tmp/e4b && cp
 sed -i 's|^        wgmma_fence();  // a new batch|        asm volatile("bar.sync 2, 128;\\n" ::: "memory");\n        wgmma_fence();  // a new batch|' /tmp/e4b/$H
 sed -i 's|^#define MLAV_ASYM_V_SPLIT 0|#define MLAV_ASYM_V_SPLIT 1|' /tmp/e5/$H
 grep -q 'bar.sync 2, 128' /tmp/e4b/$H && grep -q 'define MLAV_ASYM_V_SPLIT 1' /tmp/e5/$H || { echo "tree edits failed" | tee -a "$L"; exit 4; }
-nolo() { rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$H"; } > "$2/$H"; }
 nolo /tmp/base /tmp/nlb && nolo /tmp/e5 /tmp/nle5  # without the gather: nle5 / nlb is E5's change to C alone
-for t in base e4b e5 nlb nle5; do
-  python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" /tmp/$t >>"$L" 2>&1 &
-done
-python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
-wait; say built
+build_trees base e4b e5 nlb nle5
+say built
 cd kernels || exit 2
-use() {  # $1: tree; the checkout's csrc becomes /tmp/$1, built
-  cd "$R" && rm -rf $C && cp -r "/tmp/$1" $C && cd kernels || exit 2
-  python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
-}
-check() {  # $1: name; parity on the checkout's build; rc 0 when it passed
-  timeout "$(lim 60)" python3 -m verify_tools.parity --json > "$OUT/parity_$1.json" 2>>"$OUT/parity_$1_err.txt"
-  local rc=$?; echo "parity $1 rc=$rc" | tee -a "$L"
-  python3 -c "import json;d=json.load(open('$OUT/parity_$1.json'));print('parity $1', d.get('ok'), d.get('summary'))" 2>&1 | tee -a "$L"
-  return $rc
-}
-san() {  # $1: tool, $2: name; one sanitizer on the checkout's build
-  local t; t=$(lim 80); [ "$t" -lt 30 ] && { echo "SKIP $1 $2: budget" | tee -a "$L"; return; }
-  timeout "$t" compute-sanitizer --tool "$1" --kernel-name kns=mla_verify --print-limit 20 --log-file "$OUT/san_$1_$2.log" \
-    python3 -m verify_tools.parity --cases b8_shared_prefix_tree_h16 --json > "$OUT/san_$1_$2.out" 2>&1
-  echo "$1 $2 rc=$?" | tee -a "$L"; tail -2 "$OUT/san_$1_$2.log" | tee -a "$L"
-}
 check e4f; e4f_ok=$?
 say "e4f parity"
 timeout "$(lim 150)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,e4b=/tmp/e4b,e5=/tmp/e5,nlb=/tmp/nlb,nle5=/tmp/nle5 --ab-kv bf16 \

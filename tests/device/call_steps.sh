@@ -1,0 +1,45 @@
+# Sourced after call_budget.sh by one-off device call scripts (docs/results/session*_calls/): the dense kernel's
+# A/B steps they share. Run from the repo root; uses R, L, OUT, lim and say (call_budget.sh).
+#   nolo SRC DST     DST = a copy of the csrc folder SRC with MLAV_DIAG_NOLOAD on (no KV copies from tile 2 on:
+#                    the consumers' loop without the gather; timing only, wrong output)
+#   build_trees T..  builds /tmp/T for each T (bench's load_tree, in the background) and the checkout's csrc; waits
+#   use T            the checkout's csrc becomes /tmp/T, built (run from kernels/; returns there)
+#   check NAME       full parity suite on the checkout's build -> $OUT/parity_NAME.json; returns 0 when it passed
+#   san TOOL NAME    compute-sanitizer TOOL on parity case b8_shared_prefix_tree_h16 (skipped under 30 s left)
+MLAV_CSRC=kernels/mla_verify/csrc
+MLAV_WS_H=mla_verify_wgmma_ws.cuh
+nolo() {
+  rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$MLAV_WS_H"; } > "$2/$MLAV_WS_H"
+}
+build_trees() {
+  local t
+  for t in "$@"; do
+    python3 -c "import sys; from verify_tools.bench import load_tree; load_tree('sm_90a', sys.argv[1])" "/tmp/$t" \
+      >>"$L" 2>&1 &
+  done
+  python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
+  wait
+}
+use() {
+  cd "$R" && rm -rf $MLAV_CSRC && cp -r "/tmp/$1" $MLAV_CSRC && cd kernels || exit 2
+  python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
+}
+check() {
+  timeout "$(lim 60)" python3 -m verify_tools.parity --json > "$OUT/parity_$1.json" 2>>"$OUT/parity_$1_err.txt"
+  local rc=$?
+  echo "parity $1 rc=$rc" | tee -a "$L"
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('parity', sys.argv[2], d.get('ok'),
+d.get('summary'))" \
+    "$OUT/parity_$1.json" "$1" 2>&1 | tee -a "$L"
+  return $rc
+}
+san() {
+  local t
+  t=$(lim 80)
+  [ "$t" -lt 30 ] && { echo "SKIP $1 $2: budget" | tee -a "$L"; return; }
+  timeout "$t" compute-sanitizer --tool "$1" --kernel-name kns=mla_verify --print-limit 20 \
+    --log-file "$OUT/san_$1_$2.log" python3 -m verify_tools.parity --cases b8_shared_prefix_tree_h16 --json \
+    > "$OUT/san_$1_$2.out" 2>&1
+  echo "$1 $2 rc=$?" | tee -a "$L"
+  tail -2 "$OUT/san_$1_$2.log" | tee -a "$L"
+}
