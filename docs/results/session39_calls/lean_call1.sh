@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 39: session 38's next_call1.sh cut to fit the last ~250 s of device budget (seven refused starts spent the
-# rest), no carry: CALL_BUDGET_S=190 bash docs/results/session39_calls/lean_call1.sh
+# Session 39, not run (its start was declined: too little device budget left after nine refused starts).
+# Session 38's next_call1.sh cut to fit ~250 s of device budget, no carry:
+#   CALL_BUDGET_S=190 bash docs/results/session39_calls/lean_call1.sh
 # Same trees as next_call1.sh less e4b, nlb and nle5: cur = E4f (e4e5.patch, MLAV_ASYM_PV_SPLIT=1), e5 = E4f with
 # MLAV_ASYM_V_SPLIT=1, base = the shipped csrc. Steps: parity on E4f (is the fenced form deterministic?); the A/B
 # base / e5 / cur on the ASYM rows and B=1 L=4k; parity on e5. No sanitizers (no budget): nothing can ship from this
