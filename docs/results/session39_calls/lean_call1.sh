@@ -21,8 +21,8 @@ say built
 cd kernels || exit 2
 check e4f
 say "e4f parity"
-timeout "$(lim 80)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,e5=/tmp/e5 --ab-kv bf16 --ab-reps 3 --ab-gb-trees cur \
-  --shapes 8:32768:8:16,32:8192:8:16,4:65536:4:64,2:16384:8:128,1:4096:8:16 \
+timeout "$(lim 80)" python3 -m verify_tools.bench --tree-ab base=/tmp/base,e5=/tmp/e5 --ab-kv bf16 --ab-reps 3 \
+  --ab-gb-trees cur --shapes 8:32768:8:16,32:8192:8:16,4:65536:4:64,2:16384:8:128,1:4096:8:16 \
   --ab-out "$OUT/ab.json" >/dev/null 2>>"$OUT/ab_err.txt"
 echo "ab rc=$?" | tee -a "$L"
 python3 -m verify_tools.bench --ab-summary "$OUT/ab.json" 2>&1 | tee -a "$L"
