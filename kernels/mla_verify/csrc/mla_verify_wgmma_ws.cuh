@@ -391,27 +391,43 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
           load_draft_v(p, w, j, sK, tid >> 2, tid & 3);
           load_draft_v(p, w, j, sK, (tid >> 2) + 32, tid & 3);
         }
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float psum[2];
-          write_p(pPj, sh[half], m_run, psum, half, r0, lane, 1.f);
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            l_run[half][h] = exact_step ? l_run[half][h] * alpha[h] + psum[h] : l_run[half][h] + psum[h];
-        }
+        // PV(j) in two batches (E4, session 38; shipped in session 42 at 0.973-0.987x on the loaded batched rows):
+        // its first two k-steps (tokens 0..31) go out as soon as P's first half is written and run while this
+        // warpgroup writes the second half (exp2, the P stores, the handoff); the last two follow. The same wgmmas
+        // on the same accumulator in the same order as one batch, so the outputs are bitwise those of the one-batch
+        // form. Every wait and branch sits before the first PV wgmma (a wait between two wgmmas of one accumulator
+        // chain makes ptxas serialize them, C7520); each batch starts with its own wgmma.fence.
         if (j >= 2) mbar_wait(a_free(j & 1), ((j >> 1) + 1) & 1);  // the V warpgroup read alpha(j - 2)
         if ((lane & 3) == 0) {
           alpha_buf[(j & 1) * BM + r0] = alpha[0];
           alpha_buf[(j & 1) * BM + r0 + 8] = alpha[1];
         }
+        if (exact_step) rescale_o(o, alpha);
+        {
+          float psum[2];
+          write_p(pPj, sh[0], m_run, psum, 0, r0, lane, 1.f);
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            l_run[0][h] = exact_step ? l_run[0][h] * alpha[h] + psum[h] : l_run[0][h] + psum[h];
+        }
         if (draft && !p.v_alias) cp_async_wait<0>();
         fence_proxy_async();
-        mbar_arrive(p_full(j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
-        if (exact_step) rescale_o(o, alpha);
         tr.mark(5);
         fence_regs<128>(o);
         wgmma_fence();
-        issue_pv(o, sPj, sK, 0);
+        issue_pv_steps<0, 2>(o, sPj, sK, 0);
+        wgmma_commit();
+        {
+          float psum[2];
+          write_p(pPj, sh[1], m_run, psum, 1, r0, lane, 1.f);
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            l_run[1][h] = exact_step ? l_run[1][h] * alpha[h] + psum[h] : l_run[1][h] + psum[h];
+        }
+        fence_proxy_async();
+        mbar_arrive(p_full(j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
+        wgmma_fence();  // a new batch (the first form, without this fence, gave nondeterministic outputs)
+        issue_pv_steps<2, 2>(o, sPj, sK, 0);
         wgmma_commit();
         wgmma_wait0();
         fence_regs<128>(o);

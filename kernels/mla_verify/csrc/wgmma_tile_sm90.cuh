@@ -65,19 +65,24 @@ __device__ __forceinline__ void issue_qk64(float* sc, uint32_t sQ, uint32_t sK) 
   }
 }
 
-// O[64 x 256] += P V for warpgroup grp (output dims 256 grp ..): 4 x m64n256k16, A = P (K-major),
-// B = dims 0..511 of the KV tile read N-major (V is the first 512 dims of the row); F16: P and V in
-// f16, else bf16. Issues only.
-template <bool F16 = false>
-__device__ __forceinline__ void issue_pv(float* o, uint32_t sP, uint32_t sK, int grp) {
+// O[64 x 256] += P V for warpgroup grp (output dims 256 grp ..), k-steps [KS0, KS0 + NKS) of the tile's four (16
+// tokens each): NKS x m64n256k16, A = P (K-major), B = dims 0..511 of the KV tile read N-major (V is the first 512
+// dims of the row); F16: P and V in f16, else bf16. Issues only.
+template <int KS0, int NKS, bool F16 = false>
+__device__ __forceinline__ void issue_pv_steps(float* o, uint32_t sP, uint32_t sK, int grp) {
   const uint64_t dp = make_desc(sP, 16, 1024), dv = make_desc(sK + grp * 4 * kAtomBytes, kAtomBytes, 1024);
 #pragma unroll
-  for (int ks = 0; ks < kTileRows / 16; ++ks) {
+  for (int ks = KS0; ks < KS0 + NKS; ++ks) {
     if constexpr (F16)
       wgmma_m64n256k16_ss_tb_f16(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
     else
       wgmma_m64n256k16_ss_tb(o, dp + ((ks * 32) >> 4), dv + ((ks * 2048) >> 4), 1);
   }
+}
+// All four k-steps (the whole tile).
+template <bool F16 = false>
+__device__ __forceinline__ void issue_pv(float* o, uint32_t sP, uint32_t sK, int grp) {
+  issue_pv_steps<0, kTileRows / 16, F16>(o, sP, sK, grp);
 }
 
 // One row maximum of this thread (over its columns) reduced over the four lanes that hold the same row, i.e.
