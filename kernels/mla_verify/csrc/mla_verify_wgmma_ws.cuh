@@ -39,7 +39,8 @@
 // m64n32k16 runs at ~2/3 of it, bound by its smem operand fetch (session 20's wgmma_rate); it runs the softmax of
 // all 64 rows and PV for dims 0..255. Warpgroup 1 (V) runs only PV for dims 256..511, handed P(j) and the rows'
 // rescale through the mbarrier p_full[j & 1]; P(j) lives in tile j's rope atom (dead once S(j) has read it), so S(j+1)
-// may start while the V warpgroup's PV(j) runs. Registers: S 240, V 208, producer 56.
+// may start while the V warpgroup's PV(j) runs. The S warpgroup issues its PV(j) in two batches, the first behind
+// P's first half (E4f, session 42). Registers: S 240, V 208, producer 56.
 // The token-split consumers synchronize among themselves with named barrier 1 (256 threads); the producer never
 // joins it and leaves once its last tile's copies landed. The trace build (-DMLAV_TRACE=1) sums the consumers'
 // phases into the shipped kernel's slots (the first tile's wait for the producer counts in the wait slot, as there)
@@ -391,7 +392,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
           load_draft_v(p, w, j, sK, tid >> 2, tid & 3);
           load_draft_v(p, w, j, sK, (tid >> 2) + 32, tid & 3);
         }
-        // PV(j) in two batches (E4, session 38; shipped in session 42 at 0.973-0.987x on the loaded batched rows):
+        // PV(j) in two batches (E4, session 38; shipped in session 42: 0.972-0.991x on the loaded batched rows):
         // its first two k-steps (tokens 0..31) go out as soon as P's first half is written and run while this
         // warpgroup writes the second half (exp2, the P stores, the handoff); the last two follow. The same wgmmas
         // on the same accumulator in the same order as one batch, so the outputs are bitwise those of the one-batch
