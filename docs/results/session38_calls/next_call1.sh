@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 38, not run (four refused starts after calls 1-2 spent its device budget; refused starts spent
-# all of it in sessions 39 and 40). First command of the next session, no carry (name kind nvidia-h100-x1):
+# Prepared in session 38; ran as session 42's call 1 (H100, 166 s; results in docs/results/session42_calls/call1_*,
+# E4f shipped from them). It applies e4e5.patch to the tree before E4f, so it no longer applies to main's csrc.
 #   bash docs/results/session38_calls/next_call1.sh (<= 420 s; CALL_BUDGET_S=N to shorten)
 # With LEAN=1 CALL_BUDGET_S=190 (a session left with ~250 s of device budget): trees base and e5 only (no e4b, nlb,
 # nle5) and no sanitizers, so nothing can ship from that call alone.
