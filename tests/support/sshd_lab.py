@@ -371,8 +371,8 @@ def _sshd_config(h: LabHost, authorized_keys: Path) -> str:
             "LogLevel ERROR",
             # bash sources ~/.bashrc when sshd starts it at SHLVL < 2 (Debian's SSH_SOURCE_BASHRC). A lab host
             # is this machine's root, whose ~/.bashrc is not the tests' to choose: on a machine with pyenv in it,
-            # a fault test that kills a session mid `pyenv rehash` left its lock file behind and every later
-            # session then waited 60 s for it (session 42: 16 of tests/ssh/test_transport.py failed). A remote
+            # a session killed mid `pyenv rehash` (by a fault test, most likely) left its lock file behind and every
+            # later session waited 60 s for it (session 42: 16 of tests/ssh/test_transport.py failed). A remote
             # shell's own start-up is specified where a test wants one (faultkit.add_banner).
             "SetEnv SHLVL=1",
             f"Subsystem sftp {SFTP_SERVER}",
