@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 42, call 2 (no carry, nvidia-h100-x1): the checkout's csrc is E4f shipped (session 38's E4, fixed form,
-# alone: e4f.patch = this session's csrc change); /tmp/base is the csrc before it (e4f.patch reversed).
+# alone: e4f.patch = this session's csrc change); /tmp/base is the csrc before it (e4f.patch reversed). Ran as
+# call 2 (H100, 340 s); main's csrc has since changed in comments only, so e4f.patch no longer reverses on it.
 # E6 (e6.patch on the shipped csrc; e6b = E6 with MLAV_E6_ARRIVE_FIRST=1): the S warpgroup's PV(j) takes P from
 # registers (wgmma RS), each half issued before its P stores for the V warpgroup (e6b: the second half after them).
 # 1. parity on the shipped build; 2. A/B base / e6 / e6b / cur, 5 interleaved reps, batched rows and B=1 4k / 32k,
