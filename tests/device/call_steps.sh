@@ -6,6 +6,8 @@
 #   use T            the checkout's csrc becomes /tmp/T, built (run from kernels/; returns there)
 #   check NAME       full parity suite on the checkout's build -> $OUT/parity_NAME.json; returns 0 when it passed
 #   san TOOL NAME    compute-sanitizer TOOL on parity case b8_shared_prefix_tree_h16 (skipped under 30 s left)
+#   bench_rows N     the phase-2 bench of the checkout's build, no peers -> $OUT/bench.json, each row's line to the
+#                    log; N = its timeout in s (or what is left; run from kernels/)
 MLAV_CSRC=kernels/mla_verify/csrc
 MLAV_WS_H=mla_verify_wgmma_ws.cuh
 nolo() {
@@ -42,4 +44,12 @@ san() {
     > "$OUT/san_$1_$2.out" 2>&1
   echo "$1 $2 rc=$?" | tee -a "$L"
   tail -2 "$OUT/san_$1_$2.log" | tee -a "$L"
+}
+bench_rows() {
+  timeout "$(lim "$1")" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" \
+    2>>"$OUT/bench_err.txt"
+  echo "bench rc=$?" | tee -a "$L"
+  grep '^\[bench\]' "$OUT/bench_err.txt" | tee -a "$L"
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('bench', d.get('ok'), d.get('summary'))" \
+    "$OUT/bench.json" 2>&1 | tee -a "$L"
 }

@@ -9,16 +9,12 @@
 # Nothing shipped changes.
 set -o pipefail
 . tests/device/call_budget.sh 330  # R, L, left, say, lim
+. tests/device/call_steps.sh       # build_trees, bench_rows
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
-cd kernels || exit 2
-python3 -c "from mla_verify._build import load; load('sm_90a')" >>"$L" 2>&1 || { tail -5 "$L"; exit 3; }
+build_trees  # the checkout's csrc only
 say built
-timeout "$(lim 200)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" \
-  2>>"$OUT/bench_err.txt"
-echo "bench rc=$?" | tee -a "$L"
-grep '^\[bench\]' "$OUT/bench_err.txt" | tee -a "$L"
-python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('bench', d.get('ok'), d.get('summary'))" \
-  "$OUT/bench.json" 2>&1 | tee -a "$L"
+cd kernels || exit 2
+bench_rows 200
 say "bench done"
 S=8:32768:8:16
 timeout "$(lim 80)" ncu --clock-control none -k regex:split_wgmma --launch-skip 2 --launch-count 1 \
