@@ -14,6 +14,7 @@
 #if MLAV_BUILD_CFG90
 #include "mla_verify_wgmma.cuh"
 #include "mla_verify_wgmma_ws.cuh"
+#include "mla_verify_wgmma_ws_fp8.cuh"
 #endif
 // The wgmma config's bf16 calls: 1 (shipped) launch the warp-specialized kernel (mla_verify_wgmma_ws.cuh) with its
 // token-split consumers (MODE 0) or, by grid size, its ASYM ones (MODE 1; below); 2 (experimental) ASYM always; 3
@@ -33,6 +34,12 @@
 // memcheck / racecheck clean on the cases ASYM serves.
 #ifndef MLAV_ASYM_MIN_CTAS
 #define MLAV_ASYM_MIN_CTAS 16
+#endif
+// The fp8 calls that take the f16 arithmetic (p.fp8_f16): 1 launch the warp-specialized fp8 kernel
+// (mla_verify_wgmma_ws_fp8.cuh, session 43), 0 (an A/B tree's baseline) mla_verify_wgmma.cuh's F16 kernel. The bf16
+// decode (p.fp8_f16 = 0) is mla_verify_wgmma.cuh's either way.
+#ifndef MLAV_WS_FP8
+#define MLAV_WS_FP8 1
 #endif
 // MLAV_WS=1 and MLAV_PART_BF16 builds: MODE 0 launches with the staged bf16 epilogue (STAGE, mla_verify_wgmma_ws.cuh)
 // where one split's grid holds at least MLAV_STAGE_MIN_CTAS CTAs, with write_rows' fp32 partials below that. 1 (the
@@ -122,6 +129,13 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
     return launch_wgmma_t<false, false>(p, m_tiles, stream);
 #endif
   }
+#if MLAV_WS_FP8
+  if (p.fp8_f16) {
+    static int attr_device = -1;
+    return launch_split(wg::mla_verify_split_wgmma_ws_fp8_kernel, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS,
+                        dim3(m_tiles, p.S, p.B), p, stream);
+  }
+#endif
   return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
 }
 #endif

@@ -81,6 +81,33 @@ __device__ __forceinline__ void copy_row8(uint32_t tile, uint32_t off, const __n
   for (int it = 0; it < 9; ++it) cp_async16(tile + it * ATOM + off, g + it * 64, ok ? 16 : 0);
 }
 
+// The power of two q_row_to_f16 scales a row by: e = 14 - ilogb(mx) clamped to +-120 (mx = the row's largest |q|; 0
+// for a zero row; inf / NaN: ilogbf is huge, e clamps low).
+__device__ __forceinline__ int q_f16_exp(float mx) {
+  int e = 0;
+  if (mx > 0.f) e = 14 - ilogbf(mx);
+  return max(-120, min(120, e));
+}
+// Eight bf16 (one 16-byte chunk) times sc as eight f16, rounded to nearest.
+__device__ __forceinline__ uint4 bf16x8_to_f16x8_scaled(uint4 v, float sc) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+  uint32_t h[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 x = __floats2half2_rn(__uint_as_float(u[i] << 16) * sc, __uint_as_float(u[i] & 0xffff0000u) * sc);
+    h[i] = *reinterpret_cast<const uint32_t*>(&x);
+  }
+  return make_uint4(h[0], h[1], h[2], h[3]);
+}
+// Largest |value| of eight bf16 (one 16-byte chunk) and mx.
+__device__ __forceinline__ float bf16x8_absmax(uint4 v, float mx) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(u[i] << 16)), fabsf(__uint_as_float(u[i] & 0xffff0000u))));
+  return mx;
+}
+
 // F16 kernel: one Q row's 16-byte chunks that this thread holds (NCH of them at q + off(i), i < NCH; the row's
 // other chunks are held by the LANES - 1 neighbouring lanes of an aligned group) rewritten in place as f16 of
 // q x 2^e, e = 14 - ilogb(max_d |q[d]|) clamped to +-120: a power of two, exact wherever the product is an f16
@@ -93,28 +120,14 @@ __device__ __forceinline__ float q_row_to_f16(uint8_t* q, Off off) {
 #pragma unroll
   for (int it = 0; it < NCH; ++it) {
     v[it] = *reinterpret_cast<const uint4*>(q + off(it));
-    const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(u[i] << 16)), fabsf(__uint_as_float(u[i] & 0xffff0000u))));
+    mx = bf16x8_absmax(v[it], mx);
   }
 #pragma unroll
   for (int o = LANES / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  int e = 0;
-  if (mx > 0.f) e = 14 - ilogbf(mx);  // inf / NaN: ilogbf is huge, e clamps low
-  e = max(-120, min(120, e));
+  const int e = q_f16_exp(mx);
   const float sc = __int_as_float((127 + e) << 23);
 #pragma unroll
-  for (int it = 0; it < NCH; ++it) {
-    const uint32_t u[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
-    uint32_t h[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __half2 x = __floats2half2_rn(__uint_as_float(u[i] << 16) * sc, __uint_as_float(u[i] & 0xffff0000u) * sc);
-      h[i] = *reinterpret_cast<const uint32_t*>(&x);
-    }
-    *reinterpret_cast<uint4*>(q + off(it)) = make_uint4(h[0], h[1], h[2], h[3]);
-  }
+  for (int it = 0; it < NCH; ++it) *reinterpret_cast<uint4*>(q + off(it)) = bf16x8_to_f16x8_scaled(v[it], sc);
   return __int_as_float((127 - e) << 23);
 }
 

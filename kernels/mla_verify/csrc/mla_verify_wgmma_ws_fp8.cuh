@@ -1,0 +1,308 @@
+// sm_90a split kernel for the fp8 e4m3 cache, warp-specialized (session 43): the bf16 warp-specialized kernel's
+// layout and handoffs (mla_verify_wgmma_ws.cuh: Q, two KV stages, P, the full / empty mbarriers) with the F16
+// kernel's arithmetic (mla_verify_wgmma.cuh, F16 = true): Q rewritten per row as f16 of q x 2^e, the prefix tiles'
+// rows as f16 (one exact cvt.rn.f16x2.e4m3x2 per two values), their wgmmas f16, P written in f16 times v_scale; the
+// draft tiles (bf16 rows from k_extend) run in bf16 after Q is converted back. Same tiles, same wgmmas, same order as
+// the F16 kernel: its outputs should be bitwise that kernel's. Launched for every call that takes the f16
+// arithmetic (p.fp8_f16; mla_verify.cu, MLAV_WS_FP8).
+// Why: the fp8 kernels load and convert inside the consumers' loop (register loads of tile j+1 issued around S(j),
+// stored under PV(j)), and on the memory-floored shape (4, 131072, 4, 16) the fp8 cache ran at 1.01x the bf16 time
+// (session 43 call 1, H100, the graph's bf16 decode; 0.95x eager on the F16 kernel) where the bytes are half.
+// Producer (warpgroup 2, 88 registers after setmaxnreg: at 56 / 224 ptxas spilled 224 B, at 72 / 216 72 B): Q's bf16 rows by cp.async, then Q rewritten as f16 in place while tile 0
+// flies (each row's 72 chunks held by 8 lanes: no barrier); per prefix tile, its 64 fp8 rows (576 B each) by
+// cp.async into the upper half of the tile's own stage, then converted there in place to the f16 tile the wgmmas
+// read, and full[st] arrived by each producer thread (the tile's bytes written by the thread itself). There is no
+// room for a separate raw ring (the bf16 layout fills 231 KB of the 227 KB + slack), so the raw rows land where
+// the f16 tile is written later and the conversion goes in phases (FP8_RAW_ATOM, below).
+// Consumers (warpgroups 0 and 1, 208 registers): the token-split consumers of the bf16 kernel (MODE 0), f16 tiles
+// first, then the draft tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two
+// arithmetics, C7520).
+#pragma once
+#include "mla_verify_wgmma_ws.cuh"
+
+namespace mlav {
+namespace wg {
+
+// Raw fp8 rows of a prefix tile in its stage: the 64 rows' bytes of dims block b (64 dims: the f16 tile's atom b)
+// lie at FP8_RAW_ATOM[b] * ATOM + FP8_RAW_HALF[b] * 4096 + r * 64, in atoms the conversion writes after block b's
+// phase: block 0 in atom 4, blocks 1..8 two per atom in atoms 5..8. The phases (a producer barrier after each):
+//   1: blocks 0-3 -> atoms 0-3 (every raw block lies in atoms 4-8);
+//   2: blocks 4, 5 -> atoms 4, 5 (raw 0, 1, 2 read in phase 1; raw 4, 5 lie in atoms 6, 7);
+//   3: block 6 -> atom 6 (raw 3, 4 read; raw 6 lies in atom 7);
+//   4: block 7 -> atom 7 (raw 5, 6 read; raw 7 in atom 8), block 8's raw read into registers;
+//   5: block 8 -> atom 8 from the registers (raw 7, 8 read).
+// Each thread converts only the raw bytes it copied itself (its own cp.async wait makes them visible); the
+// barriers keep a thread from writing an atom whose raw bytes another thread has not read yet.
+__device__ __forceinline__ constexpr uint32_t fp8_raw_off(int b) {
+  return b == 0 ? 4u * ATOM : (uint32_t)((5 + (b - 1) / 2) * ATOM + ((b - 1) & 1) * 4096);
+}
+
+// The producer's fp8 rows: 4 lanes per row, rows pr and pr + 32 of a tile; lane sub4 copies the row's 16-byte pieces
+// sub4 + 4 b (b < 9: dims block b) and converts them into f16 chunks 2 sub4, 2 sub4 + 1 of atom b.
+struct Fp8Rows {
+  int pr, sub4;
+  __device__ __forceinline__ explicit Fp8Rows(int pt) : pr(pt >> 2), sub4(pt & 3) {}
+};
+
+// Prefix tile j's fp8 rows (slot8 holds their ids) into stage sT's raw area; slot8 receives tile j + 1's. A row that
+// must not be read copies 0 bytes (its raw bytes zero-filled: the f16 tile gets +0, as the F16 kernel's store).
+__device__ __forceinline__ void ws_issue_fp8(const Params& p, const Work& w, const Fp8Rows& r, uint32_t sT, int j,
+                                             int64_t (&slot8)[2]) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int row = r.pr + 32 * k;
+    const int64_t slot = slot8[k];
+    const bool ok = slot >= 0 && slot < p.num_slots;
+    const uint8_t* src = p.kbuf8 + (ok ? slot : 0) * p.kb_st + r.sub4 * 16;
+    slot8[k] = tile_slot(p, w, j + 1, BN, row);
+#pragma unroll
+    for (int b = 0; b < 9; ++b) cp_async16(sT + fp8_raw_off(b) + row * 64 + r.sub4 * 16, src + b * 64, ok ? 16 : 0);
+  }
+}
+
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
+
+// Dims block b of this thread's two rows: 16 raw bytes each -> two f16 chunks of atom b (uint4 raw[k] given).
+__device__ __forceinline__ void fp8_store_block(uint32_t sT, const Fp8Rows& r, int b, const uint4 (&raw)[2]) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int row = r.pr + 32 * k;
+    st_shared_v4(sT + tile_off(row, 8 * b + 2 * r.sub4), fp8x8_to_f16x8(raw[k].x, raw[k].y));
+    st_shared_v4(sT + tile_off(row, 8 * b + 2 * r.sub4 + 1), fp8x8_to_f16x8(raw[k].z, raw[k].w));
+  }
+}
+__device__ __forceinline__ void fp8_load_block(const uint8_t* tile, const Fp8Rows& r, int b, uint4 (&raw)[2]) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    raw[k] = *reinterpret_cast<const uint4*>(tile + fp8_raw_off(b) + (r.pr + 32 * k) * 64 + r.sub4 * 16);
+}
+template <int B0, int NB>
+__device__ __forceinline__ void fp8_convert_blocks(uint32_t sT, const uint8_t* tile, const Fp8Rows& r) {
+#pragma unroll
+  for (int b = B0; b < B0 + NB; ++b) {
+    uint4 raw[2];
+    fp8_load_block(tile, r, b, raw);
+    fp8_store_block(sT, r, b, raw);
+  }
+}
+
+// The stage's raw fp8 rows (this thread's copies landed) converted in place into the f16 tile, in the phases above.
+__device__ __forceinline__ void fp8_convert_tile(uint32_t sT, const uint8_t* tile, const Fp8Rows& r) {
+  fp8_convert_blocks<0, 4>(sT, tile, r);
+  producer_sync();
+  fp8_convert_blocks<4, 2>(sT, tile, r);
+  producer_sync();
+  fp8_convert_blocks<6, 1>(sT, tile, r);
+  producer_sync();
+  uint4 raw8[2];
+  fp8_load_block(tile, r, 8, raw8);
+  fp8_convert_blocks<7, 1>(sT, tile, r);
+  producer_sync();
+  fp8_store_block(sT, r, 8, raw8);
+}
+
+// Q's rows of this producer thread (WsRows: rows l8 + 16 i, chunks sub8 + 8 it) rewritten as f16 in place, as
+// q_to_f16 does (the same scale and rounding: bitwise its result), in two passes over smem (the max, then the
+// conversion) to stay within the producer's registers; qinv[r] = 2^-e[r].
+__device__ __forceinline__ void ws_q_to_f16(uint8_t* q, const WsRows& r, float* qinv) {
+#pragma unroll 1
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t off = r.off0 + i * 16 * 128;
+    float mx = 0.f;
+#pragma unroll
+    for (int it = 0; it < 9; ++it) mx = bf16x8_absmax(*reinterpret_cast<const uint4*>(q + it * ATOM + off), mx);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const int e = q_f16_exp(mx);
+    const float sc = __int_as_float((127 + e) << 23);
+#pragma unroll
+    for (int it = 0; it < 9; ++it) {
+      uint4* ptr = reinterpret_cast<uint4*>(q + it * ATOM + off);
+      *ptr = bf16x8_to_f16x8_scaled(*ptr, sc);
+    }
+    if (r.sub8 == 0) qinv[r.l8 + 16 * i] = __int_as_float((127 - e) << 23);
+  }
+}
+
+__global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_kernel(const Params p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (base - raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = warp >> 2, wq = warp & 3;  // warpgroup (2: producer), warp within it
+  const int s = blockIdx.y;
+  PhaseTrace tr;
+  pdl_signal(p);
+  const Work w = warp_uniform(work_of(p, blockIdx.x, s, blockIdx.z, BM, BN));
+  if (w.row0 >= w.R) return;
+  float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
+  float* red_sum = red_max + 2 * BM;                                // [2][BM]; [0, BM) holds qinv until the finalize
+  if (w.ntiles == 0) {
+    write_empty_split(p, w, s, tid, WS_THREADS);
+    return;
+  }
+  const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
+  uint8_t* pP = smem + Smem::off_p;
+  const uint32_t bar0 = base + Smem::used;
+  auto full = [&](int st) { return bar0 + 8u * st; };
+  auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
+  if (tid == 0) {
+    mbar_init(full(0), 128);
+    mbar_init(full(1), 128);
+    mbar_init(empty(0), WS_CONSUMERS);
+    mbar_init(empty(1), WS_CONSUMERS);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (grp == 2) {  // ---- producer ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
+    const int pt = tid - WS_CONSUMERS;
+    const WsRows rq(pt);   // Q and the bf16 draft tiles: 8 lanes per row
+    const Fp8Rows r8(pt);  // fp8 prefix tiles: 4 lanes per row
+    int64_t slot[4] = {-1, -1, -1, -1};  // ws_issue_tile's next slot ids (a draft tile's: unused)
+    int64_t slot8[2] = {tile_slot(p, w, 0, BN, r8.pr), tile_slot(p, w, 0, BN, r8.pr + 32)};
+    // Tile t into stage t & 1: fp8 rows (converted later) or, for a draft tile, bf16 rows whose landing arrives on
+    // full by itself. One cp.async group per tile.
+    auto issue = [&](int t) {
+      if (t < w.n_pre) {
+        ws_issue_fp8(p, w, r8, sKV + (t & 1) * TILE, t, slot8);
+      } else {
+        ws_issue_tile(p, w, rq, sKV, t, slot);
+        mbar_arrive_on_copies(full(t & 1));
+      }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      bool ok;
+      copy_row8(sQ, rq.off0 + i * 16 * 128, q_src(p, w, rq.l8 + 16 * i, ok), rq.sub8, ok);
+    }
+    cp_async_commit();
+    issue(0);
+    if (w.ntiles > 1) issue(1);  // stage 1 is free: tile 1 flies while tile 0 is converted
+    if (w.n_pre > 0) {
+      if (w.ntiles > 1)
+        cp_async_wait<2>();  // this thread's Q chunks landed (tiles 0 and 1 still in flight)
+      else
+        cp_async_wait<1>();
+      ws_q_to_f16(smem + Smem::off_q, rq, red_sum);
+    }
+    tr.mark(0);
+    for (int t = 0; t < w.ntiles; ++t) {
+      if (t < w.n_pre) {  // tile t's raw rows -> f16, then the tile (and, for t = 0, Q and qinv) to the consumers
+        if (t == 0 && w.ntiles > 1)
+          cp_async_wait<1>();  // tile 0's copies of this thread landed (tile 1's may not have)
+        else
+          cp_async_wait<0>();  // tile t is the last one issued
+        fp8_convert_tile(sKV + (t & 1) * TILE, smem + Smem::off_kv + (t & 1) * TILE, r8);
+        fence_proxy_async();
+        mbar_arrive(full(t & 1));
+      }
+      tr.mark(2);
+      if (t >= 1 && t + 1 < w.ntiles) {  // tile t + 1 into the stage of tile t - 1 once its PV is done
+        mbar_wait(empty((t + 1) & 1), (((t + 1) >> 1) + 1) & 1);
+        tr.mark(1);
+        issue(t + 1);
+      }
+    }
+    cp_async_wait<0>();  // no copy outlives its thread
+    tr.mark(7);
+    tr.flush(tid, grp, w.ntiles);
+    return;
+  }
+
+  // ---- consumers: the token-split consumers of the bf16 kernel with the F16 kernel's arithmetic ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
+  int tok_row[2];
+  draft_token_rows(p, w, r0, tok_row);
+  const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
+  const float sl_pre = p.scale_log2 * p.k_scale;  // log2-domain scale of prefix logits (times qinv[r] for f16 Q)
+  const float vs_pre = p.v_scale;                 // V dequantization folded into P
+  float sl_row[2] = {sl_pre, sl_pre};
+  tr.mark(0);
+  auto tile_step = [&](int j, auto f16_tag) {
+    constexpr bool f16 = decltype(f16_tag)::value;  // an fp8 prefix tile: f16 wgmmas
+    mbar_wait(full(j & 1), (j >> 1) & 1);         // tile j (and Q, qinv) ready
+    fence_proxy_async();
+    consumer_sync();  // every consumer done with tile j-1 (P, the row maxima)
+    tr.mark(1);
+    const uint32_t sK = sKV + (j & 1) * TILE;
+    const bool draft = j >= w.n_pre;
+    if constexpr (f16) {
+      if (j == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sl_row[h] = sl_pre * red_sum[r0 + 8 * h];
+      }
+    } else {
+      if (j == w.n_pre && j > 0) {  // the first draft tile after f16 prefix tiles: Q back to bf16 (every S read of
+        // the f16 Q completed before the barrier above)
+        const int l8 = tid >> 3, sub8 = tid & 7;
+        const uint32_t off0 = (uint32_t)(l8 * 128 + ((sub8 ^ (l8 & 7)) << 4));
+        q_f16_to_bf16(smem + Smem::off_q, off0, off0 + 32 * 128, l8, red_sum);
+        fence_proxy_async();
+        consumer_sync();
+      }
+    }
+
+    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32) ----
+    float sc[16];
+    wgmma_fence();
+    if constexpr (f16)
+      issue_qk_steps<0, 576 / 16, true>(sc, sQ, sK, grp);
+    else
+      issue_qk(sc, sQ, sK, grp);
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs<16>(sc);
+    tr.mark(2);
+
+    float tmax[2];
+    scale_mask(sc, tmax, p, w, j, sl_row, tok_row, mask_base, grp, lane);
+    const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
+    float psum[2];
+    const float vs = draft ? 1.f : vs_pre;
+    if (!over) write_p<f16>(pP, sc, m_run, psum, grp, r0, lane, vs);
+    fence_proxy_async();
+    tr.mark(3);
+    const bool exact_step = consumer_sync_or(over);
+    tr.mark(4);
+    if (draft && !p.v_alias) load_draft_v(p, w, j, sK, tid >> 2, tid & 3);  // draft V rows from v_extend
+    settle_softmax<f16>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, vs);
+    if (draft && !p.v_alias) cp_async_wait<0>();
+    if (exact_step || (draft && !p.v_alias)) {
+      fence_proxy_async();
+      consumer_sync();  // the rewritten P (and a reloaded draft V) visible to wgmma
+    }
+    tr.mark(5);
+
+    // ---- O[:, 256 grp .. +256] += P V, then the stage goes back to the producer ----
+    fence_regs<128>(o);
+    wgmma_fence();
+    issue_pv<f16>(o, sP, sK, grp);
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs<128>(o);
+    mbar_arrive(empty(j & 1));
+    tr.mark(6);
+  };
+  int j = 0;
+  for (; j < w.n_pre; ++j) tile_step(j, std::true_type{});
+  for (; j < w.ntiles; ++j) tile_step(j, std::false_type{});
+
+  // ---- finalize: row sums of both halves, normalized output or split partial (fp32) ----
+  publish_row_sums(l_run, red_sum, grp, r0, lane);
+  consumer_sync();
+  write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+  tr.mark(7);
+  tr.flush(tid, grp, w.ntiles);
+}
+
+}  // namespace wg
+}  // namespace mlav
