@@ -35,7 +35,8 @@ FP8_SCHEDULE_DEFAULT = 0
 # > 0: sm90wg; F16 in csrc/mla_verify_wgmma.cuh; fp8_path below): "f16" runs the prefix tiles as f16 MMAs on one
 # conversion per two fp8 values (Q rewritten per row by a power of two, exact; P written in f16), "bf16" decodes the
 # fp8 rows to bf16 (five instructions per two values). f16 writes P x v_scale with P <= 2^8 (the lazy softmax): up
-# to this v_scale the product stays at or below 2^15, half of f16's largest finite value.
+# to this v_scale the product stays at or below 2^15, half of f16's largest finite value. The f16 arithmetic has two
+# kernels with bitwise equal outputs, chosen by the tokens of a split (tiles.TileConfig.fp8_ws_min_tokens).
 FP8_PATHS = ("auto", "bf16", "f16")
 FP8_MAX_V_SCALE = 128.0
 
@@ -319,29 +320,31 @@ def fp8_f16(
     num_splits: int,
     capturing: bool = False,
 ) -> int:
-    """The fp8 arithmetic (see FP8_PATHS) as the launch flag: 1 runs the config's F16 kernel, 0 the bf16 decode.
-    "auto": f16 in a call that is not being captured into a CUDA graph, where the config has an F16 instance,
-    v_scale <= FP8_MAX_V_SCALE and a split's prefix chunk (the device's: ceil(ceil(total / B) / num_splits) rounded
-    up to whole block_n tiles) holds at least cfg.fp8_f16_min_tokens: the F16 kernel pays a Q conversion per CTA,
-    which only a long enough chunk repays (1.09-1.24x the bf16 decode's time at 64-128 tokens per split, H200). A
-    capture (`capturing`) keeps the bf16 decode: SGLang captures on its max-sized index buffers, so the sizes say
-    nothing of the lengths a replay runs, and a replay keeps its capture's kernel (the device re-derives only the
-    split count). "f16": 1; "bf16": 0. An explicit "f16" the call cannot take is refused (ValueError naming
-    fp8_path or v_scale); with a bf16 cache every fp8_path runs the one bf16 kernel."""
+    """The fp8 arithmetic (see FP8_PATHS) as the launch flag: 0 the bf16 decode, 1 the config's F16 kernel, 2 its
+    warp-specialized F16 kernel (the same arithmetic, bitwise the same outputs; session 43) where a split's prefix
+    chunk (the device's: ceil(ceil(total / B) / num_splits) rounded up to whole block_n tiles) holds at least
+    cfg.fp8_ws_min_tokens. "auto": f16 in a call that is not being captured into a CUDA graph, where the config has an
+    F16 instance, v_scale <= FP8_MAX_V_SCALE and the chunk holds at least cfg.fp8_f16_min_tokens: the F16 kernel pays
+    a Q conversion per CTA, which only a long enough chunk repays (1.09-1.24x the bf16 decode's time at 64-128 tokens
+    per split, H200). A capture (`capturing`) keeps the bf16 decode: SGLang captures on its max-sized index buffers,
+    so the sizes say nothing of the lengths a replay runs, and a replay keeps its capture's kernel (the device
+    re-derives only the split count). "f16": 1 or 2 by the chunk; "bf16": 0. An explicit "f16" the call cannot take is
+    refused (ValueError naming fp8_path or v_scale); with a bf16 cache every fp8_path runs the one bf16 kernel."""
     if fp8_path not in FP8_PATHS:
         _fail("fp8_path", f"must be one of {FP8_PATHS}, got {fp8_path!r}")
     has_f16 = cfg.fp8_f16_min_tokens > 0
+    chunk = split_chunk(request_length(B, prefix_tokens_total), max(1, num_splits), cfg.block_n)
+    f16_kernel = 2 if 0 < cfg.fp8_ws_min_tokens <= chunk else 1
     if fp8_path == "f16" and kv_fp8:
         if not has_f16:
             names = ", ".join(c.name for c in tiles.CONFIGS.values() if c.fp8_f16_min_tokens > 0)
             _fail("fp8_path", f"'f16' needs a config with an f16 fp8 kernel ({names}), not {cfg.name}")
         if v_scale > FP8_MAX_V_SCALE:
             _fail("v_scale", f"{v_scale} exceeds {FP8_MAX_V_SCALE}, the most the f16 fp8 path's P takes")
-        return 1
+        return f16_kernel
     if capturing or not kv_fp8 or not has_f16 or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
         return 0
-    chunk = split_chunk(request_length(B, prefix_tokens_total), max(1, num_splits), cfg.block_n)
-    return int(chunk >= cfg.fp8_f16_min_tokens)
+    return f16_kernel if chunk >= cfg.fp8_f16_min_tokens else 0
 
 
 def workspace_numel(num_splits: int, T: int, H: int) -> int:

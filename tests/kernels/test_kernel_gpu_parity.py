@@ -183,6 +183,29 @@ def test_both_fp8_arithmetics_match_the_oracle(cuda_device, cfg_name):
                 mla_verify_fwd(*kernel_args(inp), **kw, tile_config=cfg_name, fp8_path="f16")
 
 
+@pytest.mark.parametrize("cfg_name", [c.name for c in tiles.CONFIGS.values() if c.fp8_ws_min_tokens > 0])
+def test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel(cuda_device, cfg_name, monkeypatch):
+    """The f16 arithmetic's two kernels (launch flag 2: warp-specialized, api.fp8_f16 picks it for long chunks; 1:
+    the F16 kernel) give bitwise equal outputs, deterministic and within the oracle's bound, on a case with a short
+    prefix (one tile), a long one and a draft tile in each request; the flag is forced through api.fp8_f16."""
+    cfg = tiles.CONFIGS[cfg_name]
+    if cfg not in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
+        pytest.skip(f"{cfg_name} is not built for {api.device_arch(cuda_device)}")
+    spec = CaseSpec("fp8_ws", (40, 9000, 0), (8, 4, 3), 16, seed=29, kv_dtype="fp8", k_scale=0.5, v_scale=2.0)
+    inp = make_inputs(spec, cuda_device)
+    ref = mla_verify_ref(**oracle_kwargs(inp))
+    kw = {"k_scale": inp["k_scale"], "v_scale": inp["v_scale"], "sm_scale": inp["sm_scale"], "num_splits": 3}
+    outs = {}
+    for forced in (1, 2, 2):
+        monkeypatch.setattr(api, "fp8_f16", lambda *a, f=forced, **k: f)
+        inp["o_extend"].fill_(float("nan"))
+        mla_verify_fwd(*kernel_args(inp), **kw, tile_config=cfg_name, fp8_path="f16")
+        assert forced not in outs or torch.equal(outs[forced], inp["o_extend"]), forced
+        outs[forced] = inp["o_extend"].clone()
+    assert torch.equal(outs[1], outs[2])
+    assert rel_err(outs[2], ref) <= parity.REL_FRO_BOUND
+
+
 def test_max_sized_index_buffer_gives_the_exact_length_result(cuda_device):
     """SGLang's CUDA-graph path: kv_indices is a larger buffer than the prefixes use (the split
     count comes from its size); the output must match the exact-size call within the bound."""

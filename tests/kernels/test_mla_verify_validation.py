@@ -338,7 +338,23 @@ def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
     assert f16(8 * below, B=8) == 0 and f16(8 * n, B=8) == 1
     assert f16(64 * n, c=tiles.SM90) == 0 and f16(64 * n, c=tiles.SM120) == 0 and f16(64 * n, kv_fp8=False) == 0
     assert f16(64 * n, v_scale=api.FP8_MAX_V_SCALE * 2) == 0
-    assert f16(64 * n, capturing=True) == 0 and f16(64 * n, capturing=True, path="f16") == 1
+    assert f16(64 * n, capturing=True) == 0 and f16(64 * n, capturing=True, path="f16") == 2
+
+
+@pytest.mark.parametrize("cfg", [c for c in tiles.CONFIGS.values() if c.fp8_ws_min_tokens > 0], ids=lambda c: c.name)
+def test_f16_arithmetic_takes_the_warp_specialized_kernel_from_its_tokens_of_a_split(cfg):
+    """The f16 arithmetic runs the warp-specialized fp8 kernel (launch flag 2) where a split's prefix chunk holds at
+    least the config's fp8_ws_min_tokens, the F16 kernel (1) below: both for "auto" and for an explicit "f16"; the two
+    kernels' outputs are bitwise equal, so the choice changes only the time."""
+    ws, bn = cfg.fp8_ws_min_tokens, cfg.block_n
+    assert ws > cfg.fp8_f16_min_tokens
+
+    def flag(total, B=1, S=1, path="auto"):
+        return api.fp8_f16(path, True, cfg, 1.0, B, total, S)
+
+    assert flag(ws) == 2 and flag(ws - bn) == 1 and flag(ws - bn, path="f16") == 1 and flag(ws, path="f16") == 2
+    assert flag(4 * ws, S=4) == 2 and flag(4 * (ws - bn), S=4) == 1 and flag(8 * ws, B=8) == 2
+    assert flag(64, path="f16") == 1 and flag(64) == 0
 
 
 def test_fp8_max_v_scale_keeps_the_f16_p_below_its_range():

@@ -35,9 +35,9 @@
 #ifndef MLAV_ASYM_MIN_CTAS
 #define MLAV_ASYM_MIN_CTAS 16
 #endif
-// The fp8 calls that take the f16 arithmetic (p.fp8_f16): 1 launch the warp-specialized fp8 kernel
-// (mla_verify_wgmma_ws_fp8.cuh, session 43), 0 (an A/B tree's baseline) mla_verify_wgmma.cuh's F16 kernel. The bf16
-// decode (p.fp8_f16 = 0) is mla_verify_wgmma.cuh's either way.
+// The fp8 calls that take the f16 arithmetic: p.fp8_f16 = 2 (api.fp8_f16: long prefix chunks) launches the
+// warp-specialized fp8 kernel (mla_verify_wgmma_ws_fp8.cuh, session 43) where MLAV_WS_FP8 = 1, mla_verify_wgmma.cuh's
+// F16 kernel where 0 (an A/B tree's baseline); p.fp8_f16 = 1 the F16 kernel, 0 the bf16 decode, either way.
 #ifndef MLAV_WS_FP8
 #define MLAV_WS_FP8 1
 #endif
@@ -130,7 +130,7 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
 #endif
   }
 #if MLAV_WS_FP8
-  if (p.fp8_f16) {
+  if (p.fp8_f16 == 2) {
     static int attr_device = -1;
     return launch_split(wg::mla_verify_split_wgmma_ws_fp8_kernel, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS,
                         dim3(m_tiles, p.S, p.B), p, stream);

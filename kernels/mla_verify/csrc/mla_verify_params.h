@@ -16,7 +16,8 @@ struct Params {
   float k_scale;         // fp8: prefix logits use scale_log2 * k_scale (draft rows are bf16, unscaled)
   float v_scale;         // fp8: prefix P is multiplied by v_scale before the PV product
   int fp8_sched;         // fp8 wgmma loader schedule (mla_verify_wgmma.cuh): 0, 1 or 2
-  int fp8_f16;           // fp8 wgmma kernel: 1 runs the prefix tiles as f16 wgmmas (mla_verify_wgmma.cuh, F16)
+  int fp8_f16;           // fp8 wgmma: 1 the prefix tiles as f16 wgmmas (mla_verify_wgmma.cuh, F16), 2 the same in the
+                        // warp-specialized fp8 kernel (mla_verify_wgmma_ws_fp8.cuh), 0 the bf16 decode
   const void* qo_indptr; const void* kv_indptr; const void* mask_indptr;
   const int64_t* kv_indices; int64_t n_kv_indices;
   const uint8_t* mask; int64_t mask_numel;
