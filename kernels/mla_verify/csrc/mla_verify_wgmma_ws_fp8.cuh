@@ -3,20 +3,25 @@
 // kernel's arithmetic (mla_verify_wgmma.cuh, F16 = true): Q rewritten per row as f16 of q x 2^e, the prefix tiles'
 // rows as f16 (one exact cvt.rn.f16x2.e4m3x2 per two values), their wgmmas f16, P written in f16 times v_scale; the
 // draft tiles (bf16 rows from k_extend) run in bf16 after Q is converted back. Same tiles, same wgmmas, same order as
-// the F16 kernel: its outputs should be bitwise that kernel's. Launched for every call that takes the f16
-// arithmetic (p.fp8_f16; mla_verify.cu, MLAV_WS_FP8).
+// the F16 kernel, so its outputs are that kernel's bit for bit (measured). Launched for the f16 arithmetic where a
+// split holds >= tiles.TileConfig.fp8_ws_min_tokens prefix tokens (p.fp8_f16 = 2; api.fp8_f16, mla_verify.cu).
 // Why: the fp8 kernels load and convert inside the consumers' loop (register loads of tile j+1 issued around S(j),
 // stored under PV(j)), and on the memory-floored shape (4, 131072, 4, 16) the fp8 cache ran at 1.01x the bf16 time
 // (session 43 call 1, H100, the graph's bf16 decode; 0.95x eager on the F16 kernel) where the bytes are half.
-// Producer (warpgroup 2, 88 registers after setmaxnreg: at 56 / 224 ptxas spilled 224 B, at 72 / 216 72 B): Q's bf16 rows by cp.async, then Q rewritten as f16 in place while tile 0
-// flies (each row's 72 chunks held by 8 lanes: no barrier); per prefix tile, its 64 fp8 rows (576 B each) by
-// cp.async into the upper half of the tile's own stage, then converted there in place to the f16 tile the wgmmas
-// read, and full[st] arrived by each producer thread (the tile's bytes written by the thread itself). There is no
-// room for a separate raw ring (the bf16 layout fills 231 KB of the 227 KB + slack), so the raw rows land where
-// the f16 tile is written later and the conversion goes in phases (FP8_RAW_ATOM, below).
+// Measured (session 43 call 2, H100, over the F16 kernel, bitwise equal): 0.918 at (4, 131072, 4, 16), 0.925 at
+// (8, 32768, 8, 16), 0.924 at (32, 8192, 8, 16) (~4,000 tokens per split), 1.121 at B=1 L=32k (512), 1.083 at B=1
+// L=4k (64): over few tiles the prologue (Q copy, Q conversion, tile 0 conversion in series) shows.
+// Producer (warpgroup 2; 88 registers after setmaxnreg: at 56 / 224 ptxas spilled 224 B, at 72 / 216 72 B): Q's bf16
+// rows by cp.async, then Q rewritten as f16 in place while tiles 0 and 1 fly (each row's 72 chunks held by 8 lanes: no
+// barrier); per prefix tile, its 64 fp8 rows (576 B each) by cp.async into the upper half of the tile's own stage,
+// converted there in place to the f16 tile the wgmmas read, and full[st] arrived by each producer thread. There is no
+// room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may have), so the raw rows land where
+// the f16 tile is written later and the conversion goes in phases (fp8_raw_off, below).
 // Consumers (warpgroups 0 and 1, 208 registers): the token-split consumers of the bf16 kernel (MODE 0), f16 tiles
 // first, then the draft tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two
-// arithmetics, C7520).
+// arithmetics, C7520). Trace build (-DMLAV_TRACE=1): the consumers' slots as MODE 0's; the producer's slot 0 its
+// prologue (Q, tiles 0 and 1 issued, Q converted), slot 2 a tile's conversion plus the next tile's issue, slot 1 its
+// wait for a free stage, slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma_ws.cuh"
 
@@ -24,8 +29,8 @@ namespace mlav {
 namespace wg {
 
 // Raw fp8 rows of a prefix tile in its stage: the 64 rows' bytes of dims block b (64 dims: the f16 tile's atom b)
-// lie at FP8_RAW_ATOM[b] * ATOM + FP8_RAW_HALF[b] * 4096 + r * 64, in atoms the conversion writes after block b's
-// phase: block 0 in atom 4, blocks 1..8 two per atom in atoms 5..8. The phases (a producer barrier after each):
+// lie at fp8_raw_off(b) + r * 64, in atoms the conversion writes after block b's phase: block 0 in atom 4, blocks
+// 1..8 two per atom (4 KiB each) in atoms 5..8. The phases (a producer barrier after each):
 //   1: blocks 0-3 -> atoms 0-3 (every raw block lies in atoms 4-8);
 //   2: blocks 4, 5 -> atoms 4, 5 (raw 0, 1, 2 read in phase 1; raw 4, 5 lie in atoms 6, 7);
 //   3: block 6 -> atom 6 (raw 3, 4 read; raw 6 lies in atom 7);
