@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Prepared in session 43 (its device time ran out before it could run), not run. The next session's first command,
-# no carry (name kind nvidia-h100-x1), ~260 s: bash docs/results/session43_calls/next_call1.sh
+# no carry (name kind nvidia-h100-x1), ~330 s: bash docs/results/session43_calls/next_call1.sh
 # 1. the GPU tests of the fp8 arithmetics (incl. test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel);
 # 2. the phase-2 bench on (4, 131072, 4, 16) and B=1 L=32k with their fp8 rows (graphs: the bf16 decode, as the
 #    capture rule keeps it; eager auto: the warp-specialized kernel at (4, 131072, 4, 16), the F16 one at B=1 32k);
 # 3. A/B with the bf16 cache against session 42's csrc (ws_fp8.patch reversed): adding the fp8 kernel to the module
 #    moved four address instructions in the ASYM kernel's producer (+128 B of SASS, same PTX ops), every other kernel
-#    byte-identical; the ASYM rows check that this costs nothing (expect 1.00 within the spread, bitwise).
+#    byte-identical; the ASYM rows check that this costs nothing (expect 1.00 within the spread, bitwise);
+# 4. where the warp-specialized fp8 kernel starts to pay (tiles.TileConfig.fp8_ws_min_tokens, 2,048 unmeasured): with
+#    it forced on (fp8_ws_min_tokens 64 in this process) the f16 path of cur runs it and base (session 42's module,
+#    which takes flag 2 as its F16 kernel) the F16 kernel, at 128 / 256 / 1,024 / 2,048 tokens per split.
 set -o pipefail
-. tests/device/call_budget.sh 260  # R, L, left, say, lim
+. tests/device/call_budget.sh 330  # R, L, left, say, lim
 . tests/device/call_steps.sh       # build_trees
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
 C=$MLAV_CSRC; D=docs/results/session43_calls
@@ -32,4 +35,16 @@ timeout "$(lim 70)" python3 -m verify_tools.bench --tree-ab base=/tmp/base --ab-
   --shapes 8:32768:8:16,32:8192:8:16,4:65536:4:64 --ab-out "$OUT/ab_asym.json" >/dev/null 2>>"$OUT/ab_err.txt"
 echo "ab rc=$?" | tee -a "$L"
 python3 -m verify_tools.bench --ab-summary "$OUT/ab_asym.json" 2>&1 | tee -a "$L"
+say "ab asym"
+timeout "$(lim 80)" python3 - "$OUT/ab_ws_min.json" >/dev/null 2>>"$OUT/ab_err.txt" <<'PY'
+import dataclasses, sys
+from mla_verify import tiles
+tiles.DEFAULT_CONFIG["sm_90a"] = dataclasses.replace(tiles.SM90WG, fp8_ws_min_tokens=64)
+from verify_tools import bench
+bench.main(["--tree-ab", "base=/tmp/base", "--ab-kv", "fp8", "--ab-fp8-paths", "f16", "--ab-reps", "3",
+            "--ab-gb-trees", "none", "--shapes", "1:8192:8:16,1:16384:8:16,1:65536:8:16,1:131072:8:16,4:32768:4:16",
+            "--ab-out", sys.argv[1]])
+PY
+echo "ab ws_min rc=$?" | tee -a "$L"
+python3 -m verify_tools.bench --ab-summary "$OUT/ab_ws_min.json" 2>&1 | tee -a "$L"
 say done
