@@ -151,6 +151,18 @@ CASES = (
         notes="fp8 cache, B=32",
     ),
     CaseSpec(
+        "fp8_b8_long_splits_ws_h16",
+        tuple(24000 + 37 * i for i in range(7)) + (100,),
+        (8, 4, 8, 1, 8, 8, 2, 8),
+        16,
+        seed=26,
+        kv_dtype="fp8",
+        k_scale=0.25,
+        v_scale=2.0,
+        notes="fp8 cache, splits of >= 2,048 prefix tokens on a 132-SM part: the f16 arithmetic runs the "
+        "warp-specialized fp8 kernel (tiles.TileConfig.fp8_ws_min_tokens); one short request, varied drafts",
+    ),
+    CaseSpec(
         "fp8_codes_exact",
         (1,) * 4,
         (1,) * 4,

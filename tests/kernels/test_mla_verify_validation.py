@@ -365,3 +365,20 @@ def test_fp8_max_v_scale_keeps_the_f16_p_below_its_range():
     src = (KERNELS / "mla_verify" / "csrc" / "mla_verify_wgmma.cuh").read_text(encoding="utf-8")
     tau = float(re.search(r"constexpr float LAZY_TAU = ([0-9.]+)f;", src).group(1))
     assert 2.0**tau * api.FP8_MAX_V_SCALE <= 2.0**15 < 65504
+
+
+def test_parity_suite_runs_the_warp_specialized_fp8_kernel_on_a_132_sm_hopper():
+    """Some fp8 parity case takes launch flag 2 (the warp-specialized fp8 kernel) under the f16 arithmetic on an
+    H100 / H200 (132 SMs, the auto split count), so phase 1 covers the kernel eager long-split calls run; and some
+    takes flag 1 (the F16 kernel)."""
+    from verify_tools import parity
+
+    cfg = tiles.SM90WG
+    flags = set()
+    for spec in parity.CASES:
+        if spec.kv_dtype != "fp8" or spec.v_scale > api.FP8_MAX_V_SCALE:
+            continue
+        B, total = len(spec.prefix_lens), sum(spec.prefix_lens)
+        rule = api.split_rule(B, max(spec.draft_lens), spec.heads, 132, cfg, tiles.ctas_per_sm(cfg, "sm_90a"))
+        flags.add(api.fp8_f16("f16", True, cfg, spec.v_scale, B, total, api.splits_for_total(rule, B, total)))
+    assert flags == {1, 2}

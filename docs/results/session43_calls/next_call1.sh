@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 43 (its device time ran out before it could run), not run. The next session's first command,
 # no carry (name kind nvidia-h100-x1), ~330 s: bash docs/results/session43_calls/next_call1.sh
-# 1. the GPU tests of the fp8 arithmetics (incl. test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel);
+# 1. the GPU tests of the fp8 arithmetics (incl. test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel) and the
+#    parity case whose f16 path takes the warp-specialized kernel by the shipped rule (fp8_b8_long_splits_ws_h16);
 # 2. the phase-2 bench on (4, 131072, 4, 16) and B=1 L=32k with their fp8 rows (graphs: the bf16 decode, as the
 #    capture rule keeps it; eager auto: the warp-specialized kernel at (4, 131072, 4, 16), the F16 one at B=1 32k);
 # 3. A/B with the bf16 cache against session 42's csrc (ws_fp8.patch reversed): adding the fp8 kernel to the module
@@ -24,6 +25,12 @@ cd kernels || exit 2
 timeout "$(lim 40)" python3 -m pytest -q -p no:cacheprovider -m gpu "$R/tests/kernels/test_kernel_gpu_parity.py" \
   -k "fp8" 2>&1 | tail -4 | tee -a "$L"
 say pytest
+timeout "$(lim 40)" python3 -m verify_tools.parity --cases fp8_b8_long_splits_ws_h16 --configs sm90wg --json \
+  > "$OUT/parity_ws.json" 2>>"$OUT/parity_err.txt"
+echo "parity ws rc=$?" | tee -a "$L"
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('parity', d.get('ok'), d.get('summary'))" \
+  "$OUT/parity_ws.json" 2>&1 | tee -a "$L"
+say parity
 timeout "$(lim 90)" python3 -m verify_tools.bench --json --no-sglang --no-flashmla --fp8 \
   --shapes 4:131072:4:16,1:32768:8:16 > "$OUT/bench.json" 2>>"$OUT/bench_err.txt"
 echo "bench rc=$?" | tee -a "$L"
