@@ -186,8 +186,8 @@ def test_both_fp8_arithmetics_match_the_oracle(cuda_device, cfg_name):
 @pytest.mark.parametrize("cfg_name", [c.name for c in tiles.CONFIGS.values() if c.fp8_ws_min_tokens > 0])
 def test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel(cuda_device, cfg_name, monkeypatch):
     """The f16 arithmetic's two kernels (launch flag 2: warp-specialized, api.fp8_f16 picks it for long chunks; 1:
-    the F16 kernel) give bitwise equal outputs, deterministic and within the oracle's bound, on a case with a short
-    prefix (one tile), a long one and a draft tile in each request; the flag is forced through api.fp8_f16."""
+    the F16 kernel) give bitwise equal outputs, deterministic and within the oracle's bound, on requests with a
+    one-tile prefix, a long one and none (drafts in each); the flag is forced through api.fp8_f16."""
     cfg = tiles.CONFIGS[cfg_name]
     if cfg not in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
         pytest.skip(f"{cfg_name} is not built for {api.device_arch(cuda_device)}")
