@@ -6,6 +6,8 @@
 #   use T            the checkout's csrc becomes /tmp/T, built (run from kernels/; returns there)
 #   check NAME       full parity suite on the checkout's build -> $OUT/parity_NAME.json; returns 0 when it passed
 #   san TOOL NAME    compute-sanitizer TOOL on parity case b8_shared_prefix_tree_h16 (skipped under 30 s left)
+#   san_case TOOL CASE  compute-sanitizer TOOL on parity case CASE, config sm90wg -> $OUT/san_TOOL.log (run from
+#                    kernels/; skipped under 25 s left)
 #   bench_rows N     the phase-2 bench of the checkout's build, no peers -> $OUT/bench.json, each row's line to the
 #                    log; N = its timeout in s (or what is left; run from kernels/)
 MLAV_CSRC=kernels/mla_verify/csrc
@@ -44,6 +46,16 @@ san() {
     > "$OUT/san_$1_$2.out" 2>&1
   echo "$1 $2 rc=$?" | tee -a "$L"
   tail -2 "$OUT/san_$1_$2.log" | tee -a "$L"
+}
+san_case() {
+  local t
+  t=$(lim 60)
+  [ "$t" -lt 25 ] && { echo "SKIP $1 $2: budget" | tee -a "$L"; return; }
+  timeout "$t" compute-sanitizer --tool "$1" --kernel-name kns=mla_verify --print-limit 20 \
+    --log-file "$OUT/san_$1.log" python3 -m verify_tools.parity --cases "$2" --configs sm90wg --json \
+    > "$OUT/san_$1.out" 2>&1
+  echo "$1 $2 rc=$?" | tee -a "$L"
+  tail -2 "$OUT/san_$1.log" | tee -a "$L"
 }
 bench_rows() {
   timeout "$(lim "$1")" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" \

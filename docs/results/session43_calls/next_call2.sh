@@ -13,6 +13,7 @@
 # Keep rule: parity passing, sanitizers clean, asym <= 0.97 of cur on the batched rows it serves.
 set -o pipefail
 . tests/device/call_budget.sh 300  # R, L, left, say, lim
+. tests/device/call_steps.sh       # san_case
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
 C=kernels/mla_verify/csrc; D=docs/results/session43_calls
 { git apply $D/asym_fp8.patch && rm -rf /tmp/asym && cp -r $C /tmp/asym && git apply -R $D/asym_fp8.patch; } 2>>"$L" \
@@ -38,12 +39,6 @@ timeout "$(lim 80)" python3 -m verify_tools.parity --cases $FP8C,fp8_b8_long_spl
 echo "parity asym rc=$?" | tee -a "$L"
 python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('parity', d.get('ok'), d.get('summary'))" \
   "$OUT/parity_asym.json" 2>&1 | tee -a "$L"
-for tool in racecheck synccheck; do
-  t=$(lim 60); [ "$t" -lt 25 ] && { echo "SKIP $tool: budget" | tee -a "$L"; continue; }
-  timeout "$t" compute-sanitizer --tool $tool --kernel-name kns=mla_verify --print-limit 20 \
-    --log-file "$OUT/san_$tool.log" python3 -m verify_tools.parity --cases fp8_b8_long_splits_ws_h16 \
-    --configs sm90wg --json > "$OUT/san_$tool.out" 2>&1
-  echo "$tool rc=$?" | tee -a "$L"
-  tail -2 "$OUT/san_$tool.log" | tee -a "$L"
-done
+san_case racecheck fp8_b8_long_splits_ws_h16
+san_case synccheck fp8_b8_long_splits_ws_h16
 say done
