@@ -37,26 +37,20 @@ d.get('summary'))" \
     "$OUT/parity_$1.json" "$1" 2>&1 | tee -a "$L"
   return $rc
 }
-san() {
-  local t
-  t=$(lim 80)
-  [ "$t" -lt 30 ] && { echo "SKIP $1 $2: budget" | tee -a "$L"; return; }
-  timeout "$t" compute-sanitizer --tool "$1" --kernel-name kns=mla_verify --print-limit 20 \
-    --log-file "$OUT/san_$1_$2.log" python3 -m verify_tools.parity --cases b8_shared_prefix_tree_h16 --json \
-    > "$OUT/san_$1_$2.out" 2>&1
-  echo "$1 $2 rc=$?" | tee -a "$L"
-  tail -2 "$OUT/san_$1_$2.log" | tee -a "$L"
+# sanitize TOOL LABEL LOGSTEM LIMIT MIN PARITY_ARGS...: compute-sanitizer TOOL on the parity tool with PARITY_ARGS
+# (its log $OUT/LOGSTEM.log), at most LIMIT s, skipped under MIN s left; LABEL names it in $L
+sanitize() {
+  local tool=$1 label=$2 stem=$3 t
+  t=$(lim "$4")
+  [ "$t" -lt "$5" ] && { echo "SKIP $label: budget" | tee -a "$L"; return; }
+  shift 5
+  timeout "$t" compute-sanitizer --tool "$tool" --kernel-name kns=mla_verify --print-limit 20 \
+    --log-file "$OUT/$stem.log" python3 -m verify_tools.parity "$@" --json > "$OUT/$stem.out" 2>&1
+  echo "$label rc=$?" | tee -a "$L"
+  tail -2 "$OUT/$stem.log" | tee -a "$L"
 }
-san_case() {
-  local t
-  t=$(lim 60)
-  [ "$t" -lt 25 ] && { echo "SKIP $1 $2: budget" | tee -a "$L"; return; }
-  timeout "$t" compute-sanitizer --tool "$1" --kernel-name kns=mla_verify --print-limit 20 \
-    --log-file "$OUT/san_$1.log" python3 -m verify_tools.parity --cases "$2" --configs sm90wg --json \
-    > "$OUT/san_$1.out" 2>&1
-  echo "$1 $2 rc=$?" | tee -a "$L"
-  tail -2 "$OUT/san_$1.log" | tee -a "$L"
-}
+san() { sanitize "$1" "$1 $2" "san_$1_$2" 80 30 --cases b8_shared_prefix_tree_h16; }
+san_case() { sanitize "$1" "$1 $2" "san_$1" 60 25 --cases "$2" --configs sm90wg; }
 bench_rows() {
   timeout "$(lim "$1")" python3 -m verify_tools.bench --json --no-sglang --no-flashmla > "$OUT/bench.json" \
     2>>"$OUT/bench_err.txt"
