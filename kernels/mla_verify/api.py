@@ -321,7 +321,7 @@ def fp8_f16(
     capturing: bool = False,
 ) -> int:
     """The fp8 arithmetic (see FP8_PATHS) as the launch flag: 0 the bf16 decode, 1 the config's F16 kernel, 2 its
-    warp-specialized F16 kernel (the same arithmetic, bitwise the same outputs; session 43) where a split's prefix
+    warp-specialized fp8 kernel (the same arithmetic; ASYM consumers, session 44: not bitwise) where a split's prefix
     chunk (the device's: ceil(ceil(total / B) / num_splits) rounded up to whole block_n tiles) holds at least
     cfg.fp8_ws_min_tokens. "auto": f16 in a call that is not being captured into a CUDA graph, where the config has an
     F16 instance, v_scale <= FP8_MAX_V_SCALE and the chunk holds at least cfg.fp8_f16_min_tokens: the F16 kernel pays

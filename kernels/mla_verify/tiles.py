@@ -28,8 +28,8 @@ class TileConfig:
     # fp8 cache: the F16 kernel instance (prefix tiles as f16 MMAs, one conversion per two fp8 values) runs where a
     # split's prefix chunk holds at least this many tokens (api.fp8_f16); 0 = the config has no F16 instance.
     fp8_f16_min_tokens: int = 0
-    # fp8 cache, f16 arithmetic: the warp-specialized F16 kernel (csrc/mla_verify_wgmma_ws_fp8.cuh, bitwise the F16
-    # kernel's outputs) runs where a split's prefix chunk holds at least this many tokens (api.fp8_f16); 0 = none.
+    # fp8 cache, f16 arithmetic: the warp-specialized fp8 kernel (csrc/mla_verify_wgmma_ws_fp8.cuh, the F16 kernel's
+    # arithmetic) runs where a split's prefix chunk holds at least this many tokens (api.fp8_f16); 0 = none.
     fp8_ws_min_tokens: int = 0
 
     @property
@@ -63,9 +63,10 @@ def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
 # slower on the H200 (session 18 call 4), sm90's spilled 248 bytes.
 SM90 = TileConfig("sm90", 0, 64, 64, 2)
 SM120 = TileConfig("sm120", 1, 32, 16, 3)
-# fp8_ws_min_tokens: sm90wg from session 43 call 2 (H100, fp8 cache, f16 arithmetic, warp-specialized over the F16
-# kernel, bitwise equal): 0.918 at 4,032 tokens per split ((4, 131072, 4, 16)), 0.925 at 4,096 (B=8 L=32k), 0.924 at
-# 4,096 (B=32 L=8k), but 1.121 at 512 (B=1 L=32k) and 1.083 at 64 (B=1 L=4k); 2,048 lies between, not measured there.
+# fp8_ws_min_tokens: sm90wg, the warp-specialized fp8 kernel with its ASYM consumers over the F16 kernel (H100, fp8
+# cache, f16 arithmetic, one process each): 0.928 at 2,048 tokens per split (B=1 L=128k n=8 H=16), 0.990 and 1.020 at
+# 1,024 (B=4 L=32k n=4, B=8 L=8k n=8), 1.103 at 512 (B=1 L=32k) (session 44 call 3); at 4,032-8,192 the MODE 0 build
+# ran 0.918-0.933 of the F16 kernel (call 1) and ASYM 0.931-0.960 of MODE 0 (call 2).
 SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=256, fp8_ws_min_tokens=2048)
 # sm90wg's warp-specialized bf16 kernel (csrc/mla_verify_wgmma_ws.cuh, WS_SMEM_BYTES): the same layout plus its four
 # 8-byte mbarriers.

@@ -5,7 +5,7 @@ A prefix tile's 64 fp8 rows (dims block b: 64 rows x 64 B = 4 KiB) land at fp8_r
 (nine 8 KiB atoms; atom b holds the f16 dims of block b), and the producer warpgroup converts them in phases separated
 by producer barriers. No thread waits for another inside a phase, so the schedule is safe only if no phase writes an
 atom that holds raw bytes read in that phase or a later one; a block read into registers may be written in a later
-phase. The GPU checks (parity bitwise against the F16 kernel, racecheck) run on the device only.
+phase. The GPU checks (parity against the oracle, racecheck, synccheck) run on the device only.
 """
 
 from __future__ import annotations

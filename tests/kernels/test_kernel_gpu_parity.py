@@ -184,10 +184,12 @@ def test_both_fp8_arithmetics_match_the_oracle(cuda_device, cfg_name):
 
 
 @pytest.mark.parametrize("cfg_name", [c.name for c in tiles.CONFIGS.values() if c.fp8_ws_min_tokens > 0])
-def test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel(cuda_device, cfg_name, monkeypatch):
-    """The f16 arithmetic's two kernels (launch flag 2: warp-specialized, api.fp8_f16 picks it for long chunks; 1:
-    the F16 kernel) give bitwise equal outputs, deterministic and within the oracle's bound, on requests with a
-    one-tile prefix, a long one and none (drafts in each); the flag is forced through api.fp8_f16."""
+def test_warp_specialized_fp8_kernel_matches_the_f16_kernel(cuda_device, cfg_name, monkeypatch):
+    """The f16 arithmetic's two kernels (launch flag 2: warp-specialized with ASYM consumers, api.fp8_f16 picks it for
+    long chunks; 1: the F16 kernel) are each deterministic and within the oracle's bound, and within that bound of
+    each other, on requests with a one-tile prefix, a long one and none (drafts in each); the flag is forced through
+    api.fp8_f16. Not bitwise: ASYM's softmax sees a tile's 64 columns at once (the MODE 0 build, -DMLAV_WS_FP8_ASYM=0,
+    is bitwise the F16 kernel's)."""
     cfg = tiles.CONFIGS[cfg_name]
     if cfg not in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
         pytest.skip(f"{cfg_name} is not built for {api.device_arch(cuda_device)}")
@@ -202,8 +204,8 @@ def test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel(cuda_device, cfg_
         mla_verify_fwd(*kernel_args(inp), **kw, tile_config=cfg_name, fp8_path="f16")
         assert forced not in outs or torch.equal(outs[forced], inp["o_extend"]), forced
         outs[forced] = inp["o_extend"].clone()
-    assert torch.equal(outs[1], outs[2])
-    assert rel_err(outs[2], ref) <= parity.REL_FRO_BOUND
+    assert all(rel_err(o, ref) <= parity.REL_FRO_BOUND for o in outs.values())
+    assert rel_err(outs[2], outs[1].double()) <= parity.REL_FRO_BOUND
 
 
 def test_max_sized_index_buffer_gives_the_exact_length_result(cuda_device):

@@ -345,7 +345,8 @@ def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
 def test_f16_arithmetic_takes_the_warp_specialized_kernel_from_its_tokens_of_a_split(cfg):
     """The f16 arithmetic runs the warp-specialized fp8 kernel (launch flag 2) where a split's prefix chunk holds at
     least the config's fp8_ws_min_tokens, the F16 kernel (1) below: both for "auto" and for an explicit "f16"; the two
-    kernels' outputs are bitwise equal, so the choice changes only the time."""
+    kernels share the arithmetic (outputs within the oracle's bound of each other: the GPU test), so the choice is one
+    of time."""
     ws, bn = cfg.fp8_ws_min_tokens, cfg.block_n
     assert ws > cfg.fp8_f16_min_tokens
 

@@ -2,7 +2,7 @@
 # Session 44, call 1 (no carry, ~570 s): bash docs/results/session44_calls/call1.sh
 # Trees: cur = the checkout (session 43's shipped kernels: the warp-specialized fp8 kernel, MODE 0, for flag 2);
 # /tmp/base = session 42's csrc (ws_fp8.patch reversed: flag 2 runs the F16 kernel there); /tmp/ring = cur with
-# ring_fp8.patch and -DMLAV_WS_FP8_RING=1 (one f16 stage, a two-slot raw fp8 ring: call4.sh's header says why).
+# ring_fp8.patch and -DMLAV_WS_FP8_RING=1 (one f16 stage, a two-slot raw fp8 ring, so a tile's fp8 rows are issued two tiles ahead; the notes, session 44).
 # 1. A/B fp8 cache, f16 path, base / cur / ring on the long-split rows (bitwise against base);
 # 2. parity of every fp8 case and racecheck / synccheck on the long-split case, on ring (checkout swapped to it);
 # 3. on cur again: the GPU tests of the fp8 arithmetics (incl. the new bitwise test) and the parity case whose f16

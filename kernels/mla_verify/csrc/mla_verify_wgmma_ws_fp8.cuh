@@ -2,9 +2,12 @@
 // layout and handoffs (mla_verify_wgmma_ws.cuh: Q, two KV stages, P, the full / empty mbarriers) with the F16
 // kernel's arithmetic (mla_verify_wgmma.cuh, F16 = true): Q rewritten per row as f16 of q x 2^e, the prefix tiles'
 // rows as f16 (one exact cvt.rn.f16x2.e4m3x2 per two values), their wgmmas f16, P written in f16 times v_scale; the
-// draft tiles (bf16 rows from k_extend) run in bf16 after Q is converted back. Same tiles, same wgmmas, same order as
-// the F16 kernel, so its outputs are that kernel's bit for bit (measured). Launched for the f16 arithmetic where a
-// split holds >= tiles.TileConfig.fp8_ws_min_tokens prefix tokens (p.fp8_f16 = 2; api.fp8_f16, mla_verify.cu).
+// draft tiles (bf16 rows from k_extend) run in bf16 after Q is converted back. Launched for the f16 arithmetic where a
+// split holds >= tiles.TileConfig.fp8_ws_min_tokens prefix tokens (p.fp8_f16 = 2; api.fp8_f16, mla_verify.cu), with
+// the ASYM consumers (template ASYM = true, shipped in session 44: 0.93-0.96 of MODE 0's time on every long-split row,
+// mla_verify.cu says where measured). MODE 0 (ASYM = false, built only as -DMLAV_WS_FP8_ASYM=0's A/B base) runs the
+// F16 kernel's tiles, wgmmas and order, so its outputs are that kernel's bit for bit (measured); ASYM's softmax sees a
+// tile's 64 columns at once, so its outputs differ in the last bits (parity: within the oracle's bound, token-exact).
 // Why: the fp8 kernels load and convert inside the consumers' loop (register loads of tile j+1 issued around S(j),
 // stored under PV(j)), and on the memory-floored shape (4, 131072, 4, 16) the fp8 cache ran at 1.01x the bf16 time
 // (session 43 call 1, H100, the graph's bf16 decode; 0.95x eager on the F16 kernel) where the bytes are half.
@@ -17,9 +20,14 @@
 // converted there in place to the f16 tile the wgmmas read, and full[st] arrived by each producer thread. There is no
 // room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may have), so the raw rows land where
 // the f16 tile is written later and the conversion goes in phases (fp8_raw_off, below).
-// Consumers (warpgroups 0 and 1, 208 registers): the token-split consumers of the bf16 kernel (MODE 0), f16 tiles
-// first, then the draft tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two
-// arithmetics, C7520). Trace build (-DMLAV_TRACE=1): the consumers' slots as MODE 0's; the producer's slot 0 its
+// Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 176) or MODE 0 (208 each), f16
+// tiles first, then the draft tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two
+// arithmetics, C7520). Where the time goes (session 44): at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and
+// the tensor pipe at 44%, 53% of the warps' cycles in long-scoreboard stalls (the full-barrier waits): one tile's raw
+// rows are in flight per CTA (a tile is issued once the PV two tiles back is done, and converted only once it has
+// landed), so the DRAM latency under load is paid per tile. A single f16 stage with a two-slot raw ring (tiles issued
+// two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion (~1,300 cycles a tile)
+// then waits on the consumers. Trace build (-DMLAV_TRACE=1): the consumers' slots as MODE 0's; the producer's slot 0 its
 // prologue (Q, tiles 0 and 1 issued, Q converted), slot 2 a tile's conversion plus the next tile's issue, slot 1 its
 // wait for a free stage, slot 7 its wait for its last copies.
 #pragma once
@@ -129,6 +137,181 @@ __device__ __forceinline__ void ws_q_to_f16(uint8_t* q, const WsRows& r, float* 
   }
 }
 
+// ASYM consumers of the fp8 kernel (shipped, session 44): the bf16 kernel's ASYM loop (mla_verify_wgmma_ws.cuh) per tile,
+// f16 on the prefix tiles (Q f16, P f16 x v_scale), bf16 on the draft tiles after the S warpgroup converts Q back
+// (only it reads Q). Two loops per warpgroup (C7520).
+__device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Work& w, int s, uint8_t* smem, uint32_t sQ,
+                                                      uint32_t sKV, uint32_t sP, uint32_t bar0, float* red_max,
+                                                      float* red_sum, int tid, int grp, int wq, int lane,
+                                                      PhaseTrace& tr) {
+  auto full = [&](int st) { return bar0 + 8u * st; };  // the kernel's mbarriers (its full / empty, ASYM's three)
+  auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
+  auto p_full = [&](int st) { return sP + 512u + 8u * st; };
+  auto a_free = [&](int st) { return sP + 528u + 8u * st; };
+  const uint32_t fin = sP + 544u;
+  float* alpha_buf = red_max;                                         // [2][BM]: tile j's row rescale at (j & 1) BM
+  float* m_fin = reinterpret_cast<float*>(smem + Smem::off_p);        // [BM]: the final m_run
+  const int r0 = wq * 16 + (lane >> 2);                               // tile rows of this thread: r0 and r0 + 8
+  const float sl_pre = p.scale_log2 * p.k_scale, vs_pre = p.v_scale;  // the fp8 prefix's scales
+  float o[128];
+  if (grp == 0) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [32-token half][row h]
+    int tok_row[2];
+    draft_token_rows(p, w, r0, tok_row);
+    const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
+    float sl_row[2] = {sl_pre, sl_pre};
+    tr.mark(0);
+    auto s_step = [&](int j, auto f16_tag) {
+      constexpr bool f16 = decltype(f16_tag)::value;
+      mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q, qinv) ready
+      fence_proxy_async();
+      tr.mark(1);
+      const bool draft = j >= w.n_pre;
+      if constexpr (f16) {
+        if (j == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) sl_row[h] = sl_pre * red_sum[r0 + 8 * h];
+        }
+      } else {
+        if (j == w.n_pre && j > 0) {  // Q back to bf16 (this warpgroup's S reads of the f16 Q have completed)
+          const WsRows rs(tid);
+#pragma unroll 1
+          for (int i = 0; i < 4; ++i)
+            q_row_to_bf16<9, 3>(
+                smem + Smem::off_q, [&](int it) { return it * ATOM + rs.off0 + i * 16 * 128; },
+                red_sum[rs.l8 + 16 * i]);
+          fence_proxy_async();
+          s_group_sync_or(false);  // every S thread's Q rows rewritten
+        }
+      }
+      const uint32_t sK = sKV + (j & 1) * TILE, sPj = sK + 8 * ATOM;
+      uint8_t* pPj = smem + Smem::off_kv + (j & 1) * TILE + 8 * ATOM;
+      const float vs = draft ? 1.f : vs_pre;
+      float sc[32];
+      wgmma_fence();
+      issue_qk64<f16>(sc, sQ, sK);
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs<32>(sc);
+      tr.mark(2);
+      float sh[2][16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        sh[0][e] = sc[e];
+        sh[1][e] = sc[16 + e];
+      }
+      float tmax[2][2];
+      bool over = false;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        scale_mask(sh[half], tmax[half], p, w, j, sl_row, tok_row, mask_base, half, lane);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tmax[half][h] = reduce_row_max(tmax[half][h]);
+          over |= tmax[half][h] > m_run[h] + LAZY_TAU;
+        }
+      }
+      tr.mark(3);
+      const bool exact_step = s_group_sync_or(over);
+      tr.mark(4);
+      float alpha[2] = {1.f, 1.f};
+      if (exact_step) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) exact_row_max(m_run[h], alpha[h], fmaxf(tmax[0][h], tmax[1][h]));
+      }
+      if (draft && !p.v_alias) {
+        load_draft_v(p, w, j, sK, tid >> 2, tid & 3);
+        load_draft_v(p, w, j, sK, (tid >> 2) + 32, tid & 3);
+      }
+      if (j >= 2) mbar_wait(a_free(j & 1), ((j >> 1) + 1) & 1);
+      if ((lane & 3) == 0) {
+        alpha_buf[(j & 1) * BM + r0] = alpha[0];
+        alpha_buf[(j & 1) * BM + r0 + 8] = alpha[1];
+      }
+      if (exact_step) rescale_o(o, alpha);
+      {
+        float psum[2];
+        write_p<f16>(pPj, sh[0], m_run, psum, 0, r0, lane, vs);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l_run[0][h] = exact_step ? l_run[0][h] * alpha[h] + psum[h] : l_run[0][h] + psum[h];
+      }
+      if (draft && !p.v_alias) cp_async_wait<0>();
+      fence_proxy_async();
+      tr.mark(5);
+      fence_regs<128>(o);
+      wgmma_fence();
+      issue_pv_steps<0, 2, f16>(o, sPj, sK, 0);
+      wgmma_commit();
+      {
+        float psum[2];
+        write_p<f16>(pPj, sh[1], m_run, psum, 1, r0, lane, vs);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l_run[1][h] = exact_step ? l_run[1][h] * alpha[h] + psum[h] : l_run[1][h] + psum[h];
+      }
+      fence_proxy_async();
+      mbar_arrive(p_full(j & 1));
+      wgmma_fence();
+      issue_pv_steps<2, 2, f16>(o, sPj, sK, 0);
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs<128>(o);
+      mbar_arrive(empty(j & 1));
+      tr.mark(6);
+    };
+    int j = 0;
+    for (; j < w.n_pre; ++j) s_step(j, std::true_type{});
+    for (; j < w.ntiles; ++j) s_step(j, std::false_type{});
+    publish_row_sums(l_run[0], red_sum, 0, r0, lane);
+    publish_row_sums(l_run[1], red_sum, 1, r0, lane);
+    if ((lane & 3) == 0) {
+      m_fin[r0] = m_run[0];
+      m_fin[r0 + 8] = m_run[1];
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    tr.mark(0);
+    auto v_step = [&](int j, auto f16_tag) {
+      constexpr bool f16 = decltype(f16_tag)::value;
+      mbar_wait(p_full(j & 1), (j >> 1) & 1);
+      mbar_wait(full(j & 1), (j >> 1) & 1);
+      fence_proxy_async();
+      tr.mark(1);
+      const uint32_t sK = sKV + (j & 1) * TILE;
+      const float alpha[2] = {alpha_buf[(j & 1) * BM + r0], alpha_buf[(j & 1) * BM + r0 + 8]};
+      mbar_arrive(a_free(j & 1));
+      rescale_o(o, alpha);
+      fence_regs<128>(o);
+      wgmma_fence();
+      issue_pv<f16>(o, sK + 8 * ATOM, sK, 1);
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs<128>(o);
+      mbar_arrive(empty(j & 1));
+      tr.mark(6);
+    };
+    int j = 0;
+    for (; j < w.n_pre; ++j) v_step(j, std::true_type{});
+    for (; j < w.ntiles; ++j) v_step(j, std::false_type{});
+  }
+  if (grp == 0) mbar_arrive(fin);
+  mbar_wait(fin, 0);
+  const float m_run[2] = {m_fin[r0], m_fin[r0 + 8]};
+  write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+  tr.mark(7);
+  tr.flush(tid, grp, w.ntiles);
+}
+
+// ASYM (shipped, session 44): the bf16 kernel's ASYM consumers (S warpgroup: S at m64n64, the softmax, PV of dims
+// 0..255; V warpgroup: PV of dims 256..511) with the f16 arithmetic on prefix tiles; registers S 240, V 176, producer
+// 88 (the pool's 504 per thread slot). mla_verify.cu launches the ASYM = MLAV_WS_FP8_ASYM instance for every flag-2
+// call.
+template <bool ASYM>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_kernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -152,17 +335,27 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
   const uint32_t bar0 = base + Smem::used;
   auto full = [&](int st) { return bar0 + 8u * st; };
   auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
+  auto p_full = [&](int st) { return sP + 512u + 8u * st; };  // ASYM's handoffs, in the P atom (as the bf16 kernel)
+  auto a_free = [&](int st) { return sP + 528u + 8u * st; };
+  const uint32_t fin = sP + 544u;
   if (tid == 0) {
     mbar_init(full(0), 128);
     mbar_init(full(1), 128);
     mbar_init(empty(0), WS_CONSUMERS);
     mbar_init(empty(1), WS_CONSUMERS);
+    if constexpr (ASYM) {
+      for (int st = 0; st < 2; ++st) {
+        mbar_init(p_full(st), 128);
+        mbar_init(a_free(st), 128);
+      }
+      mbar_init(fin, 128);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   if (grp == 2) {  // ---- producer ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");  // ASYM too (240 + 176 + 88 = 504)
     const int pt = tid - WS_CONSUMERS;
     const WsRows rq(pt);   // Q and the bf16 draft tiles: 8 lanes per row
     const Fp8Rows r8(pt);  // fp8 prefix tiles: 4 lanes per row
@@ -218,6 +411,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     return;
   }
 
+  if constexpr (ASYM) {
+    ws_fp8_asym_consumers(p, w, s, smem, sQ, sKV, sP, bar0, red_max, red_sum, tid, grp, wq, lane, tr);
+    return;
+  }
   // ---- consumers: the token-split consumers of the bf16 kernel with the F16 kernel's arithmetic ----
   asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
   float o[128];

@@ -56,12 +56,16 @@ __device__ __forceinline__ void issue_qk(float* sc, uint32_t sQ, uint32_t sK, in
 // bf16), the full-rate shape (an m64n32k16 from smem is bound by its operand fetch at ~2/3 of the tensor peak).
 // Element 4i + e (i < 8) is column 8i + 2 (lane % 4) + (e & 1) of row r0 + 8 (e >> 1): elements 16 h .. 16 h + 15
 // are issue_qk's layout for grp = h. Issues only.
+template <bool F16 = false>
 __device__ __forceinline__ void issue_qk64(float* sc, uint32_t sQ, uint32_t sK) {
   const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 576 / 16; ++kk) {
     const uint32_t koff = ((kk >> 2) * kAtomBytes + (kk & 3) * 32) >> 4;
-    wgmma_m64n64k16_ss(sc, desc_add(dq, koff), desc_add(dk, koff), kk > 0);
+    if constexpr (F16)
+      wgmma_m64n64k16_ss_f16(sc, desc_add(dq, koff), desc_add(dk, koff), kk > 0);
+    else
+      wgmma_m64n64k16_ss(sc, desc_add(dq, koff), desc_add(dk, koff), kk > 0);
   }
 }
 
