@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Superseded: session 44 ran its steps in docs/results/session44_calls/call1.sh (with a ring variant beside them).
 # Prepared in session 43 (its device time ran out before it could run), not run. The next session's first command,
 # no carry (name kind nvidia-h100-x1), ~330 s: bash docs/results/session43_calls/next_call1.sh
 # 1. the GPU tests of the fp8 arithmetics (incl. test_warp_specialized_fp8_kernel_is_bitwise_the_f16_kernel) and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Superseded: session 44 ran it as docs/results/session44_calls/call2.sh (plus an every-grid ASYM tree).
 # Prepared in session 43, not run (compiled on the host: 0 spills, no wgmma serialization note; the default build with
 # the patch applied is byte-identical to the shipped module). No carry, nvidia-h100-x1, ~300 s:
 #   bash docs/results/session43_calls/next_call2.sh
