@@ -25,9 +25,9 @@
 // arithmetics, C7520). Where the time goes (session 44): at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and
 // the tensor pipe at 44%, 53% of the warps' cycles in long-scoreboard stalls (mbarrier waits in session 43's samples
 // of the bf16 kernel). The reading, not yet traced: one tile's raw rows are in flight per CTA (a tile is issued once
-// the PV two tiles back is done, and converted only once it has landed), so the DRAM latency is paid per tile. A single f16 stage with a two-slot raw ring (tiles issued
-// two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion (~1,300 cycles a tile)
-// then waits on the consumers. Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's (ASYM: the S
+// the PV two tiles back is done, and converted only once it has landed), so the DRAM latency is paid per tile. A
+// single f16 stage with a two-slot raw ring (tiles issued two ahead; docs/results/session44_calls/ring_fp8.patch) ran
+// 1.19x slower: the conversion (~1,300 cycles a tile) then waits on the consumers. Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's (ASYM: the S
 // warpgroup in row 0, the V warpgroup in row 1; MODE 0: both in their rows); the producer's slot 0 its prologue (Q,
 // tiles 0 and 1 issued, Q converted), slot 2 a tile's conversion plus the next tile's issue, slot 1 its wait for a
 // free stage, slot 7 its wait for its last copies.
