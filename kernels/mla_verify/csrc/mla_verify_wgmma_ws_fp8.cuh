@@ -20,17 +20,17 @@
 // converted there in place to the f16 tile the wgmmas read, and full[st] arrived by each producer thread. There is no
 // room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may have), so the raw rows land where
 // the f16 tile is written later and the conversion goes in phases (fp8_raw_off, below).
-// Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 176) or MODE 0 (208 each), f16
-// tiles first, then the draft tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two
-// arithmetics, C7520). Where the time goes (session 44): at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and
-// the tensor pipe at 44%, 53% of the warps' cycles in long-scoreboard stalls (mbarrier waits in session 43's samples
-// of the bf16 kernel). The reading, not yet traced: one tile's raw rows are in flight per CTA (a tile is issued once
-// the PV two tiles back is done, and converted only once it has landed), so the DRAM latency is paid per tile. A
-// single f16 stage with a two-slot raw ring (tiles issued two ahead; docs/results/session44_calls/ring_fp8.patch) ran
-// 1.19x slower: the conversion (~1,300 cycles a tile) then waits on the consumers. Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's (ASYM: the S
-// warpgroup in row 0, the V warpgroup in row 1; MODE 0: both in their rows); the producer's slot 0 its prologue (Q,
-// tiles 0 and 1 issued, Q converted), slot 2 a tile's conversion plus the next tile's issue, slot 1 its wait for a
-// free stage, slot 7 its wait for its last copies.
+// Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 176) or MODE 0 (208 each), f16 tiles
+// first, then the draft tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two
+// arithmetics, C7520). Where the time goes (session 44): at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and the
+// tensor pipe at 44%, 53% of the warps' cycles in long-scoreboard stalls (mbarrier waits in session 43's samples of the
+// bf16 kernel). The reading, not yet traced: one tile's raw rows are in flight per CTA (a tile is issued once the PV
+// two tiles back is done, and converted only once it has landed), so the DRAM latency is paid per tile. A single f16
+// stage with a two-slot raw ring (tiles issued two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x
+// slower: the conversion (~1,300 cycles a tile) then waits on the consumers. Trace build (-DMLAV_TRACE=1): the
+// consumers' slots as the bf16 kernel's (ASYM: the S warpgroup in row 0, the V warpgroup in row 1; MODE 0: both in
+// their rows); the producer's slot 0 its prologue (Q, tiles 0 and 1 issued, Q converted), slot 2 a tile's conversion
+// plus the next tile's issue, slot 1 its wait for a free stage, slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma_ws.cuh"
 
