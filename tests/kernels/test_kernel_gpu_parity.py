@@ -188,8 +188,8 @@ def test_warp_specialized_fp8_kernel_matches_the_f16_kernel(cuda_device, cfg_nam
     """The f16 arithmetic's two kernels (launch flag 2: warp-specialized with ASYM consumers, api.fp8_f16 picks it for
     long chunks; 1: the F16 kernel) are each deterministic and within the oracle's bound, and within that bound of
     each other, on requests with a one-tile prefix, a long one and none (drafts in each); the flag is forced through
-    api.fp8_f16. Not bitwise: ASYM's softmax sees a tile's 64 columns at once (the MODE 0 build, -DMLAV_WS_FP8_ASYM=0,
-    is bitwise the F16 kernel's)."""
+    api.fp8_f16. Not bitwise: ASYM's softmax sees a tile's 64 columns at once (session 43's token-split consumers
+    were bitwise the F16 kernel's)."""
     cfg = tiles.CONFIGS[cfg_name]
     if cfg not in tiles.ARCH_CONFIGS[api.device_arch(cuda_device)]:
         pytest.skip(f"{cfg_name} is not built for {api.device_arch(cuda_device)}")

@@ -37,20 +37,16 @@
 #endif
 // The fp8 calls that take the f16 arithmetic: p.fp8_f16 = 2 (api.fp8_f16: long prefix chunks) launches the
 // warp-specialized fp8 kernel (mla_verify_wgmma_ws_fp8.cuh, session 43) where MLAV_WS_FP8 = 1, mla_verify_wgmma.cuh's
-// F16 kernel where 0 (an A/B tree's baseline); p.fp8_f16 = 1 the F16 kernel, 0 the bf16 decode, either way.
+// F16 kernel where 0 (an A/B tree's baseline); p.fp8_f16 = 1 the F16 kernel, 0 the bf16 decode, either way. Its
+// consumers are the ASYM ones at every grid size (session 44), unlike the bf16 calls' (MLAV_ASYM_MIN_CTAS): flag 2
+// means >= 2,048 prefix tokens per split (32 tiles), the long splits where ASYM's gains come from. Session 44 call 2
+// (H100, fp8 cache, f16 arithmetic, graph replays, L2 flushed, one process; docs/results/session44_calls/
+// call2_ab_asym_fp8.json), ASYM over session 43's token-split (MODE 0) consumers: 0.957 at (4, 131072, 4, 16) (4 CTAs
+// per split), 0.957 at (8, 32768, 8, 16), 0.960 at (32, 8192, 8, 16), 0.931 at (4, 65536, 4, 64), 0.956 at
+// (16, 32768, 4, 16); parity 12/12, racecheck and synccheck clean. The MODE 0 consumers were then removed (session
+// 44; they ran slower on every row measured, 1,024 to 8,192 tokens per split, and live in git history).
 #ifndef MLAV_WS_FP8
 #define MLAV_WS_FP8 1
-#endif
-// MLAV_WS_FP8_ASYM=1 (shipped, session 44): that kernel with the ASYM consumers at every grid size; 0 (an A/B tree's
-// baseline) with the token-split ones (MODE 0, session 43). Only the chosen instance is built. Why every grid, unlike
-// the bf16 calls' MLAV_ASYM_MIN_CTAS: flag 2 means >= 2,048 prefix tokens per split (32 tiles), the long splits where
-// ASYM's gains come from. Session 44 call 2 (H100, fp8 cache, f16 arithmetic, graph replays, L2 flushed, one process;
-// docs/results/session44_calls/call2_ab_asym_fp8.json), ASYM over MODE 0: 0.957 at (4, 131072, 4, 16) (4 CTAs per
-// split), 0.957 at (8, 32768, 8, 16), 0.960 at (32, 8192, 8, 16), 0.931 at (4, 65536, 4, 64), 0.956 at
-// (16, 32768, 4, 16); parity 12/12 (not bitwise MODE 0's: its softmax sees a tile's 64 columns at once), racecheck
-// and synccheck clean.
-#ifndef MLAV_WS_FP8_ASYM
-#define MLAV_WS_FP8_ASYM 1
 #endif
 // MLAV_WS=1 and MLAV_PART_BF16 builds: MODE 0 launches with the staged bf16 epilogue (STAGE, mla_verify_wgmma_ws.cuh)
 // where one split's grid holds at least MLAV_STAGE_MIN_CTAS CTAs, with write_rows' fp32 partials below that. 1 (the
@@ -146,7 +142,7 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
   }
 #if MLAV_WS_FP8
   if (p.fp8_f16 == 2)
-    return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel<MLAV_WS_FP8_ASYM != 0>>(p, m_tiles, stream);
+    return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel>(p, m_tiles, stream);
 #endif
   return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
 }

@@ -4,10 +4,10 @@
 // rows as f16 (one exact cvt.rn.f16x2.e4m3x2 per two values), their wgmmas f16, P written in f16 times v_scale; the
 // draft tiles (bf16 rows from k_extend) run in bf16 after Q is converted back. Launched for the f16 arithmetic where a
 // split holds >= tiles.TileConfig.fp8_ws_min_tokens prefix tokens (p.fp8_f16 = 2; api.fp8_f16, mla_verify.cu), with
-// the ASYM consumers (template ASYM = true, shipped in session 44: 0.93-0.96 of MODE 0's time on every long-split row,
-// mla_verify.cu says where measured). MODE 0 (ASYM = false, built only as -DMLAV_WS_FP8_ASYM=0's A/B base) runs the
-// F16 kernel's tiles, wgmmas and order, so its outputs are that kernel's bit for bit (measured); ASYM's softmax sees a
-// tile's 64 columns at once, so its outputs differ in the last bits (parity: within the oracle's bound, token-exact).
+// the ASYM consumers since session 44 (0.93-0.96 of the token-split consumers' time on every long-split row;
+// mla_verify.cu says where measured). The token-split (MODE 0) consumers of session 43 ran the F16 kernel's tiles,
+// wgmmas and order, so their outputs were that kernel's bit for bit; ASYM's softmax sees a tile's 64 columns at once,
+// so its outputs differ in the last bits (parity: within the oracle's bound, token-exact).
 // Why: the fp8 kernels load and convert inside the consumers' loop (register loads of tile j+1 issued around S(j),
 // stored under PV(j)), and on the memory-floored shape (4, 131072, 4, 16) the fp8 cache ran at 1.01x the bf16 time
 // (session 43 call 1, H100, the graph's bf16 decode; 0.95x eager on the F16 kernel) where the bytes are half.
@@ -20,17 +20,17 @@
 // converted there in place to the f16 tile the wgmmas read, and full[st] arrived by each producer thread. There is no
 // room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may have), so the raw rows land where
 // the f16 tile is written later and the conversion goes in phases (fp8_raw_off, below).
-// Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 176) or MODE 0 (208 each), f16 tiles
-// first, then the draft tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two
-// arithmetics, C7520). Where the time goes (session 44): at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and the
-// tensor pipe at 44%, 53% of the warps' cycles in long-scoreboard stalls (mbarrier waits in session 43's samples of the
-// bf16 kernel). The reading, not yet traced: one tile's raw rows are in flight per CTA (a tile is issued once the PV
-// two tiles back is done, and converted only once it has landed), so the DRAM latency is paid per tile. A single f16
-// stage with a two-slot raw ring (tiles issued two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x
-// slower: the conversion (~1,300 cycles a tile) then waits on the consumers. Trace build (-DMLAV_TRACE=1): the
-// consumers' slots as the bf16 kernel's (ASYM: the S warpgroup in row 0, the V warpgroup in row 1; MODE 0: both in
-// their rows); the producer's slot 0 its prologue (Q, tiles 0 and 1 issued, Q converted), slot 2 a tile's conversion
-// plus the next tile's issue, slot 1 its wait for a free stage, slot 7 its wait for its last copies.
+// Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 176), f16 tiles first, then the draft
+// tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two arithmetics, C7520). Where the
+// time goes (session 44): at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and the tensor pipe at 44%, 53% of the
+// warps' cycles in long-scoreboard stalls (mbarrier waits in session 43's samples of the bf16 kernel). The reading, not
+// yet traced: one tile's raw rows are in flight per CTA (a tile is issued once the PV two tiles back is done, and
+// converted only once it has landed), so the DRAM latency is paid per tile. A single f16 stage with a two-slot raw ring
+// (tiles issued two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion (~1,300 cycles
+// a tile) then waits on the consumers. Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM
+// ones (the S warpgroup in row 0, the V warpgroup in row 1); the producer's slot 0 its prologue (Q, tiles 0 and 1
+// issued, Q converted), slot 2 a tile's conversion plus the next tile's issue, slot 1 its wait for a free stage, slot 7
+// its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma_ws.cuh"
 
@@ -313,11 +313,6 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
   tr.flush(tid, grp, w.ntiles);
 }
 
-// ASYM (shipped, session 44): the bf16 kernel's ASYM consumers (S warpgroup: S at m64n64, the softmax, PV of dims
-// 0..255; V warpgroup: PV of dims 256..511) with the f16 arithmetic on prefix tiles; registers S 240, V 176, producer
-// 88 (the pool's 504 per thread slot). mla_verify.cu launches the ASYM = MLAV_WS_FP8_ASYM instance for every flag-2
-// call.
-template <bool ASYM>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_kernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -337,11 +332,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
-  uint8_t* pP = smem + Smem::off_p;
   const uint32_t bar0 = base + Smem::used;
   auto full = [&](int st) { return bar0 + 8u * st; };
   auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
-  auto p_full = [&](int st) { return sP + 512u + 8u * st; };  // ASYM's handoffs, in the P atom (as the bf16 kernel)
+  auto p_full = [&](int st) { return sP + 512u + 8u * st; };  // the ASYM handoffs, in the P atom (as the bf16 kernel)
   auto a_free = [&](int st) { return sP + 528u + 8u * st; };
   const uint32_t fin = sP + 544u;
   if (tid == 0) {
@@ -349,19 +343,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     mbar_init(full(1), 128);
     mbar_init(empty(0), WS_CONSUMERS);
     mbar_init(empty(1), WS_CONSUMERS);
-    if constexpr (ASYM) {
-      for (int st = 0; st < 2; ++st) {
-        mbar_init(p_full(st), 128);
-        mbar_init(a_free(st), 128);
-      }
-      mbar_init(fin, 128);
+    for (int st = 0; st < 2; ++st) {
+      mbar_init(p_full(st), 128);
+      mbar_init(a_free(st), 128);
     }
+    mbar_init(fin, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   if (grp == 2) {  // ---- producer ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");  // ASYM too (240 + 176 + 88 = 504)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");  // 240 + 176 + 88 = 504 per thread slot
     const int pt = tid - WS_CONSUMERS;
     const WsRows rq(pt);   // Q and the bf16 draft tiles: 8 lanes per row
     const Fp8Rows r8(pt);  // fp8 prefix tiles: 4 lanes per row
@@ -417,99 +409,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     return;
   }
 
-  if constexpr (ASYM) {
-    ws_fp8_asym_consumers(p, w, s, smem, sQ, sKV, sP, bar0, red_max, red_sum, tid, grp, wq, lane, tr);
-    return;
-  }
-  // ---- consumers: the token-split consumers of the bf16 kernel with the F16 kernel's arithmetic ----
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
-  float o[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  const int r0 = wq * 16 + (lane >> 2);  // tile rows of this thread: r0 and r0 + 8
-  int tok_row[2];
-  draft_token_rows(p, w, r0, tok_row);
-  const int64_t mask_base = p.mask_mode == 0 ? ld_idx(p.mask_indptr, p.mi_is64, blockIdx.z) : 0;
-  const float sl_pre = p.scale_log2 * p.k_scale;  // log2-domain scale of prefix logits (times qinv[r] for f16 Q)
-  const float vs_pre = p.v_scale;                 // V dequantization folded into P
-  float sl_row[2] = {sl_pre, sl_pre};
-  tr.mark(0);
-  auto tile_step = [&](int j, auto f16_tag) {
-    constexpr bool f16 = decltype(f16_tag)::value;  // an fp8 prefix tile: f16 wgmmas
-    mbar_wait(full(j & 1), (j >> 1) & 1);         // tile j (and Q, qinv) ready
-    fence_proxy_async();
-    consumer_sync();  // every consumer done with tile j-1 (P, the row maxima)
-    tr.mark(1);
-    const uint32_t sK = sKV + (j & 1) * TILE;
-    const bool draft = j >= w.n_pre;
-    if constexpr (f16) {
-      if (j == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) sl_row[h] = sl_pre * red_sum[r0 + 8 * h];
-      }
-    } else {
-      if (j == w.n_pre && j > 0) {  // the first draft tile after f16 prefix tiles: Q back to bf16 (every S read of
-        // the f16 Q completed before the barrier above)
-        const int l8 = tid >> 3, sub8 = tid & 7;
-        const uint32_t off0 = (uint32_t)(l8 * 128 + ((sub8 ^ (l8 & 7)) << 4));
-        q_f16_to_bf16(smem + Smem::off_q, off0, off0 + 32 * 128, l8, red_sum);
-        fence_proxy_async();
-        consumer_sync();
-      }
-    }
-
-    // ---- S = Q K^T: 64 rows x tokens [32 grp, 32 grp + 32) ----
-    float sc[16];
-    wgmma_fence();
-    if constexpr (f16)
-      issue_qk_steps<0, 576 / 16, true>(sc, sQ, sK, grp);
-    else
-      issue_qk(sc, sQ, sK, grp);
-    wgmma_commit();
-    wgmma_wait0();
-    fence_regs<16>(sc);
-    tr.mark(2);
-
-    float tmax[2];
-    scale_mask(sc, tmax, p, w, j, sl_row, tok_row, mask_base, grp, lane);
-    const bool over = publish_row_max(tmax, m_run, red_max, grp, r0, lane, LAZY_TAU);
-    float psum[2];
-    const float vs = draft ? 1.f : vs_pre;
-    if (!over) write_p<f16>(pP, sc, m_run, psum, grp, r0, lane, vs);
-    fence_proxy_async();
-    tr.mark(3);
-    const bool exact_step = consumer_sync_or(over);
-    tr.mark(4);
-    if (draft && !p.v_alias) load_draft_v(p, w, j, sK, tid >> 2, tid & 3);  // draft V rows from v_extend
-    settle_softmax<f16>(exact_step, pP, sc, m_run, l_run, psum, o, red_max, grp, r0, lane, vs);
-    if (draft && !p.v_alias) cp_async_wait<0>();
-    if (exact_step || (draft && !p.v_alias)) {
-      fence_proxy_async();
-      consumer_sync();  // the rewritten P (and a reloaded draft V) visible to wgmma
-    }
-    tr.mark(5);
-
-    // ---- O[:, 256 grp .. +256] += P V, then the stage goes back to the producer ----
-    fence_regs<128>(o);
-    wgmma_fence();
-    issue_pv<f16>(o, sP, sK, grp);
-    wgmma_commit();
-    wgmma_wait0();
-    fence_regs<128>(o);
-    mbar_arrive(empty(j & 1));
-    tr.mark(6);
-  };
-  int j = 0;
-  for (; j < w.n_pre; ++j) tile_step(j, std::true_type{});
-  for (; j < w.ntiles; ++j) tile_step(j, std::false_type{});
-
-  // ---- finalize: row sums of both halves, normalized output or split partial (fp32) ----
-  publish_row_sums(l_run, red_sum, grp, r0, lane);
-  consumer_sync();
-  write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-  tr.mark(7);
-  tr.flush(tid, grp, w.ntiles);
+  ws_fp8_asym_consumers(p, w, s, smem, sQ, sKV, sP, bar0, red_max, red_sum, tid, grp, wq, lane, tr);
 }
 
 }  // namespace wg
