@@ -10,8 +10,14 @@
 #                    kernels/; skipped under 25 s left)
 #   bench_rows N     the phase-2 bench of the checkout's build, no peers -> $OUT/bench.json, each row's line to the
 #                    log; N = its timeout in s (or what is left; run from kernels/)
+#   parity_cases NAME N CASES  the parity tool on CASES (a comma list; $FP8_CASES: every fp8 case), config sm90wg
+#                    -> $OUT/parity_NAME.json, its verdict to the log; N = its timeout in s (run from kernels/)
+#   ab NAME N ARGS.. bench --tree-ab ARGS -> $OUT/ab_NAME.json, its per-row lines (no CUPTI ones) to the log; N as
+#                    above (run from kernels/)
 MLAV_CSRC=kernels/mla_verify/csrc
 MLAV_WS_H=mla_verify_wgmma_ws.cuh
+FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales
+FP8_CASES=$FP8_CASES,fp8_b32_chain_n8_h16_prefix1k,fp8_b8_long_splits_ws_h16,fp8_codes_exact
 nolo() {
   rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$MLAV_WS_H"; } > "$2/$MLAV_WS_H"
 }
@@ -58,4 +64,19 @@ bench_rows() {
   grep '^\[bench\]' "$OUT/bench_err.txt" | tee -a "$L"
   python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('bench', d.get('ok'), d.get('summary'))" \
     "$OUT/bench.json" 2>&1 | tee -a "$L"
+}
+parity_cases() {
+  timeout "$(lim "$2")" python3 -m verify_tools.parity --cases "$3" --configs sm90wg --json > "$OUT/parity_$1.json" \
+    2>>"$OUT/parity_err.txt"
+  echo "parity $1 rc=$?" | tee -a "$L"
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('parity', d.get('ok'), d.get('summary'))" \
+    "$OUT/parity_$1.json" 2>&1 | tee -a "$L"
+}
+ab() {
+  local name=$1 t
+  t=$(lim "$2")
+  shift 2
+  timeout "$t" python3 -m verify_tools.bench --tree-ab "$@" --ab-out "$OUT/ab_$name.json" >/dev/null 2>>"$OUT/ab_err.txt"
+  echo "ab $name rc=$?" | tee -a "$L"
+  python3 -m verify_tools.bench --ab-summary "$OUT/ab_$name.json" 2>&1 | grep -v '^cupti' | tee -a "$L"
 }

@@ -11,7 +11,7 @@
 # Keep rule: bitwise equal to base, parity passing, sanitizers clean, cur <= 0.97 of base on the memory-floored row.
 set -o pipefail
 . tests/device/call_budget.sh 300  # R, L, left, say, lim
-. tests/device/call_steps.sh       # build_trees, san_case
+. tests/device/call_steps.sh       # build_trees, ab, parity_cases, san_case
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
 C=$MLAV_CSRC
 rm -rf /tmp/base && cp -r $C /tmp/base
@@ -20,18 +20,10 @@ git apply docs/results/session44_calls/early_fp8.patch 2>>"$L" || { echo "patch 
 build_trees base
 say built
 cd kernels || exit 2
-timeout "$(lim 120)" python3 -m verify_tools.bench --tree-ab base=/tmp/base --ab-kv fp8 --ab-fp8-paths f16 --ab-reps 3 \
-  --ab-gb-trees none --shapes 4:131072:4:16,8:32768:8:16,32:8192:8:16,4:65536:4:64,1:131072:8:16 \
-  --ab-out "$OUT/ab_early.json" >/dev/null 2>>"$OUT/ab_err.txt"
-echo "ab rc=$?" | tee -a "$L"
-python3 -m verify_tools.bench --ab-summary "$OUT/ab_early.json" 2>&1 | grep -v cupti | tee -a "$L"
+ab early 120 base=/tmp/base --ab-kv fp8 --ab-fp8-paths f16 --ab-reps 3 --ab-gb-trees none \
+  --shapes 4:131072:4:16,8:32768:8:16,32:8192:8:16,4:65536:4:64,1:131072:8:16
 say ab
-FP8C=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales,fp8_b32_chain_n8_h16_prefix1k
-timeout "$(lim 60)" python3 -m verify_tools.parity --cases $FP8C,fp8_b8_long_splits_ws_h16,fp8_codes_exact,graph_fp8_b2_n8_h16 \
-  --configs sm90wg --json > "$OUT/parity_early.json" 2>>"$OUT/parity_err.txt"
-echo "parity rc=$?" | tee -a "$L"
-python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('parity', d.get('ok'), d.get('summary'))" \
-  "$OUT/parity_early.json" 2>&1 | tee -a "$L"
+parity_cases early 60 $FP8_CASES,graph_fp8_b2_n8_h16
 san_case racecheck fp8_b8_long_splits_ws_h16
 san_case synccheck fp8_b8_long_splits_ws_h16
 say done
