@@ -36,7 +36,8 @@ FP8_SCHEDULE_DEFAULT = 0
 # conversion per two fp8 values (Q rewritten per row by a power of two, exact; P written in f16), "bf16" decodes the
 # fp8 rows to bf16 (five instructions per two values). f16 writes P x v_scale with P <= 2^8 (the lazy softmax): up
 # to this v_scale the product stays at or below 2^15, half of f16's largest finite value. The f16 arithmetic has two
-# kernels with bitwise equal outputs, chosen by the tokens of a split (tiles.TileConfig.fp8_ws_min_tokens).
+# kernels, chosen by the tokens of a split (tiles.TileConfig.fp8_ws_min_tokens): the same arithmetic, outputs within
+# the oracle's bound of each other (not bitwise since session 44's ASYM consumers).
 FP8_PATHS = ("auto", "bf16", "f16")
 FP8_MAX_V_SCALE = 128.0
 

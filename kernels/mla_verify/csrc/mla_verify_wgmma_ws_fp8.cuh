@@ -11,9 +11,10 @@
 // Why: the fp8 kernels load and convert inside the consumers' loop (register loads of tile j+1 issued around S(j),
 // stored under PV(j)), and on the memory-floored shape (4, 131072, 4, 16) the fp8 cache ran at 1.01x the bf16 time
 // (session 43 call 1, H100, the graph's bf16 decode; 0.95x eager on the F16 kernel) where the bytes are half.
-// Measured (session 43 call 2, H100, over the F16 kernel, bitwise equal): 0.918 at (4, 131072, 4, 16), 0.925 at
-// (8, 32768, 8, 16), 0.924 at (32, 8192, 8, 16) (~4,000 tokens per split), 1.121 at B=1 L=32k (512), 1.083 at B=1
-// L=4k (64): over few tiles the prologue (Q copy, Q conversion, tile 0 conversion in series) shows.
+// Measured in its first form (session 43 call 2, H100, MODE 0 consumers, over the F16 kernel, bitwise equal): 0.918
+// at (4, 131072, 4, 16), 0.925 at (8, 32768, 8, 16), 0.924 at (32, 8192, 8, 16) (~4,000 tokens per split), 1.121 at
+// B=1 L=32k (512), 1.083 at B=1 L=4k (64): over few tiles the prologue (Q copy, Q conversion, tile 0 conversion in
+// series) shows.
 // Producer (warpgroup 2; 88 registers after setmaxnreg: at 56 / 224 ptxas spilled 224 B, at 72 / 216 72 B): Q's bf16
 // rows by cp.async, then Q rewritten as f16 in place while tiles 0 and 1 fly (each row's 72 chunks held by 8 lanes: no
 // barrier); per prefix tile, its 64 fp8 rows (576 B each) by cp.async into the upper half of the tile's own stage,
