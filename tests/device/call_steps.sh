@@ -1,5 +1,6 @@
 # Sourced after call_budget.sh by one-off device call scripts (docs/results/session*_calls/): the dense kernel's
 # A/B steps they share. Run from the repo root; uses R, L, OUT, lim and say (call_budget.sh).
+#   verdict LABEL F  "LABEL ok summary" of the parity / bench JSON document F, to the log
 #   nolo SRC DST     DST = a copy of the csrc folder SRC with MLAV_DIAG_NOLOAD on (no KV copies from tile 2 on:
 #                    the consumers' loop without the gather; timing only, wrong output)
 #   build_trees T..  builds /tmp/T for each T (bench's load_tree, in the background) and the checkout's csrc; waits
@@ -18,6 +19,11 @@ MLAV_CSRC=kernels/mla_verify/csrc
 MLAV_WS_H=mla_verify_wgmma_ws.cuh
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales
 FP8_CASES=$FP8_CASES,fp8_b32_chain_n8_h16_prefix1k,fp8_b8_long_splits_ws_h16,fp8_codes_exact
+# verdict LABEL FILE: "LABEL ok summary" of a parity or bench JSON document, to stdout and $L
+verdict() {
+  python3 -c "import json, sys; d = json.load(open(sys.argv[2])); print(sys.argv[1], d.get('ok'), d.get('summary'))" \
+    "$1" "$2" 2>&1 | tee -a "$L"
+}
 nolo() {
   rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$MLAV_WS_H"; } > "$2/$MLAV_WS_H"
 }
@@ -38,9 +44,7 @@ check() {
   timeout "$(lim 60)" python3 -m verify_tools.parity --json > "$OUT/parity_$1.json" 2>>"$OUT/parity_$1_err.txt"
   local rc=$?
   echo "parity $1 rc=$rc" | tee -a "$L"
-  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('parity', sys.argv[2], d.get('ok'),
-d.get('summary'))" \
-    "$OUT/parity_$1.json" "$1" 2>&1 | tee -a "$L"
+  verdict "parity $1" "$OUT/parity_$1.json"
   return $rc
 }
 # sanitize TOOL LABEL LOGSTEM LIMIT MIN PARITY_ARGS...: compute-sanitizer TOOL on the parity tool with PARITY_ARGS
@@ -62,15 +66,13 @@ bench_rows() {
     2>>"$OUT/bench_err.txt"
   echo "bench rc=$?" | tee -a "$L"
   grep '^\[bench\]' "$OUT/bench_err.txt" | tee -a "$L"
-  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('bench', d.get('ok'), d.get('summary'))" \
-    "$OUT/bench.json" 2>&1 | tee -a "$L"
+  verdict bench "$OUT/bench.json"
 }
 parity_cases() {
   timeout "$(lim "$2")" python3 -m verify_tools.parity --cases "$3" --configs sm90wg --json > "$OUT/parity_$1.json" \
     2>>"$OUT/parity_err.txt"
   echo "parity $1 rc=$?" | tee -a "$L"
-  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('parity', d.get('ok'), d.get('summary'))" \
-    "$OUT/parity_$1.json" 2>&1 | tee -a "$L"
+  verdict parity "$OUT/parity_$1.json"
 }
 ab() {
   local name=$1 t
