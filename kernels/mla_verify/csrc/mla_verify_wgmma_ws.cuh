@@ -228,6 +228,40 @@ __device__ __forceinline__ void store_rows_bf16(const uint8_t* st, const Params&
 #endif
 constexpr int WS_ASYM_MIN_TILES = MLAV_ASYM_MIN_TILES;
 
+// ASYM's S warpgroup on tile j: S (issue_qk64's 32 elements) as its two 32-token halves sh (issue_qk's layout for
+// grp = half), scaled and masked, then the lazy softmax's vote over the warpgroup: returns exact_step (some row passed
+// m_run + LAZY_TAU: every row's reference moves), with m_run and alpha (the caller's 1s) updated where it does. Trace
+// slots 3 (before the vote) and 4 (after). Shared by the bf16 kernel's ASYM loop and the fp8 kernel's.
+__device__ __forceinline__ bool asym_scale_vote(const float (&sc)[32], float (&sh)[2][16], float (&m_run)[2],
+                                                float (&alpha)[2], const Params& p, const Work& w, int j,
+                                                const float (&sl_row)[2], const int (&tok_row)[2], int64_t mask_base,
+                                                int lane, PhaseTrace& tr) {
+#pragma unroll
+  for (int e = 0; e < 16; ++e) {
+    sh[0][e] = sc[e];
+    sh[1][e] = sc[16 + e];
+  }
+  float tmax[2][2];
+  bool over = false;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    scale_mask(sh[half], tmax[half], p, w, j, sl_row, tok_row, mask_base, half, lane);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tmax[half][h] = reduce_row_max(tmax[half][h]);
+      over |= tmax[half][h] > m_run[h] + LAZY_TAU;
+    }
+  }
+  tr.mark(3);
+  const bool exact_step = s_group_sync_or(over);
+  tr.mark(4);
+  if (exact_step) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) exact_row_max(m_run[h], alpha[h], fmaxf(tmax[0][h], tmax[1][h]));
+  }
+  return exact_step;
+}
+
 // MODE 0: the token-split consumers (both warpgroups run S for half the tile's tokens, as mla_verify_wgmma.cuh);
 // 1: the S and V warpgroups (ASYM); both shipped, chosen per launch by grid size (mla_verify.cu, MLAV_ASYM_MIN_CTAS).
 // 2 (-DMLAV_WS=3, experimental): ASYM where the CTA holds >= WS_ASYM_MIN_TILES tiles, the token-split ones elsewhere.
@@ -363,31 +397,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         wgmma_wait0();
         fence_regs<32>(sc);
         tr.mark(2);
-        float sh[2][16];  // the two 32-token halves (elements 16 half ..: issue_qk's layout for grp = half)
-#pragma unroll
-        for (int e = 0; e < 16; ++e) {
-          sh[0][e] = sc[e];
-          sh[1][e] = sc[16 + e];
-        }
-        float tmax[2][2];
-        bool over = false;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          scale_mask(sh[half], tmax[half], p, w, j, sl_row, tok_row, mask_base, half, lane);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            tmax[half][h] = reduce_row_max(tmax[half][h]);
-            over |= tmax[half][h] > m_run[h] + LAZY_TAU;
-          }
-        }
-        tr.mark(3);
-        const bool exact_step = s_group_sync_or(over);
-        tr.mark(4);
-        float alpha[2] = {1.f, 1.f};
-        if (exact_step) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) exact_row_max(m_run[h], alpha[h], fmaxf(tmax[0][h], tmax[1][h]));
-        }
+        float sh[2][16], alpha[2] = {1.f, 1.f};  // S's two 32-token halves; tile j's row rescale
+        const bool exact_step = asym_scale_vote(sc, sh, m_run, alpha, p, w, j, sl_row, tok_row, mask_base, lane, tr);
         if (draft && !p.v_alias) {  // draft V rows from v_extend (dims 0..511; S(j) has read K)
           load_draft_v(p, w, j, sK, tid >> 2, tid & 3);
           load_draft_v(p, w, j, sK, (tid >> 2) + 32, tid & 3);

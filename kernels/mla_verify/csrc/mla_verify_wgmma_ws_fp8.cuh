@@ -205,31 +205,8 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       wgmma_wait0();
       fence_regs<32>(sc);
       tr.mark(2);
-      float sh[2][16];
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        sh[0][e] = sc[e];
-        sh[1][e] = sc[16 + e];
-      }
-      float tmax[2][2];
-      bool over = false;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        scale_mask(sh[half], tmax[half], p, w, j, sl_row, tok_row, mask_base, half, lane);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          tmax[half][h] = reduce_row_max(tmax[half][h]);
-          over |= tmax[half][h] > m_run[h] + LAZY_TAU;
-        }
-      }
-      tr.mark(3);
-      const bool exact_step = s_group_sync_or(over);
-      tr.mark(4);
-      float alpha[2] = {1.f, 1.f};
-      if (exact_step) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) exact_row_max(m_run[h], alpha[h], fmaxf(tmax[0][h], tmax[1][h]));
-      }
+      float sh[2][16], alpha[2] = {1.f, 1.f};  // S's two 32-token halves; tile j's row rescale
+      const bool exact_step = asym_scale_vote(sc, sh, m_run, alpha, p, w, j, sl_row, tok_row, mask_base, lane, tr);
       if (draft && !p.v_alias) {
         load_draft_v(p, w, j, sK, tid >> 2, tid & 3);
         load_draft_v(p, w, j, sK, (tid >> 2) + 32, tid & 3);
