@@ -7,11 +7,14 @@ phase; mla_verify_wgmma.cuh lists the phases). E.g.
 
 Per shape: REPS eager calls, each after an L2 flush (the bench's Timer), then the phase sums of those calls
 divided by the tiles they ran: SM cycles per tile and phase, per warpgroup, beside the prologue and epilogue per
-CTA and the CTA count; for the warp-specialized kernel (the shipped bf16 build) also its producer's wait for a
-free stage and its issue per tile (row 2). Its ASYM consumers (a -DMLAV_WS=2 build) put the S warpgroup's phases
-in row 0 (the P write in the exact-step slot) and the V warpgroup's wait for P and its PV in row 1. Cycles are SM clocks of one thread (clock()), so the phases of a warpgroup add up to its
-CTA's time, waits included; the trace build's instructions are part of what it measures (its kernel is compared
-with the plain build's in the same run: `plain_us` / `trace_us`, CUDA-graph replays). Writes JSON with --out."""
+CTA and the CTA count; for the warp-specialized kernels also the producer's wait for a free stage and its issue per
+tile (row 2; the fp8 kernel's also its wait for Q, Q's conversion and its wait for tile 0, per CTA). ASYM consumers
+put the S warpgroup's phases in row 0 (the P write in the exact-step slot) and the V warpgroup's wait for P and its
+PV in row 1. Known defect (session 45): in ASYM builds row 0's PV slot sums to a negative count (printed wrapped,
+~2^32 / tiles per CTA); its other slots and rows 1 and 2 are consistent with the kernel times. Cycles are SM clocks
+of one thread (clock()), so the phases of a warpgroup add up to its CTA's time, waits included; the trace build's
+instructions are part of what it measures (its kernel is compared with the plain build's in the same run:
+`plain_us` / `trace_us`, CUDA-graph replays). Writes JSON with --out."""
 
 from __future__ import annotations
 
@@ -100,6 +103,10 @@ def main(argv=None) -> int:
                 "prologue_per_cta": round(v[0] / ctas, 1),
                 "last_copies_per_cta": round(v[7] / ctas, 1),
             }
+            if any(v[3:6]):  # the fp8 producer's prologue, split (mla_verify_wgmma_ws_fp8.cuh)
+                row["producer"]["prologue_split_per_cta"] = {
+                    k: round(v[i] / ctas, 1) for i, k in ((3, "wait_q"), (4, "q_to_f16"), (5, "wait_tile0"))
+                }
         doc["rows"].append(row)
         print(
             f"[trace] B={B} L={L} n={n} H={H}: plain {row['plain_us']:.1f} us, trace {row['trace_us']:.1f} us; "

@@ -29,9 +29,10 @@
 // converted only once it has landed), so the DRAM latency is paid per tile. A single f16 stage with a two-slot raw ring
 // (tiles issued two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion (~1,300 cycles
 // a tile) then waits on the consumers. Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM
-// ones (the S warpgroup in row 0, the V warpgroup in row 1); the producer's slot 0 its prologue (Q, tiles 0 and 1
-// issued, Q converted), slot 2 a tile's conversion plus the next tile's issue, slot 1 its wait for a free stage, slot 7
-// its wait for its last copies.
+// ones (the S warpgroup in row 0, the V warpgroup in row 1); the producer's slot 0 its prologue up to tiles 0 and 1
+// issued, slot 3 its wait for Q's rows, slot 4 Q's conversion, slot 5 its wait for tile 0's rows, slot 2 a tile's
+// conversion plus the next tile's issue (and every later tile's landing wait), slot 1 its wait for a free stage,
+// slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma_ws.cuh"
 
@@ -356,20 +357,23 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     cp_async_commit();
     issue(0);
     if (w.ntiles > 1) issue(1);  // stage 1 is free: tile 1 flies while tile 0 is converted
+    tr.mark(0);
     if (w.n_pre > 0) {
       if (w.ntiles > 1)
         cp_async_wait<2>();  // this thread's Q chunks landed (tiles 0 and 1 still in flight)
       else
         cp_async_wait<1>();
+      tr.mark(3);
       ws_q_to_f16(smem + Smem::off_q, rq, red_sum);
     }
-    tr.mark(0);
+    tr.mark(4);
     for (int t = 0; t < w.ntiles; ++t) {
       if (t < w.n_pre) {  // tile t's raw rows -> f16, then the tile (and, for t = 0, Q and qinv) to the consumers
         if (t == 0 && w.ntiles > 1)
           cp_async_wait<1>();  // tile 0's copies of this thread landed (tile 1's may not have)
         else
           cp_async_wait<0>();  // tile t is the last one issued
+        if (t == 0) tr.mark(5);
         fp8_convert_tile(sKV + (t & 1) * TILE, smem + Smem::off_kv + (t & 1) * TILE, r8);
         fence_proxy_async();
         mbar_arrive(full(t & 1));
