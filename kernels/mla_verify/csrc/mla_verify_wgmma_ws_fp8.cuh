@@ -23,12 +23,15 @@
 // the f16 tile is written later and the conversion goes in phases (fp8_raw_off, below).
 // Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 176), f16 tiles first, then the draft
 // tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two arithmetics, C7520). Where the
-// time goes (session 44): at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and the tensor pipe at 44%, 53% of the
-// warps' cycles in long-scoreboard stalls (mbarrier waits in session 43's samples of the bf16 kernel). The reading, not
-// yet traced: one tile's raw rows are in flight per CTA (a tile is issued once the PV two tiles back is done, and
-// converted only once it has landed), so the DRAM latency is paid per tile. A single f16 stage with a two-slot raw ring
-// (tiles issued two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion (~1,300 cycles
-// a tile) then waits on the consumers. Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM
+// time goes: at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and the tensor pipe at 44%, 53% of the warps'
+// cycles in long-scoreboard stalls (session 44). Traced (session 45, H100, SM cycles per tile): the producer sets the
+// time. Its landing wait plus conversion of a tile is 4,078 cycles and it waits 177 for a free stage; with no gather
+// (-DMLAV_DIAG_NOLOAD=1) the conversion alone is 2,363, it waits 1,275 for a stage and the kernel takes 0.83 of the
+// time. A tile is issued only once the PV two tiles back is done and waited for right after, so its DRAM trip (~1,700)
+// is paid per tile in series with its conversion. A single f16 stage with a two-slot raw ring (tiles issued two
+// ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion then waits on the consumers.
+// Prepared, not measured: a 3-phase conversion and the next issue between its phases
+// (docs/results/session45_calls/conv3_mid.patch). Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM
 // ones (the S warpgroup in row 0, the V warpgroup in row 1); the producer's slot 0 its prologue up to tiles 0 and 1
 // issued, slot 3 its wait for Q's rows, slot 4 Q's conversion, slot 5 its wait for tile 0's rows, slot 2 a tile's
 // conversion plus the next tile's issue (and every later tile's landing wait), slot 1 its wait for a free stage,
