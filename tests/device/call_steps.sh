@@ -3,6 +3,7 @@
 #   verdict LABEL F  "LABEL ok summary" of the parity / bench JSON document F, to the log
 #   nolo SRC DST     DST = a copy of the csrc folder SRC with MLAV_DIAG_NOLOAD on (no KV copies from tile 2 on:
 #                    the consumers' loop without the gather; timing only, wrong output)
+#   defs DIR N=V..   DIR = a copy of the checkout's csrc with each macro N defined as V ahead of mla_verify.cu
 #   build_trees T..  builds /tmp/T for each T (bench's load_tree, in the background) and the checkout's csrc; waits
 #   use T            the checkout's csrc becomes /tmp/T, built (run from kernels/; returns there)
 #   check NAME       full parity suite on the checkout's build -> $OUT/parity_NAME.json; returns 0 when it passed
@@ -26,6 +27,12 @@ verdict() {
 }
 nolo() {
   rm -rf "$2" && cp -r "$1" "$2" && { echo "#define MLAV_DIAG_NOLOAD 1"; cat "$1/$MLAV_WS_H"; } > "$2/$MLAV_WS_H"
+}
+defs() {
+  local d=$1 x
+  shift
+  rm -rf "$d" && cp -r $MLAV_CSRC "$d" || return 1
+  { for x in "$@"; do echo "#define ${x%%=*} ${x#*=}"; done; cat $MLAV_CSRC/mla_verify.cu; } > "$d/mla_verify.cu"
 }
 build_trees() {
   local t

@@ -21,15 +21,9 @@
 # Keep rule: bitwise, parity passing, sanitizers clean, cur <= 0.97 of base at (4, 131072, 4, 16).
 set -o pipefail
 . tests/device/call_budget.sh 430  # R, L, left, say, lim
-. tests/device/call_steps.sh       # build_trees, ab, parity_cases, san_case
+. tests/device/call_steps.sh       # defs, build_trees, ab, parity_cases, san_case, use
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
 C=$MLAV_CSRC
-defs() {  # DIR DEFINES..: DIR = a copy of the checkout's csrc with each NAME=VALUE defined ahead of mla_verify.cu
-  local d=$1 x
-  shift
-  rm -rf "$d" && cp -r $C "$d"
-  { for x in "$@"; do echo "#define ${x%%=*} ${x#*=}"; done; cat $C/mla_verify.cu; } > "$d/m.cu" && mv "$d/m.cu" "$d/mla_verify.cu"
-}
 rm -rf /tmp/base && cp -r $C /tmp/base
 git apply docs/results/session45_calls/conv3_mid.patch 2>>"$L" || { echo "patch did not apply" | tee -a "$L"; exit 4; }
 defs /tmp/preg MLAV_FP8_PREG=96 MLAV_FP8_VREG=168
