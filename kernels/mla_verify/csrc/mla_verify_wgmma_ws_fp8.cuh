@@ -31,11 +31,11 @@
 // is paid per tile in series with its conversion. A single f16 stage with a two-slot raw ring (tiles issued two
 // ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion then waits on the consumers.
 // Prepared, not measured: a 3-phase conversion and the next issue between its phases
-// (docs/results/session45_calls/conv3_mid.patch). Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM
-// ones (the S warpgroup in row 0, the V warpgroup in row 1); the producer's slot 0 its prologue up to tiles 0 and 1
-// issued, slot 3 its wait for Q's rows, slot 4 Q's conversion, slot 5 its wait for tile 0's rows, slot 2 a tile's
-// conversion plus the next tile's issue (and every later tile's landing wait), slot 1 its wait for a free stage,
-// slot 7 its wait for its last copies.
+// (docs/results/session45_calls/conv3_mid.patch).
+// Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM ones (the S warpgroup in row 0, the V
+// warpgroup in row 1); the producer's slot 0 its prologue up to tiles 0 and 1 issued, slot 3 its wait for Q's rows,
+// slot 4 Q's conversion, slot 5 its wait for tile 0's rows, slot 2 a tile's conversion plus the next tile's issue (and
+// every later tile's landing wait), slot 1 its wait for a free stage, slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma_ws.cuh"
 
