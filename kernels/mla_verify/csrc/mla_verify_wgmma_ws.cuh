@@ -393,9 +393,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         float sc[32];
         wgmma_fence();
         issue_qk64(sc, sQ, sK);
-        wgmma_commit();
-        wgmma_wait0();
-        fence_regs<32>(sc);
+        wgmma_finish<32>(sc);
         tr.mark(2);
         float sh[2][16], alpha[2] = {1.f, 1.f};  // S's two 32-token halves; tile j's row rescale
         const bool exact_step = asym_scale_vote(sc, sh, m_run, alpha, p, w, j, sl_row, tok_row, mask_base, lane, tr);
@@ -440,9 +438,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         mbar_arrive(p_full(j & 1));  // P(j), alpha(j) and a draft tile's V rows to the V warpgroup
         wgmma_fence();  // a new batch (the first form, without this fence, gave nondeterministic outputs)
         issue_pv_steps<2, 2>(o, sPj, sK, 0);
-        wgmma_commit();
-        wgmma_wait0();
-        fence_regs<128>(o);
+        wgmma_finish<128>(o);
         mbar_arrive(empty(j & 1));
         tr.mark(6);
       }
@@ -469,9 +465,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
         fence_regs<128>(o);
         wgmma_fence();
         issue_pv(o, sK + 8 * ATOM, sK, 1);
-        wgmma_commit();
-        wgmma_wait0();
-        fence_regs<128>(o);
+        wgmma_finish<128>(o);
         mbar_arrive(empty(j & 1));
         tr.mark(6);
       }
@@ -506,9 +500,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       float sc[16];
       wgmma_fence();
       issue_qk(sc, sQ, sK, grp);
-      wgmma_commit();
-      wgmma_wait0();
-      fence_regs<16>(sc);
+      wgmma_finish<16>(sc);
       tr.mark(2);
 
       // ---- scale + mask, row max over this warpgroup's 32 columns ----
@@ -535,9 +527,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_kerne
       fence_regs<128>(o);
       wgmma_fence();
       issue_pv(o, sP, sK, grp);
-      wgmma_commit();
-      wgmma_wait0();
-      fence_regs<128>(o);
+      wgmma_finish<128>(o);
       mbar_arrive(empty(j & 1));
       tr.mark(6);
     }

@@ -205,9 +205,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       float sc[32];
       wgmma_fence();
       issue_qk64<f16>(sc, sQ, sK);
-      wgmma_commit();
-      wgmma_wait0();
-      fence_regs<32>(sc);
+      wgmma_finish<32>(sc);
       tr.mark(2);
       float sh[2][16], alpha[2] = {1.f, 1.f};  // S's two 32-token halves; tile j's row rescale
       const bool exact_step = asym_scale_vote(sc, sh, m_run, alpha, p, w, j, sl_row, tok_row, mask_base, lane, tr);
@@ -244,9 +242,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       mbar_arrive(p_full(j & 1));
       wgmma_fence();
       issue_pv_steps<2, 2, f16>(o, sPj, sK, 0);
-      wgmma_commit();
-      wgmma_wait0();
-      fence_regs<128>(o);
+      wgmma_finish<128>(o);
       mbar_arrive(empty(j & 1));
       tr.mark(6);
     };
@@ -277,9 +273,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       fence_regs<128>(o);
       wgmma_fence();
       issue_pv<f16>(o, sK + 8 * ATOM, sK, 1);
-      wgmma_commit();
-      wgmma_wait0();
-      fence_regs<128>(o);
+      wgmma_finish<128>(o);
       mbar_arrive(empty(j & 1));
       tr.mark(6);
     };
