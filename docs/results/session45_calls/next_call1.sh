@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 45 (its device time went to refused starts), not run. The next session's first command, no
-# carry (nvidia-h100-x1), ~430 s: bash docs/results/session45_calls/next_call1.sh
+# carry (nvidia-h100-x1), ~460 s: bash docs/results/session45_calls/next_call1.sh
 # Session 45's calls 1-2 traced the shipped fp8 kernel (f16 arithmetic, ASYM consumers): per 64-token tile the producer spends
 # ~4,080 cycles in "issue" (tile t + 1's landing plus its conversion) at (4, 131072, 4, 16), 2,360 with no gather
 # (MLAV_DIAG_NOLOAD), where it then waits 1,275 cycles for a free stage: without the gather the consumers set the
@@ -18,23 +18,28 @@
 #    producer's prologue split: wait for Q, Q's conversion, wait for tile 0: session 45 call 1 put the whole prologue
 #    at ~25,000 cycles per CTA against the bf16 producer's ~5,200); parity on conv3 (step 3 runs only as far as the
 #    budget goes: CALL_BUDGET_S).
-# Keep rule: bitwise, parity passing, sanitizers clean, cur <= 0.97 of base at (4, 131072, 4, 16).
+# vstep = the checkout + asym_v_step.patch (the ASYM V warpgroup's step as one helper for both kernels, a review
+# item: the bf16 kernels' machine code unchanged, the fp8 kernel's rescheduled, 188 instructions).
+# Keep rules: bitwise, parity passing, sanitizers clean, cur <= 0.97 of base at (4, 131072, 4, 16); vstep bitwise and
+# 0.99-1.01 of base (as asym_vote.patch in session 45 call 2).
 set -o pipefail
-. tests/device/call_budget.sh 430  # R, L, left, say, lim
+. tests/device/call_budget.sh 460  # R, L, left, say, lim
 . tests/device/call_steps.sh       # defs, build_trees, ab, parity_cases, san_case, use
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$L"
 C=$MLAV_CSRC
-rm -rf /tmp/base && cp -r $C /tmp/base
+rm -rf /tmp/base /tmp/vstep && cp -r $C /tmp/base
+V=docs/results/session45_calls/asym_v_step.patch  # review item: one ASYM V step for the bf16 and fp8 kernels
+{ git apply $V && cp -r $C /tmp/vstep && git apply -R $V; } 2>>"$L" || { echo "vstep patch" | tee -a "$L"; exit 4; }
 git apply docs/results/session45_calls/conv3_mid.patch 2>>"$L" || { echo "patch did not apply" | tee -a "$L"; exit 4; }
 defs /tmp/preg MLAV_FP8_PREG=96 MLAV_FP8_VREG=168
 defs /tmp/conv3 MLAV_FP8_CONV=3 MLAV_FP8_PREG=96 MLAV_FP8_VREG=168
 defs /tmp/cur MLAV_FP8_CONV=3 MLAV_FP8_MID=1 MLAV_FP8_PREG=96 MLAV_FP8_VREG=168
 cp /tmp/cur/mla_verify.cu $C/mla_verify.cu
-build_trees base preg conv3
+build_trees base preg conv3 vstep
 say built
 cd kernels || exit 2
-ab conv 120 base=/tmp/base,preg=/tmp/preg,conv3=/tmp/conv3 --ab-kv fp8 --ab-fp8-paths f16 --ab-reps 3 \
-  --ab-gb-trees none --shapes 4:131072:4:16,8:32768:8:16,32:8192:8:16,4:65536:4:64,1:131072:8:16
+ab conv 150 base=/tmp/base,preg=/tmp/preg,conv3=/tmp/conv3,vstep=/tmp/vstep --ab-kv fp8 --ab-fp8-paths f16 \
+  --ab-reps 3 --ab-gb-trees none --shapes 4:131072:4:16,8:32768:8:16,32:8192:8:16,4:65536:4:64,1:131072:8:16
 say ab
 parity_cases mid 50 $FP8_CASES,graph_fp8_b2_n8_h16
 san_case racecheck fp8_b8_long_splits_ws_h16
