@@ -10,8 +10,9 @@ divided by the tiles they ran: SM cycles per tile and phase, per warpgroup, besi
 CTA and the CTA count; for the warp-specialized kernels also the producer's wait for a free stage and its issue per
 tile (row 2; the fp8 kernel's also its wait for Q, Q's conversion and its wait for tile 0, per CTA). ASYM consumers
 put the S warpgroup's phases in row 0 (the P write in the exact-step slot) and the V warpgroup's wait for P and its
-PV in row 1. Known defect (session 45): in ASYM builds row 0's PV slot sums to a negative count (printed wrapped,
-~2^32 / tiles per CTA); its other slots and rows 1 and 2 are consistent with the kernel times. Cycles are SM clocks
+PV in row 1. Builds before session 46 summed row 0's PV slot negative in ASYM kernels (printed wrapped): ptxas
+re-read the clock for the previous mark's value (verify_tools.sass finds such reads; fixed in PhaseTrace, not yet
+run on a GPU), so that slot's cycles were lost from the row. Cycles are SM clocks
 of one thread (clock()), so the phases of a warpgroup add up to its CTA's time, waits included; the trace build's
 instructions are part of what it measures (its kernel is compared with the plain build's in the same run:
 `plain_us` / `trace_us`, CUDA-graph replays). Writes JSON with --out."""

@@ -28,3 +28,14 @@ def nvcc_path():
     if path is None:
         pytest.skip("nvcc not on PATH: the build check needs the CUDA toolkit")
     return path
+
+
+@pytest.fixture
+def cuobjdump_path():
+    """Path of cuobjdump (PATH or the nvidia-cuda-cuobjdump package), or skip with the reason."""
+    from verify_tools.sass import find_cuobjdump
+
+    path = find_cuobjdump()
+    if path is None:
+        pytest.skip("cuobjdump not found (PATH, or pip package nvidia-cuda-cuobjdump of the test extra)")
+    return path

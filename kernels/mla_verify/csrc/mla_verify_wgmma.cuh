@@ -247,11 +247,17 @@ __device__ __forceinline__ void write_rows(const Params& p, const Work& w, int s
 #endif
 constexpr int TRACE_SLOTS = 10;
 #if MLAV_TRACE
+// Each clock read gets trace_zero (never written: 0, but loaded, so unknown to ptxas) added. Without it ptxas may
+// rematerialize t, the last mark's plain clock read, as a fresh read where it is used: session 45's trace build did so
+// at the S warpgroup's PV mark in the ASYM kernels (a read right after that mark's own one, so the slot summed
+// negative; seen in the SASS, verify_tools.sass). tests/kernels/test_trace_sass.py checks the build for such pairs.
 __device__ unsigned long long trace_acc[3 * TRACE_SLOTS];
+__device__ uint32_t trace_zero;
 struct PhaseTrace {
-  uint32_t t = (uint32_t)clock(), acc[TRACE_SLOTS] = {};  // 32-bit SM cycles: differences wrap correctly
+  uint32_t z = *(volatile uint32_t*)&trace_zero;
+  uint32_t t = (uint32_t)clock() + z, acc[TRACE_SLOTS] = {};  // 32-bit SM cycles: differences wrap correctly
   __device__ void mark(int slot) {  // the cycles since the last mark into slot
-    const uint32_t now = (uint32_t)clock();
+    const uint32_t now = (uint32_t)clock() + z;
     acc[slot] += now - t;
     t = now;
   }
