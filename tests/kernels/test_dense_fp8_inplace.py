@@ -31,19 +31,21 @@ def raw_off(b: int) -> int:
 
 
 def phases() -> list[tuple[str, int, int]]:
-    """fp8_convert_tile's body as (op, block, phase): 'rw' = read raw and write f16, 'r' / 'w' = through registers."""
+    """fp8_convert_tile's body as (op, block, phase): 'r' = raw bytes into registers (fp8_load_block), 'w' = registers
+    to the f16 atom (fp8_store_block); a block number may be a loop variable (`for (int b = B0; b < B1; ++b)
+    fp8_load_block(tile, r, [K + ]b, ...)`)."""
     body = re.search(r"void fp8_convert_tile\(.*?\) \{(.*?)\n\}", SRC, re.S).group(1)
-    ops, phase = [], 0
+    ops, phase, loop = [], 0, None
     for line in body.splitlines():
-        if m := re.search(r"fp8_convert_blocks<(\d+), (\d+)>", line):
-            b0, nb = int(m.group(1)), int(m.group(2))
-            ops += [("rw", b, phase) for b in range(b0, b0 + nb)]
-        elif "producer_sync()" in line:
+        if m := re.search(r"for \(int b = (\d+); b < (\d+); \+\+b\)", line):
+            loop = range(int(m.group(1)), int(m.group(2)))
+        if "producer_sync()" in line:
             phase += 1
-        elif m := re.search(r"fp8_load_block\(tile, r, (\d+), ", line):
-            ops.append(("r", int(m.group(1)), phase))
-        elif m := re.search(r"fp8_store_block\(sT, r, (\d+), ", line):
-            ops.append(("w", int(m.group(1)), phase))
+        elif m := re.search(r"fp8_(load|store)_block\((?:tile|sT), r, (?:(\d+) \+ )?(\d+|b), ", line):
+            op, k, blk = "r" if m.group(1) == "load" else "w", int(m.group(2) or 0), m.group(3)
+            ops += [(op, k + b, phase) for b in (loop if blk == "b" else [int(blk)])]
+        if "fp8_" in line:
+            loop = None  # a loop covers the one statement after its header
     return ops
 
 
@@ -56,16 +58,16 @@ def test_raw_blocks_are_disjoint_aligned_and_inside_the_stage():
 
 def test_every_block_is_read_once_and_written_once_after_its_read():
     ops = phases()
-    reads = {b: p for op, b, p in ops if op in ("rw", "r")}
-    writes = {b: p for op, b, p in ops if op in ("rw", "w")}
+    reads = {b: p for op, b, p in ops if op == "r"}
+    writes = {b: p for op, b, p in ops if op == "w"}
     assert sorted(reads) == sorted(writes) == list(range(BLOCKS))
-    assert len(ops) == len([o for o in ops if o[0] == "rw"]) + 2 * len([o for o in ops if o[0] == "r"])
+    assert len(ops) == 2 * BLOCKS
     assert all(writes[b] >= reads[b] for b in range(BLOCKS))
 
 
 def violations(ops: list[tuple[str, int, int]], off) -> list[tuple[int, int, int]]:
     """(phase, atom written, raw block) wherever a phase writes over raw bytes read in that phase or a later one."""
-    reads = {b: p for op, b, p in ops if op in ("rw", "r")}
+    reads = {b: p for op, b, p in ops if op == "r"}
     out = []
     for op, w, phase in ops:
         if op == "r":

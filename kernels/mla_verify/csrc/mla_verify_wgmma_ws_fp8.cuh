@@ -15,13 +15,14 @@
 // at (4, 131072, 4, 16), 0.925 at (8, 32768, 8, 16), 0.924 at (32, 8192, 8, 16) (~4,000 tokens per split), 1.121 at
 // B=1 L=32k (512), 1.083 at B=1 L=4k (64): over few tiles the prologue (Q copy, Q conversion, tile 0 conversion in
 // series) shows.
-// Producer (warpgroup 2; 88 registers after setmaxnreg: at 56 / 224 ptxas spilled 224 B, at 72 / 216 72 B): Q's bf16
+// Producer (warpgroup 2; 96 registers after setmaxnreg, for the 3-phase conversion's raw bytes: at 88 / 176 ptxas
+// spilled 12 B, and the 5-phase form's 88 spilled 224 B at 56 / 224 and 72 B at 72 / 216): Q's bf16
 // rows by cp.async, then Q rewritten as f16 in place while tiles 0 and 1 fly (each row's 72 chunks held by 8 lanes: no
 // barrier); per prefix tile, its 64 fp8 rows (576 B each) by cp.async into the upper half of the tile's own stage,
 // converted there in place to the f16 tile the wgmmas read, and full[st] arrived by each producer thread. There is no
 // room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may have), so the raw rows land where
 // the f16 tile is written later and the conversion goes in phases (fp8_raw_off, below).
-// Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 176), f16 tiles first, then the draft
+// Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 168), f16 tiles first, then the draft
 // tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two arithmetics, C7520). Where the
 // time goes: at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and the tensor pipe at 44%, 53% of the warps'
 // cycles in long-scoreboard stalls (session 44). Traced (session 45, H100, SM cycles per tile): the producer sets the
@@ -30,8 +31,8 @@
 // time. A tile is issued only once the PV two tiles back is done and waited for right after, so its DRAM trip (~1,700)
 // is paid per tile in series with its conversion. A single f16 stage with a two-slot raw ring (tiles issued two
 // ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion then waits on the consumers.
-// Prepared, not measured: a 3-phase conversion and the next issue between its phases
-// (docs/results/session45_calls/conv3_mid.patch).
+// Session 46 shortened the conversion to 3 phases with 2 producer barriers (0.966-1.000 of the 5-phase time,
+// fp8_raw_off below); issuing the next tile between its phases was slower.
 // Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM ones (the S warpgroup in row 0, the V
 // warpgroup in row 1); the producer's slot 0 its prologue up to tiles 0 and 1 issued, slot 3 its wait for Q's rows,
 // slot 4 Q's conversion, slot 5 its wait for tile 0's rows, slot 2 a tile's conversion plus the next tile's issue (and
@@ -43,15 +44,18 @@ namespace mlav {
 namespace wg {
 
 // Raw fp8 rows of a prefix tile in its stage: the 64 rows' bytes of dims block b (64 dims: the f16 tile's atom b)
-// lie at fp8_raw_off(b) + r * 64, in atoms the conversion writes after block b's phase: block 0 in atom 4, blocks
-// 1..8 two per atom (4 KiB each) in atoms 5..8. The phases (a producer barrier after each):
-//   1: blocks 0-3 -> atoms 0-3 (every raw block lies in atoms 4-8);
-//   2: blocks 4, 5 -> atoms 4, 5 (raw 0, 1, 2 read in phase 1; raw 4, 5 lie in atoms 6, 7);
-//   3: block 6 -> atom 6 (raw 3, 4 read; raw 6 lies in atom 7);
-//   4: block 7 -> atom 7 (raw 5, 6 read; raw 7 in atom 8), block 8's raw read into registers;
-//   5: block 8 -> atom 8 from the registers (raw 7, 8 read).
+// lie at fp8_raw_off(b) + r * 64, in atoms the conversion writes after block b's raw bytes were read: block 0 in atom
+// 4, blocks 1..8 two per atom (4 KiB each) in atoms 5..8. The phases (a producer barrier after the first two):
+//   1: raw 0-4 into registers; blocks 0-3 -> atoms 0-3 (every raw block lies in atoms 4-8);
+//   2: raw 5-8 into registers; blocks 4, 5, 6 -> atoms 4, 5, 6 (their raw bytes, blocks 0-4, read in phase 1);
+//   3: blocks 7, 8 -> atoms 7, 8 (raw 5-8 read in phase 2).
 // Each thread converts only the raw bytes it copied itself (its own cp.async wait makes them visible); the
-// barriers keep a thread from writing an atom whose raw bytes another thread has not read yet.
+// barriers keep a thread from writing an atom whose raw bytes another thread has not read yet. At most 40 registers
+// of raw bytes are held (the producer's 96). Session 46 call 1 (H100, fp8 cache, f16 arithmetic, one process,
+// bitwise; docs/results/session46_calls/), over the 5-phase form (4 barriers, phases 3-5 one block each): 0.981 at
+// (4, 131072, 4, 16), 0.966 at (8, 32768, 8, 16), 1.000 at (4, 65536, 4, 64). Also issuing the next tile between
+// the phases once its stage was free (mbarrier test_wait; session45_calls/conv3_mid.patch, MID) ran 1.062 / 1.019 /
+// 1.007: not kept.
 __device__ __forceinline__ constexpr uint32_t fp8_raw_off(int b) {
   return b == 0 ? 4u * ATOM : (uint32_t)((5 + (b - 1) / 2) * ATOM + ((b - 1) & 1) * 4096);
 }
@@ -100,29 +104,23 @@ __device__ __forceinline__ void fp8_load_block(const uint8_t* tile, const Fp8Row
   for (int k = 0; k < 2; ++k)
     raw[k] = *reinterpret_cast<const uint4*>(tile + fp8_raw_off(b) + (r.pr + 32 * k) * 64 + r.sub4 * 16);
 }
-template <int B0, int NB>
-__device__ __forceinline__ void fp8_convert_blocks(uint32_t sT, const uint8_t* tile, const Fp8Rows& r) {
-#pragma unroll
-  for (int b = B0; b < B0 + NB; ++b) {
-    uint4 raw[2];
-    fp8_load_block(tile, r, b, raw);
-    fp8_store_block(sT, r, b, raw);
-  }
-}
-
 // The stage's raw fp8 rows (this thread's copies landed) converted in place into the f16 tile, in the phases above.
 __device__ __forceinline__ void fp8_convert_tile(uint32_t sT, const uint8_t* tile, const Fp8Rows& r) {
-  fp8_convert_blocks<0, 4>(sT, tile, r);
+  uint4 lo[5][2];
+#pragma unroll
+  for (int b = 0; b < 5; ++b) fp8_load_block(tile, r, b, lo[b]);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) fp8_store_block(sT, r, b, lo[b]);
   producer_sync();
-  fp8_convert_blocks<4, 2>(sT, tile, r);
+  uint4 hi[4][2];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) fp8_load_block(tile, r, 5 + b, hi[b]);
+  fp8_store_block(sT, r, 4, lo[4]);
+  fp8_store_block(sT, r, 5, hi[0]);
+  fp8_store_block(sT, r, 6, hi[1]);
   producer_sync();
-  fp8_convert_blocks<6, 1>(sT, tile, r);
-  producer_sync();
-  uint4 raw8[2];
-  fp8_load_block(tile, r, 8, raw8);
-  fp8_convert_blocks<7, 1>(sT, tile, r);
-  producer_sync();
-  fp8_store_block(sT, r, 8, raw8);
+  fp8_store_block(sT, r, 7, hi[2]);
+  fp8_store_block(sT, r, 8, hi[3]);
 }
 
 // Q's rows of this producer thread (WsRows: rows l8 + 16 i, chunks sub8 + 8 it) rewritten as f16 in place, as
@@ -256,7 +254,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       m_fin[r0 + 8] = m_run[1];
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 168;\n" ::: "memory");
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     tr.mark(0);
@@ -329,7 +327,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
   __syncthreads();
 
   if (grp == 2) {  // ---- producer ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");  // 240 + 176 + 88 = 504 per thread slot
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");  // 240 + 168 + 96 = 504 per thread slot
     const int pt = tid - WS_CONSUMERS;
     const WsRows rq(pt);   // Q and the bf16 draft tiles: 8 lanes per row
     const Fp8Rows r8(pt);  // fp8 prefix tiles: 4 lanes per row
@@ -365,6 +363,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     }
     tr.mark(4);
     for (int t = 0; t < w.ntiles; ++t) {
+      // tile t + 1 goes into the stage of tile t - 1 once its PV is done (empty's phase e_par); both computed here,
+      // as in the build session 46 measured (the same machine code)
+      const bool next = t >= 1 && t + 1 < w.ntiles;
+      const uint32_t e_par = (((t + 1) >> 1) + 1) & 1;
       if (t < w.n_pre) {  // tile t's raw rows -> f16, then the tile (and, for t = 0, Q and qinv) to the consumers
         if (t == 0 && w.ntiles > 1)
           cp_async_wait<1>();  // tile 0's copies of this thread landed (tile 1's may not have)
@@ -376,8 +378,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
         mbar_arrive(full(t & 1));
       }
       tr.mark(2);
-      if (t >= 1 && t + 1 < w.ntiles) {  // tile t + 1 into the stage of tile t - 1 once its PV is done
-        mbar_wait(empty((t + 1) & 1), (((t + 1) >> 1) + 1) & 1);
+      if (next) {
+        mbar_wait(empty((t + 1) & 1), e_par);
         tr.mark(1);
         issue(t + 1);
       }
