@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Superseded in session 46: its call 1 ran the conv3 / MID part (conv3 shipped, so conv3_mid.patch no longer applies
+# on the tree); the rest moved to docs/results/session46_calls/next_call1.sh.
 # Prepared in session 45 (its device time went to refused starts), not run. The next session's first command, no
 # carry (nvidia-h100-x1), ~460 s: bash docs/results/session45_calls/next_call1.sh
 # Session 45's calls 1-2 traced the shipped fp8 kernel (f16 arithmetic, ASYM consumers): per 64-token tile the producer spends
