@@ -47,10 +47,9 @@ def find_cuobjdump(explicit: str | None = None) -> str | None:
     if found:
         return found
     spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for cand in sorted(Path(root).glob("cu*/bin/cuobjdump")):
-            return str(cand)
-    return None
+    roots = (spec.submodule_search_locations or []) if spec else []
+    cands = sorted(c for root in roots for c in Path(root).glob("cu*/bin/cuobjdump"))
+    return str(cands[0]) if cands else None
 
 
 def parse_sass(text: str) -> dict[str, list[str]]:

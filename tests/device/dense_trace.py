@@ -12,10 +12,10 @@ tile (row 2; the fp8 kernel's also its wait for Q, Q's conversion and its wait f
 put the S warpgroup's phases in row 0 (the P write in the exact-step slot) and the V warpgroup's wait for P and its
 PV in row 1. Builds before session 46 summed row 0's PV slot negative in ASYM kernels (printed wrapped): ptxas
 re-read the clock for the previous mark's value (verify_tools.sass finds such reads; fixed in PhaseTrace, not yet
-run on a GPU), so that slot's cycles were lost from the row. Cycles are SM clocks
-of one thread (clock()), so the phases of a warpgroup add up to its CTA's time, waits included; the trace build's
-instructions are part of what it measures (its kernel is compared with the plain build's in the same run:
-`plain_us` / `trace_us`, CUDA-graph replays). Writes JSON with --out."""
+run on a GPU), so that slot's cycles were lost from the row. Cycles are SM clocks of one thread (clock()), so the
+phases of a warpgroup add up to its CTA's time, waits included; the trace build's instructions are part of what it
+measures (its kernel is compared with the plain build's in the same run: `plain_us` / `trace_us`, CUDA-graph
+replays). Writes JSON with --out."""
 
 from __future__ import annotations
 
