@@ -104,6 +104,8 @@ def main(argv=None) -> int:
                 "prologue_per_cta": round(v[0] / ctas, 1),
                 "last_copies_per_cta": round(v[7] / ctas, 1),
             }
+            if v[6]:  # the fp8 VLOAD producer: its wait for the stage's tile t - 2 (slot 1: its wait for the landing)
+                row["producer"]["cycles_per_tile"]["wait_empty"] = round(v[6] / tiles, 1)
             if any(v[3:6]):  # the fp8 producer's prologue, split (mla_verify_wgmma_ws_fp8.cuh)
                 row["producer"]["prologue_split_per_cta"] = {
                     k: round(v[i] / ctas, 1) for i, k in ((3, "wait_q"), (4, "q_to_f16"), (5, "wait_tile0"))

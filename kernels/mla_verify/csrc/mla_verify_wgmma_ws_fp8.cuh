@@ -123,6 +123,74 @@ __device__ __forceinline__ void fp8_convert_tile(uint32_t sT, const uint8_t* til
   fp8_store_block(sT, r, 8, hi[3]);
 }
 
+#ifndef MLAV_FP8_VLOAD
+#define MLAV_FP8_VLOAD 0
+#endif
+#if MLAV_FP8_VLOAD
+// VLOAD (session 47, measured side by side; -DMLAV_FP8_VLOAD=1): prefix tile t + 2's raw rows are issued by the V
+// warpgroup as soon as the S warpgroup is done with tile t (s_done), into the stage's bytes only that warpgroup reads
+// (atoms 0-3: its S and its PV half) and a 4 KiB slice of the P atom per stage; the producer converts once they have
+// landed (raw_full) and tile t's V warpgroup is done too (empty). So a tile's DRAM trip overlaps the V warpgroup's
+// PV of the tile two back and the producer's conversion of the tile before, where the shipped producer issues a tile
+// after it converted the previous one and then waits for its landing. Raw block b < 8 lies at atom b / 2, half
+// b & 1 (r * 64 within it), block 8 at the stage's P-atom slice; the conversion writes atoms 4-8 (free once tile
+// t - 2 is done: no raw bytes there), one producer barrier, then atoms 0-3.
+__device__ __forceinline__ uint32_t fp8_raw_off_v(int b) { return (uint32_t)((b >> 1) * ATOM + (b & 1) * 4096); }
+// Prefix tile j's fp8 rows of this thread (r: 4 lanes per row, rows pr and pr + 32) into stage sT and P-atom slice sR;
+// slot8 holds their ids on entry and tile jn's on return.
+__device__ __forceinline__ void ws_issue_fp8_v(const Params& p, const Work& w, const Fp8Rows& r, uint32_t sT,
+                                               uint32_t sR, int j, int jn, int64_t (&slot8)[2]) {
+#ifdef MLAV_DIAG_NOLOAD
+  if (MLAV_DIAG_NOLOAD && j >= 2) return;
+#endif
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int row = r.pr + 32 * k;
+    const int64_t slot = slot8[k];
+    const bool ok = slot >= 0 && slot < p.num_slots;
+    const uint8_t* src = p.kbuf8 + (ok ? slot : 0) * p.kb_st + r.sub4 * 16;
+    slot8[k] = tile_slot(p, w, jn, BN, row);
+#pragma unroll
+    for (int b = 0; b < 8; ++b) cp_async16(sT + fp8_raw_off_v(b) + row * 64 + r.sub4 * 16, src + b * 64, ok ? 16 : 0);
+    cp_async16(sR + row * 64 + r.sub4 * 16, src + 8 * 64, ok ? 16 : 0);
+  }
+}
+__device__ __forceinline__ void fp8_load_block_v(const uint8_t* tile, const uint8_t* rope, const Fp8Rows& r, int b,
+                                                 uint4 (&raw)[2]) {
+  const uint8_t* base = b < 8 ? tile + fp8_raw_off_v(b) : rope;
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    raw[k] = *reinterpret_cast<const uint4*>(base + (r.pr + 32 * k) * 64 + r.sub4 * 16);
+}
+#ifndef MLAV_FP8_HALF
+#define MLAV_FP8_HALF 0
+#endif
+// The stage's raw rows (landed: raw_full) into the f16 tile; atoms 4-8 must be free (tile t - 2 done). Atoms 4-8
+// first (no raw bytes there), then atoms 0-3 behind one producer barrier; mid() runs between the two.
+template <typename Mid>
+__device__ __forceinline__ void fp8_convert_tile_v(uint32_t sT, const uint8_t* tile, const uint8_t* rope,
+                                                   const Fp8Rows& r, Mid&& mid) {
+  {
+    uint4 hi[3][2];
+#pragma unroll
+    for (int b = 0; b < 3; ++b) fp8_load_block_v(tile, rope, r, 4 + b, hi[b]);
+#pragma unroll
+    for (int b = 0; b < 3; ++b) fp8_store_block(sT, r, 4 + b, hi[b]);
+#pragma unroll
+    for (int b = 0; b < 2; ++b) fp8_load_block_v(tile, rope, r, 7 + b, hi[b]);
+#pragma unroll
+    for (int b = 0; b < 2; ++b) fp8_store_block(sT, r, 7 + b, hi[b]);
+  }
+  mid();
+  uint4 lo[4][2];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) fp8_load_block_v(tile, rope, r, b, lo[b]);
+  producer_sync();  // every thread's raw bytes (atoms 0-3) read
+#pragma unroll
+  for (int b = 0; b < 4; ++b) fp8_store_block(sT, r, b, lo[b]);
+}
+#endif
+
 // Q's rows of this producer thread (WsRows: rows l8 + 16 i, chunks sub8 + 8 it) rewritten as f16 in place, as
 // q_to_f16 does (the same scale and rounding: bitwise its result), in two passes over smem (the max, then the
 // conversion) to stay within the producer's registers; qinv[r] = 2^-e[r].
@@ -146,6 +214,41 @@ __device__ __forceinline__ void ws_q_to_f16(uint8_t* q, const WsRows& r, float* 
   }
 }
 
+// HALF: issue_qk64's k-steps over atoms [a0, a1) only; the call with a0 = 4 starts the sum, a0 = 0 adds to it.
+template <bool F16>
+__device__ __forceinline__ void issue_qk64_atoms(float* sc, uint32_t sQ, uint32_t sK, int a0, int a1) {
+  const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK, 16, 1024);
+#pragma unroll
+  for (int kk = 4 * a0; kk < 4 * a1; ++kk) {
+    const uint32_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;
+    wgmma_m64n64k16_ss_f16(sc, desc_add(dq, koff), desc_add(dk, koff), a0 == 4 ? kk > 16 : 1);
+  }
+}
+
+// The fp8 kernel's mbarriers (shared-memory addresses): full / empty per stage after the layout (bar0 = base +
+// Smem::used, in the alignment slack), ASYM's p_full / a_free per stage and fin in the P atom (as the bf16 kernel);
+// under VLOAD the P atom holds raw rope bytes, so those move after full / empty, with s_done (the S warpgroup done
+// with a stage's tile) and raw_full (a stage's raw rows landed), and m_fin (the final m_run, [BM] floats) after them.
+struct Fp8Bars {
+  uint32_t bar0, sP;
+  __device__ __forceinline__ uint32_t full(int st) const { return bar0 + 8u * st; }
+  __device__ __forceinline__ uint32_t empty(int st) const { return bar0 + 16u + 8u * st; }
+#if MLAV_FP8_VLOAD
+  __device__ __forceinline__ uint32_t p_full(int st) const { return bar0 + 32u + 8u * st; }
+  __device__ __forceinline__ uint32_t a_free(int st) const { return bar0 + 48u + 8u * st; }
+  __device__ __forceinline__ uint32_t fin() const { return bar0 + 64u; }
+  __device__ __forceinline__ uint32_t s_done(int st) const { return bar0 + 72u + 8u * st; }
+  __device__ __forceinline__ uint32_t raw_full(int st) const { return bar0 + 88u + 8u * st; }
+  __device__ __forceinline__ uint32_t full_b(int st) const { return bar0 + 104u + 8u * st; }  // HALF: atoms 0-3
+  static constexpr int m_fin_off = Smem::used + 128;  // bytes from the base
+#else
+  __device__ __forceinline__ uint32_t p_full(int st) const { return sP + 512u + 8u * st; }
+  __device__ __forceinline__ uint32_t a_free(int st) const { return sP + 528u + 8u * st; }
+  __device__ __forceinline__ uint32_t fin() const { return sP + 544u; }
+  static constexpr int m_fin_off = Smem::off_p;
+#endif
+};
+
 // ASYM consumers of the fp8 kernel (shipped, session 44): the bf16 kernel's ASYM loop (mla_verify_wgmma_ws.cuh) per
 // tile, f16 on the prefix tiles (Q f16, P f16 x v_scale), bf16 on the draft tiles after the S warpgroup converts Q back
 // (only it reads Q). Two loops per warpgroup (C7520).
@@ -153,13 +256,14 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
                                                       uint32_t sKV, uint32_t sP, uint32_t bar0, float* red_max,
                                                       float* red_sum, int tid, int grp, int wq, int lane,
                                                       PhaseTrace& tr) {
-  auto full = [&](int st) { return bar0 + 8u * st; };  // the kernel's mbarriers (its full / empty, ASYM's three)
-  auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
-  auto p_full = [&](int st) { return sP + 512u + 8u * st; };
-  auto a_free = [&](int st) { return sP + 528u + 8u * st; };
-  const uint32_t fin = sP + 544u;
+  const Fp8Bars bars{bar0, sP};
+  auto full = [&](int st) { return bars.full(st); };
+  auto empty = [&](int st) { return bars.empty(st); };
+  auto p_full = [&](int st) { return bars.p_full(st); };
+  auto a_free = [&](int st) { return bars.a_free(st); };
+  const uint32_t fin = bars.fin();
   float* alpha_buf = red_max;                                         // [2][BM]: tile j's row rescale at (j & 1) BM
-  float* m_fin = reinterpret_cast<float*>(smem + Smem::off_p);        // [BM]: the final m_run
+  float* m_fin = reinterpret_cast<float*>(smem + Fp8Bars::m_fin_off);  // [BM]: the final m_run
   const int r0 = wq * 16 + (lane >> 2);                               // tile rows of this thread: r0 and r0 + 8
   const float sl_pre = p.scale_log2 * p.k_scale, vs_pre = p.v_scale;  // the fp8 prefix's scales
   float o[128];
@@ -202,7 +306,18 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       const float vs = draft ? 1.f : vs_pre;
       float sc[32];
       wgmma_fence();
+#if MLAV_FP8_VLOAD && MLAV_FP8_HALF
+      if constexpr (f16) {  // atoms 4-8 first; atoms 0-3 once the producer's second half is written
+        issue_qk64_atoms<true>(sc, sQ, sK, 4, 9);
+        mbar_wait(bars.full_b(j & 1), (j >> 1) & 1);
+        fence_proxy_async();
+        issue_qk64_atoms<true>(sc, sQ, sK, 0, 4);
+      } else {
+        issue_qk64<f16>(sc, sQ, sK);
+      }
+#else
       issue_qk64<f16>(sc, sQ, sK);
+#endif
       wgmma_finish<32>(sc);
       tr.mark(2);
       float sh[2][16], alpha[2] = {1.f, 1.f};  // S's two 32-token halves; tile j's row rescale
@@ -242,6 +357,9 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       issue_pv_steps<2, 2, f16>(o, sPj, sK, 0);
       wgmma_finish<128>(o);
       mbar_arrive(empty(j & 1));
+#if MLAV_FP8_VLOAD
+      if (f16 && j + 2 < w.n_pre) mbar_arrive(bars.s_done(j & 1));  // atoms 0-3 free for tile j + 2's raw rows
+#endif
       tr.mark(6);
     };
     int j = 0;
@@ -257,6 +375,10 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
     asm volatile("setmaxnreg.inc.sync.aligned.u32 168;\n" ::: "memory");
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
+#if MLAV_FP8_VLOAD
+    const Fp8Rows r8(tid & 127);
+    int64_t slot8[2] = {tile_slot(p, w, 2, BN, r8.pr), tile_slot(p, w, 2, BN, r8.pr + 32)};
+#endif
     tr.mark(0);
     auto v_step = [&](int j, auto f16_tag) {
       constexpr bool f16 = decltype(f16_tag)::value;
@@ -271,7 +393,18 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       fence_regs<128>(o);
       wgmma_fence();
       issue_pv<f16>(o, sK + 8 * ATOM, sK, 1);
+#if MLAV_FP8_VLOAD
+      wgmma_commit();  // before the branch: behind it ptxas injects a warpgroup.arrive (C7519)
+      if (f16 && j + 2 < w.n_pre) {  // tile j + 2's raw rows, once the S warpgroup is done with tile j
+        mbar_wait(bars.s_done(j & 1), (j >> 1) & 1);
+        ws_issue_fp8_v(p, w, r8, sK, sP + (j & 1) * 4096u, j + 2, j + 3, slot8);
+        mbar_arrive_on_copies(bars.raw_full(j & 1));
+      }
+      wgmma_wait0();
+      fence_regs<128>(o);
+#else
       wgmma_finish<128>(o);
+#endif
       mbar_arrive(empty(j & 1));
       tr.mark(6);
     };
@@ -307,21 +440,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
   const uint32_t bar0 = base + Smem::used;
-  auto full = [&](int st) { return bar0 + 8u * st; };
-  auto empty = [&](int st) { return bar0 + 16u + 8u * st; };
-  auto p_full = [&](int st) { return sP + 512u + 8u * st; };  // the ASYM handoffs, in the P atom (as the bf16 kernel)
-  auto a_free = [&](int st) { return sP + 528u + 8u * st; };
-  const uint32_t fin = sP + 544u;
+  const Fp8Bars bars{bar0, sP};
+  auto full = [&](int st) { return bars.full(st); };
+  auto empty = [&](int st) { return bars.empty(st); };
   if (tid == 0) {
     mbar_init(full(0), 128);
     mbar_init(full(1), 128);
     mbar_init(empty(0), WS_CONSUMERS);
     mbar_init(empty(1), WS_CONSUMERS);
     for (int st = 0; st < 2; ++st) {
-      mbar_init(p_full(st), 128);
-      mbar_init(a_free(st), 128);
+      mbar_init(bars.p_full(st), 128);
+      mbar_init(bars.a_free(st), 128);
+#if MLAV_FP8_VLOAD
+      mbar_init(bars.s_done(st), 128);
+      mbar_init(bars.raw_full(st), 128);
+      mbar_init(bars.full_b(st), 128);
+#endif
     }
-    mbar_init(fin, 128);
+    mbar_init(bars.fin(), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -337,7 +473,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     // full by itself. One cp.async group per tile.
     auto issue = [&](int t) {
       if (t < w.n_pre) {
+#if MLAV_FP8_VLOAD
+        ws_issue_fp8_v(p, w, r8, sKV + (t & 1) * TILE, sP + (t & 1) * 4096u, t, t + 1, slot8);
+        mbar_arrive_on_copies(bars.raw_full(t & 1));
+#else
         ws_issue_fp8(p, w, r8, sKV + (t & 1) * TILE, t, slot8);
+#endif
       } else {
         ws_issue_tile(p, w, rq, sKV, t, slot);
         mbar_arrive_on_copies(full(t & 1));
@@ -362,6 +503,37 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
       ws_q_to_f16(smem + Smem::off_q, rq, red_sum);
     }
     tr.mark(4);
+#if MLAV_FP8_VLOAD
+    // prefix tiles 2.. are issued by the V warpgroup; the producer converts each once it landed and the stage's
+    // tile t - 2 is done, and issues the draft tiles (bf16 rows) once their stage is free
+    for (int t = 0; t < w.ntiles; ++t) {
+      if (t < w.n_pre) {
+        mbar_wait(bars.raw_full(t & 1), (t >> 1) & 1);
+        if (t == 0)
+          tr.mark(5);
+        else
+          tr.mark(1);
+        if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);
+        tr.mark(6);
+        auto mid = [&] {  // HALF: atoms 4-8 (and Q) to the consumers before atoms 0-3 are written
+          if (MLAV_FP8_HALF) {
+            fence_proxy_async();
+            mbar_arrive(full(t & 1));
+          }
+        };
+        fp8_convert_tile_v(sKV + (t & 1) * TILE, smem + Smem::off_kv + (t & 1) * TILE,
+                           smem + Smem::off_p + (t & 1) * 4096, r8, mid);
+        fence_proxy_async();
+        mbar_arrive(MLAV_FP8_HALF ? bars.full_b(t & 1) : full(t & 1));
+      }
+      tr.mark(2);
+      if (t >= 1 && t + 1 < w.ntiles && t + 1 >= w.n_pre) {
+        mbar_wait(empty((t + 1) & 1), (((t + 1) >> 1) + 1) & 1);
+        tr.mark(1);
+        issue(t + 1);
+      }
+    }
+#else
     for (int t = 0; t < w.ntiles; ++t) {
       // tile t + 1 goes into the stage of tile t - 1 once its PV is done (empty's phase e_par); both computed here,
       // as in the build session 46 measured (the same machine code)
@@ -384,6 +556,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
         issue(t + 1);
       }
     }
+#endif
     cp_async_wait<0>();  // no copy outlives its thread
     tr.mark(7);
     tr.flush(tid, grp, w.ntiles);
