@@ -71,6 +71,9 @@ SM90WG = TileConfig("sm90wg", 2, 64, 64, 2, engine="wgmma", fp8_f16_min_tokens=2
 # sm90wg's warp-specialized bf16 kernel (csrc/mla_verify_wgmma_ws.cuh, WS_SMEM_BYTES): the same layout plus its four
 # 8-byte mbarriers.
 SM90WG_WS_SMEM_BYTES = SM90WG.smem_bytes + 4 * 8
+# sm90wg's warp-specialized fp8 kernel (csrc/mla_verify_wgmma_ws_fp8.cuh, WS_FP8_SMEM_BYTES): the layout plus 128 B
+# of mbarriers and the final row maxima (block_m fp32), since session 47 (its P atom holds raw fp8 bytes).
+SM90WG_WS_FP8_SMEM_BYTES = SM90WG.smem_bytes + 128 + SM90WG.block_m * 4
 CONFIGS = {c.name: c for c in (SM90WG, SM90, SM120)}
 
 # Per-block shared-memory limits (bytes): 227 KiB on sm_90, 99 KiB on sm_120.

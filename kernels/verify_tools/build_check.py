@@ -96,7 +96,9 @@ def parse_ptxas(text: str) -> list[dict]:
 
 def dynamic_smem(name: str) -> tuple[int, str | None]:
     """Dynamic smem the launcher requests for a kernel, and its tile config name (None: combine)."""
-    if "mla_verify_split_wgmma_ws_kernel" in name or "mla_verify_split_wgmma_ws_fp8_kernel" in name:
+    if "mla_verify_split_wgmma_ws_fp8_kernel" in name:
+        return tiles.SM90WG_WS_FP8_SMEM_BYTES, tiles.SM90WG.name
+    if "mla_verify_split_wgmma_ws_kernel" in name:
         return tiles.SM90WG_WS_SMEM_BYTES, tiles.SM90WG.name
     if "mla_verify_split_wgmma_kernel" in name:
         return tiles.SM90WG.smem_bytes, tiles.SM90WG.name

@@ -70,7 +70,7 @@ def test_dynamic_smem_comes_from_the_tile_template_arguments():
     )
     assert dynamic_smem("_ZN4mlav2wg29mla_verify_split_wgmma_kernelENS_6ParamsE") == (231_424, "sm90wg")
     assert dynamic_smem("_ZN4mlav2wg32mla_verify_split_wgmma_ws_kernelILi0EEEvNS_6ParamsE") == (231_456, "sm90wg")
-    assert dynamic_smem("_ZN4mlav2wg36mla_verify_split_wgmma_ws_fp8_kernelENS_6ParamsE") == (231_456, "sm90wg")
+    assert dynamic_smem("_ZN4mlav2wg36mla_verify_split_wgmma_ws_fp8_kernelENS_6ParamsE") == (231_808, "sm90wg")
     assert dynamic_smem("_ZN4mlav25mla_verify_combine_kernelENS_6ParamsE") == (0, None)
 
 

@@ -109,11 +109,12 @@ static bool ws_stage(const Params& p, int m_tiles) {
          (long long)m_tiles * p.B >= MLAV_STAGE_MIN_CTAS;
 }
 
-// A warp-specialized split kernel (WS_THREADS threads, WS_SMEM_BYTES of smem: the bf16 and the fp8 ones).
-template <auto KERNEL>
+// A warp-specialized split kernel (WS_THREADS threads, SMEM bytes of smem: WS_SMEM_BYTES for the bf16 ones,
+// WS_FP8_SMEM_BYTES for the fp8 one).
+template <auto KERNEL, int SMEM = wg::WS_SMEM_BYTES>
 static cudaError_t launch_ws_kernel(const Params& p, int m_tiles, cudaStream_t stream) {
   static int attr_device = -1;
-  return launch_split(KERNEL, &attr_device, wg::WS_SMEM_BYTES, wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+  return launch_split(KERNEL, &attr_device, SMEM, wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
 }
 #if MLAV_WS
 template <int MODE, bool STAGE = false>
@@ -142,7 +143,7 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
   }
 #if MLAV_WS_FP8
   if (p.fp8_f16 == 2)
-    return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel>(p, m_tiles, stream);
+    return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel, wg::WS_FP8_SMEM_BYTES>(p, m_tiles, stream);
 #endif
   return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
 }

@@ -15,62 +15,65 @@
 // at (4, 131072, 4, 16), 0.925 at (8, 32768, 8, 16), 0.924 at (32, 8192, 8, 16) (~4,000 tokens per split), 1.121 at
 // B=1 L=32k (512), 1.083 at B=1 L=4k (64): over few tiles the prologue (Q copy, Q conversion, tile 0 conversion in
 // series) shows.
-// Producer (warpgroup 2; 96 registers after setmaxnreg, for the 3-phase conversion's raw bytes: at 88 / 176 ptxas
-// spilled 12 B, and the 5-phase form's 88 spilled 224 B at 56 / 224 and 72 B at 72 / 216): Q's bf16
-// rows by cp.async, then Q rewritten as f16 in place while tiles 0 and 1 fly (each row's 72 chunks held by 8 lanes: no
-// barrier); per prefix tile, its 64 fp8 rows (576 B each) by cp.async into the upper half of the tile's own stage,
-// converted there in place to the f16 tile the wgmmas read, and full[st] arrived by each producer thread. There is no
-// room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may have), so the raw rows land where
-// the f16 tile is written later and the conversion goes in phases (fp8_raw_off, below).
+// Producer (warpgroup 2; 96 registers after setmaxnreg: at 88 / 176 ptxas spilled 12 B): Q's bf16 rows by cp.async,
+// then Q rewritten as f16 in place while tiles 0 and 1 fly (each row's 72 chunks held by 8 lanes: no barrier); it
+// issues prefix tiles 0 and 1 and every draft tile; per prefix tile it waits for the raw rows' landing (raw_full),
+// converts them into the f16 tile the wgmmas read and arrives on full. Prefix tiles 2.. are issued by the V warpgroup
+// (fp8_raw_off, below). There is no room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may
+// have), so the raw rows land in bytes of the tile's own stage that the S warpgroup alone reads, plus a slice of the
+// P atom, and the conversion writes the f16 tile around them.
 // Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 168), f16 tiles first, then the draft
 // tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two arithmetics, C7520). Where the
-// time goes: at (4, 131072, 4, 16) Nsight Compute puts DRAM at 53% and the tensor pipe at 44%, 53% of the warps'
-// cycles in long-scoreboard stalls (session 44). Traced (session 45, H100, SM cycles per tile): the producer sets the
-// time. Its landing wait plus conversion of a tile is 4,078 cycles and it waits 177 for a free stage; with no gather
-// (-DMLAV_DIAG_NOLOAD=1) the conversion alone is 2,363, it waits 1,275 for a stage and the kernel takes 0.83 of the
-// time. A tile is issued only once the PV two tiles back is done and waited for right after, so its DRAM trip (~1,700)
-// is paid per tile in series with its conversion. A single f16 stage with a two-slot raw ring (tiles issued two
-// ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion then waits on the consumers.
-// Session 46 shortened the conversion to 3 phases with 2 producer barriers (0.966-1.000 of the 5-phase time,
-// fp8_raw_off below); issuing the next tile between its phases was slower.
+// time goes: at (4, 131072, 4, 16) Nsight Compute put DRAM at 53% and the tensor pipe at 44%, 53% of the warps'
+// cycles in long-scoreboard stalls (session 44). Traced (session 45, H100, SM cycles per tile): the producer set the
+// time. Its landing wait plus conversion of a tile was 4,078 cycles and it waited 177 for a free stage; with no gather
+// (-DMLAV_DIAG_NOLOAD=1) the conversion alone was 2,363, it waited 1,275 for a stage and the kernel took 0.83 of the
+// time. A tile was issued only once the PV two tiles back was done and waited for right after, so its DRAM trip
+// (~1,700) was paid per tile in series with its conversion. A single f16 stage with a two-slot raw ring (tiles issued
+// two ahead; docs/results/session44_calls/ring_fp8.patch) ran 1.19x slower: the conversion then waits on the
+// consumers. Session 46 shortened the conversion to 3 phases with 2 producer barriers (0.966-1.000 of the 5-phase
+// time); issuing the next tile between its phases was slower. Session 47 moved the issue of prefix tiles 2.. to the V
+// warpgroup at the S warpgroup's s_done (0.95-0.998 of session 46's time, fp8_raw_off below), and the conversion to
+// one barrier (1,586 cycles a tile); by its trace the producer now waits ~2,400 cycles a tile for the raw rows'
+// landing (36.9 KB per tile and SM: ~3,200 cycles of the SM's share of the 3.05 TB/s copy rate bench measured).
 // Trace build (-DMLAV_TRACE=1): the consumers' slots as the bf16 kernel's ASYM ones (the S warpgroup in row 0, the V
 // warpgroup in row 1); the producer's slot 0 its prologue up to tiles 0 and 1 issued, slot 3 its wait for Q's rows,
-// slot 4 Q's conversion, slot 5 its wait for tile 0's rows, slot 2 a tile's conversion plus the next tile's issue (and
-// every later tile's landing wait), slot 1 its wait for a free stage, slot 7 its wait for its last copies.
+// slot 4 Q's conversion, slot 5 its wait for tile 0's rows; per prefix tile slot 1 its wait for the raw rows' landing,
+// slot 6 its wait for the stage's tile t - 2, slot 2 the conversion (and a draft tile's issue after its wait for a
+// free stage, slot 1); slot 7 its wait for its last copies.
 #pragma once
 #include "mla_verify_wgmma_ws.cuh"
 
 namespace mlav {
 namespace wg {
 
-// Raw fp8 rows of a prefix tile in its stage: the 64 rows' bytes of dims block b (64 dims: the f16 tile's atom b)
-// lie at fp8_raw_off(b) + r * 64, in atoms the conversion writes after block b's raw bytes were read: block 0 in atom
-// 4, blocks 1..8 two per atom (4 KiB each) in atoms 5..8. The phases (a producer barrier after the first two):
-//   1: raw 0-4 into registers; blocks 0-3 -> atoms 0-3 (every raw block lies in atoms 4-8);
-//   2: raw 5-8 into registers; blocks 4, 5, 6 -> atoms 4, 5, 6 (their raw bytes, blocks 0-4, read in phase 1);
-//   3: blocks 7, 8 -> atoms 7, 8 (raw 5-8 read in phase 2).
-// Each thread converts only the raw bytes it copied itself (its own cp.async wait makes them visible); the
-// barriers keep a thread from writing an atom whose raw bytes another thread has not read yet. At most 40 registers
-// of raw bytes are held (the producer's 96). Session 46 call 1 (H100, fp8 cache, f16 arithmetic, one process,
-// bitwise; docs/results/session46_calls/), over the 5-phase form (4 barriers, phases 3-5 one block each): 0.981 at
-// (4, 131072, 4, 16), 0.966 at (8, 32768, 8, 16), 1.000 at (4, 65536, 4, 64). Also issuing the next tile between
-// the phases once its stage was free (mbarrier test_wait; session45_calls/conv3_mid.patch, MID) ran 1.062 / 1.019 /
-// 1.007: not kept.
-__device__ __forceinline__ constexpr uint32_t fp8_raw_off(int b) {
-  return b == 0 ? 4u * ATOM : (uint32_t)((5 + (b - 1) / 2) * ATOM + ((b - 1) & 1) * 4096);
-}
+// Raw fp8 rows of a prefix tile (session 47): tile t + 2's rows are issued by the V warpgroup as soon as the S
+// warpgroup is done with tile t (s_done), into the bytes of the stage only the S warpgroup reads (atoms 0-3: dims
+// 0..255, its QK and its PV half) and the stage's 4 KiB slice of the P atom (unused by this kernel's consumers, whose
+// P lies in atom 8 of the stage). The producer converts them once they have landed (raw_full) and tile t's V
+// warpgroup is done too (empty). So a tile's DRAM trip starts while the V warpgroup still runs tile t's PV and the
+// producer converts tile t + 1, where the producer of sessions 43-46 issued a tile after converting the previous
+// one and then waited for its landing. Measured (session 47, H100, fp8 cache, f16 arithmetic, one process; calls 2
+// and 4 in docs/results/session47_calls/), over the session-46 kernel: 0.982-0.989 at (4, 131072, 4, 16), 0.997-0.998
+// at (8, 32768, 8, 16), 0.950-0.970 at (4, 65536, 4, 64), 0.985 at (1, 131072, 8, 16), 0.995 at (32, 8192, 8, 16).
+// Raw dims block b (64 rows x 64 B) of a stage: b < 8 at fp8_raw_off(b) in atoms 0-3, block 8 (the rope dims) at
+// the stage's P-atom slice; row r's 64 bytes at r * 64 within. The conversion writes atoms 4-8 first (no raw bytes
+// there), then, behind one producer barrier, atoms 0-3.
+__device__ __forceinline__ constexpr uint32_t fp8_raw_off(int b) { return (uint32_t)((b >> 1) * ATOM + (b & 1) * 4096); }
 
-// The producer's fp8 rows: 4 lanes per row, rows pr and pr + 32 of a tile; lane sub4 copies the row's 16-byte pieces
-// sub4 + 4 b (b < 9: dims block b) and converts them into f16 chunks 2 sub4, 2 sub4 + 1 of atom b.
+// The fp8 rows of a thread (producer or V warpgroup): 4 lanes per row, rows pr and pr + 32 of a tile; lane sub4
+// copies the row's 16-byte pieces sub4 + 4 b (b < 9: dims block b) and converts them into f16 chunks 2 sub4,
+// 2 sub4 + 1 of atom b.
 struct Fp8Rows {
   int pr, sub4;
   __device__ __forceinline__ explicit Fp8Rows(int pt) : pr(pt >> 2), sub4(pt & 3) {}
 };
 
-// Prefix tile j's fp8 rows (slot8 holds their ids) into stage sT's raw area; slot8 receives tile j + 1's. A row that
-// must not be read copies 0 bytes (its raw bytes zero-filled: the f16 tile gets +0, as the F16 kernel's store).
-__device__ __forceinline__ void ws_issue_fp8(const Params& p, const Work& w, const Fp8Rows& r, uint32_t sT, int j,
-                                             int64_t (&slot8)[2]) {
+// Prefix tile j's fp8 rows of this thread into stage sT and its P-atom slice sR; slot8 holds their ids on entry and
+// tile jn's on return. A row that must not be read copies 0 bytes (its raw bytes zero-filled: the f16 tile gets +0,
+// as the F16 kernel's store).
+__device__ __forceinline__ void ws_issue_fp8(const Params& p, const Work& w, const Fp8Rows& r, uint32_t sT, uint32_t sR,
+                                             int j, int jn, int64_t (&slot8)[2]) {
 #ifdef MLAV_DIAG_NOLOAD
   // Timing diagnostic, never in a shipped build (as ws_issue_tile's): no fp8 rows from tile 2 on; the producer still
   // converts what its stage holds and arrives, so a timing shows the kernel without the gather; the output is wrong.
@@ -82,9 +85,10 @@ __device__ __forceinline__ void ws_issue_fp8(const Params& p, const Work& w, con
     const int64_t slot = slot8[k];
     const bool ok = slot >= 0 && slot < p.num_slots;
     const uint8_t* src = p.kbuf8 + (ok ? slot : 0) * p.kb_st + r.sub4 * 16;
-    slot8[k] = tile_slot(p, w, j + 1, BN, row);
+    slot8[k] = tile_slot(p, w, jn, BN, row);
 #pragma unroll
-    for (int b = 0; b < 9; ++b) cp_async16(sT + fp8_raw_off(b) + row * 64 + r.sub4 * 16, src + b * 64, ok ? 16 : 0);
+    for (int b = 0; b < 8; ++b) cp_async16(sT + fp8_raw_off(b) + row * 64 + r.sub4 * 16, src + b * 64, ok ? 16 : 0);
+    cp_async16(sR + row * 64 + r.sub4 * 16, src + 8 * 64, ok ? 16 : 0);
   }
 }
 
@@ -99,97 +103,37 @@ __device__ __forceinline__ void fp8_store_block(uint32_t sT, const Fp8Rows& r, i
     st_shared_v4(sT + tile_off(row, 8 * b + 2 * r.sub4 + 1), fp8x8_to_f16x8(raw[k].z, raw[k].w));
   }
 }
-__device__ __forceinline__ void fp8_load_block(const uint8_t* tile, const Fp8Rows& r, int b, uint4 (&raw)[2]) {
+// Raw dims block b of this thread's two rows (tile: the stage's bytes, rope: its P-atom slice).
+__device__ __forceinline__ void fp8_load_block(const uint8_t* tile, const uint8_t* rope, const Fp8Rows& r, int b,
+                                               uint4 (&raw)[2]) {
+  const uint8_t* base = b < 8 ? tile + fp8_raw_off(b) : rope;
 #pragma unroll
-  for (int k = 0; k < 2; ++k)
-    raw[k] = *reinterpret_cast<const uint4*>(tile + fp8_raw_off(b) + (r.pr + 32 * k) * 64 + r.sub4 * 16);
+  for (int k = 0; k < 2; ++k) raw[k] = *reinterpret_cast<const uint4*>(base + (r.pr + 32 * k) * 64 + r.sub4 * 16);
 }
-// The stage's raw fp8 rows (this thread's copies landed) converted in place into the f16 tile, in the phases above.
-__device__ __forceinline__ void fp8_convert_tile(uint32_t sT, const uint8_t* tile, const Fp8Rows& r) {
-  uint4 lo[5][2];
-#pragma unroll
-  for (int b = 0; b < 5; ++b) fp8_load_block(tile, r, b, lo[b]);
-#pragma unroll
-  for (int b = 0; b < 4; ++b) fp8_store_block(sT, r, b, lo[b]);
-  producer_sync();
-  uint4 hi[4][2];
-#pragma unroll
-  for (int b = 0; b < 4; ++b) fp8_load_block(tile, r, 5 + b, hi[b]);
-  fp8_store_block(sT, r, 4, lo[4]);
-  fp8_store_block(sT, r, 5, hi[0]);
-  fp8_store_block(sT, r, 6, hi[1]);
-  producer_sync();
-  fp8_store_block(sT, r, 7, hi[2]);
-  fp8_store_block(sT, r, 8, hi[3]);
-}
-
-#ifndef MLAV_FP8_VLOAD
-#define MLAV_FP8_VLOAD 0
-#endif
-#if MLAV_FP8_VLOAD
-// VLOAD (session 47, measured side by side; -DMLAV_FP8_VLOAD=1): prefix tile t + 2's raw rows are issued by the V
-// warpgroup as soon as the S warpgroup is done with tile t (s_done), into the stage's bytes only that warpgroup reads
-// (atoms 0-3: its S and its PV half) and a 4 KiB slice of the P atom per stage; the producer converts once they have
-// landed (raw_full) and tile t's V warpgroup is done too (empty). So a tile's DRAM trip overlaps the V warpgroup's
-// PV of the tile two back and the producer's conversion of the tile before, where the shipped producer issues a tile
-// after it converted the previous one and then waits for its landing. Raw block b < 8 lies at atom b / 2, half
-// b & 1 (r * 64 within it), block 8 at the stage's P-atom slice; the conversion writes atoms 4-8 (free once tile
-// t - 2 is done: no raw bytes there), one producer barrier, then atoms 0-3.
-__device__ __forceinline__ uint32_t fp8_raw_off_v(int b) { return (uint32_t)((b >> 1) * ATOM + (b & 1) * 4096); }
-// Prefix tile j's fp8 rows of this thread (r: 4 lanes per row, rows pr and pr + 32) into stage sT and P-atom slice sR;
-// slot8 holds their ids on entry and tile jn's on return.
-__device__ __forceinline__ void ws_issue_fp8_v(const Params& p, const Work& w, const Fp8Rows& r, uint32_t sT,
-                                               uint32_t sR, int j, int jn, int64_t (&slot8)[2]) {
-#ifdef MLAV_DIAG_NOLOAD
-  if (MLAV_DIAG_NOLOAD && j >= 2) return;
-#endif
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int row = r.pr + 32 * k;
-    const int64_t slot = slot8[k];
-    const bool ok = slot >= 0 && slot < p.num_slots;
-    const uint8_t* src = p.kbuf8 + (ok ? slot : 0) * p.kb_st + r.sub4 * 16;
-    slot8[k] = tile_slot(p, w, jn, BN, row);
-#pragma unroll
-    for (int b = 0; b < 8; ++b) cp_async16(sT + fp8_raw_off_v(b) + row * 64 + r.sub4 * 16, src + b * 64, ok ? 16 : 0);
-    cp_async16(sR + row * 64 + r.sub4 * 16, src + 8 * 64, ok ? 16 : 0);
-  }
-}
-__device__ __forceinline__ void fp8_load_block_v(const uint8_t* tile, const uint8_t* rope, const Fp8Rows& r, int b,
-                                                 uint4 (&raw)[2]) {
-  const uint8_t* base = b < 8 ? tile + fp8_raw_off_v(b) : rope;
-#pragma unroll
-  for (int k = 0; k < 2; ++k)
-    raw[k] = *reinterpret_cast<const uint4*>(base + (r.pr + 32 * k) * 64 + r.sub4 * 16);
-}
-#ifndef MLAV_FP8_HALF
-#define MLAV_FP8_HALF 0
-#endif
-// The stage's raw rows (landed: raw_full) into the f16 tile; atoms 4-8 must be free (tile t - 2 done). Atoms 4-8
-// first (no raw bytes there), then atoms 0-3 behind one producer barrier; mid() runs between the two.
-template <typename Mid>
-__device__ __forceinline__ void fp8_convert_tile_v(uint32_t sT, const uint8_t* tile, const uint8_t* rope,
-                                                   const Fp8Rows& r, Mid&& mid) {
+// The stage's raw rows (landed: raw_full) converted into the f16 tile; atoms 4-8 must be free (tile t - 2 done).
+// Each thread converts only raw bytes whose landing raw_full made visible; the barrier keeps a thread from writing
+// atoms 0-3 while another still reads raw bytes there. Blocks 4-8 go in two groups of registers (all five at once
+// spilled 12 B at the producer's 96 registers).
+__device__ __forceinline__ void fp8_convert_tile(uint32_t sT, const uint8_t* tile, const uint8_t* rope,
+                                                 const Fp8Rows& r) {
   {
     uint4 hi[3][2];
 #pragma unroll
-    for (int b = 0; b < 3; ++b) fp8_load_block_v(tile, rope, r, 4 + b, hi[b]);
+    for (int b = 0; b < 3; ++b) fp8_load_block(tile, rope, r, 4 + b, hi[b]);
 #pragma unroll
     for (int b = 0; b < 3; ++b) fp8_store_block(sT, r, 4 + b, hi[b]);
 #pragma unroll
-    for (int b = 0; b < 2; ++b) fp8_load_block_v(tile, rope, r, 7 + b, hi[b]);
+    for (int b = 0; b < 2; ++b) fp8_load_block(tile, rope, r, 7 + b, hi[b]);
 #pragma unroll
     for (int b = 0; b < 2; ++b) fp8_store_block(sT, r, 7 + b, hi[b]);
   }
-  mid();
   uint4 lo[4][2];
 #pragma unroll
-  for (int b = 0; b < 4; ++b) fp8_load_block_v(tile, rope, r, b, lo[b]);
-  producer_sync();  // every thread's raw bytes (atoms 0-3) read
+  for (int b = 0; b < 4; ++b) fp8_load_block(tile, rope, r, b, lo[b]);
+  producer_sync();  // every thread's raw bytes in atoms 0-3 read
 #pragma unroll
   for (int b = 0; b < 4; ++b) fp8_store_block(sT, r, b, lo[b]);
 }
-#endif
 
 // Q's rows of this producer thread (WsRows: rows l8 + 16 i, chunks sub8 + 8 it) rewritten as f16 in place, as
 // q_to_f16 does (the same scale and rounding: bitwise its result), in two passes over smem (the max, then the
@@ -214,39 +158,24 @@ __device__ __forceinline__ void ws_q_to_f16(uint8_t* q, const WsRows& r, float* 
   }
 }
 
-// HALF: issue_qk64's k-steps over atoms [a0, a1) only; the call with a0 = 4 starts the sum, a0 = 0 adds to it.
-template <bool F16>
-__device__ __forceinline__ void issue_qk64_atoms(float* sc, uint32_t sQ, uint32_t sK, int a0, int a1) {
-  const uint64_t dq = make_desc(sQ, 16, 1024), dk = make_desc(sK, 16, 1024);
-#pragma unroll
-  for (int kk = 4 * a0; kk < 4 * a1; ++kk) {
-    const uint32_t koff = ((kk >> 2) * ATOM + (kk & 3) * 32) >> 4;
-    wgmma_m64n64k16_ss_f16(sc, desc_add(dq, koff), desc_add(dk, koff), a0 == 4 ? kk > 16 : 1);
-  }
-}
-
-// The fp8 kernel's mbarriers (shared-memory addresses): full / empty per stage after the layout (bar0 = base +
-// Smem::used, in the alignment slack), ASYM's p_full / a_free per stage and fin in the P atom (as the bf16 kernel);
-// under VLOAD the P atom holds raw rope bytes, so those move after full / empty, with s_done (the S warpgroup done
-// with a stage's tile) and raw_full (a stage's raw rows landed), and m_fin (the final m_run, [BM] floats) after them.
+// The fp8 kernel's mbarriers (shared-memory addresses from bar0 = base + Smem::used; WS_FP8_SMEM_BYTES has room
+// for them at any base; the P atom, where the bf16 kernel keeps ASYM's, holds raw rope bytes here): full / empty per stage, ASYM's p_full / a_free per stage and fin,
+// s_done (the S warpgroup done with a stage's tile, where the V warpgroup issues a tile into it) and raw_full (a
+// stage's raw rows landed). m_fin (the final m_run, [BM] floats) follows them.
+constexpr int WS_FP8_BAR_BYTES = 128 + BM * 4;  // 13 mbarriers (104 B) and m_fin, after the layout
+// Dynamic smem the launcher requests: the layout, its 1 KiB alignment slack and the barriers, so they fit at any base.
+constexpr int WS_FP8_SMEM_BYTES = Smem::bytes + WS_FP8_BAR_BYTES;  // 231,808 B
+static_assert(WS_FP8_SMEM_BYTES <= 232448, "the fp8 kernel's smem exceeds the 227 KiB a CTA may have on sm_90");
 struct Fp8Bars {
-  uint32_t bar0, sP;
+  uint32_t bar0;
   __device__ __forceinline__ uint32_t full(int st) const { return bar0 + 8u * st; }
   __device__ __forceinline__ uint32_t empty(int st) const { return bar0 + 16u + 8u * st; }
-#if MLAV_FP8_VLOAD
   __device__ __forceinline__ uint32_t p_full(int st) const { return bar0 + 32u + 8u * st; }
   __device__ __forceinline__ uint32_t a_free(int st) const { return bar0 + 48u + 8u * st; }
   __device__ __forceinline__ uint32_t fin() const { return bar0 + 64u; }
   __device__ __forceinline__ uint32_t s_done(int st) const { return bar0 + 72u + 8u * st; }
   __device__ __forceinline__ uint32_t raw_full(int st) const { return bar0 + 88u + 8u * st; }
-  __device__ __forceinline__ uint32_t full_b(int st) const { return bar0 + 104u + 8u * st; }  // HALF: atoms 0-3
   static constexpr int m_fin_off = Smem::used + 128;  // bytes from the base
-#else
-  __device__ __forceinline__ uint32_t p_full(int st) const { return sP + 512u + 8u * st; }
-  __device__ __forceinline__ uint32_t a_free(int st) const { return sP + 528u + 8u * st; }
-  __device__ __forceinline__ uint32_t fin() const { return sP + 544u; }
-  static constexpr int m_fin_off = Smem::off_p;
-#endif
 };
 
 // ASYM consumers of the fp8 kernel (shipped, session 44): the bf16 kernel's ASYM loop (mla_verify_wgmma_ws.cuh) per
@@ -256,7 +185,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
                                                       uint32_t sKV, uint32_t sP, uint32_t bar0, float* red_max,
                                                       float* red_sum, int tid, int grp, int wq, int lane,
                                                       PhaseTrace& tr) {
-  const Fp8Bars bars{bar0, sP};
+  const Fp8Bars bars{bar0};
   auto full = [&](int st) { return bars.full(st); };
   auto empty = [&](int st) { return bars.empty(st); };
   auto p_full = [&](int st) { return bars.p_full(st); };
@@ -306,18 +235,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       const float vs = draft ? 1.f : vs_pre;
       float sc[32];
       wgmma_fence();
-#if MLAV_FP8_VLOAD && MLAV_FP8_HALF
-      if constexpr (f16) {  // atoms 4-8 first; atoms 0-3 once the producer's second half is written
-        issue_qk64_atoms<true>(sc, sQ, sK, 4, 9);
-        mbar_wait(bars.full_b(j & 1), (j >> 1) & 1);
-        fence_proxy_async();
-        issue_qk64_atoms<true>(sc, sQ, sK, 0, 4);
-      } else {
-        issue_qk64<f16>(sc, sQ, sK);
-      }
-#else
       issue_qk64<f16>(sc, sQ, sK);
-#endif
       wgmma_finish<32>(sc);
       tr.mark(2);
       float sh[2][16], alpha[2] = {1.f, 1.f};  // S's two 32-token halves; tile j's row rescale
@@ -357,9 +275,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       issue_pv_steps<2, 2, f16>(o, sPj, sK, 0);
       wgmma_finish<128>(o);
       mbar_arrive(empty(j & 1));
-#if MLAV_FP8_VLOAD
       if (f16 && j + 2 < w.n_pre) mbar_arrive(bars.s_done(j & 1));  // atoms 0-3 free for tile j + 2's raw rows
-#endif
       tr.mark(6);
     };
     int j = 0;
@@ -375,10 +291,8 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
     asm volatile("setmaxnreg.inc.sync.aligned.u32 168;\n" ::: "memory");
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
-#if MLAV_FP8_VLOAD
-    const Fp8Rows r8(tid & 127);
+    const Fp8Rows r8(tid & 127);  // this warpgroup issues prefix tiles 2..
     int64_t slot8[2] = {tile_slot(p, w, 2, BN, r8.pr), tile_slot(p, w, 2, BN, r8.pr + 32)};
-#endif
     tr.mark(0);
     auto v_step = [&](int j, auto f16_tag) {
       constexpr bool f16 = decltype(f16_tag)::value;
@@ -393,18 +307,14 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       fence_regs<128>(o);
       wgmma_fence();
       issue_pv<f16>(o, sK + 8 * ATOM, sK, 1);
-#if MLAV_FP8_VLOAD
       wgmma_commit();  // before the branch: behind it ptxas injects a warpgroup.arrive (C7519)
       if (f16 && j + 2 < w.n_pre) {  // tile j + 2's raw rows, once the S warpgroup is done with tile j
         mbar_wait(bars.s_done(j & 1), (j >> 1) & 1);
-        ws_issue_fp8_v(p, w, r8, sK, sP + (j & 1) * 4096u, j + 2, j + 3, slot8);
+        ws_issue_fp8(p, w, r8, sK, sP + (j & 1) * 4096u, j + 2, j + 3, slot8);
         mbar_arrive_on_copies(bars.raw_full(j & 1));
       }
       wgmma_wait0();
       fence_regs<128>(o);
-#else
-      wgmma_finish<128>(o);
-#endif
       mbar_arrive(empty(j & 1));
       tr.mark(6);
     };
@@ -440,7 +350,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
   const uint32_t bar0 = base + Smem::used;
-  const Fp8Bars bars{bar0, sP};
+  const Fp8Bars bars{bar0};
   auto full = [&](int st) { return bars.full(st); };
   auto empty = [&](int st) { return bars.empty(st); };
   if (tid == 0) {
@@ -451,11 +361,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     for (int st = 0; st < 2; ++st) {
       mbar_init(bars.p_full(st), 128);
       mbar_init(bars.a_free(st), 128);
-#if MLAV_FP8_VLOAD
       mbar_init(bars.s_done(st), 128);
       mbar_init(bars.raw_full(st), 128);
-      mbar_init(bars.full_b(st), 128);
-#endif
     }
     mbar_init(bars.fin(), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -469,16 +376,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
     const Fp8Rows r8(pt);  // fp8 prefix tiles: 4 lanes per row
     int64_t slot[4] = {-1, -1, -1, -1};  // ws_issue_tile's next slot ids (a draft tile's: unused)
     int64_t slot8[2] = {tile_slot(p, w, 0, BN, r8.pr), tile_slot(p, w, 0, BN, r8.pr + 32)};
-    // Tile t into stage t & 1: fp8 rows (converted later) or, for a draft tile, bf16 rows whose landing arrives on
-    // full by itself. One cp.async group per tile.
+    // Tile t into stage t & 1: fp8 rows (prefix tiles 0 and 1; converted once raw_full completes) or, for a draft
+    // tile, bf16 rows whose landing arrives on full by itself. One cp.async group per tile.
     auto issue = [&](int t) {
       if (t < w.n_pre) {
-#if MLAV_FP8_VLOAD
-        ws_issue_fp8_v(p, w, r8, sKV + (t & 1) * TILE, sP + (t & 1) * 4096u, t, t + 1, slot8);
+        ws_issue_fp8(p, w, r8, sKV + (t & 1) * TILE, sP + (t & 1) * 4096u, t, t + 1, slot8);
         mbar_arrive_on_copies(bars.raw_full(t & 1));
-#else
-        ws_issue_fp8(p, w, r8, sKV + (t & 1) * TILE, t, slot8);
-#endif
       } else {
         ws_issue_tile(p, w, rq, sKV, t, slot);
         mbar_arrive_on_copies(full(t & 1));
@@ -503,7 +406,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
       ws_q_to_f16(smem + Smem::off_q, rq, red_sum);
     }
     tr.mark(4);
-#if MLAV_FP8_VLOAD
     // prefix tiles 2.. are issued by the V warpgroup; the producer converts each once it landed and the stage's
     // tile t - 2 is done, and issues the draft tiles (bf16 rows) once their stage is free
     for (int t = 0; t < w.ntiles; ++t) {
@@ -515,16 +417,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
           tr.mark(1);
         if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);
         tr.mark(6);
-        auto mid = [&] {  // HALF: atoms 4-8 (and Q) to the consumers before atoms 0-3 are written
-          if (MLAV_FP8_HALF) {
-            fence_proxy_async();
-            mbar_arrive(full(t & 1));
-          }
-        };
-        fp8_convert_tile_v(sKV + (t & 1) * TILE, smem + Smem::off_kv + (t & 1) * TILE,
-                           smem + Smem::off_p + (t & 1) * 4096, r8, mid);
+        fp8_convert_tile(sKV + (t & 1) * TILE, smem + Smem::off_kv + (t & 1) * TILE,
+                         smem + Smem::off_p + (t & 1) * 4096, r8);
         fence_proxy_async();
-        mbar_arrive(MLAV_FP8_HALF ? bars.full_b(t & 1) : full(t & 1));
+        mbar_arrive(full(t & 1));
       }
       tr.mark(2);
       if (t >= 1 && t + 1 < w.ntiles && t + 1 >= w.n_pre) {
@@ -533,30 +429,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
         issue(t + 1);
       }
     }
-#else
-    for (int t = 0; t < w.ntiles; ++t) {
-      // tile t + 1 goes into the stage of tile t - 1 once its PV is done (empty's phase e_par); both computed here,
-      // as in the build session 46 measured (the same machine code)
-      const bool next = t >= 1 && t + 1 < w.ntiles;
-      const uint32_t e_par = (((t + 1) >> 1) + 1) & 1;
-      if (t < w.n_pre) {  // tile t's raw rows -> f16, then the tile (and, for t = 0, Q and qinv) to the consumers
-        if (t == 0 && w.ntiles > 1)
-          cp_async_wait<1>();  // tile 0's copies of this thread landed (tile 1's may not have)
-        else
-          cp_async_wait<0>();  // tile t is the last one issued
-        if (t == 0) tr.mark(5);
-        fp8_convert_tile(sKV + (t & 1) * TILE, smem + Smem::off_kv + (t & 1) * TILE, r8);
-        fence_proxy_async();
-        mbar_arrive(full(t & 1));
-      }
-      tr.mark(2);
-      if (next) {
-        mbar_wait(empty((t + 1) & 1), e_par);
-        tr.mark(1);
-        issue(t + 1);
-      }
-    }
-#endif
     cp_async_wait<0>();  // no copy outlives its thread
     tr.mark(7);
     tr.flush(tid, grp, w.ntiles);
