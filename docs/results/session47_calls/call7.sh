@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Session 47 call 7: HALF over VLOAD. Trees: base (the checkout as committed, VLOAD off: the shipped kernel of
-# session 46), cur (the checkout with -DMLAV_FP8_VLOAD=1) and half (VLOAD + -DMLAV_FP8_HALF=1: the producer hands atoms 4-8 to the consumers before it
-# writes atoms 0-3, so the S warpgroup's QK starts on them half a conversion earlier). A/B of the fp8 cache's f16 path
-# (each tree's output compared bitwise with base's), then parity, synccheck and racecheck of half as the checkout, then its trace.
+# Session 47 call 7 (never ran: no machine; written for commit 6455005, whose kernel had the VLOAD and HALF macros;
+# call8.sh is its form on the shipped tree): HALF over VLOAD. Trees: base (the checkout as committed, VLOAD off: the
+# shipped kernel of session 46), cur (the checkout with -DMLAV_FP8_VLOAD=1) and half (VLOAD + -DMLAV_FP8_HALF=1: the
+# producer hands atoms 4-8 to the consumers before it writes atoms 0-3, so the S warpgroup's QK starts on them half a
+# conversion earlier). A/B of the fp8 cache's f16 path (each tree's output compared bitwise with base's), then parity,
+# synccheck and racecheck of half as the checkout, then its trace.
 set -o pipefail
 . tests/device/call_budget.sh 300  # R, L, left, say, lim
 . tests/device/call_steps.sh       # defs, build_trees, ab, use, parity_cases, san_case
