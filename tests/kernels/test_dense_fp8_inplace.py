@@ -99,3 +99,18 @@ def test_the_check_catches_a_missing_barrier_and_a_raw_block_in_its_own_atom():
     one_phase = [(op, b, 0) for op, b, _ in phases()]
     assert violations(one_phase, raw_off), "without the barriers a write lands on unread raw bytes"
     assert violations(phases(), lambda b: b * ATOM), "raw bytes in their own atom are overwritten in their phase"
+
+
+def test_the_barriers_and_row_maxima_fit_the_bytes_the_launcher_adds():
+    """The P atom holds raw rope bytes, so the kernel's mbarriers and m_fin live after the layout (Fp8Bars): every
+    barrier below m_fin's offset, m_fin's BM floats inside WS_FP8_BAR_BYTES, and tiles.py's mirror of the request."""
+    from mla_verify import tiles
+
+    bars = re.search(r"struct Fp8Bars \{(.*?)\n\};", SRC, re.S).group(1)
+    offs = [int(o or 0) + (8 if st else 0) for o, st in re.findall(r"return bar0(?: \+ (\d+)u)?( \+ 8u \* st)?;", bars)]
+    m_fin = int(re.search(r"m_fin_off = Smem::used \+ (\d+);", bars).group(1))
+    extra = re.search(r"constexpr int WS_FP8_BAR_BYTES = (\d+) \+ BM \* 4;", SRC)
+    assert len(offs) == 7 and max(offs) + 8 <= m_fin, (offs, m_fin)
+    assert extra and int(extra.group(1)) == m_fin
+    assert tiles.SM90WG_WS_FP8_SMEM_BYTES == tiles.SM90WG.smem_bytes + m_fin + tiles.SM90WG.block_m * 4
+    assert "sP" not in bars, "no barrier in the P atom (raw rope bytes land there)"

@@ -19,9 +19,9 @@
 // then Q rewritten as f16 in place while tiles 0 and 1 fly (each row's 72 chunks held by 8 lanes: no barrier); it
 // issues prefix tiles 0 and 1 and every draft tile; per prefix tile it waits for the raw rows' landing (raw_full),
 // converts them into the f16 tile the wgmmas read and arrives on full. Prefix tiles 2.. are issued by the V warpgroup
-// (fp8_raw_off, below). There is no room for a separate raw ring (the layout uses 231,456 of the 232,448 B a CTA may
-// have), so the raw rows land in bytes of the tile's own stage that the S warpgroup alone reads, plus a slice of the
-// P atom, and the conversion writes the f16 tile around them.
+// (fp8_raw_off, below). There is no room for a separate raw ring (the kernel asks for 231,808 of the 232,448 B a CTA
+// may have), so the raw rows land in bytes of the tile's own stage that the S warpgroup alone reads, plus a slice of
+// the P atom, and the conversion writes the f16 tile around them.
 // Consumers (warpgroups 0 and 1): ASYM (ws_fp8_asym_consumers: S 240 registers, V 168), f16 tiles first, then the draft
 // tiles in bf16 (two loops: ptxas serializes every wgmma behind a branch between the two arithmetics, C7520). Where the
 // time goes: at (4, 131072, 4, 16) Nsight Compute put DRAM at 53% and the tensor pipe at 44%, 53% of the warps'
