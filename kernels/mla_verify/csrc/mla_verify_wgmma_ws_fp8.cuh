@@ -59,7 +59,9 @@ namespace wg {
 // Raw dims block b (64 rows x 64 B) of a stage: b < 8 at fp8_raw_off(b) in atoms 0-3, block 8 (the rope dims) at
 // the stage's P-atom slice; row r's 64 bytes at r * 64 within. The conversion writes atoms 4-8 first (no raw bytes
 // there), then, behind one producer barrier, atoms 0-3.
-__device__ __forceinline__ constexpr uint32_t fp8_raw_off(int b) { return (uint32_t)((b >> 1) * ATOM + (b & 1) * 4096); }
+__device__ __forceinline__ constexpr uint32_t fp8_raw_off(int b) {
+  return (uint32_t)((b >> 1) * ATOM + (b & 1) * 4096);
+}
 
 // The fp8 rows of a thread (producer or V warpgroup): 4 lanes per row, rows pr and pr + 32 of a tile; lane sub4
 // copies the row's 16-byte pieces sub4 + 4 b (b < 9: dims block b) and converts them into f16 chunks 2 sub4,
@@ -159,9 +161,10 @@ __device__ __forceinline__ void ws_q_to_f16(uint8_t* q, const WsRows& r, float* 
 }
 
 // The fp8 kernel's mbarriers (shared-memory addresses from bar0 = base + Smem::used; WS_FP8_SMEM_BYTES has room
-// for them at any base; the P atom, where the bf16 kernel keeps ASYM's, holds raw rope bytes here): full / empty per stage, ASYM's p_full / a_free per stage and fin,
-// s_done (the S warpgroup done with a stage's tile, where the V warpgroup issues a tile into it) and raw_full (a
-// stage's raw rows landed). m_fin (the final m_run, [BM] floats) follows them.
+// for them at any base; the P atom, where the bf16 kernel keeps ASYM's, holds raw rope bytes here): full / empty per
+// stage, ASYM's p_full / a_free per stage and fin, s_done (the S warpgroup done with a stage's tile, where the V
+// warpgroup issues a tile into it) and raw_full (a stage's raw rows landed). m_fin (the final m_run, [BM] floats)
+// follows them.
 constexpr int WS_FP8_BAR_BYTES = 128 + BM * 4;  // 13 mbarriers (104 B) and m_fin, after the layout
 // Dynamic smem the launcher requests: the layout, its 1 KiB alignment slack and the barriers, so they fit at any base.
 constexpr int WS_FP8_SMEM_BYTES = Smem::bytes + WS_FP8_BAR_BYTES;  // 231,808 B
