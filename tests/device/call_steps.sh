@@ -16,6 +16,10 @@
 #                    -> $OUT/parity_NAME.json, its verdict to the log; N = its timeout in s (run from kernels/)
 #   ab NAME N ARGS.. bench --tree-ab ARGS -> $OUT/ab_NAME.json, its per-row lines (no CUPTI ones) to the log; N as
 #                    above (run from kernels/)
+#   patched NAME PATCH  /tmp/NAME = the checkout's csrc with PATCH applied (the checkout left as it was; run from
+#                    the repo root); exits 4 when PATCH does not apply
+#   trace NAME N SHAPES ARGS..  tests/device/dense_trace.py SHAPES ARGS on the checkout's build -> $OUT/trace_NAME.json
+#                    and .txt, its [trace] lines to the log; N = its timeout in s (or what is left)
 MLAV_CSRC=kernels/mla_verify/csrc
 MLAV_WS_H=mla_verify_wgmma_ws.cuh
 FP8_CASES=fp8_seed_b1_prefix65k_n8_h16_chain,fp8_b4_varlen_tree_h16_u8,fp8_b2_n16_h128_tree_scales
@@ -88,4 +92,16 @@ ab() {
   timeout "$t" python3 -m verify_tools.bench --tree-ab "$@" --ab-out "$OUT/ab_$name.json" >/dev/null 2>>"$OUT/ab_err.txt"
   echo "ab $name rc=$?" | tee -a "$L"
   python3 -m verify_tools.bench --ab-summary "$OUT/ab_$name.json" 2>&1 | grep -v '^cupti' | tee -a "$L"
+}
+patched() {
+  { git apply "$2" && rm -rf "/tmp/$1" && cp -r $MLAV_CSRC "/tmp/$1" && git apply -R "$2"; } 2>>"$L" ||
+    { echo "$2 did not apply" | tee -a "$L"; exit 4; }
+}
+trace() {
+  local name=$1 t
+  t=$(lim "$2")
+  shift 2
+  timeout "$t" python3 "$R/tests/device/dense_trace.py" "$@" --out "$OUT/trace_$name.json" > "$OUT/trace_$name.txt" 2>&1
+  echo "trace $name rc=$?" | tee -a "$L"
+  grep '^\[trace\]' "$OUT/trace_$name.txt" | tee -a "$L"
 }

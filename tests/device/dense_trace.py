@@ -8,11 +8,13 @@ phase; mla_verify_wgmma.cuh lists the phases). E.g.
 Per shape: REPS eager calls, each after an L2 flush (the bench's Timer), then the phase sums of those calls
 divided by the tiles they ran: SM cycles per tile and phase, per warpgroup, beside the prologue and epilogue per
 CTA and the CTA count; for the warp-specialized kernels also the producer's wait for a free stage and its issue per
-tile (row 2; the fp8 kernel's also its wait for Q, Q's conversion and its wait for tile 0, per CTA). ASYM consumers
+tile (row 2; the fp8 kernel's also its wait for Q, Q's conversion and its wait for tile 0, per CTA; since session 47
+the fp8 producer's `wait_free_stage` is its wait for a tile's raw rows to land, `wait_empty` its wait for the stage's
+tile t - 2 and `issue` the conversion, mla_verify_wgmma_ws_fp8.cuh). ASYM consumers
 put the S warpgroup's phases in row 0 (the P write in the exact-step slot) and the V warpgroup's wait for P and its
 PV in row 1. Builds before session 46 summed row 0's PV slot negative in ASYM kernels (printed wrapped): ptxas
-re-read the clock for the previous mark's value (verify_tools.sass finds such reads; fixed in PhaseTrace, not yet
-run on a GPU), so that slot's cycles were lost from the row. Cycles are SM clocks of one thread (clock()), so the
+re-read the clock for the previous mark's value (verify_tools.sass finds such reads; fixed in PhaseTrace, first run
+on a GPU in session 47), so that slot's cycles were lost from the row. Cycles are SM clocks of one thread (clock()), so the
 phases of a warpgroup add up to its CTA's time, waits included; the trace build's instructions are part of what it
 measures (its kernel is compared with the plain build's in the same run: `plain_us` / `trace_us`, CUDA-graph
 replays). Writes JSON with --out."""

@@ -15,12 +15,10 @@
 # in-place test (tests/kernels/test_dense_fp8_inplace.py) must read fp8_raw_off(b, r).
 set -o pipefail
 . tests/device/call_budget.sh 250  # R, L, left, say, lim
-. tests/device/call_steps.sh       # build_trees, ab, use, parity_cases, san_case
+. tests/device/call_steps.sh       # patched, build_trees, ab, use, parity_cases, san_case, trace
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee -a "$L"
-C=$MLAV_CSRC
-T=docs/results/session47_calls/th.patch
-rm -rf /tmp/base /tmp/th && cp -r $C /tmp/base
-{ git apply $T && cp -r $C /tmp/th && git apply -R $T; } 2>>"$L" || { echo "th.patch" | tee -a "$L"; exit 4; }
+rm -rf /tmp/base /tmp/th && cp -r $MLAV_CSRC /tmp/base
+patched th docs/results/session47_calls/th.patch
 build_trees base th
 say built
 cd kernels || exit 2
@@ -31,8 +29,5 @@ use th
 parity_cases th 40 $FP8_CASES,graph_fp8_b2_n8_h16
 san_case racecheck fp8_b8_long_splits_ws_h16
 san_case synccheck fp8_b8_long_splits_ws_h16
-timeout "$(lim 50)" python3 "$R/tests/device/dense_trace.py" 4:131072:4:16,8:32768:8:16 --fp8 --fp8-path f16 \
-  --out "$OUT/trace_th.json" > "$OUT/trace_th.txt" 2>&1
-echo "trace rc=$?" | tee -a "$L"
-grep '^\[trace\]' "$OUT/trace_th.txt" | tee -a "$L"
+trace th 50 4:131072:4:16,8:32768:8:16 --fp8 --fp8-path f16
 say done

@@ -189,11 +189,6 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
                                                       float* red_sum, int tid, int grp, int wq, int lane,
                                                       PhaseTrace& tr) {
   const Fp8Bars bars{bar0};
-  auto full = [&](int st) { return bars.full(st); };
-  auto empty = [&](int st) { return bars.empty(st); };
-  auto p_full = [&](int st) { return bars.p_full(st); };
-  auto a_free = [&](int st) { return bars.a_free(st); };
-  const uint32_t fin = bars.fin();
   float* alpha_buf = red_max;                                         // [2][BM]: tile j's row rescale at (j & 1) BM
   float* m_fin = reinterpret_cast<float*>(smem + Fp8Bars::m_fin_off);  // [BM]: the final m_run
   const int r0 = wq * 16 + (lane >> 2);                               // tile rows of this thread: r0 and r0 + 8
@@ -212,7 +207,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
     tr.mark(0);
     auto s_step = [&](int j, auto f16_tag) {
       constexpr bool f16 = decltype(f16_tag)::value;
-      mbar_wait(full(j & 1), (j >> 1) & 1);  // tile j (and Q, qinv) ready
+      mbar_wait(bars.full(j & 1), (j >> 1) & 1);  // tile j (and Q, qinv) ready
       fence_proxy_async();
       tr.mark(1);
       const bool draft = j >= w.n_pre;
@@ -247,7 +242,7 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
         load_draft_v(p, w, j, sK, tid >> 2, tid & 3);
         load_draft_v(p, w, j, sK, (tid >> 2) + 32, tid & 3);
       }
-      if (j >= 2) mbar_wait(a_free(j & 1), ((j >> 1) + 1) & 1);
+      if (j >= 2) mbar_wait(bars.a_free(j & 1), ((j >> 1) + 1) & 1);
       if ((lane & 3) == 0) {
         alpha_buf[(j & 1) * BM + r0] = alpha[0];
         alpha_buf[(j & 1) * BM + r0 + 8] = alpha[1];
@@ -273,11 +268,11 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
         for (int h = 0; h < 2; ++h) l_run[1][h] = exact_step ? l_run[1][h] * alpha[h] + psum[h] : l_run[1][h] + psum[h];
       }
       fence_proxy_async();
-      mbar_arrive(p_full(j & 1));
+      mbar_arrive(bars.p_full(j & 1));
       wgmma_fence();
       issue_pv_steps<2, 2, f16>(o, sPj, sK, 0);
       wgmma_finish<128>(o);
-      mbar_arrive(empty(j & 1));
+      mbar_arrive(bars.empty(j & 1));
       if (f16 && j + 2 < w.n_pre) mbar_arrive(bars.s_done(j & 1));  // atoms 0-3 free for tile j + 2's raw rows
       tr.mark(6);
     };
@@ -299,13 +294,13 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
     tr.mark(0);
     auto v_step = [&](int j, auto f16_tag) {
       constexpr bool f16 = decltype(f16_tag)::value;
-      mbar_wait(p_full(j & 1), (j >> 1) & 1);
-      mbar_wait(full(j & 1), (j >> 1) & 1);
+      mbar_wait(bars.p_full(j & 1), (j >> 1) & 1);
+      mbar_wait(bars.full(j & 1), (j >> 1) & 1);
       fence_proxy_async();
       tr.mark(1);
       const uint32_t sK = sKV + (j & 1) * TILE;
       const float alpha[2] = {alpha_buf[(j & 1) * BM + r0], alpha_buf[(j & 1) * BM + r0 + 8]};
-      mbar_arrive(a_free(j & 1));
+      mbar_arrive(bars.a_free(j & 1));
       rescale_o(o, alpha);
       fence_regs<128>(o);
       wgmma_fence();
@@ -318,15 +313,15 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
       }
       wgmma_wait0();
       fence_regs<128>(o);
-      mbar_arrive(empty(j & 1));
+      mbar_arrive(bars.empty(j & 1));
       tr.mark(6);
     };
     int j = 0;
     for (; j < w.n_pre; ++j) v_step(j, std::true_type{});
     for (; j < w.ntiles; ++j) v_step(j, std::false_type{});
   }
-  if (grp == 0) mbar_arrive(fin);
-  mbar_wait(fin, 0);
+  if (grp == 0) mbar_arrive(bars.fin());
+  mbar_wait(bars.fin(), 0);
   const float m_run[2] = {m_fin[r0], m_fin[r0 + 8]};
   write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
   tr.mark(7);
@@ -354,13 +349,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
   const uint32_t bar0 = base + Smem::used;
   const Fp8Bars bars{bar0};
-  auto full = [&](int st) { return bars.full(st); };
-  auto empty = [&](int st) { return bars.empty(st); };
   if (tid == 0) {
-    mbar_init(full(0), 128);
-    mbar_init(full(1), 128);
-    mbar_init(empty(0), WS_CONSUMERS);
-    mbar_init(empty(1), WS_CONSUMERS);
+    mbar_init(bars.full(0), 128);
+    mbar_init(bars.full(1), 128);
+    mbar_init(bars.empty(0), WS_CONSUMERS);
+    mbar_init(bars.empty(1), WS_CONSUMERS);
     for (int st = 0; st < 2; ++st) {
       mbar_init(bars.p_full(st), 128);
       mbar_init(bars.a_free(st), 128);
@@ -387,7 +380,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
         mbar_arrive_on_copies(bars.raw_full(t & 1));
       } else {
         ws_issue_tile(p, w, rq, sKV, t, slot);
-        mbar_arrive_on_copies(full(t & 1));
+        mbar_arrive_on_copies(bars.full(t & 1));
       }
       cp_async_commit();
     };
@@ -418,16 +411,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
           tr.mark(5);
         else
           tr.mark(1);
-        if (t >= 2) mbar_wait(empty(t & 1), ((t >> 1) + 1) & 1);
+        if (t >= 2) mbar_wait(bars.empty(t & 1), ((t >> 1) + 1) & 1);
         tr.mark(6);
         fp8_convert_tile(sKV + (t & 1) * TILE, smem + Smem::off_kv + (t & 1) * TILE,
                          smem + Smem::off_p + (t & 1) * 4096, r8);
         fence_proxy_async();
-        mbar_arrive(full(t & 1));
+        mbar_arrive(bars.full(t & 1));
       }
       tr.mark(2);
       if (t >= 1 && t + 1 < w.ntiles && t + 1 >= w.n_pre) {
-        mbar_wait(empty((t + 1) & 1), (((t + 1) >> 1) + 1) & 1);
+        mbar_wait(bars.empty((t + 1) & 1), (((t + 1) >> 1) + 1) & 1);
         tr.mark(1);
         issue(t + 1);
       }
