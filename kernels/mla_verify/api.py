@@ -39,6 +39,14 @@ FP8_SCHEDULE_DEFAULT = 0
 # kernels, chosen by the tokens of a split (tiles.TileConfig.fp8_ws_min_tokens): the same arithmetic, outputs within
 # the oracle's bound of each other (not bitwise since session 44's ASYM consumers).
 FP8_PATHS = ("auto", "bf16", "f16")
+# fp8_graph_gate (mla_verify_fwd, fp8_f16): a captured fp8 call launches the bf16 decode (or the F16 kernel) and the
+# warp-specialized kernel behind it, each CTA gated on the device by the replayed length, so every replay runs the
+# kernel an eager call of its length runs. Off by default. Measured (session 48, H100, graph replays, L2 flushed):
+# 0.847 / 0.878 / 0.905 of the captured bf16 decode at (4, 131072, 4, 16) / (8, 32768, 8, 16) / (1, 131072, 8, 16),
+# but the pair takes 1.05-1.08x the warp-specialized kernel alone there, and on max-sized buffers the replays of
+# 512-4,096 tokens run 1.10-1.12x their exact-length call at B = 1 and 4 (the shut grid's launch and completion; the
+# graph-buffer bound is 1.1). Session 19 measured the same choice between the decode and the F16 kernel: 1.09-1.35x
+# at B = 1 (dense-verify-notes.md, "Session 19", "Session 48").
 FP8_MAX_V_SCALE = 128.0
 
 
@@ -320,17 +328,23 @@ def fp8_f16(
     prefix_tokens_total: int,
     num_splits: int,
     capturing: bool = False,
+    graph_gate: bool = False,
 ) -> int:
     """The fp8 arithmetic (see FP8_PATHS) as the launch flag: 0 the bf16 decode, 1 the config's F16 kernel, 2 its
     warp-specialized fp8 kernel (the same arithmetic; ASYM consumers, session 44: not bitwise) where a split's prefix
     chunk (the device's: ceil(ceil(total / B) / num_splits) rounded up to whole block_n tiles) holds at least
-    cfg.fp8_ws_min_tokens. "auto": f16 in a call that is not being captured into a CUDA graph, where the config has an
-    F16 instance, v_scale <= FP8_MAX_V_SCALE and the chunk holds at least cfg.fp8_f16_min_tokens: the F16 kernel pays
-    a Q conversion per CTA, which only a long enough chunk repays (1.09-1.24x the bf16 decode's time at 64-128 tokens
-    per split, H200). A capture (`capturing`) keeps the bf16 decode: SGLang captures on its max-sized index buffers,
-    so the sizes say nothing of the lengths a replay runs, and a replay keeps its capture's kernel (the device
-    re-derives only the split count). "f16": 1 or 2 by the chunk; "bf16": 0. An explicit "f16" the call cannot take is
-    refused (ValueError naming fp8_path or v_scale); with a bf16 cache every fp8_path runs the one bf16 kernel."""
+    cfg.fp8_ws_min_tokens. "auto": f16 where the config has an F16 instance, v_scale <= FP8_MAX_V_SCALE and the chunk
+    holds at least cfg.fp8_f16_min_tokens: the F16 kernel pays a Q conversion per CTA, which only a long enough chunk
+    repays (1.09-1.24x the bf16 decode's time at 64-128 tokens per split, H200). "f16": 1 or 2 by the chunk; "bf16":
+    0. An explicit "f16" the call cannot take is refused (ValueError naming fp8_path or v_scale); with a bf16 cache
+    every fp8_path runs the one bf16 kernel.
+
+    A CUDA-graph capture (`capturing`): SGLang captures on its max-sized index buffers, so the sizes say nothing of
+    the lengths a replay runs, and by default a replay keeps its capture's kernel: "auto" the bf16 decode, "f16" the
+    kernel of the capture's chunk. With `graph_gate` (opt-in, FP8_GRAPH_GATE) a capture whose chunk reaches
+    cfg.fp8_ws_min_tokens gets the gated pair instead, 3 for "auto" (the bf16 decode) and 4 for "f16" (the F16
+    kernel), each with the warp-specialized kernel behind it: the device picks per replay the kernel an eager call of
+    that length runs ("auto"'s middle range, where an eager call takes the F16 kernel, replays on the bf16 decode)."""
     if fp8_path not in FP8_PATHS:
         _fail("fp8_path", f"must be one of {FP8_PATHS}, got {fp8_path!r}")
     has_f16 = cfg.fp8_f16_min_tokens > 0
@@ -342,9 +356,11 @@ def fp8_f16(
             _fail("fp8_path", f"'f16' needs a config with an f16 fp8 kernel ({names}), not {cfg.name}")
         if v_scale > FP8_MAX_V_SCALE:
             _fail("v_scale", f"{v_scale} exceeds {FP8_MAX_V_SCALE}, the most the f16 fp8 path's P takes")
-        return f16_kernel
-    if capturing or not kv_fp8 or not has_f16 or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
+        return 4 if capturing and graph_gate and f16_kernel == 2 else f16_kernel
+    if not kv_fp8 or not has_f16 or fp8_path == "bf16" or v_scale > FP8_MAX_V_SCALE:
         return 0
+    if capturing:
+        return 3 if graph_gate and f16_kernel == 2 else 0
     return f16_kernel if chunk >= cfg.fp8_f16_min_tokens else 0
 
 
@@ -424,6 +440,7 @@ def mla_verify_fwd(
     tile_config="auto",
     fp8_schedule=None,
     fp8_path="auto",
+    fp8_graph_gate=False,
 ):
     """MLA verify attention; writes o_extend [T, H, 512] in place and returns it.
 
@@ -436,7 +453,8 @@ def mla_verify_fwd(
     kv_indptr on the device (the same rule, capped at the launch's): bitwise the output of an
     explicit num_splits of that count, also when a CUDA graph replays it at another length;
     `fp8_schedule` (0/1/2) picks the fp8 loader placement of the wgmma kernel (testing, benchmarks);
-    `fp8_path` ("auto", "bf16", "f16") its fp8 arithmetic (fp8_f16).
+    `fp8_path` ("auto", "bf16", "f16") its fp8 arithmetic (fp8_f16); `fp8_graph_gate` (off by default:
+    FP8_GRAPH_GATE) lets a CUDA-graph capture of an fp8 call pick its kernel per replay (fp8_f16's flags 3 and 4).
     """
     import torch
 
@@ -476,7 +494,9 @@ def mla_verify_fwd(
     if not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         _fail("num_splits", f"must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
     capturing = q_extend.is_cuda and torch.cuda.is_current_stream_capturing()
-    f16 = fp8_f16(fp8_path, sizes["kv_fp8"], cfg, float(v_scale), B, kv_indices.numel(), num_splits, capturing)
+    f16 = fp8_f16(
+        fp8_path, sizes["kv_fp8"], cfg, float(v_scale), B, kv_indices.numel(), num_splits, capturing, fp8_graph_gate
+    )
     need = workspace_numel(num_splits, T, H)
     if need:
         if workspace is None:

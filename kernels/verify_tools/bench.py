@@ -64,7 +64,7 @@ import socket
 import statistics
 import sys
 
-from mla_verify.inputs import CaseSpec, kernel_args, make_inputs
+from mla_verify.inputs import CaseSpec, kernel_args, kernel_kwargs, make_inputs
 from tool_contract import EXIT_BLOCKED
 from tool_contract import blocked_doc as tool_blocked_doc
 from tool_contract import emit as emit_doc
@@ -252,7 +252,6 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
     configs; SGLang's extend_attention_fwd on the same fp8 cache (it casts q and P to fp8) with both
     kernels' token agreement with the oracle (parity's LM head and near-tie rule)."""
     from mla_verify import mla_verify_fwd
-    from mla_verify.inputs import kernel_kwargs
 
     B, L, n, H = shape
     inp = make_inputs(fp8_case(spec), "cuda")
@@ -267,6 +266,10 @@ def bench_fp8(torch, timer, spec, shape, ceilings, bf16_us, sgl=(None, None, "no
     o8 = inp["o_extend"].float().clone()
     from mla_verify import api, tiles
 
+    # the opt-in device-side choice (mla_verify_fwd's fp8_graph_gate), captured on these exact sizes
+    fg = lambda: mla_verify_fwd(*args, **kw, fp8_graph_gate=True)  # noqa: E731
+    out["fp8_graph_gate_us"], _ = timer.time_graph_or_eager(fg)
+    out["fp8_graph_gate_over_bf16"] = out["fp8_graph_gate_us"] / bf16_us
     # fp8_us is a replay of an auto call, captured: the bf16 decode (api.fp8_f16). Each arithmetic is timed
     # explicitly, and fp8_eager_path names the one an eager auto call of these exact sizes runs (its output
     # compared bitwise with each: the kernels are deterministic).
@@ -488,13 +491,14 @@ def min_interleaved(measure: dict, rounds: int) -> dict:
     return best
 
 
-def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
-    """SGLang's CUDA-graph use: fixed max-size index/mask buffers, one capture, in-place rewrites."""
+def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS, kv="bf16", graph_gate=False):
+    """SGLang's CUDA-graph use: fixed max-size index/mask buffers, one capture, in-place rewrites. kv "fp8": the
+    bench's fp8 cache (fp8_case), fp8_path "auto"; graph_gate: mla_verify_fwd's fp8_graph_gate (both sides)."""
     from mla_verify import api, mla_verify_fwd, tiles
 
     B, ctx = max_bs, max(lens)
     spec = CaseSpec(f"gb_B{B}_n{n}_H{H}", (ctx,) * B, (n,) * B, H, tree="chain", poison=False, seed=7 + B)
-    inp = make_inputs(spec, "cuda")
+    inp = make_inputs(fp8_case(spec) if kv == "fp8" else spec, "cuda")
     dev = inp["q_extend"].device
     scale = inp["sm_scale"]
     full_idx = inp["kv_indices"].view(B, ctx)
@@ -518,7 +522,8 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
     def call(kvp, idx, mask, mip, o, num_splits=None):
         a = list(kernel_args(inp))
         a[3], a[6], a[7], a[8], a[9], a[11] = o, inp["qo_indptr"], kvp, idx, mask, mip
-        return mla_verify_fwd(*a, sm_scale=scale, num_splits=num_splits)
+        kw = dict(kernel_kwargs(inp), sm_scale=scale, fp8_graph_gate=graph_gate)
+        return mla_verify_fwd(*a, **kw, num_splits=num_splits)
 
     arch = api.device_arch(dev)
     cfg = tiles.DEFAULT_CONFIG[arch]
@@ -567,6 +572,8 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
                 "max_bs": B,
                 "n": n,
                 "H": H,
+                "kv": kv,
+                "fp8_graph_gate": graph_gate,
                 "context_len": ctx,
                 "L": L,
                 "kv_indices_buffer_numel": gb_idx.numel(),
@@ -586,7 +593,7 @@ def bench_graph_buffer(torch, timer, max_bs, n, H, lens=GRAPH_BUFFER_LENS):
             }
         )
         print(
-            f"[bench] graph-buffer B={B} n={n} H={H} L={L}: replay {t_graph:.1f}us exact {e_us:.1f}us "
+            f"[bench] graph-buffer {kv} B={B} n={n} H={H} L={L}: replay {t_graph:.1f}us exact {e_us:.1f}us "
             f"ratio {t_graph / e_us:.3f} exact@grid {best['exact_grid']:.1f}us S grid/eff/exact {s_grid}/{rows[-1]['splits_effective']}/"
             f"{rows[-1]['splits_exact']} rel {rel:.1e} bitwise {rows[-1]['replay_equal_exact_bitwise']} "
             f"kernels {kernels}",
@@ -740,6 +747,8 @@ def summarize(rows, ceilings, gb_rows=()):
         # a graph replay of an auto call (the bf16 decode), and an eager one (its arithmetic: fp8_eager_path)
         "fp8_over_bf16_mem_shape": mem[0]["fp8_over_bf16"] if mem else None,
         "fp8_eager_over_bf16_mem_shape": eager[0] if eager else None,
+        # the same replay with the opt-in fp8_graph_gate (the kernel an eager call of its length runs)
+        "fp8_graph_gate_over_bf16_mem_shape": mem[0].get("fp8_graph_gate_over_bf16") if mem else None,
         "max_fp8_over_bf16": max(vals("fp8_over_bf16"), default=None),
         "max_fp8_rel_err_vs_oracle": max(vals("fp8_rel_err_vs_oracle"), default=None),
         "max_tree_over_chain": max(vals("tree_over_chain"), default=None),
@@ -816,6 +825,7 @@ def blocked_doc(reason):
             "geomean_speedup_vs_oracle": None,
             "fp8_over_bf16_mem_shape": None,
             "fp8_eager_over_bf16_mem_shape": None,
+            "fp8_graph_gate_over_bf16_mem_shape": None,
             "max_graph_buffer_ratio": None,
             "graph_buffer_bitwise_equal": None,
             "max_tree_over_chain": None,
@@ -868,21 +878,32 @@ def load_tree(arch, csrc_dir, extra=()):
     )
 
 
+FWD_NARGS = 26  # the binding's fwd arguments as api.mla_verify_fwd passes them; the last, fp8_f16, the 26th
+
+
 class _ArgsFit:
     """A tree's module whose fwd takes fewer arguments than the checkout passes (built before a trailing one
-    was added, e.g. fp8_f16): fwd drops the extras, so the tree runs as it was built."""
+    was added, e.g. fp8_f16): fwd drops the extras, so the tree runs as it was built. A tree built before the gated
+    graph launches (fp8_f16 3 and 4; no config_fp8_ws_min_tokens) gets the flags the checkout's api gave a capture
+    before them: 0 for "auto" (3), the warp-specialized kernel for "f16" (4)."""
+
+    OLD_CAPTURE_FLAGS = {3: 0, 4: 2}
 
     def __init__(self, mod):
         self.mod = mod
         sig = (getattr(mod.fwd, "__doc__", "") or "").split("\n")[0]  # pybind11: "fwd(arg0: ..., argN: ...) -> None"
         n = [int(x) for x in re.findall(r"\barg(\d+):", sig)]
         self.nargs = max(n) + 1 if n else None
+        self.gated = hasattr(mod, "config_fp8_ws_min_tokens")
 
     def __getattr__(self, name):
         return getattr(self.mod, name)
 
     def fwd(self, *args):
-        return self.mod.fwd(*(args if self.nargs is None else args[: self.nargs]))
+        args = args if self.nargs is None else args[: self.nargs]
+        if not self.gated and len(args) == FWD_NARGS:  # the last one is fp8_f16
+            args = (*args[:-1], self.OLD_CAPTURE_FLAGS.get(args[-1], args[-1]))
+        return self.mod.fwd(*args)
 
 
 class _TreeModule:
@@ -920,6 +941,8 @@ def tree_ab(
     shapes=AB_SHAPES,
     kv="bf16",
     fp8_paths=("auto",),
+    gb_kvs=("bf16",),
+    graph_gate=False,
 ):
     """Same-process A/B of source trees (name -> csrc dir, JIT-built here; "cur" = this checkout),
     tile configs and fp8 arithmetics (each tree runs each of `configs` x `fp8_paths`; with more than
@@ -927,13 +950,12 @@ def tree_ab(
     runs its own fp8 kernel under every path): graph-replay times of `shapes` with L2 flushed (min
     over `reps` interleaved medians of `iters`; kv "fp8": the cache as bench_fp8 stores it), outputs
     compared bitwise to "base" (same config and path) if given, graph-buffer rows through
-    bench_graph_buffer (all GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS, default config, bf16, for the
+    bench_graph_buffer (gb_kvs x GRAPH_BUFFER_SHAPES x GRAPH_BUFFER_LENS, default config, for the
     trees in gb_trees, default all) and per-kernel CUPTI times of eager calls (auto path). dump(doc)
     after every row."""
     from torch.profiler import ProfilerActivity, profile
 
     from mla_verify import api, mla_verify_fwd
-    from mla_verify.inputs import kernel_kwargs
 
     arch = api.device_arch(torch.device("cuda"))
     tree_mods = {"cur": None}
@@ -972,7 +994,7 @@ def tree_ab(
                 with _TreeModule(m):
                     us, _ = timer.time_graph_or_eager(
                         lambda c=cfg_of[k], fp=path_of[k]: mla_verify_fwd(
-                            *a, **kernel_kwargs(inp), tile_config=c, fp8_path=fp
+                            *a, **kernel_kwargs(inp), tile_config=c, fp8_path=fp, fp8_graph_gate=graph_gate
                         ),
                         3,
                         iters,
@@ -991,14 +1013,15 @@ def tree_ab(
         print(f"[ab] B={B} L={L} n={n} H={H}: {mn} over base {row.get('ratio_over_base')}", file=sys.stderr)
     for k, m in tree_mods.items():
         with _TreeModule(m):
-            for max_bs, n, h in GRAPH_BUFFER_SHAPES if gb_trees is None or k in gb_trees else ():
-                for r in bench_graph_buffer(torch, timer, max_bs, n, h):
+            gb = itertools.product(gb_kvs, GRAPH_BUFFER_SHAPES) if gb_trees is None or k in gb_trees else ()
+            for gkv, (max_bs, n, h) in gb:
+                for r in bench_graph_buffer(torch, timer, max_bs, n, h, kv=gkv, graph_gate=graph_gate):
                     r["tree"] = k
                     doc["graph_buffer"].append(r)
                     if dump:
                         dump(doc)
                     print(
-                        f"[ab] graph-buffer {k} B={max_bs} n={n} L={r['L']}: {r['graph_buffer_us']:.2f} vs "
+                        f"[ab] graph-buffer {k} {gkv} B={max_bs} n={n} L={r['L']}: {r['graph_buffer_us']:.2f} vs "
                         f"{r['exact_us']:.2f} ratio {r['ratio']:.3f} bitwise {r['replay_equal_exact_bitwise']}",
                         file=sys.stderr,
                     )
@@ -1075,7 +1098,17 @@ def main(argv=None) -> int:
         "--ab-kv",
         choices=("bf16", "fp8"),
         default="bf16",
-        help="--tree-ab: the cache of the timed rows and CUPTI calls (graph-buffer rows stay bf16)",
+        help="--tree-ab: the cache of the timed rows and CUPTI calls (graph-buffer rows: --gb-kv)",
+    )
+    ap.add_argument(
+        "--gb-kv",
+        default="bf16",
+        help="caches of the graph-buffer rows (bf16,fp8; fp8 runs fp8_path auto); an unknown one exits 2",
+    )
+    ap.add_argument(
+        "--fp8-graph-gate",
+        action="store_true",
+        help="captures of fp8 calls in the graph-buffer rows and --tree-ab take mla_verify_fwd's fp8_graph_gate",
     )
     ap.add_argument(
         "--ab-fp8-paths",
@@ -1091,6 +1124,9 @@ def main(argv=None) -> int:
             ap.error(f"--ab-summary {a.ab_summary}: {type(exc).__name__}: {exc}")
         print("\n".join(lines))
         return 0
+    gb_kvs = [x for x in a.gb_kv.split(",") if x]
+    if not gb_kvs or any(x not in ("bf16", "fp8") for x in gb_kvs):
+        ap.error(f"--gb-kv: want bf16,fp8 or one of them, got {a.gb_kv!r}")
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else (QUICK if a.quick else SWEEP + ANCHORS + EXTRA)
     except ValueError as exc:
@@ -1143,6 +1179,8 @@ def main(argv=None) -> int:
             shapes=shapes if a.shapes else AB_SHAPES,  # --shapes, parsed and checked above
             kv=a.ab_kv,
             fp8_paths=ab_paths,
+            gb_kvs=gb_kvs,
+            graph_gate=a.fp8_graph_gate,
         )
         dump(doc)
         print(json.dumps(doc, indent=1))
@@ -1179,12 +1217,12 @@ def main(argv=None) -> int:
         )
     gb_rows = []
     if (a.graph_buffer or not (a.shapes or a.quick)) and not a.no_graph_buffer:
-        for max_bs, n, h in GRAPH_BUFFER_SHAPES:
+        for kv, (max_bs, n, h) in itertools.product(gb_kvs, GRAPH_BUFFER_SHAPES):
             try:
-                gb_rows += bench_graph_buffer(torch, timer, max_bs, n, h)
+                gb_rows += bench_graph_buffer(torch, timer, max_bs, n, h, kv=kv, graph_gate=a.fp8_graph_gate)
             except Exception as exc:  # noqa: BLE001 - reported, fails the run
-                errors.append(f"graph-buffer {(max_bs, n, h)}: {type(exc).__name__}: {exc}")
-                print(f"[bench] graph-buffer {(max_bs, n, h)} FAILED {exc}", file=sys.stderr)
+                errors.append(f"graph-buffer {kv} {(max_bs, n, h)}: {type(exc).__name__}: {exc}")
+                print(f"[bench] graph-buffer {kv} {(max_bs, n, h)} FAILED {exc}", file=sys.stderr)
     bad = [r for r in rows if r.get("rel_err_vs_oracle", 0) > SANITY_REL_ERR]
     errors += [f"B{r['B']} L{r['L']}: rel_err_vs_oracle {r['rel_err_vs_oracle']:.2e}" for r in bad]
     bad8 = [

@@ -218,6 +218,13 @@ def fp8_paths(spec: CaseSpec, tile_config: str) -> tuple:
     return ("bf16", "f16") if spec.v_scale <= api.FP8_MAX_V_SCALE else ("bf16",)
 
 
+def graph_fp8_paths(spec: CaseSpec, tile_config: str) -> tuple:
+    """A graph case's fp8_path values: fp8_paths and, where those are explicit, "auto" too (a capture of "auto" is
+    not any explicit path's: api.fp8_f16's flag 3)."""
+    paths = fp8_paths(spec, tile_config)
+    return paths if paths == ("auto",) else ("auto", *paths)
+
+
 def run_case(spec: CaseSpec, tile_config: str, w, device, fp8_path: str = "auto") -> dict:
     import torch
 
@@ -301,7 +308,26 @@ GRAPH_CASES = {
         (1024, 1024),
         [(16384, 8000), (0, 5), (512, 512), (1024, 1024)],
     ),
+    # captured with fp8_graph_gate (GATED_GRAPH_CASES) where "auto" and "f16" take the gated pair (api.fp8_f16 flags
+    # 3 and 4, on a 132-SM Hopper: 16 splits), replayed on both sides of the warp-specialized kernel's 2,048 tokens a
+    # split: 40000 (2,560) and 32768 (2,048, the threshold) take it, 30000 (1,920), 8000 and 0 the first kernel
+    "graph_fp8_ws_b1_n8_h64": (
+        CaseSpec(
+            "graph_fp8_ws_b1_n8_h64",
+            (40000,),
+            (8,),
+            64,
+            seed=34,
+            kv_dtype="fp8",
+            k_scale=0.5,
+            v_scale=2.0,
+            notes="captured at 4000",
+        ),
+        (4000,),
+        [(40000,), (30000,), (32768,), (0,), (8000,), "hostile"],
+    ),
 }
+GATED_GRAPH_CASES = ("graph_fp8_ws_b1_n8_h64",)  # captured with mla_verify_fwd's fp8_graph_gate
 GRAPH_BUFFER_FACTOR = 2  # kv_indices buffer = factor x the case's max prefix tokens (the grid's split count)
 
 
@@ -359,12 +385,20 @@ def run_graph_case(name: str, tile_config: str, w, device, fp8_path: str = "auto
     s_grid = api.splits_for_total(rule, B, gb_idx.numel())
     ws = torch.empty(max(1, api.workspace_numel(s_grid, T, H)), dtype=torch.float32, device=device)
     o_g = torch.empty_like(inp["o_extend"])
-    kw = dict(kernel_kwargs(inp), fp8_path=fp8_path)
-    if fp8_path == "auto" and spec.kv_dtype == "fp8" and cfg.fp8_f16_min_tokens > 0:
-        # a graph keeps the fp8 arithmetic of its capture (auto: the bf16 decode), so the eager calls it is
-        # compared with run that one (an exact-size eager auto call may resolve the other)
-        f16 = api.fp8_f16("auto", True, cfg, spec.v_scale, B, gb_idx.numel(), s_grid, capturing=True)
-        kw["fp8_path"] = "f16" if f16 else "bf16"
+    gate = name in GATED_GRAPH_CASES
+    kw = dict(kernel_kwargs(inp), fp8_path=fp8_path, fp8_graph_gate=gate)  # the gate acts in the capture only
+    fp8 = spec.kv_dtype == "fp8" and cfg.fp8_f16_min_tokens > 0
+    cap_flag = api.fp8_f16(fp8_path, fp8, cfg, spec.v_scale, B, gb_idx.numel(), s_grid, True, gate)
+
+    def eager_path(total, s):
+        """The fp8_path of the eager call a replay of `total` prefix tokens on s splits equals bit for bit: flags 3
+        and 4 (fp8_graph_gate) run, per replay, the warp-specialized kernel where an eager call of that length does
+        and the pair's first kernel (3: the bf16 decode, 4: the F16 kernel) elsewhere; flag 0 the bf16 decode, 1 and 2
+        the capture's f16 kernel (in the ungated fp8 graph case, flag 1: the eager "f16" call of every replayed length
+        takes it too)."""
+        if cap_flag == 3:
+            return "f16" if api.fp8_f16("f16", True, cfg, spec.v_scale, B, total, s) == 2 else "bf16"
+        return fp8_path if cap_flag != 0 or not fp8 else "bf16"
 
     hostile_end = gb_idx.numel() + 5000  # kv_indptr[B] of the hostile rewrite: past the buffer
 
@@ -413,12 +447,14 @@ def run_graph_case(name: str, tile_config: str, w, device, fp8_path: str = "auto
             e_args = args_with(o_e, ex["kv_indptr"], ex["kv_indices"], ex["custom_mask"], ex["mask_indptr"])
         s_eff = api.splits_for_total(rule, B, total, s_grid)
         s_auto = api.splits_for_total(rule, B, total)
-        mla_verify_fwd(*e_args, **kw, num_splits=s_eff, tile_config=tile_config)
+        e_path = eager_path(total, s_eff)
+        mla_verify_fwd(*e_args, **dict(kw, fp8_path=e_path), num_splits=s_eff, tile_config=tile_config)
         torch.cuda.synchronize()
         equal_eager = _bits_equal(out, o_e)
         equal_auto = None
-        same_path = kw["fp8_path"] == fp8_path or kw["fp8_path"] == (
-            "f16" if api.fp8_f16("auto", True, cfg, spec.v_scale, B, total, s_auto) else "bf16"
+        # an eager call of the case's own path at the exact length runs the replay's kernel
+        same_path = api.fp8_f16(fp8_path, fp8, cfg, spec.v_scale, B, total, s_auto) == api.fp8_f16(
+            e_path, fp8, cfg, spec.v_scale, B, total, s_eff
         )
         if ex is not None and s_auto == s_eff and same_path:
             o_a = torch.full_like(o_g, float("nan"))
@@ -430,7 +466,9 @@ def run_graph_case(name: str, tile_config: str, w, device, fp8_path: str = "auto
             "name": name,
             "tile_config": tile_config,
             "fp8_path": fp8_path,
-            "fp8_path_capture": kw["fp8_path"],
+            "fp8_graph_gate": gate,
+            "fp8_flag_capture": cap_flag,  # api.fp8_f16's launch flag of the capture
+            "fp8_path_eager": e_path,  # the path of the eager call the replay equals
             "kv_dtype": spec.kv_dtype,
             "capture_lens": list(capture_lens),
             "replay_lens": lens if lens == "hostile" else list(lens),
@@ -549,7 +587,7 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
     graph_rows = []
     for name in graph_cases:
-        for cfg, path in [(c, fp) for c in cfgs for fp in fp8_paths(GRAPH_CASES[name][0], c)]:
+        for cfg, path in [(c, fp) for c in cfgs for fp in graph_fp8_paths(GRAPH_CASES[name][0], c)]:
             rows = run_graph_case(name, cfg, w, dev, path)
             graph_rows += rows
             for r in rows:

@@ -134,6 +134,7 @@ def test_binding_smem_matches_the_python_tile_table(cuda_device):
         assert mod.config_smem_bytes(cfg.index) == cfg.smem_bytes
         assert mod.config_block_m(cfg.index) == cfg.block_m
         assert mod.config_has_fp8_f16(cfg.index) == (cfg.fp8_f16_min_tokens > 0)
+        assert mod.config_fp8_ws_min_tokens(cfg.index) == cfg.fp8_ws_min_tokens
 
 
 SPEC8 = CaseSpec(

@@ -272,6 +272,8 @@ def test_graph_buffer_sides_are_timed_in_alternation_and_each_keeps_its_minimum(
         (["--tree-ab", "base=/nowhere", "--ab-kv", "int4"], "--ab-kv"),
         (["--tree-ab", "base=/nowhere", "--ab-fp8-paths", "bf16,fp16"], "fp16"),
         (["--tree-ab", "base=/nowhere", "--ab-fp8-paths", ","], "--ab-fp8-paths"),
+        (["--tree-ab", "base=/nowhere", "--gb-kv", "bf16,int4"], "--gb-kv"),
+        (["--gb-kv", ","], "--gb-kv"),
     ],
 )
 def test_bench_tree_ab_refuses_a_bad_list_before_any_device_work(args, what):
@@ -309,14 +311,17 @@ def test_tree_builds_are_named_by_their_sources_and_flags(tmp_path, monkeypatch)
 
 def test_bench_summary_gives_the_fp8_ratio_of_a_graph_replay_and_of_an_eager_call():
     """fp8_over_bf16_mem_shape is the replayed auto call's (captured: the bf16 decode); the eager ratio takes the
-    time of the arithmetic an eager auto call ran (fp8_eager_path) on the memory-floored shape, None without it."""
+    time of the arithmetic an eager auto call ran (fp8_eager_path) on the memory-floored shape, None without it; the
+    gated one is the replay with the opt-in fp8_graph_gate."""
     from verify_tools import bench
 
     mem = dict(zip("BLnH", bench.FP8_MEM_SHAPE))
     row = {**mem, "new_us": 200.0, "fp8_over_bf16": 1.2, "fp8_paths_us": {"bf16": 240.0, "f16": 190.0}}
+    row["fp8_graph_gate_over_bf16"] = 0.97
     other = {"B": 1, "L": 4096, "n": 8, "H": 16, "new_us": 20.0, "fp8_over_bf16": 1.1}
     s = bench.summarize([other, {**row, "fp8_eager_path": "f16"}], (4e12, 7e14))
     assert s["fp8_over_bf16_mem_shape"] == 1.2 and s["fp8_eager_over_bf16_mem_shape"] == 0.95
+    assert s["fp8_graph_gate_over_bf16_mem_shape"] == 0.97
     s = bench.summarize([other, {**row, "fp8_eager_path": None}], (4e12, 7e14))
     assert s["fp8_eager_over_bf16_mem_shape"] is None
     assert bench.summarize([other], (4e12, 7e14))["fp8_over_bf16_mem_shape"] is None
@@ -354,3 +359,33 @@ def test_ab_summary_prints_a_recorded_tree_ab_document_without_a_device(tmp_path
     broken.write_text('{"ab": [{"B": 1}]}', encoding="utf-8")
     code, out, err = run_tool("verify_tools.bench", "--ab-summary", str(broken))
     assert code == 2 and "broken.json" in err and out == ""
+
+
+class _TreeFwd:
+    """A tree module's binding as bench._ArgsFit sees it: pybind11's fwd signature line, the calls it got."""
+
+    def __init__(self, nargs: int, gated: bool):
+        self.calls: list = []
+        sig = ", ".join(f"arg{i}: int" for i in range(nargs))
+        self.fwd = lambda *a: self.calls.append(a)
+        self.fwd.__doc__ = f"fwd({sig}) -> None\n"
+        if gated:
+            self.config_fp8_ws_min_tokens = lambda cfg: 2048
+
+
+@pytest.mark.parametrize(
+    ("nargs", "gated", "sent", "got"),
+    [
+        (26, False, 3, 0),  # built before the gated graph launches: a capture of "auto" ran the bf16 decode
+        (26, False, 4, 2),  # and one of "f16" the warp-specialized kernel (its capture chunk reaches the threshold)
+        (26, False, 1, 1),
+        (26, True, 3, 3),  # a tree that has them gets the checkout's flag
+        (25, False, 3, None),  # built before fp8_f16 existed: the flag is dropped
+    ],
+)
+def test_tree_ab_runs_an_older_tree_with_the_flags_it_was_built_for(nargs, gated, sent, got):
+    from verify_tools.bench import FWD_NARGS, _ArgsFit
+
+    mod = _TreeFwd(nargs, gated)
+    _ArgsFit(mod).fwd(*range(FWD_NARGS - 1), sent)
+    assert len(mod.calls[0]) == nargs and (got is None or mod.calls[0][-1] == got)

@@ -325,12 +325,14 @@ def test_fp8_path_picks_the_fp8_arithmetic(fp8_args, fake_launch):
 def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
     """ "auto" runs f16 where a split's prefix chunk (the device's: ceil(prefix per request / splits) rounded up to
     whole block_n tiles) holds at least the config's fp8_f16_min_tokens; never on a config without an F16 kernel,
-    for a bf16 cache, past FP8_MAX_V_SCALE, or in a CUDA-graph capture (whose replays may run any shorter length:
-    the bf16 decode there), where an explicit "f16" still runs f16."""
+    for a bf16 cache or past FP8_MAX_V_SCALE. A CUDA-graph capture (whose replays may run any length) keeps the bf16
+    decode for "auto" and an explicit "f16" the kernel of its chunk; with the opt-in graph gate, a capture whose
+    chunk reaches fp8_ws_min_tokens gets the gated pair (3: the bf16 decode, 4 for "f16": the F16 kernel, each with
+    the warp-specialized kernel behind it), a shorter one what it gets without the gate."""
     n, bn = cfg.fp8_f16_min_tokens, cfg.block_n
 
-    def f16(total, B=1, S=1, c=cfg, v_scale=1.0, kv_fp8=True, capturing=False, path="auto"):
-        return api.fp8_f16(path, kv_fp8, c, v_scale, B, total, S, capturing)
+    def f16(total, B=1, S=1, c=cfg, v_scale=1.0, kv_fp8=True, capturing=False, path="auto", gate=False):
+        return api.fp8_f16(path, kv_fp8, c, v_scale, B, total, S, capturing, gate)
 
     below = n - bn  # a chunk one tile short of the threshold
     assert f16(below) == 0 and f16(below + 1) == 1 and f16(n) == 1
@@ -338,7 +340,16 @@ def test_auto_fp8_path_takes_f16_from_the_tokens_of_a_split(cfg):
     assert f16(8 * below, B=8) == 0 and f16(8 * n, B=8) == 1
     assert f16(64 * n, c=tiles.SM90) == 0 and f16(64 * n, c=tiles.SM120) == 0 and f16(64 * n, kv_fp8=False) == 0
     assert f16(64 * n, v_scale=api.FP8_MAX_V_SCALE * 2) == 0
-    assert f16(64 * n, capturing=True) == 0 and f16(64 * n, capturing=True, path="f16") == 2
+    ws = cfg.fp8_ws_min_tokens
+    assert f16(ws, capturing=True) == 0 and f16(ws, capturing=True, path="f16") == 2
+    assert f16(ws - bn, capturing=True, path="f16") == 1
+    assert f16(ws, capturing=True, gate=True) == 3 and f16(ws, capturing=True, gate=True, path="f16") == 4
+    assert f16(ws - bn, capturing=True, gate=True) == 0 and f16(ws - bn, capturing=True, gate=True, path="f16") == 1
+    assert (
+        f16(ws, capturing=True, gate=True, path="bf16") == 0 and f16(ws, capturing=True, gate=True, kv_fp8=False) == 0
+    )
+    assert f16(ws, capturing=True, gate=True, v_scale=api.FP8_MAX_V_SCALE * 2) == 0
+    assert f16(ws, gate=True) == 2, "the gate acts in captures only"
 
 
 @pytest.mark.parametrize("cfg", [c for c in tiles.CONFIGS.values() if c.fp8_ws_min_tokens > 0], ids=lambda c: c.name)
@@ -356,6 +367,17 @@ def test_f16_arithmetic_takes_the_warp_specialized_kernel_from_its_tokens_of_a_s
     assert flag(ws) == 2 and flag(ws - bn) == 1 and flag(ws - bn, path="f16") == 1 and flag(ws, path="f16") == 2
     assert flag(4 * ws, S=4) == 2 and flag(4 * (ws - bn), S=4) == 1 and flag(8 * ws, B=8) == 2
     assert flag(64, path="f16") == 1 and flag(64) == 0
+
+
+def test_device_gate_threshold_is_the_tile_tables():
+    """The gated graph launches (flags 3 and 4) compare a replay's chunk on the device with MLAV_WS_FP8_MIN_TOKENS
+    (csrc/mla_verify.cu); it is the one config with a warp-specialized fp8 kernel's fp8_ws_min_tokens, so a replay
+    takes the kernel an eager call of its length takes (the GPU test checks the built module's value too)."""
+    import re
+
+    src = (KERNELS / "mla_verify" / "csrc" / "mla_verify.cu").read_text(encoding="utf-8")
+    threshold = int(re.search(r"#define MLAV_WS_FP8_MIN_TOKENS (\d+)", src).group(1))
+    assert [c.fp8_ws_min_tokens for c in tiles.CONFIGS.values() if c.fp8_ws_min_tokens > 0] == [threshold]
 
 
 def test_fp8_max_v_scale_keeps_the_f16_p_below_its_range():
@@ -383,3 +405,28 @@ def test_parity_suite_runs_the_warp_specialized_fp8_kernel_on_a_132_sm_hopper():
         rule = api.split_rule(B, max(spec.draft_lens), spec.heads, 132, cfg, tiles.ctas_per_sm(cfg, "sm_90a"))
         flags.add(api.fp8_f16("f16", True, cfg, spec.v_scale, B, total, api.splits_for_total(rule, B, total)))
     assert flags == {1, 2}
+
+
+def test_the_gated_graph_case_replays_on_both_sides_of_the_warp_specialized_threshold():
+    """The parity suite's gated graph case (captured with fp8_graph_gate) takes flags 3 ("auto") and 4 ("f16") on an
+    H100 / H200 (132 SMs), and its replays run the warp-specialized kernel (a chunk of at least fp8_ws_min_tokens,
+    the threshold itself included) and the pair's first kernel (shorter chunks), so phase 1 checks both sides of the
+    device's gate bitwise against eager calls."""
+    from verify_tools import parity
+
+    cfg = tiles.SM90WG
+    for name in parity.GATED_GRAPH_CASES:
+        spec, _, replays = parity.GRAPH_CASES[name]
+        B, n = len(spec.prefix_lens), max(spec.draft_lens)
+        rule = api.split_rule(B, n, spec.heads, 132, cfg, tiles.ctas_per_sm(cfg, "sm_90a"))
+        buf = parity.GRAPH_BUFFER_FACTOR * sum(spec.prefix_lens)
+        s_grid = api.splits_for_total(rule, B, buf)
+        for path, flag in (("auto", 3), ("f16", 4)):
+            assert api.fp8_f16(path, True, cfg, spec.v_scale, B, buf, s_grid, True, True) == flag
+        chunks = set()
+        for lens in (r for r in replays if r != "hostile"):
+            total = sum(lens)
+            s = api.splits_for_total(rule, B, total, s_grid)
+            chunks.add(api.split_chunk(api.request_length(B, total), s, cfg.block_n))
+        assert cfg.fp8_ws_min_tokens in chunks
+        assert min(chunks) < cfg.fp8_ws_min_tokens < max(chunks)

@@ -26,7 +26,7 @@ void fwd(const at::Tensor& q, const at::Tensor& k_ext, const at::Tensor& v_ext, 
          int64_t fp8_f16) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == at::kBFloat16, "q_extend must be a CUDA bf16 tensor");
   TORCH_CHECK(mlav::config_compiled((int)cfg), "tile config not compiled into this module");
-  TORCH_CHECK(fp8_f16 >= 0 && fp8_f16 <= 2, "fp8_f16 must be 0, 1 or 2");
+  TORCH_CHECK(fp8_f16 >= 0 && fp8_f16 <= 4, "fp8_f16 must be 0 to 4");
   TORCH_CHECK(!fp8_f16 || mlav::config_has_fp8_f16((int)cfg), "fp8_f16: this tile config has no f16 fp8 kernel");
   const c10::cuda::CUDAGuard guard(q.device());
   mlav::Params p{};
@@ -103,4 +103,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("config_block_m", &mlav::config_block_m, "rows per CTA of a tile config");
   m.def("config_compiled", &mlav::config_compiled, "whether a tile config is in this module");
   m.def("config_has_fp8_f16", &mlav::config_has_fp8_f16, "whether a tile config has an f16 fp8 kernel");
+  m.def("config_fp8_ws_min_tokens", &mlav::config_fp8_ws_min_tokens,
+        "prefix tokens per split from which fp8 calls take the warp-specialized kernel (0: none)");
 }

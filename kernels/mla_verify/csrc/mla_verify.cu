@@ -48,6 +48,16 @@
 #ifndef MLAV_WS_FP8
 #define MLAV_WS_FP8 1
 #endif
+// p.fp8_f16 = 3 and 4 (api.fp8_f16: an fp8 call captured into a CUDA graph, whose buffers say nothing of the lengths
+// its replays run) launch the bf16 decode (3, fp8_path "auto") or the F16 kernel (4, "f16") and then, as its
+// programmatic dependent, the warp-specialized fp8 kernel on the same grid, each gated by the replayed length
+// (p.fp8_gate, mla_verify_kernel.cuh fp8_gate_shut): a replay runs the kernel an eager call of its length runs
+// ("auto"'s middle range, 256 to 2,047 tokens a split, where an eager call takes the F16 kernel, replays on the bf16
+// decode). The threshold is tiles.SM90WG.fp8_ws_min_tokens (a CPU test compares the two).
+#define MLAV_WS_FP8_MIN_TOKENS 2048
+#ifndef MLAV_GATE_WS_FIRST
+#define MLAV_GATE_WS_FIRST 0
+#endif
 // MLAV_WS=1 and MLAV_PART_BF16 builds: MODE 0 launches with the staged bf16 epilogue (STAGE, mla_verify_wgmma_ws.cuh)
 // where one split's grid holds at least MLAV_STAGE_MIN_CTAS CTAs, with write_rows' fp32 partials below that. 1 (the
 // default, measured): staged always, and the unstaged MODE 0 kernel is not built. 4 (experimental): in graphs captured
@@ -65,9 +75,10 @@
 namespace mlav {
 
 // Sets the >48 KiB dynamic smem opt-in once per (kernel, device) and launches on `stream`.
+// pdl: as a programmatic dependent launch (pdl_launch.h's attribute; a plain launch where the driver refuses it).
 template <typename Kernel>
 static cudaError_t launch_split(Kernel kern, int* attr_device, int smem, int threads, dim3 grid, const Params& p,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, bool pdl = false) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -75,6 +86,20 @@ static cudaError_t launch_split(Kernel kern, int* attr_device, int smem, int thr
     e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     *attr_device = dev;
+  }
+  if (pdl) {
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = grid;
+    lc.blockDim = dim3(threads);
+    lc.dynamicSmemBytes = (size_t)smem;
+    lc.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    if (cudaLaunchKernelEx(&lc, kern, p) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();  // refused: clear, then the plain stream-ordered launch
   }
   kern<<<grid, threads, smem, stream>>>(p);
   return cudaGetLastError();
@@ -94,10 +119,10 @@ static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream)
 
 #if MLAV_BUILD_CFG90
 template <bool FP8, bool F16>
-static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t stream) {
+static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t stream, bool pdl = false) {
   static int attr_device = -1;
   return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16>, &attr_device, wg::Smem::bytes, wg::THREADS,
-                      dim3(m_tiles, p.S, p.B), p, stream);
+                      dim3(m_tiles, p.S, p.B), p, stream, pdl);
 }
 // The bf16 call of the warp-specialized kernel runs the ASYM consumers (MLAV_ASYM_MIN_CTAS, above).
 static bool ws_asym(const Params& p, int m_tiles) {
@@ -112,9 +137,9 @@ static bool ws_stage(const Params& p, int m_tiles) {
 // A warp-specialized split kernel (WS_THREADS threads, SMEM bytes of smem: WS_SMEM_BYTES for the bf16 ones,
 // WS_FP8_SMEM_BYTES for the fp8 one).
 template <auto KERNEL, int SMEM = wg::WS_SMEM_BYTES>
-static cudaError_t launch_ws_kernel(const Params& p, int m_tiles, cudaStream_t stream) {
+static cudaError_t launch_ws_kernel(const Params& p, int m_tiles, cudaStream_t stream, bool pdl = false) {
   static int attr_device = -1;
-  return launch_split(KERNEL, &attr_device, SMEM, wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream);
+  return launch_split(KERNEL, &attr_device, SMEM, wg::WS_THREADS, dim3(m_tiles, p.S, p.B), p, stream, pdl);
 }
 #if MLAV_WS
 template <int MODE, bool STAGE = false>
@@ -144,8 +169,28 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
 #if MLAV_WS_FP8
   if (p.fp8_f16 == 2)
     return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel, wg::WS_FP8_SMEM_BYTES>(p, m_tiles, stream);
+  if (p.fp8_f16 >= 3) {  // a CUDA-graph capture: two kernels, gated by the replayed length (MLAV_WS_FP8_MIN_TOKENS)
+    Params g = p, w = p;
+    g.fp8_f16 = p.fp8_f16 == 4;
+    g.fp8_gate = 1;
+    g.fp8_ws_min = w.fp8_ws_min = MLAV_WS_FP8_MIN_TOKENS;
+    w.fp8_f16 = 2;
+    w.fp8_gate = 2;
+    auto first = [&](bool pdl) {
+      return g.fp8_f16 ? launch_wgmma_t<true, true>(g, m_tiles, stream, pdl)
+                       : launch_wgmma_t<true, false>(g, m_tiles, stream, pdl);
+    };
+    auto ws = [&](bool pdl) {
+      return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel, wg::WS_FP8_SMEM_BYTES>(w, m_tiles, stream, pdl);
+    };
+    const cudaError_t e = MLAV_GATE_WS_FIRST ? ws(false) : first(false);
+    if (e != cudaSuccess) return e;
+    return MLAV_GATE_WS_FIRST ? first(true) : ws(true);
+  }
 #endif
-  return p.fp8_f16 ? launch_wgmma_t<true, true>(p, m_tiles, stream) : launch_wgmma_t<true, false>(p, m_tiles, stream);
+  // (fp8_f16 3 and 4 without the warp-specialized kernel: the first kernel alone, ungated)
+  return p.fp8_f16 == 1 || p.fp8_f16 == 4 ? launch_wgmma_t<true, true>(p, m_tiles, stream)
+                                          : launch_wgmma_t<true, false>(p, m_tiles, stream);
 }
 #endif
 
@@ -233,6 +278,8 @@ int config_smem_bytes(int cfg) {
 // The mma.sync configs decode fp8 to bf16 only: an F16 instance of the sm120 config measured 1.10-1.17x slower
 // on the H200 (session 18), and the sm90 config's spilled 248 bytes.
 bool config_has_fp8_f16(int cfg) { return cfg == 2; }
+
+int config_fp8_ws_min_tokens(int cfg) { return cfg == 2 && MLAV_BUILD_CFG90 && MLAV_WS_FP8 ? MLAV_WS_FP8_MIN_TOKENS : 0; }
 
 bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2) && MLAV_BUILD_CFG90); }
 

@@ -250,13 +250,49 @@ struct Work {
   int S;                    // splits run (effective_splits); CTAs with s >= S exit at once
 };
 
-// Called by every thread of the CTA at the kernel's start (effective_splits needs full warps).
-__device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, int BM, int BN) {
+// fp8 CUDA-graph launches (p.fp8_f16 3 and 4: api.fp8_f16, mla_verify.cu launch_wgmma) run the bf16 decode or the
+// F16 kernel (p.fp8_gate = 1) and then the warp-specialized fp8 kernel (2) on the same grid, and a CTA works only
+// in the kernel an eager call of the replayed length would launch: the latter where a split's prefix chunk,
+// ceil(ceil(total / B) / S) rounded up to whole BN tiles (api.split_chunk of api.request_length), holds at least
+// p.fp8_ws_min tokens. Every CTA of both grids derives the same chunk (S = effective_splits, total as there), so
+// exactly one grid writes the partials. True: this CTA's kernel is not that one (it exits and writes nothing).
+__device__ __forceinline__ bool fp8_gate_shut(const Params& p, int64_t kv_first, int64_t kv_last, int S, int BN) {
+  const int64_t diff = kv_last - kv_first;
+  const int64_t total = diff < 0 ? 0 : (diff > p.n_kv_indices ? p.n_kv_indices : diff);
+  int64_t length = (total + p.B - 1) / p.B;
+  length = length > INT_MAX ? INT_MAX : length;
+  const int64_t chunk = ((length + S - 1) / S + BN - 1) / BN * BN;
+  return (chunk >= p.fp8_ws_min) != (p.fp8_gate == 2);
+}
+
+// The gated pair's second kernel is the first's programmatic dependent (mla_verify.cu), and the combine waits for
+// the second grid only; the grid that is shut there writes nothing, the other one the partials. So CTA 0 of a gated
+// grid waits for its predecessor (the other kernel: a no-op in the first, a plain launch), and the second grid
+// completes after the first.
+// shut: at the CTA's start, where it exits at once; MLAV_GATE_WAIT_END (experimental) makes a working CTA 0 wait at
+// its end instead (fp8_gate_order_end: the other grid long done by then) rather than before its work.
+#ifndef MLAV_GATE_WAIT_END
+#define MLAV_GATE_WAIT_END 0
+#endif
+__device__ __forceinline__ void fp8_gate_order(const Params& p, bool shut) {
+  if (p.fp8_gate != 0 && (shut || !MLAV_GATE_WAIT_END) && (blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void fp8_gate_order_end(const Params& p) {
+  if (MLAV_GATE_WAIT_END && p.fp8_gate != 0 && (blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+// Called by every thread of the CTA at the kernel's start (effective_splits needs full warps). fp8_gated: a kernel
+// that p.fp8_gate may shut (fp8_gate_shut: the CTA then exits as one past the split count does).
+__device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, int BM, int BN,
+                                        bool fp8_gated = false) {
   Work w;
   int64_t qo0 = ld_idx(p.qo_indptr, p.qo_is64, b), qo1 = ld_idx(p.qo_indptr, p.qo_is64, b + 1);
   int64_t kv0 = ld_idx(p.kv_indptr, p.kv_is64, b), kv1 = ld_idx(p.kv_indptr, p.kv_is64, b + 1);
   const int64_t kv_first = ld_idx(p.kv_indptr, p.kv_is64, 0), kv_last = ld_idx(p.kv_indptr, p.kv_is64, p.B);
   w.S = effective_splits(p, kv_first, kv_last);
+  const bool shut = fp8_gated && p.fp8_gate != 0 && fp8_gate_shut(p, kv_first, kv_last, w.S, BN);
   qo0 = qo0 < 0 ? 0 : (qo0 > p.T ? p.T : qo0);
   qo1 = qo1 < qo0 ? qo0 : (qo1 > p.T ? p.T : qo1);
   w.qo0 = qo0;
@@ -265,7 +301,7 @@ __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, in
   w.L = (int)(kv1 > kv0 ? kv1 - kv0 : 0);
   w.R = w.n_b * p.H;
   w.row0 = m * BM;
-  if (s >= w.S) w.row0 = w.R;  // split past the effective count: the CTA exits (callers test row0 >= R)
+  if (s >= w.S || shut) w.row0 = w.R;  // split past the effective count, or gated: the CTA exits (row0 >= R)
   int chunk = (w.L + w.S - 1) / w.S;
   chunk = (chunk + BN - 1) / BN * BN;
   w.pb = s * chunk; if (w.pb > w.L) w.pb = w.L;

@@ -11,6 +11,8 @@ int config_block_m(int cfg);
 int config_smem_bytes(int cfg);
 bool config_compiled(int cfg);
 bool config_has_fp8_f16(int cfg);
+// Prefix tokens per split from which the config's fp8 calls take the warp-specialized kernel (0: none).
+int config_fp8_ws_min_tokens(int cfg);
 #if MLAV_TRACE
 // Diagnostic build: copies the wgmma split kernel's phase sums (2 x TRACE_SLOTS, mla_verify_wgmma.cuh) to out and
 // zeroes them; returns the slot count or -1 on a CUDA error.

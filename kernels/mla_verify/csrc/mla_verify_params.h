@@ -17,7 +17,9 @@ struct Params {
   float v_scale;         // fp8: prefix P is multiplied by v_scale before the PV product
   int fp8_sched;         // fp8 wgmma loader schedule (mla_verify_wgmma.cuh): 0, 1 or 2
   int fp8_f16;           // fp8 wgmma: 1 the prefix tiles as f16 wgmmas (mla_verify_wgmma.cuh, F16), 2 the same in the
-                        // warp-specialized fp8 kernel (mla_verify_wgmma_ws_fp8.cuh), 0 the bf16 decode
+                        // warp-specialized fp8 kernel (mla_verify_wgmma_ws_fp8.cuh), 0 the bf16 decode; CUDA-graph
+                        // captures: 3 the bf16 decode and the warp-specialized kernel, 4 the F16 kernel and it, each
+                        // gated (fp8_gate)
   const void* qo_indptr; const void* kv_indptr; const void* mask_indptr;
   const int64_t* kv_indices; int64_t n_kv_indices;
   const uint8_t* mask; int64_t mask_numel;
@@ -40,6 +42,10 @@ struct Params {
                         // MLAV_PART_BF16 builds; set by launch()), read by the combine as such; 0: fp32
   float* ws_o;          // [S, T*H, 512] fp32 normalized partial outputs (S > 1 only; bf16 where part_bf16)
   float* ws_lse;        // [S, T*H] fp32 log2-sum-exp of each partial (-inf: empty)
+  int fp8_gate;         // set by launch() for fp8_f16 3 and 4: 1 this grid (the first) runs only where a split's
+                        // prefix chunk holds fewer than fp8_ws_min tokens, 2 (the warp-specialized kernel) only where
+                        // it holds at least that many (mla_verify_kernel.cuh, fp8_gate_shut); 0 no gate
+  int fp8_ws_min;       // tiles.TileConfig.fp8_ws_min_tokens (MLAV_WS_FP8_MIN_TOKENS, mla_verify.cu)
 };
 
 }  // namespace mlav

@@ -333,12 +333,14 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int s = blockIdx.y;
   PhaseTrace tr;
   pdl_signal(p);
-  const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN);
+  const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN, FP8);  // fp8_gate 1: one of two kernels
+  if (FP8) fp8_gate_order(p, w.row0 >= w.R);
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
   if (w.ntiles == 0) {
     write_empty_split(p, w, s, tid, THREADS);
+    if (FP8) fp8_gate_order_end(p);
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
@@ -574,6 +576,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   publish_row_sums(l_run, red_sum, grp, r0, lane);
   __syncthreads();
   write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
+  if (FP8) fp8_gate_order_end(p);
   tr.mark(7);
   tr.flush(tid, grp, w.ntiles);
 }
