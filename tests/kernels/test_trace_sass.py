@@ -41,4 +41,5 @@ def test_trace_build_keeps_every_clock_read_apart(nvcc_path, cuobjdump_path):
     code, doc = run_tool("verify_tools.sass", "--arch", "sm_90a", "--json", "--cuobjdump", cuobjdump_path, timeout=600)
     assert code == 0 and doc["ok"], doc["errors"]
     ws = [k for k in doc["kernels"] if "mla_verify_split_wgmma_ws" in k["name"]]
-    assert len(ws) == 3 and all(k["clock_reads"] >= 10 and k["pairs"] == [] for k in ws)
+    # the bf16 kernel's two consumer modes and the fp8 kernel, plain and gated (fp8_graph_gate)
+    assert len(ws) == 4 and all(k["clock_reads"] >= 10 and k["pairs"] == [] for k in ws)

@@ -10,7 +10,7 @@
 # opt-in (mla_verify_fwd fp8_graph_gate; bench --fp8-graph-gate: the timed rows and the graph-buffer rows take it).
 # 1. A/B base / cur / wsf / wse, fp8 cache, graph replays of "auto" and "f16", two long-chunk shapes;
 # 2. fp8 graph-buffer rows of wsf and wse (every length; the short ones pay the shut kernel; cur's: call 2);
-# 3. wse as the checkout: the fp8 graph parity cases, memcheck on the new one.
+# 3. the gated graph case on the checkout; wse as the checkout: the fp8 graph parity cases, memcheck on the new one.
 # Prediction: wsf's and wse's "f16" 1.00-1.02 of base's; short graph-buffer rows 1.05-1.08 (wse the lower).
 set -o pipefail
 . tests/device/call_budget.sh 220  # R, L, left, say, lim
@@ -26,6 +26,7 @@ ab order 130 base=/tmp/base,wsf=/tmp/wsf,wse=/tmp/wse --ab-kv fp8 --ab-fp8-paths
   --fp8-graph-gate --ab-gb-trees wsf,wse --gb-kv fp8 --shapes 4:131072:4:16,8:32768:8:16
 grep 'graph-buffer' "$OUT/ab_err.txt" | cut -c1-120 | tee -a "$L"
 say ab
+parity_cases cur 30 graph_fp8_ws_b1_n8_h64  # the committed order (its gated instances never ran on a GPU)
 use wse
 parity_cases wse 30 graph_fp8_ws_b1_n8_h64,graph_fp8_b2_n8_h16
 san_case memcheck graph_fp8_ws_b1_n8_h64

@@ -118,10 +118,10 @@ static cudaError_t launch_cfg(const Params& p, int m_tiles, cudaStream_t stream)
 }
 
 #if MLAV_BUILD_CFG90
-template <bool FP8, bool F16>
+template <bool FP8, bool F16, bool GATED = false>
 static cudaError_t launch_wgmma_t(const Params& p, int m_tiles, cudaStream_t stream, bool pdl = false) {
   static int attr_device = -1;
-  return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16>, &attr_device, wg::Smem::bytes, wg::THREADS,
+  return launch_split(wg::mla_verify_split_wgmma_kernel<FP8, F16, GATED>, &attr_device, wg::Smem::bytes, wg::THREADS,
                       dim3(m_tiles, p.S, p.B), p, stream, pdl);
 }
 // The bf16 call of the warp-specialized kernel runs the ASYM consumers (MLAV_ASYM_MIN_CTAS, above).
@@ -168,7 +168,7 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
   }
 #if MLAV_WS_FP8
   if (p.fp8_f16 == 2)
-    return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel, wg::WS_FP8_SMEM_BYTES>(p, m_tiles, stream);
+    return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel<false>, wg::WS_FP8_SMEM_BYTES>(p, m_tiles, stream);
   if (p.fp8_f16 >= 3) {  // a CUDA-graph capture: two kernels, gated by the replayed length (MLAV_WS_FP8_MIN_TOKENS)
     Params g = p, w = p;
     g.fp8_f16 = p.fp8_f16 == 4;
@@ -177,11 +177,12 @@ static cudaError_t launch_wgmma(const Params& p, int m_tiles, cudaStream_t strea
     w.fp8_f16 = 2;
     w.fp8_gate = 2;
     auto first = [&](bool pdl) {
-      return g.fp8_f16 ? launch_wgmma_t<true, true>(g, m_tiles, stream, pdl)
-                       : launch_wgmma_t<true, false>(g, m_tiles, stream, pdl);
+      return g.fp8_f16 ? launch_wgmma_t<true, true, true>(g, m_tiles, stream, pdl)
+                       : launch_wgmma_t<true, false, true>(g, m_tiles, stream, pdl);
     };
     auto ws = [&](bool pdl) {
-      return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel, wg::WS_FP8_SMEM_BYTES>(w, m_tiles, stream, pdl);
+      return launch_ws_kernel<wg::mla_verify_split_wgmma_ws_fp8_kernel<true>, wg::WS_FP8_SMEM_BYTES>(w, m_tiles,
+                                                                                                    stream, pdl);
     };
     const cudaError_t e = MLAV_GATE_WS_FIRST ? ws(false) : first(false);
     if (e != cudaSuccess) return e;

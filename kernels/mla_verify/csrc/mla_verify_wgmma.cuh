@@ -321,9 +321,12 @@ __device__ __forceinline__ void settle_softmax(bool exact_step, uint8_t* pP, con
   }
 }
 
-template <bool FP8, bool F16 = false>
+// GATED: the instance a gated pair launches (p.fp8_gate; mla_verify.cu), a separate one so that the plain instances'
+// machine code carries no gate.
+template <bool FP8, bool F16 = false, bool GATED = false>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(const Params p) {
   static_assert(FP8 || !F16, "the f16 path is an fp8 kernel's");
+  static_assert(FP8 || !GATED, "only fp8 kernels are gated");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -333,14 +336,14 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   const int s = blockIdx.y;
   PhaseTrace tr;
   pdl_signal(p);
-  const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN, FP8);  // fp8_gate 1: one of two kernels
-  if (FP8) fp8_gate_order(p, w.row0 >= w.R);
+  const Work w = work_of(p, blockIdx.x, s, blockIdx.z, BM, BN, GATED);
+  if (GATED) fp8_gate_order(p, w.row0 >= w.R);
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]
   if (w.ntiles == 0) {
     write_empty_split(p, w, s, tid, THREADS);
-    if (FP8) fp8_gate_order_end(p);
+    if (GATED) fp8_gate_order_end(p);
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
@@ -576,7 +579,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_split_wgmma_kernel(cons
   publish_row_sums(l_run, red_sum, grp, r0, lane);
   __syncthreads();
   write_rows(p, w, s, o, m_run, red_sum, grp, r0, lane);
-  if (FP8) fp8_gate_order_end(p);
+  if (GATED) fp8_gate_order_end(p);
   tr.mark(7);
   tr.flush(tid, grp, w.ntiles);
 }

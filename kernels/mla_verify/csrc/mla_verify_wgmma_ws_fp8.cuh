@@ -328,6 +328,9 @@ __device__ __forceinline__ void ws_fp8_asym_consumers(const Params& p, const Wor
   tr.flush(tid, grp, w.ntiles);
 }
 
+// GATED: the instance a gated pair launches (p.fp8_gate; mla_verify.cu), a separate one so that the plain instance's
+// machine code carries no gate.
+template <bool GATED = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_kernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -338,14 +341,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
   const int s = blockIdx.y;
   PhaseTrace tr;
   pdl_signal(p);
-  const Work w = warp_uniform(work_of(p, blockIdx.x, s, blockIdx.z, BM, BN, true));
-  fp8_gate_order(p, w.row0 >= w.R);
+  const Work w = warp_uniform(work_of(p, blockIdx.x, s, blockIdx.z, BM, BN, GATED));
+  if (GATED) fp8_gate_order(p, w.row0 >= w.R);
   if (w.row0 >= w.R) return;
   float* red_max = reinterpret_cast<float*>(smem + Smem::off_red);  // [2][BM]
   float* red_sum = red_max + 2 * BM;                                // [2][BM]; [0, BM) holds qinv until the finalize
   if (w.ntiles == 0) {
     write_empty_split(p, w, s, tid, WS_THREADS);
-    fp8_gate_order_end(p);
+    if (GATED) fp8_gate_order_end(p);
     return;
   }
   const uint32_t sQ = base + Smem::off_q, sKV = base + Smem::off_kv, sP = base + Smem::off_p;
@@ -428,7 +431,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) mla_verify_split_wgmma_ws_fp8_k
       }
     }
     cp_async_wait<0>();  // no copy outlives its thread
-    fp8_gate_order_end(p);
+    if (GATED) fp8_gate_order_end(p);
     tr.mark(7);
     tr.flush(tid, grp, w.ntiles);
     return;
