@@ -341,7 +341,7 @@ def fp8_f16(
 
     A CUDA-graph capture (`capturing`): SGLang captures on its max-sized index buffers, so the sizes say nothing of
     the lengths a replay runs, and by default a replay keeps its capture's kernel: "auto" the bf16 decode, "f16" the
-    kernel of the capture's chunk. With `graph_gate` (opt-in, FP8_GRAPH_GATE) a capture whose chunk reaches
+    kernel of the capture's chunk. With `graph_gate` (opt-in: the note at FP8_PATHS) a capture whose chunk reaches
     cfg.fp8_ws_min_tokens gets the gated pair instead, 3 for "auto" (the bf16 decode) and 4 for "f16" (the F16
     kernel), each with the warp-specialized kernel behind it: the device picks per replay the kernel an eager call of
     that length runs ("auto"'s middle range, where an eager call takes the F16 kernel, replays on the bf16 decode)."""
@@ -453,8 +453,8 @@ def mla_verify_fwd(
     kv_indptr on the device (the same rule, capped at the launch's): bitwise the output of an
     explicit num_splits of that count, also when a CUDA graph replays it at another length;
     `fp8_schedule` (0/1/2) picks the fp8 loader placement of the wgmma kernel (testing, benchmarks);
-    `fp8_path` ("auto", "bf16", "f16") its fp8 arithmetic (fp8_f16); `fp8_graph_gate` (off by default:
-    FP8_GRAPH_GATE) lets a CUDA-graph capture of an fp8 call pick its kernel per replay (fp8_f16's flags 3 and 4).
+    `fp8_path` ("auto", "bf16", "f16") its fp8 arithmetic (fp8_f16); `fp8_graph_gate` (off by default: the
+    note at FP8_PATHS) lets a CUDA-graph capture of an fp8 call pick its kernel per replay (fp8_f16's flags 3, 4).
     """
     import torch
 

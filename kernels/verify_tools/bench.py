@@ -25,7 +25,8 @@ alternation in the same run: `tree_us`, `tree_over_chain` (summary: `max_tree_ov
 fp8 cache (FP8_SHAPES, or every shape with --fp8): the same shape with the cache stored as
 SGLang's fp8_e4m3 MLA pool (float8_e4m3fn rows, per-tensor k_scale / v_scale, bf16 drafts), timed
 in the same run: `fp8_us`, `fp8_over_bf16` = fp8_us / new_us, its own floor (KV rows of 576 + 8
-bytes) and its error vs the fp32 oracle on the dequantized values.
+bytes) and its error vs the fp32 oracle on the dequantized values; `fp8_graph_gate_us` the same replay
+captured with the opt-in fp8_graph_gate (the device picks the kernel per replay).
 
 Graph-buffer mode (run by default with the built-in shape list, or with --graph-buffer): the way
 SGLang's CUDA-graph path drives the kernel. kv_indices is a fixed buffer of max_bs * num_draft *

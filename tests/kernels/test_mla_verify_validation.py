@@ -411,12 +411,13 @@ def test_the_gated_graph_case_replays_on_both_sides_of_the_warp_specialized_thre
     """The parity suite's gated graph case (captured with fp8_graph_gate) takes flags 3 ("auto") and 4 ("f16") on an
     H100 / H200 (132 SMs), and its replays run the warp-specialized kernel (a chunk of at least fp8_ws_min_tokens,
     the threshold itself included) and the pair's first kernel (shorter chunks), so phase 1 checks both sides of the
-    device's gate bitwise against eager calls."""
+    device's gate bitwise against eager calls, under "auto" as well as the explicit paths."""
     from verify_tools import parity
 
     cfg = tiles.SM90WG
     for name in parity.GATED_GRAPH_CASES:
         spec, _, replays = parity.GRAPH_CASES[name]
+        assert parity.graph_fp8_paths(spec, cfg.name) == ("auto", "bf16", "f16")
         B, n = len(spec.prefix_lens), max(spec.draft_lens)
         rule = api.split_rule(B, n, spec.heads, 132, cfg, tiles.ctas_per_sm(cfg, "sm_90a"))
         buf = parity.GRAPH_BUFFER_FACTOR * sum(spec.prefix_lens)

@@ -280,7 +280,9 @@ int config_smem_bytes(int cfg) {
 // on the H200 (session 18), and the sm90 config's spilled 248 bytes.
 bool config_has_fp8_f16(int cfg) { return cfg == 2; }
 
-int config_fp8_ws_min_tokens(int cfg) { return cfg == 2 && MLAV_BUILD_CFG90 && MLAV_WS_FP8 ? MLAV_WS_FP8_MIN_TOKENS : 0; }
+int config_fp8_ws_min_tokens(int cfg) {
+  return cfg == 2 && MLAV_BUILD_CFG90 && MLAV_WS_FP8 ? MLAV_WS_FP8_MIN_TOKENS : 0;
+}
 
 bool config_compiled(int cfg) { return cfg == 1 || ((cfg == 0 || cfg == 2) && MLAV_BUILD_CFG90); }
 
