@@ -75,7 +75,7 @@
 namespace mlav {
 
 // Sets the >48 KiB dynamic smem opt-in once per (kernel, device) and launches on `stream`.
-// pdl: as a programmatic dependent launch (pdl_launch.h's attribute; a plain launch where the driver refuses it).
+// pdl: as a programmatic dependent launch (pdl_launch.h: a plain launch where the driver refuses it).
 template <typename Kernel>
 static cudaError_t launch_split(Kernel kern, int* attr_device, int smem, int threads, dim3 grid, const Params& p,
                                 cudaStream_t stream, bool pdl = false) {
@@ -87,20 +87,7 @@ static cudaError_t launch_split(Kernel kern, int* attr_device, int smem, int thr
     if (e != cudaSuccess) return e;
     *attr_device = dev;
   }
-  if (pdl) {
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = grid;
-    lc.blockDim = dim3(threads);
-    lc.dynamicSmemBytes = (size_t)smem;
-    lc.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
-    if (cudaLaunchKernelEx(&lc, kern, p) == cudaSuccess) return cudaSuccess;
-    (void)cudaGetLastError();  // refused: clear, then the plain stream-ordered launch
-  }
+  if (pdl) return launch_pdl(kern, grid, threads, p, stream, (size_t)smem);
   kern<<<grid, threads, smem, stream>>>(p);
   return cudaGetLastError();
 }
