@@ -123,6 +123,13 @@ __device__ __forceinline__ int floor_div_rcp(float x, float r) {
   return (int)(__float_as_uint(__fmaf_rz(x, r, 8388608.0f)) - 0x4B000000u);
 }
 
+// The batch's real prefix total: kv_indptr[B] - kv_indptr[0] clamped to [0, n_kv_indices] (what effective_splits'
+// rule and fp8_gate_shut evaluate).
+__device__ __forceinline__ int64_t prefix_total(const Params& p, int64_t kv_first, int64_t kv_last) {
+  const int64_t diff = kv_last - kv_first;
+  return diff < 0 ? 0 : (diff > p.n_kv_indices ? p.n_kv_indices : diff);
+}
+
 // Split count this launch runs. p.split_auto = 0: p.S (an explicit num_splits, or one split).
 // p.split_auto = 1: the host's exact-length rule (api.splits_for_total: the same integer result)
 // on the real prefix total of the batch, total = kv_indptr[B] - kv_indptr[0] clamped to
@@ -173,7 +180,7 @@ __device__ __forceinline__ int effective_splits(const Params& p, int64_t kv_firs
   // call does not pay them. Pinned ahead of the kv_indptr loads' first use (an empty asm), they cost the
   // eager B=1 call 1.5% at L=4k for no gain in graph replays (H200, session 14 calls 5-6).
   const int64_t diff = kv_last - kv_first;
-  const int64_t total = diff < 0 ? 0 : (diff > p.n_kv_indices ? p.n_kv_indices : diff);
+  const int64_t total = prefix_total(p, kv_first, kv_last);
   // Exact-size index buffer (every eager call): the host evaluated this rule on this very total,
   // so its count is the answer; the rule below runs only when the buffer is larger (CUDA graphs).
   // Same count, so bitwise the same output; it saves the rule's latency at the kernel start, which
@@ -257,8 +264,7 @@ struct Work {
 // p.fp8_ws_min tokens. Every CTA of both grids derives the same chunk (S = effective_splits, total as there), so
 // exactly one grid writes the partials. True: this CTA's kernel is not that one (it exits and writes nothing).
 __device__ __forceinline__ bool fp8_gate_shut(const Params& p, int64_t kv_first, int64_t kv_last, int S, int BN) {
-  const int64_t diff = kv_last - kv_first;
-  const int64_t total = diff < 0 ? 0 : (diff > p.n_kv_indices ? p.n_kv_indices : diff);
+  const int64_t total = prefix_total(p, kv_first, kv_last);
   int64_t length = (total + p.B - 1) / p.B;
   length = length > INT_MAX ? INT_MAX : length;
   const int64_t chunk = ((length + S - 1) / S + BN - 1) / BN * BN;
