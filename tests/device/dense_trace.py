@@ -14,10 +14,10 @@ tile t - 2 and `issue` the conversion, mla_verify_wgmma_ws_fp8.cuh). ASYM consum
 put the S warpgroup's phases in row 0 (the P write in the exact-step slot) and the V warpgroup's wait for P and its
 PV in row 1. Builds before session 46 summed row 0's PV slot negative in ASYM kernels (printed wrapped): ptxas
 re-read the clock for the previous mark's value (verify_tools.sass finds such reads; fixed in PhaseTrace, first run
-on a GPU in session 47), so that slot's cycles were lost from the row. Cycles are SM clocks of one thread (clock()), so the
-phases of a warpgroup add up to its CTA's time, waits included; the trace build's instructions are part of what it
-measures (its kernel is compared with the plain build's in the same run: `plain_us` / `trace_us`, CUDA-graph
-replays). Writes JSON with --out."""
+on a GPU in session 47), so that slot's cycles were lost from the row. Cycles are SM clocks of one thread
+(clock()), so the phases of a warpgroup add up to its CTA's time, waits included; the trace build's instructions are
+part of what it measures (its kernel is compared with the plain build's in the same run: `plain_us` / `trace_us`,
+CUDA-graph replays). Writes JSON with --out."""
 
 from __future__ import annotations
 
