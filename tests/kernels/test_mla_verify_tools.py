@@ -373,6 +373,17 @@ class _TreeFwd:
             self.config_fp8_ws_min_tokens = lambda cfg: 2048
 
 
+def test_fwd_nargs_is_the_bindings_fwd_parameter_count():
+    """bench.FWD_NARGS (where _ArgsFit finds fp8_f16) counts the C++ fwd's parameters, fp8_f16 the last."""
+    import re
+
+    from verify_tools.bench import FWD_NARGS
+
+    src = (KERNELS / "mla_verify" / "csrc" / "binding.cpp").read_text()
+    params = re.search(r"\nvoid fwd\((.*?)\)\s*\{", src, re.S).group(1).split(",")
+    assert len(params) == FWD_NARGS and params[-1].split()[-1] == "fp8_f16"
+
+
 @pytest.mark.parametrize(
     ("nargs", "gated", "sent", "got"),
     [
