@@ -2,9 +2,9 @@
 # Session 49, DSA call (~200 s, no carry): f16 partials in the workspace (csrc -DDSAV_PARTIAL_F16, experimental) against
 # the shipped fp32 partials, and the per-CTA timeline of the headline shape on this card.
 # base = the DSA csrc at 6712fb3 (partial_f16.patch reversed); f16 = the checkout with DSAV_PARTIAL_F16 defined.
-# 1. JIT builds of base, f16 and their DSAV_TRACE builds, in parallel;
-# 2. quick parity of f16 (every config, graph replays, no peer);
-# 3. bench of the three H=8 split shapes (bf16 + fp8), processes alternating base, f16, base, f16 (no peers);
+# 1. JIT builds of base and f16 in parallel (then their DSAV_TRACE builds, behind the bench);
+# 2. bench of the three H=8 split shapes (bf16 + fp8), processes alternating base, f16, base, f16 (no peers);
+# 3. quick parity of f16 (every config, graph replays, no peer);
 # 4. the timeline (dsa_bench --trace) of base and f16; then the breakdown (--diag) of base.
 # Prediction: f16 / base 0.95-0.98 at B=1 (the store and combine phases ~0.3-0.5 µs shorter), ~0.99 at B=8.
 set -o pipefail
@@ -16,20 +16,11 @@ P=docs/results/session49_calls/partial_f16.patch
 rm -rf /tmp/dsaf16 && mkdir -p /tmp/dsaf16 && cp -r kernels /tmp/dsaf16/
 H=/tmp/dsaf16/kernels/dsa_verify/csrc/dsa_verify_params.h
 { echo "#define DSAV_PARTIAL_F16 1"; cat kernels/dsa_verify/csrc/dsa_verify_params.h; } > "$H"
-for t in base f16; do
-  for f in load_jit load_trace; do
-    PYTHONPATH=/tmp/dsa$t/kernels:$R python3 -c "from dsa_verify._build import $f; $f('sm_90a')" >>"$L" 2>&1 &
-  done
-done
-wait
+build() { PYTHONPATH=/tmp/dsa$1/kernels:$R python3 -c "from dsa_verify._build import $2; $2('sm_90a')" >>"$L" 2>&1; }
+build base load_jit & build f16 load_jit & wait
 say built
+build base load_trace & build f16 load_trace &  # the timeline's builds, behind the bench
 inn() { local t=$1; shift; (cd /tmp/dsa$t/kernels && PYTHONPATH=/tmp/dsa$t/kernels:$R "$@"); }
-inn f16 timeout "$(lim 60)" python3 -m verify_tools.dsa_parity --json --quick --no-peer --out "$OUT/parity_f16.json" \
-  >/dev/null 2>>"$OUT/err.txt"
-echo "parity f16 rc=$?" | tee -a "$L"
-python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('parity f16', d.get('summary')); [print('FAIL', r['case'], r.get('config'), r.get('error','')[:100], r.get('rel_fro'), r.get('mismatches')) for r in d['cases'] if not r['ok']]" \
-  "$OUT/parity_f16.json" 2>&1 | tee -a "$L"
-say parity
 SH=1:32768:4:8,1:32768:8:8,8:32768:8:8
 for i in 1 2; do
   for t in base f16; do
@@ -57,6 +48,13 @@ for k in R[("base", 1)]:
               [round(x * 1e6, 2) for x in f], "f16/base", round(st.mean(f) / st.mean(b), 4))
 PY
 say bench
+inn f16 timeout "$(lim 60)" python3 -m verify_tools.dsa_parity --json --quick --no-peer --out "$OUT/parity_f16.json" \
+  >/dev/null 2>>"$OUT/err.txt"
+echo "parity f16 rc=$?" | tee -a "$L"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('parity f16', d.get('summary')); [print('FAIL', r['case'], r.get('config'), r.get('error','')[:100], r.get('rel_fro'), r.get('mismatches')) for r in d['cases'] if not r['ok']]" \
+  "$OUT/parity_f16.json" 2>&1 | tee -a "$L"
+say parity
+wait
 for t in base f16; do
   inn $t timeout "$(lim 40)" python3 -m verify_tools.dsa_bench --trace --reps 20 > "$OUT/trace_$t.json" 2>>"$OUT/err.txt"
   echo "trace $t rc=$?" | tee -a "$L"
