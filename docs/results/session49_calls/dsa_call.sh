@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 49, DSA call (~200 s, no carry): f16 partials in the workspace (csrc -DDSAV_PARTIAL_F16, experimental) against
 # the shipped fp32 partials, and the per-CTA timeline of the headline shape on this card.
-# base = the DSA csrc at 6712fb3 (partial_f16.patch reversed); f16 = the checkout with DSAV_PARTIAL_F16 defined.
+# base = the checkout (its default build: fp32 partials, .text byte-identical to 6712fb3's, sm_90a and sm_120a);
+# f16 = the checkout with DSAV_PARTIAL_F16 defined.
 # 1. JIT builds of base and f16 in parallel (then their DSAV_TRACE builds, behind the bench);
 # 2. bench of the three H=8 split shapes (bf16 + fp8), processes alternating base, f16, base, f16 (no peers);
 # 3. quick parity of f16 (every config, graph replays, no peer);
@@ -10,9 +11,7 @@
 set -o pipefail
 . tests/device/call_budget.sh 230  # R, L, left, say, lim
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee -a "$L"
-P=docs/results/session49_calls/partial_f16.patch
-{ git apply -R "$P" && rm -rf /tmp/dsabase && mkdir -p /tmp/dsabase && cp -r kernels /tmp/dsabase/ && git apply "$P"; } 2>>"$L" ||
-  { echo "$P did not reverse" | tee -a "$L"; exit 4; }
+rm -rf /tmp/dsabase && mkdir -p /tmp/dsabase && cp -r kernels /tmp/dsabase/
 rm -rf /tmp/dsaf16 && mkdir -p /tmp/dsaf16 && cp -r kernels /tmp/dsaf16/
 H=/tmp/dsaf16/kernels/dsa_verify/csrc/dsa_verify_params.h
 { echo "#define DSAV_PARTIAL_F16 1"; cat kernels/dsa_verify/csrc/dsa_verify_params.h; } > "$H"

@@ -44,38 +44,38 @@ constexpr int FP8_ROW = 656;   // bytes of an fp8 row
 constexpr int BF_CHUNKS = 72;  // 16-byte chunks of a bf16 row
 constexpr int FP8_CHUNKS = 41; // 16-byte chunks of an fp8 row (32 e4m3, 1 scales, 8 rope)
 
-// Partials in the workspace (S > 1): ws_o [S, T*H, 512] normalized values, fp32 by default. The
-// experimental build -DDSAV_PARTIAL_F16 stores them as f16 (half the bytes written by the split CTAs
-// and read by the combine; values are O / l, bounded by max |V|); ws_o keeps its fp32 size then.
-// off: element index into ws_o, a multiple of 2 (part_store2) or 4 (part_store4 / part_load4).
+// Partials in the workspace (S > 1): ws_o [S, T*H, 512] normalized values (O / l, bounded by max |V|),
+// part_t each: fp32, or f16 in the experimental build -DDSAV_PARTIAL_F16 (half the bytes written by the
+// split CTAs and read by the combine; ws_o keeps its fp32 size). part4_t holds 4 consecutive values.
 #ifdef DSAV_PARTIAL_F16
-__device__ __forceinline__ void part_store2(float* ws, int64_t off, float a, float b) {
-  *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(ws) + off) = __floats2half2_rn(a, b);
+using part_t = __half;
+using part4_t = uint2;
+__device__ __forceinline__ void part_put2(part_t* dst, float a, float b) {
+  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
 }
-__device__ __forceinline__ void part_store4(float* ws, int64_t off, float4 v) {
+__device__ __forceinline__ void part_put4(part_t* dst, float4 v) {
   __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
   uint2 pk;
   pk.x = *reinterpret_cast<uint32_t*>(&lo);
   pk.y = *reinterpret_cast<uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(ws) + off) = pk;
+  *reinterpret_cast<uint2*>(dst) = pk;
 }
-__device__ __forceinline__ float4 part_load4(const float* ws, int64_t off) {
-  const uint2 pk = *reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(ws) + off);
+__device__ __forceinline__ float4 part_get4(uint2 pk) {
   const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&pk.x));
   const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&pk.y));
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 #else
-__device__ __forceinline__ void part_store2(float* ws, int64_t off, float a, float b) {
-  *reinterpret_cast<float2*>(ws + off) = make_float2(a, b);
+using part_t = float;
+using part4_t = float4;
+__device__ __forceinline__ void part_put2(part_t* dst, float a, float b) {
+  *reinterpret_cast<float2*>(dst) = make_float2(a, b);
 }
-__device__ __forceinline__ void part_store4(float* ws, int64_t off, float4 v) {
-  *reinterpret_cast<float4*>(ws + off) = v;
-}
-__device__ __forceinline__ float4 part_load4(const float* ws, int64_t off) {
-  return *reinterpret_cast<const float4*>(ws + off);
-}
+__device__ __forceinline__ void part_put4(part_t* dst, float4 v) { *reinterpret_cast<float4*>(dst) = v; }
+__device__ __forceinline__ float4 part_get4(float4 v) { return v; }
 #endif
+__device__ __forceinline__ part_t* part_ptr(float* ws) { return reinterpret_cast<part_t*>(ws); }
+__device__ __forceinline__ const part_t* part_ptr(const float* ws) { return reinterpret_cast<const part_t*>(ws); }
 
 // Diagnostic timeline (built only with -DDSAV_TRACE, never in the shipped library): thread 0 of
 // every CTA writes %globaltimer (ns) at fixed points into p.trace, 8 words per CTA. Split CTA c
@@ -832,10 +832,10 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_split_kernel(const P
               __floats2bfloat162_rn(o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
         if (p.lse && qd == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
       } else if (!C::CLUSTER_OK || !p.cluster) {
-        const int64_t off = ((int64_t)s * rows_total + grow) * D_V + qd * C::DW + 2 * (lane & 3);
+        part_t* dst = part_ptr(p.ws_o) + ((int64_t)s * rows_total + grow) * D_V + qd * C::DW + 2 * (lane & 3);
 #pragma unroll
         for (int nb = 0; nb < C::NBV; ++nb)
-          part_store2(p.ws_o, off + nb * 8, o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
+          part_put2(dst + nb * 8, o_acc[rb][nb][2 * h2] * inv, o_acc[rb][nb][2 * h2 + 1] * inv);
         if (qd == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
       } else {
         // cluster mode: the partial stays on chip, in this CTA's drained KV ring
@@ -885,14 +885,14 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32) dsa_verify_combine_kernel(
     return;
   }
   const int sg = lane >> 3, d4 = lane & 7;
-  const int64_t src = grow * D_V + slice * 32 + 4 * d4;  // element offset of split 0's 4 dims
-  const int64_t sstride = rows * D_V;
+  const part4_t* src = reinterpret_cast<const part4_t*>(part_ptr(p.ws_o) + grow * D_V + slice * 32) + d4;
+  const int64_t sstride4 = rows * (D_V / 4);
   constexpr int PER = COMBINE_MAX_SPLITS / 4;  // splits per lane at most
   float4 v[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) {
     const int s = 4 * i + sg;
-    v[i] = s < p.S ? part_load4(p.ws_o, src + (int64_t)s * sstride) : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[i] = s < p.S ? part_get4(src[(int64_t)s * sstride4]) : make_float4(0.f, 0.f, 0.f, 0.f);
     if (4 * (i + 1) >= p.S) break;
   }
   float l4[4];
@@ -990,10 +990,10 @@ __global__ void __launch_bounds__(COMBINE_WIDE_WARPS * 32) dsa_verify_combine_wi
     const float l = p.ws_lse[(int64_t)s * rows + grow];
     const float w = l == -INFINITY ? 0.f : exp2f(l - mref);
     if (w > 0.f) {  // warp-uniform
-      const int64_t src = ((int64_t)s * rows + grow) * D_V + 4 * lane;
+      const part4_t* src = reinterpret_cast<const part4_t*>(part_ptr(p.ws_o) + ((int64_t)s * rows + grow) * D_V) + lane;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const float4 v = part_load4(p.ws_o, src + 128 * k);
+        const float4 v = part_get4(src[32 * k]);
         acc[k].x += w * v.x;
         acc[k].y += w * v.y;
         acc[k].z += w * v.z;

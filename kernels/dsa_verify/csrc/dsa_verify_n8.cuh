@@ -480,8 +480,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       *reinterpret_cast<uint2*>(dst) = pk;
       if (p.lse && d == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
     } else {
-      part_store4(p.ws_o, ((int64_t)s * rows_total + grow) * D_V + d,
-                  make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+      part_t* dst = part_ptr(p.ws_o) + ((int64_t)s * rows_total + grow) * D_V + d;
+      part_put4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
       if (d == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
     }
   };

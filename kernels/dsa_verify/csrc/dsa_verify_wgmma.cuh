@@ -562,11 +562,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_wgmma_kernel(const P
       }
       if (p.lse && grp == 0 && (lane & 3) == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
     } else {
-      const int64_t off = ((int64_t)s * rows_total + grow) * D_V + c0;
+      part_t* dst = part_ptr(p.ws_o) + ((int64_t)s * rows_total + grow) * D_V + c0;
 #pragma unroll
       for (int i = 0; i < 32; ++i)
-        part_store2(p.ws_o, off + i * 8, o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1),
-                    o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
+        part_put2(dst + i * 8, o[4 * i + 2 * h] * (i < 16 ? inv0 : inv1),
+                  o[4 * i + 2 * h + 1] * (i < 16 ? inv0 : inv1));
       if (grp == 0 && (lane & 3) == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
     }
   }
