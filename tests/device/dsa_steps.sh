@@ -1,0 +1,67 @@
+# Sourced after call_budget.sh by one-off device call scripts (docs/results/session*_calls/): A/B steps of the sparse
+# (DSA) kernel across source trees. A tree T is /tmp/dsaT/kernels, a copy of the checkout's kernels/ folder; every
+# step runs in its own process with PYTHONPATH on that copy (the JIT cache keys on the sources, so trees never mix).
+# Run from the repo root; uses R, L, OUT, lim and say (call_budget.sh).
+#   dsa_tree T [N=V..]   /tmp/dsaT = the checkout's kernels/, each macro N defined as V ahead of dsa_verify_params.h
+#   dsa_build T..        the JIT build of each tree, in parallel; waits
+#   dsa_build_trace T..  the DSAV_TRACE build of each tree, in the background (dsa_trace waits for it)
+#   dsa_bench_ab N SHAPES ROUNDS T..  dsa_bench --shapes SHAPES (no peers) of each tree in turn, ROUNDS times
+#                        -> $OUT/bench_T_i.json; N = each run's timeout in s (or what is left); then the per-shape
+#                        ratios to the first tree (tests/device/dsa_ab.py) to the log
+#   dsa_parity T N ARGS..  dsa_parity --json ARGS on tree T -> $OUT/parity_T.json, its summary and failures to the log
+#   dsa_trace T N        dsa_bench --trace (the per-CTA timeline of the headline shape) -> $OUT/trace_T.json, its
+#                        medians to the log
+dsa_tree() {
+  local t=$1 x
+  shift
+  rm -rf "/tmp/dsa$t" && mkdir -p "/tmp/dsa$t" && cp -r kernels "/tmp/dsa$t/" || return 1
+  local h=/tmp/dsa$t/kernels/dsa_verify/csrc/dsa_verify_params.h
+  { for x in "$@"; do echo "#define ${x%%=*} ${x#*=}"; done; cat kernels/dsa_verify/csrc/dsa_verify_params.h; } > "$h"
+}
+dsa_in() {  # dsa_in T CMD..: CMD in tree T's kernels/ folder
+  local t=$1
+  shift
+  (cd "/tmp/dsa$t/kernels" && PYTHONPATH="/tmp/dsa$t/kernels:$R" "$@")
+}
+_dsa_load() { dsa_in "$1" python3 -c "from dsa_verify._build import $2; $2('sm_90a')" >>"$L" 2>&1; }
+dsa_build() {
+  local t
+  for t in "$@"; do _dsa_load "$t" load_jit & done
+  wait
+}
+DSA_TRACE_PIDS=""
+dsa_build_trace() {
+  local t
+  for t in "$@"; do
+    _dsa_load "$t" load_trace &
+    DSA_TRACE_PIDS="$DSA_TRACE_PIDS $!"
+  done
+}
+dsa_bench_ab() {
+  local n=$1 shapes=$2 rounds=$3 i t
+  shift 3
+  for i in $(seq "$rounds"); do
+    for t in "$@"; do
+      dsa_in "$t" timeout "$(lim "$n")" python3 -m verify_tools.dsa_bench --shapes "$shapes" --no-sglang --no-flashmla \
+        --reps 30 --out "$OUT/bench_${t}_$i.json" >/dev/null 2>>"$OUT/err.txt"
+      echo "bench $t $i rc=$?" | tee -a "$L"
+    done
+  done
+  python3 "$R/tests/device/dsa_ab.py" bench "$OUT" "$rounds" "$@" 2>&1 | tee -a "$L"
+}
+dsa_parity() {
+  local t=$1 n=$2
+  shift 2
+  dsa_in "$t" timeout "$(lim "$n")" python3 -m verify_tools.dsa_parity --json "$@" --out "$OUT/parity_$t.json" \
+    >/dev/null 2>>"$OUT/err.txt"
+  echo "parity $t rc=$?" | tee -a "$L"
+  python3 "$R/tests/device/dsa_ab.py" parity "$OUT/parity_$t.json" 2>&1 | tee -a "$L"
+}
+dsa_trace() {
+  local t=$1 n=$2 p
+  for p in $DSA_TRACE_PIDS; do wait "$p"; done
+  dsa_in "$t" timeout "$(lim "$n")" python3 -m verify_tools.dsa_bench --trace --reps 20 > "$OUT/trace_$t.json" \
+    2>>"$OUT/err.txt"
+  echo "trace $t rc=$?" | tee -a "$L"
+  python3 "$R/tests/device/dsa_ab.py" trace "$OUT/trace_$t.json" 2>&1 | tee -a "$L"
+}
