@@ -45,24 +45,26 @@ constexpr int BF_CHUNKS = 72;  // 16-byte chunks of a bf16 row
 constexpr int FP8_CHUNKS = 41; // 16-byte chunks of an fp8 row (32 e4m3, 1 scales, 8 rope)
 
 // Partials in the workspace (S > 1): ws_o [S, T*H, 512] normalized values (O / l, bounded by max |V|),
-// part_t each: fp32, or f16 in the experimental build -DDSAV_PARTIAL_F16 (half the bytes written by the
-// split CTAs and read by the combine; ws_o keeps its fp32 size). part4_t holds 4 consecutive values.
-#ifdef DSAV_PARTIAL_F16
-using part_t = __half;
+// part_t each: fp32, or bf16 in the experimental build -DDSAV_PARTIAL_BF16 (half the bytes written by the
+// split CTAs and read by the combine; ws_o keeps its fp32 size). bf16, not f16: a partial spans the
+// cache's whole range (fp8 blocks scaled by 2^-62..2^62 in the parity suite), and its rounding (u = 2^-9
+// relative) is the size of the output's own. part4_t holds 4 consecutive values.
+#ifdef DSAV_PARTIAL_BF16
+using part_t = __nv_bfloat16;
 using part4_t = uint2;
 __device__ __forceinline__ void part_put2(part_t* dst, float a, float b) {
-  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
 }
 __device__ __forceinline__ void part_put4(part_t* dst, float4 v) {
-  __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
   uint2 pk;
   pk.x = *reinterpret_cast<uint32_t*>(&lo);
   pk.y = *reinterpret_cast<uint32_t*>(&hi);
   *reinterpret_cast<uint2*>(dst) = pk;
 }
 __device__ __forceinline__ float4 part_get4(uint2 pk) {
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&pk.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&pk.y));
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pk.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pk.y));
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 #else
