@@ -21,24 +21,24 @@ def _summary(*args) -> subprocess.CompletedProcess:
 
 
 def test_bench_summary_gives_each_trees_spans_and_its_ratio_to_the_first(tmp_path):
-    spans = {"base": (10.0e-6, 10.2e-6), "f16": (9.5e-6, 9.7e-6)}
+    spans = {"base": (10.0e-6, 10.2e-6), "bfp": (9.5e-6, 9.7e-6)}
     for tree, per_round in spans.items():
         for i, s in enumerate(per_round, 1):
             rows = [_row("bf16", ours_s=s), _row("fp8", ours_error="RuntimeError: no kernel")]
             (tmp_path / f"bench_{tree}_{i}.json").write_text(json.dumps({"rows": rows}))
-    proc = _summary("bench", tmp_path, 2, "base", "f16")
+    proc = _summary("bench", tmp_path, 2, "base", "bfp")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     ab = [x for x in lines if x.startswith("ab ")]
-    assert ab == ["ab (1, 32768, 4, 8, 'bf16') m16 S=32 base 10.00 10.20 | f16 9.50 9.70 x0.9505"]
+    assert ab == ["ab (1, 32768, 4, 8, 'bf16') m16 S=32 base 10.00 10.20 | bfp 9.50 9.70 x0.9505"]
     assert sum(x.startswith("error ") and "'fp8'" in x for x in lines) == 4
 
 
 def test_bench_summary_names_a_tree_whose_documents_are_missing(tmp_path):
     (tmp_path / "bench_base_1.json").write_text(json.dumps({"rows": [_row("bf16", ours_s=1e-5)]}))
-    proc = _summary("bench", tmp_path, 1, "base", "f16")
-    assert "unreadable" in proc.stdout and "bench_f16_1.json" in proc.stdout
-    assert proc.stdout.splitlines()[-1].endswith("base 10.00 | f16 -")
+    proc = _summary("bench", tmp_path, 1, "base", "bfp")
+    assert "unreadable" in proc.stdout and "bench_bfp_1.json" in proc.stdout
+    assert proc.stdout.splitlines()[-1].endswith("base 10.00 | bfp -")
 
 
 def test_parity_summary_lists_each_failed_entry(tmp_path):
