@@ -2,6 +2,8 @@
 
 python3 dsa_ab.py bench OUT ROUNDS T0 T1 ..  per (B, L, n, H, kv): each tree's CUPTI spans (µs) over the rounds of
                                             $OUT/bench_T_i.json and its mean's ratio to T0's
+python3 dsa_ab.py alt FILE                   per row of a dsa_bench --alt-config document: ours, the alternative
+                                            (config, splits) and its span's ratio to ours, same run
 python3 dsa_ab.py parity FILE                a dsa_parity document's summary, then each failed entry
 python3 dsa_ab.py trace FILE                 a dsa_bench --trace document's medians per plan (µs)
 """
@@ -49,6 +51,21 @@ def bench(out: str, rounds: int, trees: list[str]) -> None:
         print("ab", k, plan[k], " | ".join(cols))
 
 
+def alt(path: str) -> None:
+    for r in (_load(path) or {"rows": []})["rows"]:
+        k = (r["B"], r["L"], r["n"], r["H"], r["kv"])
+        a = r.get("alt") or {}
+        if r.get("ours_s") and a.get("s"):
+            print(
+                "alt",
+                k,
+                f"{r.get('config')} S={r.get('splits')} {r['ours_s'] * 1e6:.2f}",
+                f"| {a.get('config')} S={a.get('splits')} {a['s'] * 1e6:.2f} x{a['s'] / r['ours_s']:.4f}",
+            )
+        else:
+            print("alt", k, "no pair:", str(r.get("ours_error") or a.get("error") or "no span")[:120])
+
+
 def parity(path: str) -> None:
     doc = _load(path)
     if doc is None:
@@ -71,8 +88,8 @@ def trace(path: str) -> None:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["bench"] and len(argv) >= 4:
         bench(argv[1], int(argv[2]), argv[3:])
-    elif argv[:1] in (["parity"], ["trace"]) and len(argv) == 2:
-        (parity if argv[0] == "parity" else trace)(argv[1])
+    elif argv[:1] in (["alt"], ["parity"], ["trace"]) and len(argv) == 2:
+        {"alt": alt, "parity": parity, "trace": trace}[argv[0]](argv[1])
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Prepared in session 49 (device lending paused after six failed starts: never ran), for the next session, ~420 s, no
-# carry:   bash docs/results/session49_calls/next_call1.sh
-# 1. The DSA call (dsa_call.sh, held to 200 s; its files under $OUT/dsa): bf16 partials A/B, parity, timeline.
-# 2. Session 48's prepared dense call (next_call1.sh there, held to 200 s): the gated pair's order.
-# CALL_BUDGET_S=N holds each half to N s instead.
+# Prepared in session 49 (device lending paused after six failed starts: never ran), for the next session, ~460 s, no
+# carry:   bash docs/results/session49_calls/next_call1.sh   (run timeout ~500)
+# 1. The DSA call (dsa_call.sh, held to DSA_S = 240 s; its files under $OUT/dsa): bf16 partials A/B, parity, n8 split
+#    counts, timeline.
+# 2. Session 48's prepared dense call (next_call1.sh there, held to DENSE_S = 200 s): the gated pair's order.
 mkdir -p "$OUT/dsa"
-OUT=$OUT/dsa CALL_BUDGET_S=${CALL_BUDGET_S:-200} bash docs/results/session49_calls/dsa_call.sh
+OUT=$OUT/dsa CALL_BUDGET_S=${DSA_S:-240} bash docs/results/session49_calls/dsa_call.sh
 git status --short | head -5
-CALL_BUDGET_S=${CALL_BUDGET_S:-200} bash docs/results/session48_calls/next_call1.sh
+CALL_BUDGET_S=${DENSE_S:-200} bash docs/results/session48_calls/next_call1.sh
