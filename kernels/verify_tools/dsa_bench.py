@@ -483,7 +483,7 @@ def trace(device, reps: int) -> dict:
     caches = {"bf16": kv, "fp8": quantize_cache(kv)}
     res = {}
     for kvname, cache in caches.items():
-        for cfg, S in (("auto", None), ("m16", 32), ("n8", 32), ("n8s", 64)):
+        for cfg, S in (("auto", None), ("m16", 32), ("n8", 32), ("n8", 16), ("n8", 8), ("n8s", 64)):
             lab = f"{kvname}_{cfg}_S{S or 'auto'}"
             try:
                 _, tc, s_run, _, _, cl = resolve_full(device, 8, 2048, 4, kvname == "fp8", cfg, S)
