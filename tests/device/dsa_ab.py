@@ -4,7 +4,8 @@ python3 dsa_ab.py bench OUT ROUNDS T0 T1 ..  per (B, L, n, H, kv): each tree's C
                                             $OUT/bench_T_i.json and its mean's ratio to T0's
 python3 dsa_ab.py alt FILE                   per row of a dsa_bench --alt-config document: ours, the alternative
                                             (config, splits) and its span's ratio to ours, same run
-python3 dsa_ab.py parity FILE                a dsa_parity document's summary, then each failed entry
+python3 dsa_ab.py parity FILE                a dsa_parity document's summary (and SGLang's peer), then each
+                                            failed entry with its error figures
 python3 dsa_ab.py trace FILE                 a dsa_bench --trace document's medians per plan (µs)
 """
 
@@ -66,16 +67,21 @@ def alt(path: str) -> None:
             print("alt", k, "no pair:", str(r.get("ours_error") or a.get("error") or "no span")[:120])
 
 
+PARITY_FIELDS = ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")
+
+
 def parity(path: str) -> None:
     doc = _load(path)
     if doc is None:
         return
     cases = doc.get("cases", [])
-    print("parity", doc.get("summary") or {"partial": len(cases), "passed": sum(bool(r["ok"]) for r in cases)})
+    head = doc.get("summary") or {"partial": len(cases), "passed": sum(bool(r["ok"]) for r in cases)}
+    peer = f" sglang_triton: {str(doc['sglang_triton'])[:200]}" if "sglang_triton" in doc else ""
+    print(f"parity {head}{peer}")
     for r in cases:
         if not r["ok"]:
             print(
-                "FAIL", r["case"], r.get("config"), str(r.get("error", ""))[:100], r.get("rel_fro"), r.get("mismatches")
+                "FAIL", r["case"], r.get("config"), str(r.get("error", ""))[:100], {k: r.get(k) for k in PARITY_FIELDS}
             )
 
 

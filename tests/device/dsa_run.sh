@@ -90,19 +90,7 @@ fi
 if [ "${DSA_MODE:-}" = diag ] || [ "${DSA_MODE:-}" = iter ] || [ "${DSA_MODE:-}" = dev ]; then set -- --quick "$@"; fi
 timeout "${PARITY_TIMEOUT:-300}" python3 -m verify_tools.dsa_parity --json --out "$OUT/dsa_parity.json" "$@" > /dev/null 2> "/tmp/dsa_parity.err"
 echo "parity rc=$?"
-python3 - "$OUT/dsa_parity.json" <<'PY'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("parity json unreadable", e); sys.exit(0)
-print(d.get("summary") or {"partial": len(d["cases"]), "passed": sum(bool(r["ok"]) for r in d["cases"])},
-      "sglang_triton:", str(d.get("sglang_triton"))[:200])
-for r in d["cases"]:
-    if not r["ok"]:
-        print("FAIL" if not r["ok"] else "ok  ", r["case"], r.get("config"), r.get("error", ""),
-              {k: r.get(k) for k in ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")})
-PY
+python3 ../tests/device/dsa_ab.py parity "$OUT/dsa_parity.json"  # summary, SGLang peer, failed entries
 tail -5 "/tmp/dsa_parity.err"
 if [ "${DSA_MODE:-}" = ab ]; then
   ab_bench
@@ -114,15 +102,7 @@ fi
 if [ "${DSA_MODE:-}" = dev ]; then
   timeout 120 python3 -m verify_tools.dsa_bench --trace --reps 20 > "$OUT/dsa_trace.json" 2> "/tmp/dsa_trace.err"
   echo "trace rc=$?"; tail -3 "/tmp/dsa_trace.err"
-  python3 - "$OUT/dsa_trace.json" <<'PY'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("trace json unreadable", e); sys.exit(0)
-for k, v in d.items():
-    print(k, {a: (round(b, 2) if isinstance(b, float) else b) for a, b in v.items()})
-PY
+  python3 ../tests/device/dsa_ab.py trace "$OUT/dsa_trace.json"
   timeout 90 python3 -m verify_tools.dsa_bench --diag --reps 20 > "$OUT/dsa_diag.json" 2> "/tmp/dsa_diag.err"
   echo "diag rc=$?"; tail -3 "/tmp/dsa_diag.err"
   print_diag "$OUT/dsa_diag.json"

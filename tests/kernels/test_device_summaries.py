@@ -51,7 +51,10 @@ def test_parity_summary_lists_each_failed_entry(tmp_path):
     }
     (tmp_path / "p.json").write_text(json.dumps(doc))
     out = _summary("parity", tmp_path / "p.json").stdout.splitlines()
-    assert out[0] == "parity {'total': 2, 'passed': 1}" and out[1].startswith("FAIL b m16 rel_fro 0.2")
+    assert out[0] == "parity {'total': 2, 'passed': 1}" and out[1].startswith("FAIL b m16 rel_fro {'rel_fro': 0.2,")
+    doc["sglang_triton"] = {"ran": True}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    assert _summary("parity", tmp_path / "p.json").stdout.splitlines()[0].endswith("sglang_triton: {'ran': True}")
 
 
 def test_alt_summary_pairs_ours_with_the_alternative_of_the_same_run(tmp_path):
