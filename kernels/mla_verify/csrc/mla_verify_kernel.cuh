@@ -257,6 +257,14 @@ struct Work {
   int S;                    // splits run (effective_splits); CTAs with s >= S exit at once
 };
 
+// Prefix tokens of one split of a `length`-token prefix on S splits: ceil(length / S) rounded up to whole BN tiles
+// (api.split_chunk).
+template <typename I>
+__device__ __forceinline__ I split_chunk(I length, int S, int BN) {
+  I chunk = (length + S - 1) / S;
+  return (chunk + BN - 1) / BN * BN;
+}
+
 // fp8 CUDA-graph launches (p.fp8_f16 3 and 4: api.fp8_f16, mla_verify.cu launch_wgmma) run the bf16 decode or the
 // F16 kernel (p.fp8_gate = 1) and then the warp-specialized fp8 kernel (2) on the same grid, and a CTA works only
 // in the kernel an eager call of the replayed length would launch: the latter where a split's prefix chunk,
@@ -267,8 +275,7 @@ __device__ __forceinline__ bool fp8_gate_shut(const Params& p, int64_t kv_first,
   const int64_t total = prefix_total(p, kv_first, kv_last);
   int64_t length = (total + p.B - 1) / p.B;
   length = length > INT_MAX ? INT_MAX : length;
-  const int64_t chunk = ((length + S - 1) / S + BN - 1) / BN * BN;
-  return (chunk >= p.fp8_ws_min) != (p.fp8_gate == 2);
+  return (split_chunk(length, S, BN) >= p.fp8_ws_min) != (p.fp8_gate == 2);
 }
 
 // The gated pair's second kernel is the first's programmatic dependent (mla_verify.cu), and the combine waits for
@@ -308,8 +315,7 @@ __device__ __forceinline__ Work work_of(const Params& p, int m, int s, int b, in
   w.R = w.n_b * p.H;
   w.row0 = m * BM;
   if (s >= w.S || shut) w.row0 = w.R;  // split past the effective count, or gated: the CTA exits (row0 >= R)
-  int chunk = (w.L + w.S - 1) / w.S;
-  chunk = (chunk + BN - 1) / BN * BN;
+  const int chunk = split_chunk(w.L, w.S, BN);
   w.pb = s * chunk; if (w.pb > w.L) w.pb = w.L;
   w.pe = w.pb + chunk; if (w.pe > w.L) w.pe = w.L;
   w.n_pre = (w.pe - w.pb + BN - 1) / BN;
