@@ -310,7 +310,7 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
     wave (AUTO_M16W_FP8). On sm_120a, fp8 with H <= 8 takes n8rw from T >= AUTO_N8RW_MIN_T_FP8.
     On sm_90a H >= AUTO_W64_MIN_H takes w64 (wgmma; no cluster combine), either cache, and so does
     H = 16 from T >= AUTO_W64_H16_MIN_T.
-    An fp8-only config (n8r, n8rw) refuses a bf16 cache.
+    An fp8-only config (n8r, n8rw) refuses a bf16 cache, a bf16-only one (n8x) an fp8 cache.
     A tiles.EXPERIMENTAL_CONFIGS name (never auto) runs on the experimental JIT build
     (_build.load_experimental; sm_90a only). Under emulate_sm120_occupancy, sm_120a's rules apply."""
     from ._build import load, load_experimental
@@ -330,6 +330,8 @@ def resolve_full(device, H: int, topk: int, T: int, fp8: bool, tile_config="auto
         cfg = named_config(tile_config, tiles.CONFIGS, tiles.ARCH_CONFIGS[policy], policy)
     if cfg.fp8_only and not fp8:
         _fail("tile_config", f"{tile_config} takes an fp8 (656-byte) cache only")
+    if cfg.bf16_only and fp8:
+        _fail("tile_config", f"{tile_config} takes a bf16 (1152-byte) cache only")
     small_fp8 = fp8 and T < AUTO_N8_MIN_T  # fp8 B=1: m16w below when it fits one wave, else n8
     if (
         auto_cfg

@@ -19,6 +19,8 @@ use mma.sync m16n8k16. Three kinds:
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
   WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 converted rows (f16 nope, bf16 rope) +
   WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales.
+  n8x (experimental, bf16 only, CfgX<WARPS, STAGES>) is n8 with the PV split by dims across the warps
+  (pv_by_dims): n8's bytes rounded up to 16 + P^T 2*WARPS*8*24*4 + maxima 2*WARPS*8*4 + sums WARPS*8*4.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
+    pv_by_dims: bool = False  # CfgX (n8x): bf16 only, warp w's PV over dims [512/WARPS * w, ...) of every warp's P
 
     @property
     def fp8_only(self) -> bool:
@@ -49,9 +52,14 @@ class TileConfig:
         return self.reg
 
     @property
+    def bf16_only(self) -> bool:
+        """n8x's split PV is built for bf16 rows only: the config has no fp8 kernel."""
+        return self.pv_by_dims
+
+    @property
     def kv_kinds(self) -> tuple[bool, ...]:
         """The fp8 flags the config is built for (False: bf16 cache, True: fp8 656-byte rows)."""
-        return (True,) if self.fp8_only else (False, True)
+        return (True,) if self.fp8_only else (False,) if self.bf16_only else (False, True)
 
     @property
     def warps(self) -> int:
@@ -78,6 +86,8 @@ class TileConfig:
             cvt = w * 16 * BF_ROW if fp8 and not self.reg else 0
             raw_row = FP8_ROW if fp8 else BF_ROW
             head = bm * BF_ROW + q16 + w * st * 16 * raw_row + cvt
+            if self.pv_by_dims:  # P^T [2][w][8][24] fp32, maxima [2][w][8], sums [w][8]
+                return -(-(head + w * st * 4) // 16) * 16 + 2 * w * bm * 24 * 4 + 2 * w * bm * 4 + w * bm * 4
             if not fp8:
                 return head + w * st * 4
             return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16)
@@ -140,7 +150,12 @@ N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # bf16 time in session 14 (w64r 0.997 at B=1 n=4) and removed.)
 # (w64z, w64's fp8 kernel with a lazy sigma instead of the prepass over the split's scales, measured
 # 0.97-1.00x w64's fp8 time in session 15 and became w64's fp8 kernel.)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS,)}
+# n8x (bf16 only): n8's S phase per warp, then every warp's P^T and running max through shared memory
+# and one barrier per tile, and the PV split by dims (warp w: dims [128w, 128w + 128) of all 64
+# positions): no 64 KB end merge of the warps' O^T. For splits of one or two tiles (B=1 latency regime);
+# a ring stage is refilled one barrier later than in n8 (docs/kernels/dsa-verify-notes.md, session 50).
+N8X = TileConfig("n8x", 14, 8, 64, 2, 4, kind="n8", pv_by_dims=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, N8X)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -176,6 +191,11 @@ def config_for_mangled(name: str):
     if w:
         return W64, bool(int(w.group(1)))
 
+    x = re.search(r"CfgXILi(\d+)ELi(\d+)EE", name)
+    if x:
+        key = (int(x.group(1)), int(x.group(2)))
+        cx = next((c for c in EXPERIMENTAL_CONFIGS.values() if c.pv_by_dims and (c.warps, c.stages) == key), None)
+        return None if cx is None else (cx, False)
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:
         w, st, f, reg = (int(x) for x in n.groups())

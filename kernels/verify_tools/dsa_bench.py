@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 
+from dsa_verify import tiles
 from dsa_verify.inputs import DsaCase, make_inputs, topk_overlap
 from tool_contract import EXIT_BLOCKED, emit
 from tool_contract import blocked_doc as tool_blocked_doc
@@ -388,6 +389,10 @@ def shape_bytes(d: dict, H: int, row_bytes: int, shared: bool) -> tuple[int, int
     return byt, n_used
 
 
+# Tile configs with no fp8 kernel (n8x): the trace and --alt-config skip their fp8 rows, saying so.
+BF16_ONLY = {c.name for c in (*tiles.CONFIGS.values(), *tiles.EXPERIMENTAL_CONFIGS.values()) if c.bf16_only}
+
+
 def diag(device, reps: int) -> dict:
     """Where the small-T time goes (headline shape B=1, L=32k, n=4, H=8): an empty graph (the
     replay-timing overhead), then per variant (tile config x split count x combine path, bf16 and
@@ -482,8 +487,11 @@ def trace(device, reps: int) -> dict:
     out = torch.empty(4, 8, 512, dtype=torch.bfloat16, device=device)
     caches = {"bf16": kv, "fp8": quantize_cache(kv)}
     res = {}
+    variants = [("auto", None), ("m16", 32), ("n8", 32), ("n8", 16), ("n8", 8), ("n8s", 64), ("n8x", 32), ("n8x", 16)]
     for kvname, cache in caches.items():
-        for cfg, S in (("auto", None), ("m16", 32), ("n8", 32), ("n8", 16), ("n8", 8), ("n8s", 64)):
+        for cfg, S in variants:
+            if kvname == "fp8" and cfg in BF16_ONLY:
+                continue  # no fp8 kernel (n8x)
             lab = f"{kvname}_{cfg}_S{S or 'auto'}"
             try:
                 _, tc, s_run, _, _, cl = resolve_full(device, 8, 2048, 4, kvname == "fp8", cfg, S)
@@ -789,7 +797,9 @@ def main(argv=None) -> int:
             except Exception as exc:
                 row["ours_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 failures += 1
-            if alt_config:
+            if alt_config and kvname == "fp8" and alt_config in BF16_ONLY:
+                row["alt"] = {"config": alt_config, "skipped": "no fp8 kernel (bf16 only)"}
+            elif alt_config:
                 try:
                     _, acfg, aS, _, _, acl = resolve_full(device, H, TOPK, T, kvname == "fp8", alt_config, a.alt_splits)
                     aws = torch.empty(

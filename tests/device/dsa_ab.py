@@ -64,7 +64,8 @@ def alt(path: str) -> None:
                 f"| {a.get('config')} S={a.get('splits')} {a['s'] * 1e6:.2f} x{a['s'] / r['ours_s']:.4f}",
             )
         else:
-            print("alt", k, "no pair:", str(r.get("ours_error") or a.get("error") or "no span")[:120])
+            why = r.get("ours_error") or a.get("error") or a.get("skipped") or "no span"
+            print("alt", k, "no pair:", str(why)[:120])
 
 
 PARITY_FIELDS = ("rel_fro", "rel_fro_block_max", "lse_rel_err", "mismatches", "deterministic")

@@ -480,6 +480,10 @@ def test_parity_config_labels():
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
     assert tiles.config_for_mangled(n8 + "ILi5ELi3ELb1ELb0EEEEEvNS_6ParamsE") is None  # no such config
+    # n8x: n8's kernel template over CfgX<WARPS, STAGES> (bf16 only)
+    n8x = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgXILi4ELi2EEEEEvNS_6ParamsE"
+    assert tiles.config_for_mangled(n8x) == (tiles.N8X, False)
+    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2", "ILi8ELi2")) is None  # no such config
 
 
 def _fake_cuda_device(monkeypatch, arch: str, sms: int):
@@ -624,7 +628,7 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True)}  # n8rs: fp8 only
+    assert set(got) == {("n8rs", True), ("n8x", False)}  # n8rs: fp8 only; n8x: bf16 only
     for (name, fp8), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
@@ -632,6 +636,42 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
         assert k["registers"] <= min(255, 65536 // cfg.threads), name
     # n8rs: within sm_120a's 99 KiB per block, but one CTA (2 warps) per sm_120 SM
     assert tiles.N8RS.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"] and tiles.sm120_ctas_per_sm(tiles.N8RS, True) == 1
+    # n8x: 4 warps of 16 positions; with the dims split 4 ways a warp holds 32 O^T accumulators, not n8's 128
+    assert got[("n8x", False)]["registers"] < 168
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_binding_smem_bytes_match_tiles_for_every_config(arch, nvcc_path, tmp_path):
+    """The C++ byte counts (Cfg / CfgN / CfgX / CfgW ::bytes, as the binding's config_smem_bytes answers
+    them) equal tiles.py's for every config of the arch's build, the experimental ones included, and
+    both cache kinds (0 where a config has no kernel). A host program over the launch unit, compiled to
+    PTX only (no ptxas): the GPU test checks the shipped library the same way."""
+    import subprocess
+
+    from dsa_verify._build import CSRC
+
+    probe = tmp_path / "smem_probe.cu"
+    probe.write_text(
+        '#include "dsa_verify.cu"\n#include <cstdio>\nint main() {\n'
+        "  for (int c = 0; c < 32; ++c)\n"
+        '    for (int f = 0; f < 2; ++f) std::printf("%d %d %d\\n", c, f, dsav::config_smem_bytes(c, f != 0));\n'
+        "  return 0;\n}\n"
+    )
+    cc = arch.removeprefix("sm_")
+    flags = [f"-DDSAV_BUILD_CFG90={int(arch == 'sm_90a')}", f"-DDSAV_EXPERIMENTAL={int(arch == 'sm_90a')}"]
+    exe = tmp_path / "smem_probe"
+    ptx_only = f"-gencode=arch=compute_{cc},code=compute_{cc}"
+    cmd = [nvcc_path, "-std=c++17", ptx_only, *flags, f"-I{CSRC}", "-o", str(exe), str(probe)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    got = {}
+    for line in subprocess.run([exe], check=True, capture_output=True, text=True).stdout.split("\n"):
+        if line:
+            c, f, b = map(int, line.split())
+            got[(c, bool(f))] = b
+    every = list(tiles.ARCH_CONFIGS[arch]) + (list(tiles.EXPERIMENTAL_CONFIGS.values()) if arch == "sm_90a" else [])
+    want = {(c.index, f): c.smem_bytes(f) for c in every for f in (False, True)}
+    assert {k: got[k] for k in want} == want
+    assert all(b == 0 for k, b in got.items() if k not in want), "a kernel tiles.py does not list"
 
 
 def test_sm120_ctas_per_sm_follow_its_100_kb_sm():
@@ -681,13 +721,17 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs"}
+    assert exp == {"n8rs", "n8x"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
     assert (cfg.name, S, chunk) == ("n8rs", 2, 1024) and loaded == ["sm_90a"]  # 32 tiles of 32 positions
     with pytest.raises(ValueError, match="fp8"):
         plan(8, 2048, 64, False, "n8rs")
+    _, cfg, S, chunk, _, _ = plan(8, 2048, 4, False, "n8x", num_splits=32)
+    assert (cfg.name, S, chunk) == ("n8x", 32, 64)  # the B=1 headline: one 64-position tile per split
+    with pytest.raises(ValueError, match="bf16 .* cache only"):
+        plan(8, 2048, 4, True, "n8x")
     with pytest.raises(ValueError, match="sm_90a only"):
         _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rs")
     assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))

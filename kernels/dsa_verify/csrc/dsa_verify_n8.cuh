@@ -75,6 +75,34 @@ struct CfgN {
   static constexpr int MERGE_ROUNDS = (WARPS + MERGE_CAP - 1) / MERGE_CAP;
   static_assert(MERGE_CAP >= 1, "merge space must hold one warp's O^T");
   static_assert(BF_CHUNKS % 8 == 0 && WR % 4 == 0, "8 lanes per row, 4 rows per loader step");
+  static constexpr bool XPV = false;  // CfgX below: the PV split by dims across the warps
+  static constexpr int OT = D_V / 16;  // O^T m-tiles (16 dims each) a warp accumulates
+};
+
+// n8x (CfgX, experimental, bf16 only, sm_90a): n8's S phase and softmax per warp, with the PV split
+// by dims as in the m kernels. Per tile, warp w publishes its P^T (16 positions x 8 heads, fp32,
+// relative to its own running max m_w) and m_w in shared memory; one block barrier; then every warp
+// takes M = max_w m_w per head, rescales its O^T by exp2(M_old - M), and accumulates dims
+// [DW w, DW w + DW) over all BN positions of the tile: one k-step per source warp, A = V^T from that
+// warp's ring stage (ldmatrix.trans), B = its P^T scaled by exp2(m_w - M), rounded to bf16 once.
+// At the end l = sum_w l_w exp2(m_w - M) from shared memory; each warp normalizes and writes its
+// own dims: no O^T merge through shared memory (n8's 64 KB at 4 warps). Every warp reads every
+// warp's ring stage, so a stage is refilled one barrier later than in n8 (after the next tile's
+// barrier): for splits of one or two tiles (B <= 2), where n8's end merge is a large part of the
+// call. Shared memory: n8's + P [2][WARPS][8][PS] fp32 (double-buffered by tile parity) +
+// maxima [2][WARPS][8] + sums [WARPS][8].
+template <int WARPS_, int STAGES_>
+struct CfgX : CfgN<WARPS_, STAGES_, false> {
+  using Base = CfgN<WARPS_, STAGES_, false>;
+  static constexpr bool XPV = true;
+  static constexpr int DW = D_V / WARPS_;  // dims of O^T per warp
+  static constexpr int OT = DW / 16;
+  static constexpr int PS = 24;  // P^T row stride (floats): the consumers' float2 loads hit distinct banks
+  static constexpr int off_p = (Base::bytes + 15) / 16 * 16;
+  static constexpr int off_pm = off_p + 2 * WARPS_ * Base::BM * PS * 4;
+  static constexpr int off_pl = off_pm + 2 * WARPS_ * Base::BM * 4;
+  static constexpr int bytes = off_pl + WARPS_ * Base::BM * 4;
+  static_assert(DW % 16 == 0 && Base::WR == 16, "whole 16-dim m-tiles per warp; one 16-position k-step per warp");
 };
 
 __device__ __forceinline__ uint32_t movmatrix_t(uint32_t a) {
@@ -182,14 +210,23 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     __syncthreads();  // the f16 Q and qinv visible to every warp
   }
 
-  float o_acc[D_V / 16][4];
+  float o_acc[C::OT][4];
 #pragma unroll
-  for (int i = 0; i < D_V / 16; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+  for (int i = 0; i < C::OT; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // heads 2c, 2c+1
+  // XPV: the reference max of this warp's O^T columns (heads 2c, 2c+1) over every warp's positions
+  float mx_run[2] = {-INFINITY, -INFINITY}, mx_use[2] = {0.f, 0.f};
 
   for (int j = 0; j < ntiles; ++j) {
     const int stage = j % STAGES;
-    cp_async_wait<STAGES - 1>();
+    if constexpr (C::XPV) {  // tile j >= 1 was issued after barrier j - 1: STAGES - 2 tiles ahead of it
+      if (j == 0)
+        cp_async_wait<STAGES - 1>();
+      else
+        cp_async_wait<STAGES - 2>();
+    } else {
+      cp_async_wait<STAGES - 1>();
+    }
     __syncwarp();  // this warp's tile j visible to all its lanes
     if (j == 0 && warp == 0) DSAV_SPLIT_STAMP(2, dsav_now());
     const uint32_t mask = vmask[stage];
@@ -408,6 +445,67 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
           }
         }
       }
+    } else if constexpr (C::XPV) {
+      // ---- publish this warp's P^T and running max; one barrier; O^T of dims [DW w, +DW) ----
+      const int buf = j & 1;  // tile j - 2's slots were read before barrier j - 1, which this warp passed
+      float* pw = reinterpret_cast<float*>(smem + C::off_p) + (buf * C::WARPS + warp) * BM * C::PS;
+      pw[(2 * c) * C::PS + g] = pr[0];
+      pw[(2 * c + 1) * C::PS + g] = pr[1];
+      pw[(2 * c) * C::PS + g + 8] = pr[2];
+      pw[(2 * c + 1) * C::PS + g + 8] = pr[3];
+      float* pm = reinterpret_cast<float*>(smem + C::off_pm) + buf * C::WARPS * BM;
+      if (g == 0) {
+        pm[warp * BM + 2 * c] = m_run[0];
+        pm[warp * BM + 2 * c + 1] = m_run[1];
+      }
+      __syncthreads();  // every warp's tile-j P^T and max visible; every warp done with tile j - 1's PV
+      if (j >= 1) {  // so stage (j - 1) % STAGES of every warp is free: this warp's refills it
+        if (j - 1 + STAGES < ntiles) issue((j - 1) % STAGES, slot_ok(j - 1 + STAGES, next_raw));
+        cp_async_commit();
+        const int pos = pb + (j + STAGES) * BN + warp * WR + row;
+        next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
+      }
+      // M per head over the warps (the same fmaxf order in every lane, so every warp agrees):
+      // of head g for this lane's B columns, of heads 2c, 2c + 1 for its O^T columns
+      float mw[C::WARPS], mg = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < C::WARPS; ++w) {
+        mw[w] = pm[w * BM + g];
+        mg = fmaxf(mg, mw[w]);
+      }
+      const float mg_use = mg == -INFINITY ? 0.f : mg;
+      float ax[2];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx2 = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < C::WARPS; ++w) mx2 = fmaxf(mx2, pm[w * BM + 2 * c + hh]);
+        const float use = mx2 == -INFINITY ? 0.f : mx2;
+        ax[hh] = exp2f(mx_run[hh] - use);  // mx_run = -inf gives 0 (O^T is still 0)
+        mx_run[hh] = mx2;
+        mx_use[hh] = use;
+      }
+#pragma unroll
+      for (int i = 0; i < C::OT; ++i) {
+        o_acc[i][0] *= ax[0]; o_acc[i][1] *= ax[1]; o_acc[i][2] *= ax[0]; o_acc[i][3] *= ax[1];
+      }
+      // one k-step per source warp w: B = its P^T (positions 2c, 2c+1 and 2c+8, 2c+9 of head g)
+      // times exp2(m_w - M_g), A = V^T of its ring stage, this warp's dims
+      const float* pg = reinterpret_cast<const float*>(smem + C::off_p) + buf * C::WARPS * BM * C::PS + g * C::PS + 2 * c;
+#pragma unroll
+      for (int w = 0; w < C::WARPS; ++w) {
+        const float f = exp2f(mw[w] - mg_use);  // a warp with no visible position yet: 0
+        const float2 lo = *reinterpret_cast<const float2*>(pg + w * BM * C::PS);
+        const float2 hi = *reinterpret_cast<const float2*>(pg + w * BM * C::PS + 8);
+        const uint32_t b0 = pack_bf16(lo.x * f, lo.y * f), b1 = pack_bf16(hi.x * f, hi.y * f);
+        const uint32_t sV = smem_u32(smem + C::off_ring) + (w * STAGES + stage) * C::RAW_STAGE;
+#pragma unroll
+        for (int i = 0; i < C::OT; ++i) {
+          uint32_t a0, a1, a2, a3;
+          ldsm_x4_t(sV + swz(vrow, 2 * (warp * C::OT + i) + vch), a0, a1, a2, a3);
+          mma_bf16(o_acc[i], a0, a1, a2, a3, b0, b1);
+        }
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < D_V / 16; ++i) {
@@ -424,7 +522,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         mma_bf16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
       }
     }
-    if constexpr (!C::FP8 || C::REG) {
+    if constexpr ((!C::FP8 || C::REG) && !C::XPV) {
       __syncwarp();  // every lane done with this stage before it is refilled
       if (j + STAGES < ntiles) issue(stage, slot_ok(j + STAGES, next_raw));
       cp_async_commit();
@@ -440,141 +538,192 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 8);
     l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 16);
   }
-  if constexpr (C::FP8) {  // O_b^T back to its true scale
-#pragma unroll
-    for (int i = 0; i < D_V / 16; ++i) {
-      const float sc = sig[i / (D_V / 64)];  // local block
-      o_acc[i][0] *= sc; o_acc[i][1] *= sc; o_acc[i][2] *= sc; o_acc[i][3] *= sc;
-    }
-  }
-  // the warp's O^T into a merge row block at `ow`
-  auto store_o = [&](float* ow) {
-    if constexpr (C::REG) {  // O^T rows of m-tile i: dims 16 i + 2 g and 16 i + 2 g + 1
-#pragma unroll
-      for (int i = 0; i < D_V / 16; ++i) {
-        ow[(2 * c) * C::PSTR + 16 * i + 2 * g] = o_acc[i][0];
-        ow[(2 * c + 1) * C::PSTR + 16 * i + 2 * g] = o_acc[i][1];
-        ow[(2 * c) * C::PSTR + 16 * i + 2 * g + 1] = o_acc[i][2];
-        ow[(2 * c + 1) * C::PSTR + 16 * i + 2 * g + 1] = o_acc[i][3];
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < D_V / 16; ++i) {
-        ow[(2 * c) * C::PSTR + 16 * i + g] = o_acc[i][0];
-        ow[(2 * c + 1) * C::PSTR + 16 * i + g] = o_acc[i][1];
-        ow[(2 * c) * C::PSTR + 16 * i + g + 8] = o_acc[i][2];
-        ow[(2 * c + 1) * C::PSTR + 16 * i + g + 8] = o_acc[i][3];
-      }
-    }
-  };
-  // one (head row r, dims d..d+3) unit merged: normalize by l, write out (S == 1) or the partial
-  auto write_unit = [&](int h, int d, float4 acc, float l, float mref) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const float lse2 = l > 0.f ? mref + log2f(l) : -INFINITY;
-    const int64_t grow = (int64_t)t * p.H + h;
-    if (p.S == 1) {
-      __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)h * p.o_sh + d;
-      uint2 pk;
-      pk.x = pack_bf16(acc.x * inv, acc.y * inv);
-      pk.y = pack_bf16(acc.z * inv, acc.w * inv);
-      *reinterpret_cast<uint2*>(dst) = pk;
-      if (p.lse && d == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
-    } else {
-      part_t* dst = part_ptr(p.ws_o) + ((int64_t)s * rows_total + grow) * D_V + d;
-      part_put4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-      if (d == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
-    }
-  };
-  __syncthreads();  // every warp done with its ring: it becomes the merge space
-  if constexpr (C::MERGE_ROUNDS == 1) {
-    float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [WARPS][8][PSTR]
-    float* mm = mo + C::WARPS * BM * C::PSTR;                  // [WARPS][8] max (log2 units)
-    float* ml = mm + C::WARPS * BM;                            // [WARPS][8] sum
-    store_o(mo + warp * BM * C::PSTR);
+  if constexpr (C::XPV) {
+    // ---- l = sum_w l_w exp2(m_w - M) per head; each warp normalizes and writes its own dims ----
+    float* pl = reinterpret_cast<float*>(smem + C::off_pl);  // [WARPS][8]
     if (g == 0) {
-      mm[warp * BM + 2 * c] = m_run[0];
-      mm[warp * BM + 2 * c + 1] = m_run[1];
-      ml[warp * BM + 2 * c] = l_run[0];
-      ml[warp * BM + 2 * c + 1] = l_run[1];
+      pl[warp * BM + 2 * c] = l_run[0];
+      pl[warp * BM + 2 * c + 1] = l_run[1];
     }
     __syncthreads();
-    // ---- merge the warps in fixed order, normalize, write: thread = (head, 4 dims) units ----
-    for (int u = tid; u < BM * (D_V / 4); u += C::THREADS) {
-      const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
-      const int h = h0 + r;
-      if (h >= p.H) continue;
-      float mx = -INFINITY;
+    const float* pm = reinterpret_cast<const float*>(smem + C::off_pm) + ((ntiles - 1) & 1) * C::WARPS * BM;
+    float inv[2], lse2[2];
 #pragma unroll
-      for (int w = 0; w < C::WARPS; ++w) mx = fmaxf(mx, mm[w * BM + r]);
-      const float mref = mx == -INFINITY ? 0.f : mx;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int hh = 0; hh < 2; ++hh) {
       float l = 0.f;
 #pragma unroll
-      for (int w = 0; w < C::WARPS; ++w) {
-        const float wt = exp2f(mm[w * BM + r] - mref);  // an empty warp: exp2(-inf) = 0, its O is 0
-        const float4 v = *reinterpret_cast<const float4*>(mo + (w * BM + r) * C::PSTR + d);
-        acc.x += wt * v.x;
-        acc.y += wt * v.y;
-        acc.z += wt * v.z;
-        acc.w += wt * v.w;
-        l += wt * ml[w * BM + r];
+      for (int w = 0; w < C::WARPS; ++w) l += pl[w * BM + 2 * c + hh] * exp2f(pm[w * BM + 2 * c + hh] - mx_use[hh]);
+      inv[hh] = l > 0.f ? 1.f / l : 0.f;
+      lse2[hh] = l > 0.f ? mx_use[hh] + log2f(l) : -INFINITY;
+    }
+    // lane (g, c) holds dims d0 + g and d0 + g + 8 of heads 2c, 2c + 1; the lanes of g and g ^ 1
+    // swap one value so that each writes two consecutive dims: even g (d0 + g, +1), odd g (d0 + g + 7, +8)
+#pragma unroll
+    for (int i = 0; i < C::OT; ++i) {
+      const int d0 = 16 * (warp * C::OT + i);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float a = o_acc[i][hh] * inv[hh], b = o_acc[i][2 + hh] * inv[hh];
+        const float recv = __shfl_xor_sync(0xffffffffu, (g & 1) ? a : b, 4);
+        const float lo = (g & 1) ? recv : a, hi = (g & 1) ? b : recv;
+        const int d = d0 + g + ((g & 1) ? 7 : 0), h = h0 + 2 * c + hh;
+        if (h >= p.H) continue;
+        const int64_t grow = (int64_t)t * p.H + h;
+        if (p.S == 1)
+          *reinterpret_cast<uint32_t*>(p.o + (int64_t)t * p.o_st + (int64_t)h * p.o_sh + d) = pack_bf16(lo, hi);
+        else
+          part_put2(part_ptr(p.ws_o) + ((int64_t)s * rows_total + grow) * D_V + d, lo, hi);
       }
-      write_unit(h, d, acc, l, mref);
+    }
+    if (warp == 0 && g == 0) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int h = h0 + 2 * c + hh;
+        if (h >= p.H) continue;
+        const int64_t grow = (int64_t)t * p.H + h;
+        if (p.S > 1)
+          p.ws_lse[(int64_t)s * rows_total + grow] = lse2[hh];
+        else if (p.lse)
+          p.lse[grow] = lse2[hh] * 0.6931471805599453f;
+      }
     }
   } else {
-    // The drained ring holds only MERGE_CAP warps' O^T: m, l of every warp first, then the warps'
-    // O^T in rounds of MERGE_CAP, each unit accumulated in registers in the same warp order (the
-    // same sums as one round). The merge space starts at Q (drained too).
-    float* mm = reinterpret_cast<float*>(smem);  // [WARPS][8] max (log2 units)
-    float* ml = mm + C::WARPS * BM;              // [WARPS][8] sum
-    float* mo = ml + C::WARPS * BM;              // [MERGE_CAP][8][PSTR]
-    constexpr int UNITS = BM * (D_V / 4), UPT = (UNITS + C::THREADS - 1) / C::THREADS;
-    if (g == 0) {
-      mm[warp * BM + 2 * c] = m_run[0];
-      mm[warp * BM + 2 * c + 1] = m_run[1];
-      ml[warp * BM + 2 * c] = l_run[0];
-      ml[warp * BM + 2 * c + 1] = l_run[1];
-    }
-    float4 acc[UPT];
-    float lsum[UPT], mref[UPT];
+    if constexpr (C::FP8) {  // O_b^T back to its true scale
 #pragma unroll
-    for (int k = 0; k < UPT; ++k) {
-      acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-      lsum[k] = 0.f;
-      mref[k] = 0.f;
+      for (int i = 0; i < D_V / 16; ++i) {
+        const float sc = sig[i / (D_V / 64)];  // local block
+        o_acc[i][0] *= sc; o_acc[i][1] *= sc; o_acc[i][2] *= sc; o_acc[i][3] *= sc;
+      }
     }
-#pragma unroll 1
-    for (int rd = 0; rd < C::MERGE_ROUNDS; ++rd) {
-      const int w0 = rd * C::MERGE_CAP, w1 = min(C::WARPS, w0 + C::MERGE_CAP);
-      if (warp >= w0 && warp < w1) store_o(mo + (warp - w0) * BM * C::PSTR);
+    // the warp's O^T into a merge row block at `ow`
+    auto store_o = [&](float* ow) {
+      if constexpr (C::REG) {  // O^T rows of m-tile i: dims 16 i + 2 g and 16 i + 2 g + 1
+#pragma unroll
+        for (int i = 0; i < D_V / 16; ++i) {
+          ow[(2 * c) * C::PSTR + 16 * i + 2 * g] = o_acc[i][0];
+          ow[(2 * c + 1) * C::PSTR + 16 * i + 2 * g] = o_acc[i][1];
+          ow[(2 * c) * C::PSTR + 16 * i + 2 * g + 1] = o_acc[i][2];
+          ow[(2 * c + 1) * C::PSTR + 16 * i + 2 * g + 1] = o_acc[i][3];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < D_V / 16; ++i) {
+          ow[(2 * c) * C::PSTR + 16 * i + g] = o_acc[i][0];
+          ow[(2 * c + 1) * C::PSTR + 16 * i + g] = o_acc[i][1];
+          ow[(2 * c) * C::PSTR + 16 * i + g + 8] = o_acc[i][2];
+          ow[(2 * c + 1) * C::PSTR + 16 * i + g + 8] = o_acc[i][3];
+        }
+      }
+    };
+    // one (head row r, dims d..d+3) unit merged: normalize by l, write out (S == 1) or the partial
+    auto write_unit = [&](int h, int d, float4 acc, float l, float mref) {
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float lse2 = l > 0.f ? mref + log2f(l) : -INFINITY;
+      const int64_t grow = (int64_t)t * p.H + h;
+      if (p.S == 1) {
+        __nv_bfloat16* dst = p.o + (int64_t)t * p.o_st + (int64_t)h * p.o_sh + d;
+        uint2 pk;
+        pk.x = pack_bf16(acc.x * inv, acc.y * inv);
+        pk.y = pack_bf16(acc.z * inv, acc.w * inv);
+        *reinterpret_cast<uint2*>(dst) = pk;
+        if (p.lse && d == 0) p.lse[grow] = lse2 * 0.6931471805599453f;
+      } else {
+        part_t* dst = part_ptr(p.ws_o) + ((int64_t)s * rows_total + grow) * D_V + d;
+        part_put4(dst, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+        if (d == 0) p.ws_lse[(int64_t)s * rows_total + grow] = lse2;
+      }
+    };
+    __syncthreads();  // every warp done with its ring: it becomes the merge space
+    if constexpr (C::MERGE_ROUNDS == 1) {
+      float* mo = reinterpret_cast<float*>(smem + C::off_ring);  // [WARPS][8][PSTR]
+      float* mm = mo + C::WARPS * BM * C::PSTR;                  // [WARPS][8] max (log2 units)
+      float* ml = mm + C::WARPS * BM;                            // [WARPS][8] sum
+      store_o(mo + warp * BM * C::PSTR);
+      if (g == 0) {
+        mm[warp * BM + 2 * c] = m_run[0];
+        mm[warp * BM + 2 * c + 1] = m_run[1];
+        ml[warp * BM + 2 * c] = l_run[0];
+        ml[warp * BM + 2 * c + 1] = l_run[1];
+      }
       __syncthreads();
+      // ---- merge the warps in fixed order, normalize, write: thread = (head, 4 dims) units ----
+      for (int u = tid; u < BM * (D_V / 4); u += C::THREADS) {
+        const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
+        const int h = h0 + r;
+        if (h >= p.H) continue;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < C::WARPS; ++w) mx = fmaxf(mx, mm[w * BM + r]);
+        const float mref = mx == -INFINITY ? 0.f : mx;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        float l = 0.f;
+#pragma unroll
+        for (int w = 0; w < C::WARPS; ++w) {
+          const float wt = exp2f(mm[w * BM + r] - mref);  // an empty warp: exp2(-inf) = 0, its O is 0
+          const float4 v = *reinterpret_cast<const float4*>(mo + (w * BM + r) * C::PSTR + d);
+          acc.x += wt * v.x;
+          acc.y += wt * v.y;
+          acc.z += wt * v.z;
+          acc.w += wt * v.w;
+          l += wt * ml[w * BM + r];
+        }
+        write_unit(h, d, acc, l, mref);
+      }
+    } else {
+      // The drained ring holds only MERGE_CAP warps' O^T: m, l of every warp first, then the warps'
+      // O^T in rounds of MERGE_CAP, each unit accumulated in registers in the same warp order (the
+      // same sums as one round). The merge space starts at Q (drained too).
+      float* mm = reinterpret_cast<float*>(smem);  // [WARPS][8] max (log2 units)
+      float* ml = mm + C::WARPS * BM;              // [WARPS][8] sum
+      float* mo = ml + C::WARPS * BM;              // [MERGE_CAP][8][PSTR]
+      constexpr int UNITS = BM * (D_V / 4), UPT = (UNITS + C::THREADS - 1) / C::THREADS;
+      if (g == 0) {
+        mm[warp * BM + 2 * c] = m_run[0];
+        mm[warp * BM + 2 * c + 1] = m_run[1];
+        ml[warp * BM + 2 * c] = l_run[0];
+        ml[warp * BM + 2 * c + 1] = l_run[1];
+      }
+      float4 acc[UPT];
+      float lsum[UPT], mref[UPT];
+#pragma unroll
+      for (int k = 0; k < UPT; ++k) {
+        acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        lsum[k] = 0.f;
+        mref[k] = 0.f;
+      }
+#pragma unroll 1
+      for (int rd = 0; rd < C::MERGE_ROUNDS; ++rd) {
+        const int w0 = rd * C::MERGE_CAP, w1 = min(C::WARPS, w0 + C::MERGE_CAP);
+        if (warp >= w0 && warp < w1) store_o(mo + (warp - w0) * BM * C::PSTR);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < UPT; ++k) {
+          const int u = tid + k * C::THREADS;
+          const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
+          if (u >= UNITS || h0 + r >= p.H) continue;
+          if (rd == 0) {
+            float mx = -INFINITY;
+            for (int w = 0; w < C::WARPS; ++w) mx = fmaxf(mx, mm[w * BM + r]);
+            mref[k] = mx == -INFINITY ? 0.f : mx;
+          }
+          for (int w = w0; w < w1; ++w) {
+            const float wt = exp2f(mm[w * BM + r] - mref[k]);  // an empty warp: exp2(-inf) = 0, its O is 0
+            const float4 v = *reinterpret_cast<const float4*>(mo + ((w - w0) * BM + r) * C::PSTR + d);
+            acc[k].x += wt * v.x;
+            acc[k].y += wt * v.y;
+            acc[k].z += wt * v.z;
+            acc[k].w += wt * v.w;
+            lsum[k] += wt * ml[w * BM + r];
+          }
+        }
+        __syncthreads();  // this round's slots read before the next round writes them
+      }
 #pragma unroll
       for (int k = 0; k < UPT; ++k) {
         const int u = tid + k * C::THREADS;
         const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
-        if (u >= UNITS || h0 + r >= p.H) continue;
-        if (rd == 0) {
-          float mx = -INFINITY;
-          for (int w = 0; w < C::WARPS; ++w) mx = fmaxf(mx, mm[w * BM + r]);
-          mref[k] = mx == -INFINITY ? 0.f : mx;
-        }
-        for (int w = w0; w < w1; ++w) {
-          const float wt = exp2f(mm[w * BM + r] - mref[k]);  // an empty warp: exp2(-inf) = 0, its O is 0
-          const float4 v = *reinterpret_cast<const float4*>(mo + ((w - w0) * BM + r) * C::PSTR + d);
-          acc[k].x += wt * v.x;
-          acc[k].y += wt * v.y;
-          acc[k].z += wt * v.z;
-          acc[k].w += wt * v.w;
-          lsum[k] += wt * ml[w * BM + r];
-        }
+        if (u < UNITS && h0 + r < p.H) write_unit(h0 + r, d, acc[k], lsum[k], mref[k]);
       }
-      __syncthreads();  // this round's slots read before the next round writes them
-    }
-#pragma unroll
-    for (int k = 0; k < UPT; ++k) {
-      const int u = tid + k * C::THREADS;
-      const int r = u / (D_V / 4), d = (u % (D_V / 4)) * 4;
-      if (u < UNITS && h0 + r < p.H) write_unit(h0 + r, d, acc[k], lsum[k], mref[k]);
     }
   }
   DSAV_SPLIT_STAMP(4, dsav_now());
