@@ -3,7 +3,8 @@
 # step runs in its own process with PYTHONPATH on that copy (the JIT cache keys on the sources, so trees never mix).
 # Run from the repo root; uses R, L, OUT, lim and say (call_budget.sh).
 #   dsa_tree T [N=V..]   /tmp/dsaT = the checkout's kernels/, each macro N defined as V ahead of dsa_verify_params.h
-#   dsa_build T..        the JIT build of each tree, in parallel; waits
+#   dsa_build T..        the JIT build of each tree, in parallel; waits. T:exp is tree T's experimental build
+#                        (tiles.EXPERIMENTAL_CONFIGS, e.g. n8x), which a step naming such a config would build first
 #   dsa_build_trace T..  the DSAV_TRACE build of each tree, in the background (dsa_trace waits for it)
 #   dsa_bench_ab N SHAPES ROUNDS T..  dsa_bench --shapes SHAPES (no peers) of each tree in turn, ROUNDS times
 #                        -> $OUT/bench_T_i.json; N = each run's timeout in s (or what is left); then the per-shape
@@ -12,6 +13,8 @@
 #                        (no peers; ours and the alternative in one process) -> $OUT/bench_T_CFG_S.json, the pairs
 #                        to the log
 #   dsa_parity T N ARGS..  dsa_parity --json ARGS on tree T -> $OUT/parity_T.json, its summary and failures to the log
+#   dsa_san T TOOL N CASES CFG  compute-sanitizer TOOL (memcheck, racecheck, synccheck) on dsa_parity --cases CASES
+#                        --configs CFG (no graphs, no peer) on tree T -> $OUT/san_T_TOOL.log; its summary lines to the log
 #   dsa_trace T N        dsa_bench --trace (the per-CTA timeline of the headline shape) -> $OUT/trace_T.json, its
 #                        medians to the log
 dsa_tree() {
@@ -29,7 +32,12 @@ dsa_in() {  # dsa_in T CMD..: CMD in tree T's kernels/ folder
 _dsa_load() { dsa_in "$1" python3 -c "from dsa_verify._build import $2; $2('sm_90a')" >>"$L" 2>&1; }
 dsa_build() {
   local t
-  for t in "$@"; do _dsa_load "$t" load_jit & done
+  for t in "$@"; do
+    case $t in
+      *:exp) _dsa_load "${t%:exp}" load_experimental & ;;
+      *) _dsa_load "$t" load_jit & ;;
+    esac
+  done
   wait
 }
 DSA_TRACE_PIDS=""
@@ -67,6 +75,13 @@ dsa_parity() {
     >/dev/null 2>>"$OUT/err.txt"
   echo "parity $t rc=$?" | tee -a "$L"
   python3 "$R/tests/device/dsa_ab.py" parity "$OUT/parity_$t.json" 2>&1 | tee -a "$L"
+}
+dsa_san() {
+  local t=$1 tool=$2 n=$3 cases=$4 cfg=$5 f=$OUT/san_$1_$2.log
+  dsa_in "$t" timeout "$(lim "$n")" compute-sanitizer --tool "$tool" --kernel-name kns=dsa_verify --print-limit 20 \
+    python3 -m verify_tools.dsa_parity --json --cases "$cases" --configs "$cfg" --no-graph --no-peer >"$f" 2>&1
+  echo "san $t $tool rc=$? (124: timed out)" | tee -a "$L"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Race reported|\"summary\"" "$f" | head -5 | tee -a "$L"
 }
 dsa_trace() {
   local t=$1 n=$2 p

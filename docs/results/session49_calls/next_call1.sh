@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in session 49 (device lending paused after six failed starts: never ran), for the next session, ~460 s, no
+# Superseded in session 50 by docs/results/session50_calls/next_call1.sh (n8x) and next_call2.sh (this DSA half,
+# trimmed, and the dense half).
 # carry:   bash docs/results/session49_calls/next_call1.sh   (run timeout ~500)
 # 1. The DSA call (dsa_call.sh, held to DSA_S = 240 s; its files under $OUT/dsa): bf16 partials A/B, parity, n8 split
 #    counts, timeline.
