@@ -155,7 +155,10 @@ N8RS = TileConfig("n8rs", 11, 8, 32, 2, 2, kind="n8", reg=True)
 # positions): no 64 KB end merge of the warps' O^T. For splits of one or two tiles (B=1 latency regime);
 # a ring stage is refilled one barrier later than in n8 (docs/kernels/dsa-verify-notes.md, session 50).
 N8X = TileConfig("n8x", 14, 8, 64, 2, 4, kind="n8", pv_by_dims=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, N8X)}
+# n8x8: n8x with 8 warps (BN 128, 64 dims each in the PV) and one stage, freed by a second barrier per tile:
+# at 16 splits one 128-position tile per split with all 8 warps' rows in flight at once
+N8X8 = TileConfig("n8x8", 15, 8, 128, 1, 8, kind="n8", pv_by_dims=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, N8X, N8X8)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.

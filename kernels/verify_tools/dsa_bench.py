@@ -488,6 +488,7 @@ def trace(device, reps: int) -> dict:
     caches = {"bf16": kv, "fp8": quantize_cache(kv)}
     res = {}
     variants = [("auto", None), ("m16", 32), ("n8", 32), ("n8", 16), ("n8", 8), ("n8s", 64), ("n8x", 32), ("n8x", 16)]
+    variants += [("n8x8", 16)]
     for kvname, cache in caches.items():
         for cfg, S in variants:
             if kvname == "fp8" and cfg in BF16_ONLY:

@@ -483,6 +483,7 @@ def test_parity_config_labels():
     # n8x: n8's kernel template over CfgX<WARPS, STAGES> (bf16 only)
     n8x = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgXILi4ELi2EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(n8x) == (tiles.N8X, False)
+    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2", "ILi8ELi1")) == (tiles.N8X8, False)
     assert tiles.config_for_mangled(n8x.replace("ILi4ELi2", "ILi8ELi2")) is None  # no such config
 
 
@@ -628,7 +629,7 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True), ("n8x", False)}  # n8rs: fp8 only; n8x: bf16 only
+    assert set(got) == {("n8rs", True), ("n8x", False), ("n8x8", False)}  # n8rs: fp8 only; n8x, n8x8: bf16 only
     for (name, fp8), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
@@ -637,7 +638,8 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     # n8rs: within sm_120a's 99 KiB per block, but one CTA (2 warps) per sm_120 SM
     assert tiles.N8RS.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"] and tiles.sm120_ctas_per_sm(tiles.N8RS, True) == 1
     # n8x: 4 warps of 16 positions; with the dims split 4 ways a warp holds 32 O^T accumulators, not n8's 128
-    assert got[("n8x", False)]["registers"] < 168
+    # (n8x8: 16)
+    assert got[("n8x", False)]["registers"] < 168 and got[("n8x8", False)]["registers"] < 168
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
@@ -721,7 +723,7 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs", "n8x"}
+    assert exp == {"n8rs", "n8x", "n8x8"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
@@ -732,6 +734,8 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     assert (cfg.name, S, chunk) == ("n8x", 32, 64)  # the B=1 headline: one 64-position tile per split
     with pytest.raises(ValueError, match="bf16 .* cache only"):
         plan(8, 2048, 4, True, "n8x")
+    # n8x8: 128-position tiles, so 32 splits asked become 16 of one tile each
+    assert plan(8, 2048, 4, False, "n8x8", num_splits=32)[1:4] == (tiles.N8X8, 16, 128)
     with pytest.raises(ValueError, match="sm_90a only"):
         _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rs")
     assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))

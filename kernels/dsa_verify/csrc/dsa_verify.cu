@@ -40,7 +40,9 @@
 // DSAV_EXPERIMENTAL=1 (the experimental JIT build only, never phase 0's build or the prebuilt
 // library) adds cfg 11 "n8rs": n8r's path with 2 warps (60,048 B; one CTA, so 2 warps, per sm_120
 // SM: slower than n8rw there), cfg 14 "n8x" (bf16 only: n8's S phase with the PV split by dims
-// across the 4 warps, one barrier per tile, no end merge of O^T; 163,232 B; dsa_verify_n8.cuh CfgX)
+// across the 4 warps, one barrier per tile, no end merge of O^T; 163,232 B; dsa_verify_n8.cuh CfgX),
+// cfg 15 "n8x8" (n8x with 8 warps of 16 positions, BN 128, one stage: a second barrier per tile
+// frees it; 169,760 B)
 // and the sm_120 occupancy emulation (set_sm120_occupancy) that measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8; w64's experimental variants were measured and removed or shipped: session 13-15 notes.)
@@ -76,6 +78,7 @@ using W64F = CfgW<true>;
 #if DSAV_EXP90
 using N8RSF = CfgN<2, 2, true, true>;
 using N8XB = CfgX<4, 2>;
+using N8X8B = CfgX<8, 1>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -266,6 +269,7 @@ static bool with_config(int cfg, bool fp8, F&& f) {
 #if DSAV_EXP90
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
     case 14: if (fp8) return false; f(Tag<N8XB>{}); return true;  // bf16 only
+    case 15: if (fp8) return false; f(Tag<N8X8B>{}); return true;  // bf16 only
 #endif
     default: return false;
   }

@@ -88,9 +88,9 @@ struct CfgN {
 // At the end l = sum_w l_w exp2(m_w - M) from shared memory; each warp normalizes and writes its
 // own dims: no O^T merge through shared memory (n8's 64 KB at 4 warps). Every warp reads every
 // warp's ring stage, so a stage is refilled one barrier later than in n8 (after the next tile's
-// barrier): for splits of one or two tiles (B <= 2), where n8's end merge is a large part of the
-// call. Shared memory: n8's + P [2][WARPS][8][PS] fp32 (double-buffered by tile parity) +
-// maxima [2][WARPS][8] + sums [WARPS][8].
+// barrier; with one stage, after a second barrier behind the tile's PV): for splits of one or two
+// tiles (B <= 2), where n8's end merge is a large part of the call. Shared memory: n8's + P
+// [2][WARPS][8][PS] fp32 (double-buffered by tile parity) + maxima [2][WARPS][8] + sums [WARPS][8].
 template <int WARPS_, int STAGES_>
 struct CfgX : CfgN<WARPS_, STAGES_, false> {
   using Base = CfgN<WARPS_, STAGES_, false>;
@@ -219,11 +219,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
 
   for (int j = 0; j < ntiles; ++j) {
     const int stage = j % STAGES;
-    if constexpr (C::XPV) {  // tile j >= 1 was issued after barrier j - 1: STAGES - 2 tiles ahead of it
+    if constexpr (C::XPV) {  // tile j >= 1 was issued after barrier j - 1 (STAGES = 1: after tile j - 1's PV)
       if (j == 0)
         cp_async_wait<STAGES - 1>();
       else
-        cp_async_wait<STAGES - 2>();
+        cp_async_wait<(STAGES >= 2 ? STAGES - 2 : 0)>();
     } else {
       cp_async_wait<STAGES - 1>();
     }
@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
         pm[warp * BM + 2 * c + 1] = m_run[1];
       }
       __syncthreads();  // every warp's tile-j P^T and max visible; every warp done with tile j - 1's PV
-      if (j >= 1) {  // so stage (j - 1) % STAGES of every warp is free: this warp's refills it
+      if (STAGES >= 2 && j >= 1) {  // so stage (j - 1) % STAGES of every warp is free: this warp refills it
         if (j - 1 + STAGES < ntiles) issue((j - 1) % STAGES, slot_ok(j - 1 + STAGES, next_raw));
         cp_async_commit();
         const int pos = pb + (j + STAGES) * BN + warp * WR + row;
@@ -505,6 +505,13 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
           ldsm_x4_t(sV + swz(vrow, 2 * (warp * C::OT + i) + vch), a0, a1, a2, a3);
           mma_bf16(o_acc[i], a0, a1, a2, a3, b0, b1);
         }
+      }
+      if constexpr (STAGES == 1) {  // one stage: a second barrier frees it once every warp's PV(j) is done
+        __syncthreads();
+        if (j + 1 < ntiles) issue(0, slot_ok(j + 1, next_raw));
+        cp_async_commit();
+        const int pos = pb + (j + 2) * BN + warp * WR + row;
+        next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
       }
     } else {
 #pragma unroll
