@@ -13,8 +13,9 @@
 #                        (no peers; ours and the alternative in one process) -> $OUT/bench_T_CFG_S.json, the pairs
 #                        to the log
 #   dsa_parity T N ARGS..  dsa_parity --json ARGS on tree T -> $OUT/parity_T.json, its summary and failures to the log
-#   dsa_san T TOOL N CASES CFG  compute-sanitizer TOOL (memcheck, racecheck, synccheck) on dsa_parity --cases CASES
-#                        --configs CFG (no graphs, no peer) on tree T -> $OUT/san_T_TOOL.log; its summary lines to the log
+#   dsa_san T TOOL N CASES CFG  compute-sanitizer TOOL (memcheck, racecheck, synccheck) on dsa_parity --cases
+#                        CASES --configs CFG (no graphs, no peer) on tree T -> $OUT/san_T_TOOL.log; its summary lines
+#                        to the log
 #   dsa_trace T N        dsa_bench --trace (the per-CTA timeline of the headline shape) -> $OUT/trace_T.json, its
 #                        medians to the log
 dsa_tree() {

@@ -42,8 +42,8 @@
 // SM: slower than n8rw there), cfg 14 "n8x" (bf16 only: n8's S phase with the PV split by dims
 // across the 4 warps, one barrier per tile, no end merge of O^T; 163,232 B; dsa_verify_n8.cuh CfgX),
 // cfg 15 "n8x8" (n8x with 8 warps of 16 positions, BN 128, one stage: a second barrier per tile
-// frees it; 169,760 B)
-// and the sm_120 occupancy emulation (set_sm120_occupancy) that measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
+// frees it; 169,760 B) and the sm_120 occupancy emulation (set_sm120_occupancy) that measures
+// sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8; w64's experimental variants were measured and removed or shipped: session 13-15 notes.)
 #ifndef DSAV_EXPERIMENTAL

@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
 
   for (int j = 0; j < ntiles; ++j) {
     const int stage = j % STAGES;
-    if constexpr (C::XPV) {  // tile j >= 1 was issued after barrier j - 1 (STAGES = 1: after tile j - 1's PV)
+    if constexpr (C::XPV) {  // from tile 1 on, STAGES - 2 groups follow tile j's: tile k >= STAGES is
+                             // issued after barrier k - STAGES + 1 (STAGES = 1: after tile k - 1's PV)
       if (j == 0)
         cp_async_wait<STAGES - 1>();
       else
@@ -491,7 +492,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       }
       // one k-step per source warp w: B = its P^T (positions 2c, 2c+1 and 2c+8, 2c+9 of head g)
       // times exp2(m_w - M_g), A = V^T of its ring stage, this warp's dims
-      const float* pg = reinterpret_cast<const float*>(smem + C::off_p) + buf * C::WARPS * BM * C::PS + g * C::PS + 2 * c;
+      const float* pg =
+          reinterpret_cast<const float*>(smem + C::off_p) + buf * C::WARPS * BM * C::PS + g * C::PS + 2 * c;
 #pragma unroll
       for (int w = 0; w < C::WARPS; ++w) {
         const float f = exp2f(mw[w] - mg_use);  // a warp with no visible position yet: 0
