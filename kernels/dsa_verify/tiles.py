@@ -19,8 +19,9 @@ use mma.sync m16n8k16. Three kinds:
   tile (BN = 16 * WARPS) with its own STAGES-deep ring. Shared memory: Q 8*1152 +
   WARPS*STAGES*16 raw rows + (fp8) WARPS*16*1152 converted rows (f16 nope, bf16 rope) +
   WARPS*STAGES*4 mask words + (fp8) 8*4 fp32 Q block exponents + WARPS*16*4 fp32 scales.
-  n8x (experimental, bf16 only, CfgX<WARPS, STAGES>) is n8 with the PV split by dims across the warps
-  (pv_by_dims): n8's bytes rounded up to 16 + P^T 2*WARPS*8*24*4 + maxima 2*WARPS*8*4 + sums WARPS*8*4.
+  n8x (experimental, CfgX<WARPS, STAGES, FP8>) is n8 with the PV split by dims across the warps
+  (pv_by_dims; bf16 only, or with reg fp8 only): n8's bytes rounded up to 16 + P^T 2*WARPS*8*24*4 +
+  maxima 2*WARPS*8*4 + sums WARPS*8*4 + (fp8) the warps' tile maxima of |scale| 2*WARPS*4*4.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class TileConfig:
     warps_override: int = 0  # the Cfg<> WARPS_ argument (0: 4 * PV row warps); CfgN: its WARPS
     kind: str = "m"  # "m": heads in the mma M (Cfg<>); "n8": 8 heads in the mma N (CfgN<>); "wg": wgmma (CfgW<>)
     reg: bool = False  # CfgN REG: fp8 only, e4m3 converted in registers (no f16 tile; Q16 rows)
-    pv_by_dims: bool = False  # CfgX (n8x): bf16 only, warp w's PV over dims [512/WARPS * w, ...) of every warp's P
+    pv_by_dims: bool = False  # CfgX (n8x): warp w's PV over dims [512/WARPS * w, ...) of every warp's P
 
     @property
     def fp8_only(self) -> bool:
@@ -53,8 +54,8 @@ class TileConfig:
 
     @property
     def bf16_only(self) -> bool:
-        """n8x's split PV is built for bf16 rows only: the config has no fp8 kernel."""
-        return self.pv_by_dims
+        """A split PV (n8x) without REG is built for bf16 rows only: the config has no fp8 kernel."""
+        return self.pv_by_dims and not self.reg
 
     @property
     def kv_kinds(self) -> tuple[bool, ...]:
@@ -86,11 +87,14 @@ class TileConfig:
             cvt = w * 16 * BF_ROW if fp8 and not self.reg else 0
             raw_row = FP8_ROW if fp8 else BF_ROW
             head = bm * BF_ROW + q16 + w * st * 16 * raw_row + cvt
-            if self.pv_by_dims:  # P^T [2][w][8][24] fp32, maxima [2][w][8], sums [w][8]
-                return -(-(head + w * st * 4) // 16) * 16 + 2 * w * bm * 24 * 4 + 2 * w * bm * 4 + w * bm * 4
             if not fp8:
-                return head + w * st * 4
-            return -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16)
+                n8 = head + w * st * 4
+            else:
+                n8 = -(-(head + w * st * 4) // 16) * 16 + bm * 16 + (0 if self.reg else w * 16 * 16)
+            if not self.pv_by_dims:
+                return n8
+            # CfgX: P^T [2][w][8][24] fp32, maxima [2][w][8], sums [w][8], (fp8) tile maxima [2][w][4]
+            return -(-n8 // 16) * 16 + 2 * w * bm * 24 * 4 + 2 * w * bm * 4 + w * bm * 4 + (2 * w * 4 * 4 if fp8 else 0)
         tg = self.warps // (bm // 16)
         raw = bn * (FP8_ROW if fp8 else BF_ROW)
         return (
@@ -158,7 +162,11 @@ N8X = TileConfig("n8x", 14, 8, 64, 2, 4, kind="n8", pv_by_dims=True)
 # n8x8: n8x with 8 warps (BN 128, 64 dims each in the PV) and one stage, freed by a second barrier per tile:
 # at 16 splits one 128-position tile per split with all 8 warps' rows in flight at once
 N8X8 = TileConfig("n8x8", 15, 8, 128, 1, 8, kind="n8", pv_by_dims=True)
-EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, N8X, N8X8)}
+# n8xr (fp8 only): n8x with n8r's in-register e4m3 path; warp w's 128 dims are scale block w, whose sigma
+# the consumer keeps over every warp's rows. n8xrs: one stage (66,704 B), within an sm_120 SM's 99 KiB
+N8XR = TileConfig("n8xr", 16, 8, 64, 2, 4, kind="n8", reg=True, pv_by_dims=True)
+N8XRS = TileConfig("n8xrs", 17, 8, 64, 1, 4, kind="n8", reg=True, pv_by_dims=True)
+EXPERIMENTAL_CONFIGS = {c.name: c for c in (N8RS, N8X, N8X8, N8XR, N8XRS)}
 # sm_120 (RTX Blackwell) shared memory per SM and reserved per block (bytes; CUDA's table per compute
 # capability; registers per SM are as on sm_90): the one source of the numbers the sm_120 occupancy
 # emulation (api.emulate_sm120_occupancy -> the experimental build's set_sm120_occupancy) pads to.
@@ -194,11 +202,13 @@ def config_for_mangled(name: str):
     if w:
         return W64, bool(int(w.group(1)))
 
-    x = re.search(r"CfgXILi(\d+)ELi(\d+)EE", name)
+    x = re.search(r"CfgXILi(\d+)ELi(\d+)ELb([01])EE", name)
     if x:
-        key = (int(x.group(1)), int(x.group(2)))
-        cx = next((c for c in EXPERIMENTAL_CONFIGS.values() if c.pv_by_dims and (c.warps, c.stages) == key), None)
-        return None if cx is None else (cx, False)
+        key = (int(x.group(1)), int(x.group(2)), x.group(3) == "1")
+        cx = next(
+            (c for c in EXPERIMENTAL_CONFIGS.values() if c.pv_by_dims and (c.warps, c.stages, c.reg) == key), None
+        )
+        return None if cx is None else (cx, key[2])
     n = re.search(r"CfgNILi(\d+)ELi(\d+)ELb([01])ELb([01])E", name)
     if n:
         w, st, f, reg = (int(x) for x in n.groups())

@@ -389,8 +389,11 @@ def shape_bytes(d: dict, H: int, row_bytes: int, shared: bool) -> tuple[int, int
     return byt, n_used
 
 
-# Tile configs with no fp8 kernel (n8x): the trace and --alt-config skip their fp8 rows, saying so.
-BF16_ONLY = {c.name for c in (*tiles.CONFIGS.values(), *tiles.EXPERIMENTAL_CONFIGS.values()) if c.bf16_only}
+def has_kernel(config: str, fp8: bool) -> bool:
+    """Whether a tile config (a name, or "auto") has a kernel for the cache kind: fp8-only configs (n8r, n8xr) have
+    no bf16 kernel, bf16-only ones (n8x) no fp8 kernel. The trace and --alt-config skip such rows, saying so."""
+    cfg = tiles.CONFIGS.get(config) or tiles.EXPERIMENTAL_CONFIGS.get(config)
+    return cfg is None or fp8 in cfg.kv_kinds
 
 
 def diag(device, reps: int) -> dict:
@@ -488,11 +491,11 @@ def trace(device, reps: int) -> dict:
     caches = {"bf16": kv, "fp8": quantize_cache(kv)}
     res = {}
     variants = [("auto", None), ("m16", 32), ("n8", 32), ("n8", 16), ("n8", 8), ("n8s", 64), ("n8x", 32), ("n8x", 16)]
-    variants += [("n8x8", 16)]
+    variants += [("n8x8", 16), ("n8xr", 32), ("n8xr", 16)]
     for kvname, cache in caches.items():
         for cfg, S in variants:
-            if kvname == "fp8" and cfg in BF16_ONLY:
-                continue  # no fp8 kernel (n8x)
+            if not has_kernel(cfg, kvname == "fp8"):
+                continue  # n8x: no fp8 kernel; n8xr: no bf16 kernel
             lab = f"{kvname}_{cfg}_S{S or 'auto'}"
             try:
                 _, tc, s_run, _, _, cl = resolve_full(device, 8, 2048, 4, kvname == "fp8", cfg, S)
@@ -798,8 +801,8 @@ def main(argv=None) -> int:
             except Exception as exc:
                 row["ours_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 failures += 1
-            if alt_config and kvname == "fp8" and alt_config in BF16_ONLY:
-                row["alt"] = {"config": alt_config, "skipped": "no fp8 kernel (bf16 only)"}
+            if alt_config and not has_kernel(alt_config, kvname == "fp8"):
+                row["alt"] = {"config": alt_config, "skipped": f"no {kvname} kernel"}
             elif alt_config:
                 try:
                     _, acfg, aS, _, _, acl = resolve_full(device, H, TOPK, T, kvname == "fp8", alt_config, a.alt_splits)

@@ -61,13 +61,13 @@ def test_alt_summary_pairs_ours_with_the_alternative_of_the_same_run(tmp_path):
     rows = [
         _row("bf16", ours_s=10e-6, alt={"config": "n8", "splits": 8, "s": 9e-6}),
         _row("fp8", ours_s=12e-6, alt={"config": "n8", "error": "ValueError: num_splits"}),
-        _row("fp8", ours_s=12e-6, alt={"config": "n8x", "skipped": "no fp8 kernel (bf16 only)"}),
+        _row("fp8", ours_s=12e-6, alt={"config": "n8x", "skipped": "no fp8 kernel"}),
     ]
     (tmp_path / "a.json").write_text(json.dumps({"rows": rows}))
     out = _summary("alt", tmp_path / "a.json").stdout.splitlines()
     assert out[0] == "alt (1, 32768, 4, 8, 'bf16') m16 S=32 10.00 | n8 S=8 9.00 x0.9000"
     assert out[1] == "alt (1, 32768, 4, 8, 'fp8') no pair: ValueError: num_splits"
-    assert out[2] == "alt (1, 32768, 4, 8, 'fp8') no pair: no fp8 kernel (bf16 only)"
+    assert out[2] == "alt (1, 32768, 4, 8, 'fp8') no pair: no fp8 kernel"
 
 
 def test_unknown_usage_exits_2():

@@ -481,10 +481,12 @@ def test_parity_config_labels():
         assert tiles.config_for_mangled(name) == want, name
     assert tiles.config_for_mangled(n8 + "ILi5ELi3ELb1ELb0EEEEEvNS_6ParamsE") is None  # no such config
     # n8x: n8's kernel template over CfgX<WARPS, STAGES> (bf16 only)
-    n8x = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgXILi4ELi2EEEEEvNS_6ParamsE"
+    n8x = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgXILi4ELi2ELb0EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(n8x) == (tiles.N8X, False)
-    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2", "ILi8ELi1")) == (tiles.N8X8, False)
-    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2", "ILi8ELi2")) is None  # no such config
+    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2ELb0", "ILi8ELi1ELb0")) == (tiles.N8X8, False)
+    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2ELb0", "ILi4ELi2ELb1")) == (tiles.N8XR, True)
+    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2ELb0", "ILi4ELi1ELb1")) == (tiles.N8XRS, True)
+    assert tiles.config_for_mangled(n8x.replace("ILi4ELi2ELb0", "ILi8ELi2ELb0")) is None  # no such config
 
 
 def _fake_cuda_device(monkeypatch, arch: str, sms: int):
@@ -629,7 +631,8 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     doc = dsa_build("sm_90a", nvcc_path, experimental=True)
     assert doc["ok"], doc["errors"]
     got = {(k["tile_config"], k["fp8"]): k for k in doc["kernels"] if k["tile_config"] in tiles.EXPERIMENTAL_CONFIGS}
-    assert set(got) == {("n8rs", True), ("n8x", False), ("n8x8", False)}  # n8rs: fp8 only; n8x, n8x8: bf16 only
+    # n8rs, n8xr, n8xrs: fp8 only; n8x, n8x8: bf16 only
+    assert set(got) == {("n8rs", True), ("n8x", False), ("n8x8", False), ("n8xr", True), ("n8xrs", True)}
     for (name, fp8), k in got.items():
         cfg = tiles.EXPERIMENTAL_CONFIGS[name]
         assert k["spill_bytes"] == 0 and k["smem_bytes"] == cfg.smem_bytes(fp8) <= tiles.SMEM_LIMIT["sm_90a"]
@@ -639,7 +642,9 @@ def test_experimental_build_adds_its_configs_without_spills(nvcc_path):
     assert tiles.N8RS.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"] and tiles.sm120_ctas_per_sm(tiles.N8RS, True) == 1
     # n8x: 4 warps of 16 positions; with the dims split 4 ways a warp holds 32 O^T accumulators, not n8's 128
     # (n8x8: 16)
-    assert got[("n8x", False)]["registers"] < 168 and got[("n8x8", False)]["registers"] < 168
+    assert all(got[k]["registers"] < 168 for k in got if k[0].startswith("n8x"))
+    # n8xrs: one stage of raw fp8 rows, within sm_120a's 99 KiB per block
+    assert tiles.N8XRS.smem_bytes(True) <= tiles.SMEM_LIMIT["sm_120a"]
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
@@ -674,6 +679,15 @@ def test_binding_smem_bytes_match_tiles_for_every_config(arch, nvcc_path, tmp_pa
     want = {(c.index, f): c.smem_bytes(f) for c in every for f in (False, True)}
     assert {k: got[k] for k in want} == want
     assert all(b == 0 for k, b in got.items() if k not in want), "a kernel tiles.py does not list"
+
+
+def test_bench_skips_the_cache_kinds_a_config_has_no_kernel_for():
+    from verify_tools.dsa_bench import has_kernel
+
+    assert has_kernel("n8x", False) and not has_kernel("n8x", True)  # bf16 only
+    assert has_kernel("n8xr", True) and not has_kernel("n8xr", False)  # fp8 only
+    assert has_kernel("n8r", True) and not has_kernel("n8r", False)
+    assert all(has_kernel(name, f) for name in ("auto", "m16", "w64") for f in (False, True))
 
 
 def test_sm120_ctas_per_sm_follow_its_100_kb_sm():
@@ -723,7 +737,7 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
     plan = _fake_plan(monkeypatch)
     monkeypatch.setattr(api, "_ctas_per_sm", lambda mod, dev, cfg, fp8: 1)
     exp = set(tiles.EXPERIMENTAL_CONFIGS)
-    assert exp == {"n8rs", "n8x", "n8x8"}
+    assert exp == {"n8rs", "n8x", "n8x8", "n8xr", "n8xrs"}
     assert all(plan(8, 2048, T, f)[1].name not in exp for T in (1, 4, 8, 64, 256) for f in (False, True))  # never auto
     assert loaded == []
     _, cfg, S, chunk, _, _ = plan(8, 2048, 64, True, "n8rs")
@@ -736,6 +750,9 @@ def test_experimental_configs_are_reachable_by_name_only(monkeypatch):
         plan(8, 2048, 4, True, "n8x")
     # n8x8: 128-position tiles, so 32 splits asked become 16 of one tile each
     assert plan(8, 2048, 4, False, "n8x8", num_splits=32)[1:4] == (tiles.N8X8, 16, 128)
+    assert plan(8, 2048, 4, True, "n8xr", num_splits=32)[1:4] == (tiles.N8XR, 32, 64)  # its fp8 form
+    with pytest.raises(ValueError, match="fp8"):
+        plan(8, 2048, 4, False, "n8xr")
     with pytest.raises(ValueError, match="sm_90a only"):
         _fake_plan(monkeypatch, arch="sm_120a")(8, 2048, 64, True, "n8rs")
     assert not exp & set(dsa_parity.configs_for("sm_90a", "all"))

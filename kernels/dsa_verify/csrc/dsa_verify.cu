@@ -42,8 +42,9 @@
 // SM: slower than n8rw there), cfg 14 "n8x" (bf16 only: n8's S phase with the PV split by dims
 // across the 4 warps, one barrier per tile, no end merge of O^T; 163,232 B; dsa_verify_n8.cuh CfgX),
 // cfg 15 "n8x8" (n8x with 8 warps of 16 positions, BN 128, one stage: a second barrier per tile
-// frees it; 169,760 B) and the sm_120 occupancy emulation (set_sm120_occupancy) that measures
-// sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
+// frees it; 169,760 B), cfg 16 "n8xr" (fp8 only: n8x with n8r's in-register e4m3 path, a warp's dims
+// in one scale block; 108,704 B), cfg 17 "n8xrs" (n8xr with one stage, 66,704 B: sm_120-sized) and
+// the sm_120 occupancy emulation (set_sm120_occupancy) that measures sm_120a's configs on Hopper. (cfg 9 "n8p" and 10 "n8p14", two warps per tile split by
 // 128-dim blocks, were measured slower than n8r on the H200 and removed: dsa-verify-notes.md,
 // session 8; w64's experimental variants were measured and removed or shipped: session 13-15 notes.)
 #ifndef DSAV_EXPERIMENTAL
@@ -79,6 +80,8 @@ using W64F = CfgW<true>;
 using N8RSF = CfgN<2, 2, true, true>;
 using N8XB = CfgX<4, 2>;
 using N8X8B = CfgX<8, 1>;
+using N8XRF = CfgX<4, 2, true>;
+using N8XRSF = CfgX<4, 1, true>;
 #endif
 
 #if DSAV_EXPERIMENTAL
@@ -270,6 +273,8 @@ static bool with_config(int cfg, bool fp8, F&& f) {
     case 11: if (!fp8) return false; f(Tag<N8RSF>{}); return true;
     case 14: if (fp8) return false; f(Tag<N8XB>{}); return true;  // bf16 only
     case 15: if (fp8) return false; f(Tag<N8X8B>{}); return true;  // bf16 only
+    case 16: if (!fp8) return false; f(Tag<N8XRF>{}); return true;  // fp8 only
+    case 17: if (!fp8) return false; f(Tag<N8XRSF>{}); return true;  // fp8 only
 #endif
     default: return false;
   }

@@ -91,9 +91,14 @@ struct CfgN {
 // barrier; with one stage, after a second barrier behind the tile's PV): for splits of one or two
 // tiles (B <= 2), where n8's end merge is a large part of the call. Shared memory: n8's + P
 // [2][WARPS][8][PS] fp32 (double-buffered by tile parity) + maxima [2][WARPS][8] + sums [WARPS][8].
-template <int WARPS_, int STAGES_>
-struct CfgX : CfgN<WARPS_, STAGES_, false> {
-  using Base = CfgN<WARPS_, STAGES_, false>;
+// FP8 (n8xr): n8r's in-register path (REG) for the S phase; each consumer warp's dims lie in one
+// 128-dim scale block b, whose sigma_b (running max |s[., b]| over every warp's rows, from the
+// per-warp tile maxima published beside P) and per-row scales (read from the source warp's raw
+// stage) build the f16 B operand P * exp2(m_w - M) * s[t, b] / sigma_b; A = V^T by ldmatrix.trans +
+// prmt + cvt from the source warp's raw rows, as in n8r. + [2][WARPS][4] published tile maxima.
+template <int WARPS_, int STAGES_, bool FP8_ = false>
+struct CfgX : CfgN<WARPS_, STAGES_, FP8_, FP8_> {
+  using Base = CfgN<WARPS_, STAGES_, FP8_, FP8_>;
   static constexpr bool XPV = true;
   static constexpr int DW = D_V / WARPS_;  // dims of O^T per warp
   static constexpr int OT = DW / 16;
@@ -101,8 +106,11 @@ struct CfgX : CfgN<WARPS_, STAGES_, false> {
   static constexpr int off_p = (Base::bytes + 15) / 16 * 16;
   static constexpr int off_pm = off_p + 2 * WARPS_ * Base::BM * PS * 4;
   static constexpr int off_pl = off_pm + 2 * WARPS_ * Base::BM * 4;
-  static constexpr int bytes = off_pl + WARPS_ * Base::BM * 4;
+  static constexpr int off_psm = off_pl + WARPS_ * Base::BM * 4;
+  static constexpr int bytes = off_psm + (FP8_ ? 2 * WARPS_ * Base::NBLK * 4 : 0);
   static_assert(DW % 16 == 0 && Base::WR == 16, "whole 16-dim m-tiles per warp; one 16-position k-step per warp");
+  static_assert(DW <= 128 && 128 % DW == 0, "a warp's dims lie in one 128-dim scale block");
+  static_assert(!FP8_ || OT % 2 == 0, "REG's V^T loads take two 16-dim segments at a time");
 };
 
 __device__ __forceinline__ uint32_t movmatrix_t(uint32_t a) {
@@ -214,8 +222,11 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
 #pragma unroll
   for (int i = 0; i < C::OT; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // heads 2c, 2c+1
-  // XPV: the reference max of this warp's O^T columns (heads 2c, 2c+1) over every warp's positions
+  // XPV: the reference max of this warp's O^T columns (heads 2c, 2c+1) over every warp's positions;
+  // fp8: sigma of this warp's 128-dim block over every warp's rows, and its inverse
   float mx_run[2] = {-INFINITY, -INFINITY}, mx_use[2] = {0.f, 0.f};
+  [[maybe_unused]] float xs = 0.f, xs_i = 0.f;
+  [[maybe_unused]] const int xb = warp * (D_V / C::WARPS) / 128;  // XPV fp8: this warp's scale block
 
   for (int j = 0; j < ntiles; ++j) {
     const int stage = j % STAGES;
@@ -243,14 +254,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     };
     // fp8 sigma update (positions only; off the S -> softmax -> PV chain): sig_r = sigma_old /
     // sigma_new, sig_i = 1 / sigma_new per block
+    // fp8: the largest |scale| of block bk over the warp's 16 rows of this tile (warp-uniform)
+    auto rows_smax = [&](int bk) -> float {
+      float smax = fmaxf(fabsf(scale(g, bk)), fabsf(scale(g + 8, bk)));
+      smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
+      smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
+      return fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
+    };
     auto sigma_update = [&]() {
 #pragma unroll
       for (int kb = 0; kb < C::NBLK; ++kb) {
-        const int bk = kb;
-        float smax = fmaxf(fabsf(scale(g, bk)), fabsf(scale(g + 8, bk)));
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 4));
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 8));
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
+        const float smax = rows_smax(kb);
         // the divisions only where sigma grows (warp-uniform; rare after the first tiles): an
         // unchanged sigma keeps sig_i and has sig_r = 1, the values the divisions would give
         sig_r[kb] = 1.f;
@@ -262,7 +276,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       }
     };
     if constexpr (C::REG) {
-      sigma_update();
+      if constexpr (!C::XPV) sigma_update();  // XPV: the consumers keep sigma of their own block
       sK = sRing + stage * C::RAW_STAGE;
     } else if constexpr (C::FP8) {
       // the warp's raw stage into its compute tile: e4m3 -> f16 (no scale), rope bf16 copied
@@ -405,7 +419,121 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       alpha_h[hh] = alpha;
     }
     const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vch = (lane >> 3) & 1;
-    if constexpr (C::FP8) {
+    if constexpr (C::XPV) {
+      // ---- publish this warp's P^T and running max; one barrier; O^T of dims [DW w, +DW) ----
+      const int buf = j & 1;  // tile j - 2's slots were read before barrier j - 1, which this warp passed
+      float* pw = reinterpret_cast<float*>(smem + C::off_p) + (buf * C::WARPS + warp) * BM * C::PS;
+      pw[(2 * c) * C::PS + g] = pr[0];
+      pw[(2 * c + 1) * C::PS + g] = pr[1];
+      pw[(2 * c) * C::PS + g + 8] = pr[2];
+      pw[(2 * c + 1) * C::PS + g + 8] = pr[3];
+      float* pm = reinterpret_cast<float*>(smem + C::off_pm) + buf * C::WARPS * BM;
+      if (g == 0) {
+        pm[warp * BM + 2 * c] = m_run[0];
+        pm[warp * BM + 2 * c + 1] = m_run[1];
+      }
+      if constexpr (C::FP8) {  // this warp's rows' largest |scale| per block, for the consumers' sigma
+        float* ps = reinterpret_cast<float*>(smem + C::off_psm) + (buf * C::WARPS + warp) * C::NBLK;
+#pragma unroll
+        for (int kb = 0; kb < C::NBLK; ++kb) {
+          const float smax = rows_smax(kb);
+          if (lane == 0) ps[kb] = smax;
+        }
+      }
+      __syncthreads();  // every warp's tile-j P^T and max visible; every warp done with tile j - 1's PV
+      if (STAGES >= 2 && j >= 1) {  // so stage (j - 1) % STAGES of every warp is free: this warp refills it
+        if (j - 1 + STAGES < ntiles) issue((j - 1) % STAGES, slot_ok(j - 1 + STAGES, next_raw));
+        cp_async_commit();
+        const int pos = pb + (j + STAGES) * BN + warp * WR + row;
+        next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
+      }
+      // M per head over the warps (the same fmaxf order in every lane, so every warp agrees):
+      // of head g for this lane's B columns, of heads 2c, 2c + 1 for its O^T columns
+      float mw[C::WARPS], mg = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < C::WARPS; ++w) {
+        mw[w] = pm[w * BM + g];
+        mg = fmaxf(mg, mw[w]);
+      }
+      const float mg_use = mg == -INFINITY ? 0.f : mg;
+      float ax[2];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx2 = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < C::WARPS; ++w) mx2 = fmaxf(mx2, pm[w * BM + 2 * c + hh]);
+        const float use = mx2 == -INFINITY ? 0.f : mx2;
+        ax[hh] = exp2f(mx_run[hh] - use);  // mx_run = -inf gives 0 (O^T is still 0)
+        mx_run[hh] = mx2;
+        mx_use[hh] = use;
+      }
+      if constexpr (C::FP8) {  // sigma of this warp's block grows: O^T *= sigma_old / sigma_new too
+        const float* ps = reinterpret_cast<const float*>(smem + C::off_psm) + buf * C::WARPS * C::NBLK + xb;
+        float smx = 0.f;
+#pragma unroll
+        for (int w = 0; w < C::WARPS; ++w) smx = fmaxf(smx, ps[w * C::NBLK]);
+        if (smx > xs) {  // warp-uniform; the division only where sigma grows (xs = 0 at first: O^T is 0)
+          const float sr = xs / smx;
+          ax[0] *= sr;
+          ax[1] *= sr;
+          xs_i = 1.f / smx;
+          xs = smx;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < C::OT; ++i) {
+        o_acc[i][0] *= ax[0]; o_acc[i][1] *= ax[1]; o_acc[i][2] *= ax[0]; o_acc[i][3] *= ax[1];
+      }
+      // one k-step per source warp w: B = its P^T (positions 2c, 2c+1 and 2c+8, 2c+9 of head g)
+      // times exp2(m_w - M_g), A = V^T of its ring stage, this warp's dims
+      const float* pg =
+          reinterpret_cast<const float*>(smem + C::off_p) + buf * C::WARPS * BM * C::PS + g * C::PS + 2 * c;
+#pragma unroll
+      for (int w = 0; w < C::WARPS; ++w) {
+        const float f = exp2f(mw[w] - mg_use);  // a warp with no visible position yet: 0
+        const float2 lo = *reinterpret_cast<const float2*>(pg + w * BM * C::PS);
+        const float2 hi = *reinterpret_cast<const float2*>(pg + w * BM * C::PS + 8);
+        const uint32_t sV = smem_u32(smem + C::off_ring) + (w * STAGES + stage) * C::RAW_STAGE;
+        if constexpr (C::FP8) {
+          // B = P^ s[t, b] / sigma_b in f16 (|.| <= 1), the scales of rows 2c, 2c+1, 2c+8, 2c+9 from the
+          // source warp's raw rows; A = V^T of segments 2 k, 2 k + 1 (n8r's REG mapping: O^T row g <->
+          // dim 16 seg + 2 g, row g + 8 <-> 16 seg + 2 g + 1)
+          const float* sc = reinterpret_cast<const float*>(smem + C::off_ring + (w * STAGES + stage) * C::RAW_STAGE +
+                                                           C::SC_OFF) + xb;
+          constexpr int RS = C::RAW_ROW / 4;  // a raw row in floats
+          const float fi = f * xs_i;
+          const uint32_t b0 = pack_f16(lo.x * fi * sc[(2 * c) * RS], lo.y * fi * sc[(2 * c + 1) * RS]);
+          const uint32_t b1 = pack_f16(hi.x * fi * sc[(2 * c + 8) * RS], hi.y * fi * sc[(2 * c + 9) * RS]);
+          const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+          for (int i = 0; i < C::OT; i += 2) {
+            uint32_t r0, r1, r2, r3;
+            ldsm_x4_t(sV + arow * C::RAW_ROW + (warp * C::OT + i + (lane >> 4)) * 16, r0, r1, r2, r3);
+            const uint32_t t0 = __byte_perm(r0, 0, 0x3120), t1 = __byte_perm(r1, 0, 0x3120);
+            const uint32_t t2 = __byte_perm(r2, 0, 0x3120), t3 = __byte_perm(r3, 0, 0x3120);
+            mma_f16(o_acc[i], e4m3x2_to_f16x2(t0), e4m3x2_to_f16x2<true>(t0), e4m3x2_to_f16x2(t1),
+                    e4m3x2_to_f16x2<true>(t1), b0, b1);
+            mma_f16(o_acc[i + 1], e4m3x2_to_f16x2(t2), e4m3x2_to_f16x2<true>(t2), e4m3x2_to_f16x2(t3),
+                    e4m3x2_to_f16x2<true>(t3), b0, b1);
+          }
+        } else {
+          const uint32_t b0 = pack_bf16(lo.x * f, lo.y * f), b1 = pack_bf16(hi.x * f, hi.y * f);
+#pragma unroll
+          for (int i = 0; i < C::OT; ++i) {
+            uint32_t a0, a1, a2, a3;
+            ldsm_x4_t(sV + swz(vrow, 2 * (warp * C::OT + i) + vch), a0, a1, a2, a3);
+            mma_bf16(o_acc[i], a0, a1, a2, a3, b0, b1);
+          }
+        }
+      }
+      if constexpr (STAGES == 1) {  // one stage: a second barrier frees it once every warp's PV(j) is done
+        __syncthreads();
+        if (j + 1 < ntiles) issue(0, slot_ok(j + 1, next_raw));
+        cp_async_commit();
+        const int pos = pb + (j + 2) * BN + warp * WR + row;
+        next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
+      }
+    } else if constexpr (C::FP8) {
       // ---- O_b^T = (alpha sigma_old / sigma_new) O_b^T + V^_b^T (P s_b / sigma_new)^T per block ----
       // REG: O^T m-tile i = segment i of 16 dims: row g <-> dim 16 i + 2 g, row g + 8 <-> 16 i + 2 g + 1.
       // ldmatrix.trans (b16) of 8 raw rows x segment i gives lane (g, c) bytes 2g, 2g+1 of rows
@@ -445,75 +573,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
             mma_f16(o_acc[i], a0, a1, a2, a3, pb0, pb1);
           }
         }
-      }
-    } else if constexpr (C::XPV) {
-      // ---- publish this warp's P^T and running max; one barrier; O^T of dims [DW w, +DW) ----
-      const int buf = j & 1;  // tile j - 2's slots were read before barrier j - 1, which this warp passed
-      float* pw = reinterpret_cast<float*>(smem + C::off_p) + (buf * C::WARPS + warp) * BM * C::PS;
-      pw[(2 * c) * C::PS + g] = pr[0];
-      pw[(2 * c + 1) * C::PS + g] = pr[1];
-      pw[(2 * c) * C::PS + g + 8] = pr[2];
-      pw[(2 * c + 1) * C::PS + g + 8] = pr[3];
-      float* pm = reinterpret_cast<float*>(smem + C::off_pm) + buf * C::WARPS * BM;
-      if (g == 0) {
-        pm[warp * BM + 2 * c] = m_run[0];
-        pm[warp * BM + 2 * c + 1] = m_run[1];
-      }
-      __syncthreads();  // every warp's tile-j P^T and max visible; every warp done with tile j - 1's PV
-      if (STAGES >= 2 && j >= 1) {  // so stage (j - 1) % STAGES of every warp is free: this warp refills it
-        if (j - 1 + STAGES < ntiles) issue((j - 1) % STAGES, slot_ok(j - 1 + STAGES, next_raw));
-        cp_async_commit();
-        const int pos = pb + (j + STAGES) * BN + warp * WR + row;
-        next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
-      }
-      // M per head over the warps (the same fmaxf order in every lane, so every warp agrees):
-      // of head g for this lane's B columns, of heads 2c, 2c + 1 for its O^T columns
-      float mw[C::WARPS], mg = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < C::WARPS; ++w) {
-        mw[w] = pm[w * BM + g];
-        mg = fmaxf(mg, mw[w]);
-      }
-      const float mg_use = mg == -INFINITY ? 0.f : mg;
-      float ax[2];
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx2 = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < C::WARPS; ++w) mx2 = fmaxf(mx2, pm[w * BM + 2 * c + hh]);
-        const float use = mx2 == -INFINITY ? 0.f : mx2;
-        ax[hh] = exp2f(mx_run[hh] - use);  // mx_run = -inf gives 0 (O^T is still 0)
-        mx_run[hh] = mx2;
-        mx_use[hh] = use;
-      }
-#pragma unroll
-      for (int i = 0; i < C::OT; ++i) {
-        o_acc[i][0] *= ax[0]; o_acc[i][1] *= ax[1]; o_acc[i][2] *= ax[0]; o_acc[i][3] *= ax[1];
-      }
-      // one k-step per source warp w: B = its P^T (positions 2c, 2c+1 and 2c+8, 2c+9 of head g)
-      // times exp2(m_w - M_g), A = V^T of its ring stage, this warp's dims
-      const float* pg =
-          reinterpret_cast<const float*>(smem + C::off_p) + buf * C::WARPS * BM * C::PS + g * C::PS + 2 * c;
-#pragma unroll
-      for (int w = 0; w < C::WARPS; ++w) {
-        const float f = exp2f(mw[w] - mg_use);  // a warp with no visible position yet: 0
-        const float2 lo = *reinterpret_cast<const float2*>(pg + w * BM * C::PS);
-        const float2 hi = *reinterpret_cast<const float2*>(pg + w * BM * C::PS + 8);
-        const uint32_t b0 = pack_bf16(lo.x * f, lo.y * f), b1 = pack_bf16(hi.x * f, hi.y * f);
-        const uint32_t sV = smem_u32(smem + C::off_ring) + (w * STAGES + stage) * C::RAW_STAGE;
-#pragma unroll
-        for (int i = 0; i < C::OT; ++i) {
-          uint32_t a0, a1, a2, a3;
-          ldsm_x4_t(sV + swz(vrow, 2 * (warp * C::OT + i) + vch), a0, a1, a2, a3);
-          mma_bf16(o_acc[i], a0, a1, a2, a3, b0, b1);
-        }
-      }
-      if constexpr (STAGES == 1) {  // one stage: a second barrier frees it once every warp's PV(j) is done
-        __syncthreads();
-        if (j + 1 < ntiles) issue(0, slot_ok(j + 1, next_raw));
-        cp_async_commit();
-        const int pos = pb + (j + 2) * BN + warp * WR + row;
-        next_raw = pos < pe ? __ldg(idx_row + pos) : -1;
       }
     } else {
 #pragma unroll
@@ -565,17 +624,28 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
       inv[hh] = l > 0.f ? 1.f / l : 0.f;
       lse2[hh] = l > 0.f ? mx_use[hh] + log2f(l) : -INFINITY;
     }
-    // lane (g, c) holds dims d0 + g and d0 + g + 8 of heads 2c, 2c + 1; the lanes of g and g ^ 1
-    // swap one value so that each writes two consecutive dims: even g (d0 + g, +1), odd g (d0 + g + 7, +8)
+    if constexpr (C::FP8) {  // O_b^T back to its true scale: O_b = sigma_b * accumulator
+      inv[0] *= xs;
+      inv[1] *= xs;
+    }
+    // bf16: lane (g, c) holds dims d0 + g and d0 + g + 8 of heads 2c, 2c + 1; the lanes of g and g ^ 1
+    // swap one value so that each writes two consecutive dims: even g (d0 + g, +1), odd g (d0 + g + 7, +8).
+    // fp8 (REG mapping): it holds dims d0 + 2g and d0 + 2g + 1 already.
 #pragma unroll
     for (int i = 0; i < C::OT; ++i) {
       const int d0 = 16 * (warp * C::OT + i);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const float a = o_acc[i][hh] * inv[hh], b = o_acc[i][2 + hh] * inv[hh];
-        const float recv = __shfl_xor_sync(0xffffffffu, (g & 1) ? a : b, 4);
-        const float lo = (g & 1) ? recv : a, hi = (g & 1) ? b : recv;
-        const int d = d0 + g + ((g & 1) ? 7 : 0), h = h0 + 2 * c + hh;
+        float lo = a, hi = b;
+        int d = d0 + 2 * g;
+        if constexpr (!C::FP8) {
+          const float recv = __shfl_xor_sync(0xffffffffu, (g & 1) ? a : b, 4);
+          lo = (g & 1) ? recv : a;
+          hi = (g & 1) ? b : recv;
+          d = d0 + g + ((g & 1) ? 7 : 0);
+        }
+        const int h = h0 + 2 * c + hh;
         if (h >= p.H) continue;
         const int64_t grow = (int64_t)t * p.H + h;
         if (p.S == 1)
