@@ -9,9 +9,9 @@
 #   dsa_bench_ab N SHAPES ROUNDS T..  dsa_bench --shapes SHAPES (no peers) of each tree in turn, ROUNDS times
 #                        -> $OUT/bench_T_i.json; N = each run's timeout in s (or what is left); then the per-shape
 #                        ratios to the first tree (tests/device/dsa_ab.py) to the log
-#   dsa_bench_alt T N SHAPES CFG S  dsa_bench --shapes SHAPES on tree T with --alt-config CFG --alt-splits S
-#                        (no peers; ours and the alternative in one process) -> $OUT/bench_T_CFG_S.json, the pairs
-#                        to the log
+#   dsa_bench_alt T N SHAPES CFG S [ARGS..]  dsa_bench --shapes SHAPES on tree T with --alt-config CFG --alt-splits S
+#                        and ARGS (e.g. --sm120-occupancy; no peers; ours and the alternative in one process)
+#                        -> $OUT/bench_T_CFG_S[_ARGS].json, the pairs to the log
 #   dsa_parity T N ARGS..  dsa_parity --json ARGS on tree T -> $OUT/parity_T.json, its summary and failures to the log
 #   dsa_san T TOOL N CASES CFG  compute-sanitizer TOOL (memcheck, racecheck, synccheck) on dsa_parity --cases
 #                        CASES --configs CFG (no graphs, no peer) on tree T -> $OUT/san_T_TOOL.log; its summary lines
@@ -63,10 +63,11 @@ dsa_bench_ab() {
 }
 dsa_bench_alt() {
   local t=$1 n=$2 shapes=$3 cfg=$4 sp=$5 f
-  f=$OUT/bench_${t}_${cfg}_$sp.json
+  shift 5
+  f=$OUT/bench_${t}_${cfg}_$sp${*:+_$(echo "$*" | tr -c 'a-z0-9\n' '_' | sed 's/^_*//')}.json
   dsa_in "$t" timeout "$(lim "$n")" python3 -m verify_tools.dsa_bench --shapes "$shapes" --no-sglang --no-flashmla \
-    --reps 30 --alt-config "$cfg" --alt-splits "$sp" --out "$f" >/dev/null 2>>"$OUT/err.txt"
-  echo "bench $t $cfg S=$sp rc=$?" | tee -a "$L"
+    --reps 30 --alt-config "$cfg" --alt-splits "$sp" "$@" --out "$f" >/dev/null 2>>"$OUT/err.txt"
+  echo "bench $t $cfg S=$sp $* rc=$?" | tee -a "$L"
   python3 "$R/tests/device/dsa_ab.py" alt "$f" 2>&1 | tee -a "$L"
 }
 dsa_parity() {
