@@ -480,7 +480,7 @@ def test_parity_config_labels():
     for name, want in mangled.items():
         assert tiles.config_for_mangled(name) == want, name
     assert tiles.config_for_mangled(n8 + "ILi5ELi3ELb1ELb0EEEEEvNS_6ParamsE") is None  # no such config
-    # n8x: n8's kernel template over CfgX<WARPS, STAGES> (bf16 only)
+    # the split-PV configs: n8's kernel template over CfgX<WARPS, STAGES, FP8> (n8x, n8x8 bf16; n8xr, n8xrs fp8)
     n8x = "_ZN4dsav20dsa_verify_n8_kernelINS_4CfgXILi4ELi2ELb0EEEEEvNS_6ParamsE"
     assert tiles.config_for_mangled(n8x) == (tiles.N8X, False)
     assert tiles.config_for_mangled(n8x.replace("ILi4ELi2ELb0", "ILi8ELi1ELb0")) == (tiles.N8X8, False)
