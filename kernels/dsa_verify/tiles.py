@@ -174,6 +174,14 @@ SM120_SMEM_PER_SM = 100 * 1024
 SM120_RESERVED_PER_BLOCK = 1024
 
 
+def has_kernel(name: str, fp8: bool) -> bool:
+    """Whether config `name` (shipped or experimental, a "/cluster" suffix ignored) has a kernel for the cache kind:
+    fp8-only configs (n8r, n8xr) have no bf16 kernel, bf16-only ones (n8x) no fp8 kernel. "auto" and unknown names
+    answer True (their checks are the caller's)."""
+    cfg = CONFIGS.get(name.partition("/")[0]) or EXPERIMENTAL_CONFIGS.get(name)
+    return cfg is None or fp8 in cfg.kv_kinds
+
+
 def sm120_ctas_per_sm(cfg: TileConfig, fp8: bool) -> int:
     """CTAs of `cfg` one sm_120 SM holds by shared memory (0: no kernel for the cache kind)."""
     b = cfg.smem_bytes(fp8)

@@ -389,13 +389,6 @@ def shape_bytes(d: dict, H: int, row_bytes: int, shared: bool) -> tuple[int, int
     return byt, n_used
 
 
-def has_kernel(config: str, fp8: bool) -> bool:
-    """Whether a tile config (a name, or "auto") has a kernel for the cache kind: fp8-only configs (n8r, n8xr) have
-    no bf16 kernel, bf16-only ones (n8x) no fp8 kernel. The trace and --alt-config skip such rows, saying so."""
-    cfg = tiles.CONFIGS.get(config) or tiles.EXPERIMENTAL_CONFIGS.get(config)
-    return cfg is None or fp8 in cfg.kv_kinds
-
-
 def diag(device, reps: int) -> dict:
     """Where the small-T time goes (headline shape B=1, L=32k, n=4, H=8): an empty graph (the
     replay-timing overhead), then per variant (tile config x split count x combine path, bf16 and
@@ -494,7 +487,7 @@ def trace(device, reps: int) -> dict:
     variants += [("n8x8", 16), ("n8xr", 32), ("n8xr", 16)]
     for kvname, cache in caches.items():
         for cfg, S in variants:
-            if not has_kernel(cfg, kvname == "fp8"):
+            if not tiles.has_kernel(cfg, kvname == "fp8"):
                 continue  # n8x: no fp8 kernel; n8xr: no bf16 kernel
             lab = f"{kvname}_{cfg}_S{S or 'auto'}"
             try:
@@ -801,7 +794,7 @@ def main(argv=None) -> int:
             except Exception as exc:
                 row["ours_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 failures += 1
-            if alt_config and not has_kernel(alt_config, kvname == "fp8"):
+            if alt_config and not tiles.has_kernel(alt_config, kvname == "fp8"):  # the row says so
                 row["alt"] = {"config": alt_config, "skipped": f"no {kvname} kernel"}
             elif alt_config:
                 try:

@@ -681,13 +681,12 @@ def test_binding_smem_bytes_match_tiles_for_every_config(arch, nvcc_path, tmp_pa
     assert all(b == 0 for k, b in got.items() if k not in want), "a kernel tiles.py does not list"
 
 
-def test_bench_skips_the_cache_kinds_a_config_has_no_kernel_for():
-    from verify_tools.dsa_bench import has_kernel
-
+def test_parity_and_bench_skip_the_cache_kinds_a_config_has_no_kernel_for():
+    has_kernel = tiles.has_kernel
     assert has_kernel("n8x", False) and not has_kernel("n8x", True)  # bf16 only
     assert has_kernel("n8xr", True) and not has_kernel("n8xr", False)  # fp8 only
     assert has_kernel("n8r", True) and not has_kernel("n8r", False)
-    assert all(has_kernel(name, f) for name in ("auto", "m16", "w64") for f in (False, True))
+    assert all(has_kernel(name, f) for name in ("auto", "m16", "m16/cluster", "w64") for f in (False, True))
 
 
 def test_sm120_ctas_per_sm_follow_its_100_kb_sm():

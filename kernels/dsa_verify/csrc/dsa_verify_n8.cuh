@@ -226,7 +226,6 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
   // fp8: sigma of this warp's 128-dim block over every warp's rows, and its inverse
   float mx_run[2] = {-INFINITY, -INFINITY}, mx_use[2] = {0.f, 0.f};
   [[maybe_unused]] float xs = 0.f, xs_i = 0.f;
-  [[maybe_unused]] const int xb = warp * (D_V / C::WARPS) / 128;  // XPV fp8: this warp's scale block
 
   for (int j = 0; j < ntiles; ++j) {
     const int stage = j % STAGES;
@@ -421,6 +420,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) dsa_verify_n8_kernel(const Para
     const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vch = (lane >> 3) & 1;
     if constexpr (C::XPV) {
       // ---- publish this warp's P^T and running max; one barrier; O^T of dims [DW w, +DW) ----
+      [[maybe_unused]] const int xb = warp * C::DW / 128;  // fp8: this warp's scale block
       const int buf = j & 1;  // tile j - 2's slots were read before barrier j - 1, which this warp passed
       float* pw = reinterpret_cast<float*>(smem + C::off_p) + (buf * C::WARPS + warp) * BM * C::PS;
       pw[(2 * c) * C::PS + g] = pr[0];
